@@ -1,0 +1,338 @@
+//! `busway bench`: the seed's throughput table (one sender, one receiver, one link), each row
+//! beside the raw baseline measured in the same run.
+//!
+//! Every measurement is two worker processes (this binary's hidden `bench-worker`): a receiver
+//! that listens and a sender that dials, so each side's CPU time and peak memory are its own.
+//! Rounds alternate busway and raw, so both see the same noise; the table reports the median
+//! with min-max.
+
+mod sizes;
+mod sysinfo;
+pub(crate) mod worker;
+
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+use serde::Serialize;
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, ExitCode, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use worker::Report;
+
+/// Extra time a worker may take beyond the run itself before it is killed, in seconds.
+const WORKER_GRACE_SECS: f64 = 30.0;
+
+#[derive(Args, Debug)]
+pub(crate) struct BenchArgs {
+    /// Transports to measure, comma-separated: tcp4, tcp6, unix.
+    #[arg(long, value_delimiter = ',', default_value = "tcp4,tcp6,unix")]
+    transports: Vec<String>,
+    /// Message size ranges in bytes, comma-separated MIN-MAX (sizes uniform in the range).
+    #[arg(long, value_delimiter = ',', default_value = "8-128,8-16384")]
+    sizes: Vec<String>,
+    /// Seconds each sender sends, per round.
+    #[arg(long, default_value_t = 1.0)]
+    duration: f64,
+    /// Rounds per row (the median is reported).
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
+    /// Where the node runs its links: `current` (the worker's thread) or `dedicated` (an I/O
+    /// thread of its own beside the application's).
+    #[arg(long, default_value = "current")]
+    io: String,
+    /// Print one JSON object per row instead of the table.
+    #[arg(long)]
+    json: bool,
+}
+
+/// One row of the table.
+#[derive(Serialize, Debug)]
+struct Row {
+    workload: &'static str,
+    transport: String,
+    size_min: usize,
+    size_max: usize,
+    io: String,
+    rounds: usize,
+    duration_secs: f64,
+    msgs_per_sec: f64,
+    msgs_per_sec_min: f64,
+    msgs_per_sec_max: f64,
+    bytes_per_sec: f64,
+    raw_msgs_per_sec: f64,
+    raw_msgs_per_sec_min: f64,
+    raw_msgs_per_sec_max: f64,
+    raw_bytes_per_sec: f64,
+    ratio_to_raw: f64,
+    sender_cpu_pct: f64,
+    receiver_cpu_pct: f64,
+    sender_peak_rss_kib: u64,
+    receiver_peak_rss_kib: u64,
+    raw_sender_cpu_pct: f64,
+    raw_receiver_cpu_pct: f64,
+}
+
+struct Spec {
+    transport: String,
+    size_min: usize,
+    size_max: usize,
+}
+
+fn parse_specs(args: &BenchArgs) -> Result<Vec<Spec>, String> {
+    let mut specs = Vec::new();
+    for t in &args.transports {
+        if !matches!(t.as_str(), "tcp4" | "tcp6" | "unix") {
+            return Err(format!("unknown transport {t:?} (expected tcp4, tcp6 or unix)"));
+        }
+        for s in &args.sizes {
+            let (lo, hi) = s
+                .split_once('-')
+                .and_then(|(a, b)| Some((a.parse::<usize>().ok()?, b.parse::<usize>().ok()?)))
+                .ok_or_else(|| format!("size range {s:?} is not MIN-MAX"))?;
+            if lo == 0 || lo > hi || hi > busway_core::frame::DEFAULT_BODY_LEN_MAX {
+                return Err(format!(
+                    "size range {s:?} must satisfy 1 <= MIN <= MAX <= {}",
+                    busway_core::frame::DEFAULT_BODY_LEN_MAX
+                ));
+            }
+            specs.push(Spec {
+                transport: t.clone(),
+                size_min: lo,
+                size_max: hi,
+            });
+        }
+    }
+    Ok(specs)
+}
+
+pub(crate) fn run(args: BenchArgs) -> Result<ExitCode, String> {
+    if !(0.05..=600.0).contains(&args.duration) || args.rounds == 0 {
+        return Err("--duration must be 0.05..=600 seconds and --rounds at least 1".into());
+    }
+    if !matches!(args.io.as_str(), "current" | "dedicated") {
+        return Err(format!("--io {:?}: expected current or dedicated", args.io));
+    }
+    let specs = parse_specs(&args)?;
+    let bar = ProgressBar::new((specs.len() * args.rounds * 2) as u64);
+    bar.set_style(
+        ProgressStyle::with_template("{bar:40} {pos}/{len} {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let mut rows = Vec::new();
+    let mut skipped = Vec::new();
+    for spec in &specs {
+        match measure_row(&args, spec, &bar) {
+            Ok(row) => {
+                if args.json {
+                    bar.suspend(|| println!("{}", serde_json::to_string(&row).unwrap_or_default()));
+                }
+                rows.push(row);
+            }
+            Err(e) => {
+                bar.inc((args.rounds * 2) as u64);
+                skipped.push(format!("{} {}-{}: {e}", spec.transport, spec.size_min, spec.size_max));
+            }
+        }
+    }
+    bar.finish_and_clear();
+    if !args.json {
+        print_table(&args, &rows);
+    }
+    for s in &skipped {
+        eprintln!("busway bench: row skipped: {s}");
+    }
+    if rows.is_empty() {
+        return Err("no row could be measured".into());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn listen_addr(transport: &str, n: usize) -> String {
+    match transport {
+        "tcp4" => "tcp://127.0.0.1:0".into(),
+        "tcp6" => "tcp://[::1]:0".into(),
+        _ => format!(
+            "unix://{}/busway-bench-{}-{n}.sock",
+            std::env::temp_dir().display(),
+            std::process::id()
+        ),
+    }
+}
+
+/// Sender and receiver reports of one run.
+type Pair = (Report, Report);
+
+fn measure_row(args: &BenchArgs, spec: &Spec, bar: &ProgressBar) -> Result<Row, String> {
+    let mut bus: Vec<Pair> = Vec::new();
+    let mut raw: Vec<Pair> = Vec::new();
+    for round in 0..args.rounds {
+        for is_raw in [false, true] {
+            bar.set_message(format!(
+                "{} {}-{} B {} round {}",
+                spec.transport,
+                spec.size_min,
+                spec.size_max,
+                if is_raw { "raw" } else { "busway" },
+                round + 1
+            ));
+            let pair = run_pair(args, spec, is_raw, round)?;
+            if is_raw { &mut raw } else { &mut bus }.push(pair);
+            bar.inc(1);
+        }
+    }
+    let rate = |p: &Pair| p.1.msgs as f64 / p.1.secs.max(1e-9);
+    let byte_rate = |p: &Pair| p.1.bytes as f64 / p.1.secs.max(1e-9);
+    let (m, lo, hi) = median_min_max(bus.iter().map(rate).collect());
+    let (rm, rlo, rhi) = median_min_max(raw.iter().map(rate).collect());
+    let cpu = |r: &Report| 100.0 * r.cpu_secs / r.wall_secs.max(1e-9);
+    let med = |v: Vec<f64>| median_min_max(v).0;
+    Ok(Row {
+        workload: "throughput",
+        transport: spec.transport.clone(),
+        size_min: spec.size_min,
+        size_max: spec.size_max,
+        io: args.io.clone(),
+        rounds: args.rounds,
+        duration_secs: args.duration,
+        msgs_per_sec: m,
+        msgs_per_sec_min: lo,
+        msgs_per_sec_max: hi,
+        bytes_per_sec: med(bus.iter().map(byte_rate).collect()),
+        raw_msgs_per_sec: rm,
+        raw_msgs_per_sec_min: rlo,
+        raw_msgs_per_sec_max: rhi,
+        raw_bytes_per_sec: med(raw.iter().map(byte_rate).collect()),
+        ratio_to_raw: m / rm.max(1e-9),
+        sender_cpu_pct: med(bus.iter().map(|p| cpu(&p.0)).collect()),
+        receiver_cpu_pct: med(bus.iter().map(|p| cpu(&p.1)).collect()),
+        sender_peak_rss_kib: bus.iter().map(|p| p.0.peak_rss_kib).max().unwrap_or(0),
+        receiver_peak_rss_kib: bus.iter().map(|p| p.1.peak_rss_kib).max().unwrap_or(0),
+        raw_sender_cpu_pct: med(raw.iter().map(|p| cpu(&p.0)).collect()),
+        raw_receiver_cpu_pct: med(raw.iter().map(|p| cpu(&p.1)).collect()),
+    })
+}
+
+fn median_min_max(mut v: Vec<f64>) -> (f64, f64, f64) {
+    v.sort_by(|a, b| a.total_cmp(b));
+    match v.len() {
+        0 => (0.0, 0.0, 0.0),
+        n => (v[n / 2], v[0], v[n - 1]),
+    }
+}
+
+struct KillOnDrop(Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn worker(args: &BenchArgs, spec: &Spec, role: &str, raw: bool, addr: &str) -> Result<KillOnDrop, String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let mut cmd = Command::new(exe);
+    cmd.args(["bench-worker", role, "--addr", addr])
+        .args(["--size-min", &spec.size_min.to_string()])
+        .args(["--size-max", &spec.size_max.to_string()])
+        .args(["--duration", &args.duration.to_string()])
+        .args(["--io", &args.io])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    if raw {
+        cmd.arg("--raw");
+    }
+    cmd.spawn()
+        .map(KillOnDrop)
+        .map_err(|e| format!("cannot start a worker: {e}"))
+}
+
+/// Reads the worker's last stdout line as its report; kills the worker if it takes longer
+/// than `limit`.
+fn finish(
+    w: KillOnDrop,
+    lines: &mut impl Iterator<Item = String>,
+    limit: Duration,
+) -> Result<Report, String> {
+    let child = Arc::new(Mutex::new(w));
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let watched = child.clone();
+    let watchdog = std::thread::spawn(move || {
+        if done_rx.recv_timeout(limit).is_err() {
+            if let Ok(mut c) = watched.lock() {
+                let _ = c.0.kill();
+            }
+        }
+    });
+    let last = lines.last();
+    let _ = done_tx.send(());
+    let _ = watchdog.join();
+    let mut w = child.lock().map_err(|_| "worker lock poisoned")?;
+    let status = w.0.wait().map_err(|e| e.to_string())?;
+    let mut stderr = String::new();
+    if let Some(mut e) = w.0.stderr.take() {
+        let _ = std::io::Read::read_to_string(&mut e, &mut stderr);
+    }
+    match last {
+        Some(line) if status.success() => serde_json::from_str(&line)
+            .map_err(|e| format!("bad worker report {line:?}: {e}")),
+        _ => Err(format!("worker failed ({status}): {}", stderr.trim())),
+    }
+}
+
+fn run_pair(args: &BenchArgs, spec: &Spec, raw: bool, round: usize) -> Result<Pair, String> {
+    let addr = listen_addr(&spec.transport, round * 2 + usize::from(raw));
+    let mut recv = worker(args, spec, "recv", raw, &addr)?;
+    let stdout = recv.0.stdout.take().ok_or("worker has no stdout")?;
+    let mut recv_lines = BufReader::new(stdout).lines().map_while(Result::ok);
+    let ready = recv_lines
+        .next()
+        .ok_or_else(|| {
+            let mut err = String::new();
+            if let Some(mut e) = recv.0.stderr.take() {
+                let _ = std::io::Read::read_to_string(&mut e, &mut err);
+            }
+            format!("receiver did not start: {}", err.trim())
+        })?;
+    let bound = ready
+        .strip_prefix("ready ")
+        .ok_or_else(|| format!("unexpected receiver line {ready:?}"))?
+        .to_owned();
+    let mut send = worker(args, spec, "send", raw, &bound)?;
+    let send_stdout = send.0.stdout.take().ok_or("worker has no stdout")?;
+    let mut send_lines = BufReader::new(send_stdout).lines().map_while(Result::ok);
+    let limit = Duration::from_secs_f64(args.duration + WORKER_GRACE_SECS);
+    let s = finish(send, &mut send_lines, limit)?;
+    let r = finish(recv, &mut recv_lines, limit)?;
+    Ok((s, r))
+}
+
+fn print_table(args: &BenchArgs, rows: &[Row]) {
+    println!(
+        "busway bench: throughput, 1 sender -> 1 receiver, 1 link; {} s x {} rounds per row, median [min-max]; links on the {} thread; not pinned",
+        args.duration,
+        args.rounds,
+        if args.io == "current" { "worker's own" } else { "a dedicated I/O" },
+    );
+    println!("machine: {}", sysinfo::machine());
+    println!(
+        "{:<6} {:>9} {:>26} {:>9} {:>26} {:>9} {:>6} {:>13} {:>13} {:>15}",
+        "link", "size B", "busway msg/s", "MB/s", "raw msg/s", "raw MB/s", "ratio", "cpu% snd/rcv", "raw cpu%", "rss KiB snd/rcv"
+    );
+    let m = |x: f64| format!("{:.2}M", x / 1e6);
+    for r in rows {
+        println!(
+            "{:<6} {:>9} {:>26} {:>9.0} {:>26} {:>9.0} {:>6.2} {:>13} {:>13} {:>15}",
+            r.transport,
+            format!("{}-{}", r.size_min, r.size_max),
+            format!("{} [{}-{}]", m(r.msgs_per_sec), m(r.msgs_per_sec_min), m(r.msgs_per_sec_max)),
+            r.bytes_per_sec / 1e6,
+            format!("{} [{}-{}]", m(r.raw_msgs_per_sec), m(r.raw_msgs_per_sec_min), m(r.raw_msgs_per_sec_max)),
+            r.raw_bytes_per_sec / 1e6,
+            r.ratio_to_raw,
+            format!("{:.0}/{:.0}", r.sender_cpu_pct, r.receiver_cpu_pct),
+            format!("{:.0}/{:.0}", r.raw_sender_cpu_pct, r.raw_receiver_cpu_pct),
+            format!("{}/{}", r.sender_peak_rss_kib, r.receiver_peak_rss_kib),
+        );
+    }
+}

@@ -1,0 +1,377 @@
+//! One side of one benchmark run, in its own process so that its CPU time and memory are its
+//! own. The receiver prints `ready ADDR` once it listens; both print one JSON report at the end.
+
+use super::sizes::Sizes;
+use super::sysinfo;
+use busway::{Addr, BusId, Event, IoThreads, Node, NodeConfig};
+use busway_core::frame::{encode_frame, FrameKind, HEADER_LEN};
+use bytes::{Bytes, BytesMut};
+use clap::{Args, ValueEnum};
+use serde::{Deserialize, Serialize};
+use std::io::{Read, Write};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+/// Bytes of pre-framed messages the raw sender writes per call.
+const RAW_BATCH_BYTES: usize = 256 << 10;
+/// Bytes the raw receiver asks for per read.
+const RAW_READ_BYTES: usize = 256 << 10;
+/// Messages a busway sender queues between two looks at the clock.
+const SEND_CHUNK_MSGS: usize = 1024;
+/// How long a sender waits for its link to come up.
+const CONNECT_WAIT: Duration = Duration::from_secs(10);
+const SENDER_ID: BusId = BusId(1);
+const RECEIVER_ID: BusId = BusId(2);
+
+#[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
+pub(crate) enum Role {
+    Send,
+    Recv,
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct WorkerArgs {
+    #[arg(value_enum)]
+    role: Role,
+    /// Move pre-framed bytes over a bare socket instead of running a busway node.
+    #[arg(long)]
+    raw: bool,
+    /// Listen address (recv) or address to dial (send).
+    #[arg(long)]
+    addr: Addr,
+    #[arg(long, default_value_t = 8)]
+    size_min: usize,
+    #[arg(long, default_value_t = 128)]
+    size_max: usize,
+    /// Seconds the sender sends.
+    #[arg(long, default_value_t = 1.0)]
+    duration: f64,
+    /// Run the node's links on the worker's own thread (current) or on a dedicated I/O thread.
+    #[arg(long, default_value = "current")]
+    io: String,
+}
+
+/// What each side reports.
+#[derive(Serialize, Deserialize, Debug, Clone, Default)]
+pub(crate) struct Report {
+    pub(crate) msgs: u64,
+    pub(crate) bytes: u64,
+    /// Seconds from the first to the last message (receiver) or of sending (sender).
+    pub(crate) secs: f64,
+    pub(crate) cpu_secs: f64,
+    /// Wall seconds the process lived, for CPU%.
+    pub(crate) wall_secs: f64,
+    pub(crate) peak_rss_kib: u64,
+}
+
+pub(crate) fn run(args: WorkerArgs) -> Result<ExitCode, String> {
+    let born = Instant::now();
+    let mut report = match (args.raw, args.role) {
+        (true, Role::Send) => raw_send(&args)?,
+        (true, Role::Recv) => raw_recv(&args)?,
+        (false, role) => {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| e.to_string())?;
+            rt.block_on(async {
+                match role {
+                    Role::Send => bus_send(&args).await,
+                    Role::Recv => bus_recv(&args).await,
+                }
+            })?
+        }
+    };
+    report.cpu_secs = sysinfo::cpu_seconds();
+    report.wall_secs = born.elapsed().as_secs_f64();
+    report.peak_rss_kib = sysinfo::peak_rss_kib();
+    println!(
+        "{}",
+        serde_json::to_string(&report).map_err(|e| e.to_string())?
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+fn node_config(args: &WorkerArgs, id: BusId) -> NodeConfig {
+    let mut c = NodeConfig::new(id);
+    c.io_threads = if args.io == "dedicated" {
+        IoThreads::Dedicated(1)
+    } else {
+        IoThreads::Current
+    };
+    c.linger_ms = 10_000;
+    c
+}
+
+async fn bus_send(args: &WorkerArgs) -> Result<Report, String> {
+    let node = Node::start(node_config(args, SENDER_ID).connect(args.addr.clone()))
+        .await
+        .map_err(|e| e.to_string())?;
+    if !node.wait_for_peer(RECEIVER_ID, CONNECT_WAIT).await {
+        return Err(format!("no link to the receiver at {}", args.addr));
+    }
+    let base = Bytes::from(vec![0x5Au8; args.size_max]);
+    let mut sizes = Sizes::new(args.size_min, args.size_max);
+    let (mut msgs, mut bytes) = (0u64, 0u64);
+    let start = Instant::now();
+    let until = Duration::from_secs_f64(args.duration);
+    while start.elapsed() < until {
+        for _ in 0..SEND_CHUNK_MSGS {
+            let n = sizes.next_size();
+            node.send(RECEIVER_ID, base.slice(..n))
+                .await
+                .map_err(|e| e.to_string())?;
+            bytes += n as u64;
+        }
+        msgs += SEND_CHUNK_MSGS as u64;
+    }
+    let secs = start.elapsed().as_secs_f64();
+    node.shutdown().await;
+    Ok(Report {
+        msgs,
+        bytes,
+        secs,
+        ..Report::default()
+    })
+}
+
+async fn bus_recv(args: &WorkerArgs) -> Result<Report, String> {
+    let node = Node::start(node_config(args, RECEIVER_ID).listen(args.addr.clone()))
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut inbox = node.take_inbox().expect("inbox is taken once");
+    let mut events = node.take_events().expect("events are taken once");
+    announce(&node.listen_addrs()[0].to_string());
+    let mut batch = Vec::with_capacity(4096);
+    let (mut msgs, mut bytes) = (0u64, 0u64);
+    let (mut first, mut last) = (None, Instant::now());
+    let mut count = |batch: &mut Vec<busway::Message>| {
+        if batch.is_empty() {
+            return;
+        }
+        let now = Instant::now();
+        first.get_or_insert(now);
+        last = now;
+        msgs += batch.len() as u64;
+        bytes += batch.iter().map(|m| m.payload.len() as u64).sum::<u64>();
+        batch.clear();
+    };
+    loop {
+        tokio::select! {
+            biased;
+            n = inbox.recv_many(&mut batch) => {
+                if n == 0 { break; }
+                count(&mut batch);
+            }
+            ev = events.recv() => match ev {
+                Some(Event::PeerDown { .. }) | None => {
+                    inbox.try_recv_many(&mut batch);
+                    count(&mut batch);
+                    break;
+                }
+                Some(_) => {}
+            },
+        }
+    }
+    node.shutdown().await;
+    let secs = first.map_or(0.0, |f| (last - f).as_secs_f64());
+    Ok(Report {
+        msgs,
+        bytes,
+        secs,
+        ..Report::default()
+    })
+}
+
+fn announce(addr: &str) {
+    println!("ready {addr}");
+    let _ = std::io::stdout().flush();
+}
+
+/// A connected std socket of either kind.
+enum RawStream {
+    Tcp(std::net::TcpStream),
+    Unix(std::os::unix::net::UnixStream),
+}
+
+impl RawStream {
+    fn connect(addr: &Addr) -> std::io::Result<Self> {
+        match addr {
+            Addr::Tcp(a) => {
+                let s = std::net::TcpStream::connect(a)?;
+                s.set_nodelay(true)?;
+                Ok(RawStream::Tcp(s))
+            }
+            Addr::Unix(p) => Ok(RawStream::Unix(std::os::unix::net::UnixStream::connect(p)?)),
+        }
+    }
+
+    fn accept_one(addr: &Addr) -> std::io::Result<Self> {
+        match addr {
+            Addr::Tcp(a) => {
+                let l = std::net::TcpListener::bind(a)?;
+                announce(&Addr::Tcp(l.local_addr()?).to_string());
+                let (s, _) = l.accept()?;
+                s.set_nodelay(true)?;
+                Ok(RawStream::Tcp(s))
+            }
+            Addr::Unix(p) => {
+                let _ = std::fs::remove_file(p);
+                let l = std::os::unix::net::UnixListener::bind(p)?;
+                announce(&addr.to_string());
+                let (s, _) = l.accept()?;
+                let _ = std::fs::remove_file(p);
+                Ok(RawStream::Unix(s))
+            }
+        }
+    }
+
+    fn shutdown_write(&self) -> std::io::Result<()> {
+        match self {
+            RawStream::Tcp(s) => s.shutdown(std::net::Shutdown::Write),
+            RawStream::Unix(s) => s.shutdown(std::net::Shutdown::Write),
+        }
+    }
+}
+
+impl Read for RawStream {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            RawStream::Tcp(s) => s.read(buf),
+            RawStream::Unix(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for RawStream {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match self {
+            RawStream::Tcp(s) => s.write(buf),
+            RawStream::Unix(s) => s.write(buf),
+        }
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The raw baseline's sender: the same frames busway would send (header, checksum, payload),
+/// built once, then written batch after batch with one call each. No queue, no bus.
+fn raw_send(args: &WorkerArgs) -> Result<Report, String> {
+    let deadline = Instant::now() + CONNECT_WAIT;
+    let mut stream = loop {
+        match RawStream::connect(&args.addr) {
+            Ok(s) => break s,
+            Err(e) if Instant::now() > deadline => return Err(format!("connect {}: {e}", args.addr)),
+            Err(_) => std::thread::sleep(Duration::from_millis(5)),
+        }
+    };
+    let payload = vec![0x5Au8; args.size_max];
+    let mut sizes = Sizes::new(args.size_min, args.size_max);
+    let mut batch = BytesMut::with_capacity(RAW_BATCH_BYTES + HEADER_LEN + args.size_max);
+    let (mut per_batch_msgs, mut per_batch_bytes) = (0u64, 0u64);
+    while batch.len() < RAW_BATCH_BYTES {
+        let n = sizes.next_size();
+        encode_frame(FrameKind::Data, &payload[..n], &mut batch);
+        per_batch_msgs += 1;
+        per_batch_bytes += n as u64;
+    }
+    let (mut msgs, mut bytes) = (0u64, 0u64);
+    let start = Instant::now();
+    let until = Duration::from_secs_f64(args.duration);
+    while start.elapsed() < until {
+        stream.write_all(&batch).map_err(|e| e.to_string())?;
+        msgs += per_batch_msgs;
+        bytes += per_batch_bytes;
+    }
+    let secs = start.elapsed().as_secs_f64();
+    stream.shutdown_write().map_err(|e| e.to_string())?;
+    // Wait for the receiver to read everything and close.
+    let mut sink = [0u8; 64];
+    while matches!(stream.read(&mut sink), Ok(n) if n > 0) {}
+    Ok(Report {
+        msgs,
+        bytes,
+        secs,
+        ..Report::default()
+    })
+}
+
+/// The raw baseline's receiver: reads with large calls and walks the frame headers to count
+/// messages (no checksum, no copy, no delivery).
+fn raw_recv(args: &WorkerArgs) -> Result<Report, String> {
+    let mut stream = RawStream::accept_one(&args.addr).map_err(|e| e.to_string())?;
+    let mut buf = vec![0u8; RAW_READ_BYTES];
+    let mut walker = FrameWalker::default();
+    let (mut first, mut last) = (None, Instant::now());
+    loop {
+        let n = stream.read(&mut buf).map_err(|e| e.to_string())?;
+        if n == 0 {
+            break;
+        }
+        let now = Instant::now();
+        first.get_or_insert(now);
+        last = now;
+        walker.walk(&buf[..n]);
+    }
+    Ok(Report {
+        msgs: walker.frames,
+        bytes: walker.payload_bytes,
+        secs: first.map_or(0.0, |f| (last - f).as_secs_f64()),
+        ..Report::default()
+    })
+}
+
+/// Counts frames in a byte stream by their length fields alone.
+#[derive(Default)]
+struct FrameWalker {
+    header: [u8; HEADER_LEN],
+    header_fill: usize,
+    body_left: usize,
+    frames: u64,
+    payload_bytes: u64,
+}
+
+impl FrameWalker {
+    fn walk(&mut self, mut data: &[u8]) {
+        while !data.is_empty() {
+            if self.body_left > 0 {
+                let n = self.body_left.min(data.len());
+                self.body_left -= n;
+                data = &data[n..];
+                continue;
+            }
+            let n = (HEADER_LEN - self.header_fill).min(data.len());
+            self.header[self.header_fill..self.header_fill + n].copy_from_slice(&data[..n]);
+            self.header_fill += n;
+            data = &data[n..];
+            if self.header_fill == HEADER_LEN {
+                let word0 = u32::from_le_bytes([self.header[0], self.header[1], self.header[2], self.header[3]]);
+                self.body_left = (word0 >> 8) as usize;
+                self.payload_bytes += self.body_left as u64;
+                self.frames += 1;
+                self.header_fill = 0;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_walker_counts_frames_across_any_split() {
+        let mut wire = BytesMut::new();
+        for n in [0usize, 1, 100, 7] {
+            encode_frame(FrameKind::Data, &vec![1u8; n], &mut wire);
+        }
+        for cut in 1..wire.len() {
+            let mut w = FrameWalker::default();
+            for piece in wire.chunks(cut) {
+                w.walk(piece);
+            }
+            assert_eq!((w.frames, w.payload_bytes), (4, 108), "cut {cut}");
+        }
+    }
+}

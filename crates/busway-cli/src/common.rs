@@ -1,0 +1,84 @@
+//! Options and helpers shared by the subcommands.
+
+use busway::{Addr, BusId, Event, IoThreads, Node, NodeConfig, Secret};
+use clap::Args;
+use std::future::Future;
+use std::process::ExitCode;
+
+/// How a command's node is set up.
+#[derive(Args, Clone, Debug)]
+pub(crate) struct NodeArgs {
+    /// This node's bus id (decimal or 0x hex).
+    #[arg(long)]
+    pub(crate) id: BusId,
+    /// Address to listen on (repeatable): tcp://IP:PORT, tcp://[IPv6]:PORT, unix:///PATH.
+    #[arg(long)]
+    pub(crate) listen: Vec<Addr>,
+    /// Address to dial and keep dialing (repeatable).
+    #[arg(long)]
+    pub(crate) connect: Vec<Addr>,
+    /// Shared secret every peer must prove (at least 16 bytes); also read from BUSWAY_SECRET.
+    #[arg(long, env = "BUSWAY_SECRET", hide_env_values = true)]
+    pub(crate) secret: Option<String>,
+    /// I/O loop threads (default: one per core).
+    #[arg(long)]
+    pub(crate) io_threads: Option<usize>,
+}
+
+impl NodeArgs {
+    pub(crate) fn config(&self) -> Result<NodeConfig, String> {
+        let mut config = NodeConfig::new(self.id);
+        config.listen = self.listen.clone();
+        config.connect = self.connect.clone();
+        if let Some(s) = &self.secret {
+            config.secret = Some(Secret::new(s.as_bytes())?);
+        }
+        if let Some(n) = self.io_threads {
+            config.io_threads = IoThreads::Dedicated(n);
+        }
+        Ok(config)
+    }
+
+    pub(crate) async fn start(&self) -> Result<Node, String> {
+        if self.listen.is_empty() && self.connect.is_empty() {
+            return Err("give at least one --listen or --connect address".into());
+        }
+        Node::start(self.config()?).await.map_err(|e| e.to_string())
+    }
+}
+
+/// Runs `f` on a single-threaded runtime (the node has its own I/O threads).
+pub(crate) fn block_on<F: Future<Output = Result<ExitCode, String>>>(
+    f: F,
+) -> Result<ExitCode, String> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the runtime: {e}"))?
+        .block_on(f)
+}
+
+/// Prints `listening on ADDR` for each bound address, on stdout, so scripts can read ports.
+pub(crate) fn print_listening(node: &Node) {
+    for addr in node.listen_addrs() {
+        println!("listening on {addr}");
+    }
+}
+
+/// One line for an event.
+pub(crate) fn describe(ev: &Event) -> String {
+    match ev {
+        Event::PeerUp {
+            peer,
+            incarnation,
+            addr,
+        } => format!("peer {peer} up (incarnation {incarnation:#x}, {addr})"),
+        Event::PeerDown {
+            peer,
+            reason,
+            unsent,
+        } => format!("peer {peer} down: {reason} ({unsent} unsent)"),
+        Event::Rejected { addr, reason } => format!("rejected {addr}: {reason}"),
+        Event::DialFailed { addr, reason } => format!("dial {addr} failed: {reason} (retrying)"),
+    }
+}

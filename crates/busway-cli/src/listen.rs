@@ -1,0 +1,87 @@
+//! `busway listen`: print or verify what arrives.
+
+use crate::common::{self, NodeArgs};
+use crate::verify::Verifier;
+use clap::Args;
+use std::process::ExitCode;
+use std::time::Duration;
+
+#[derive(Args, Debug)]
+pub(crate) struct ListenArgs {
+    #[command(flatten)]
+    node: NodeArgs,
+    /// Exit after this many messages.
+    #[arg(long)]
+    count: Option<u64>,
+    /// Check the 8-byte little-endian sequence number at the start of each payload instead of
+    /// printing each message; end with a summary line (exit code 2 if anything is wrong).
+    #[arg(long)]
+    verify: bool,
+    /// Give up after this many seconds without a message.
+    #[arg(long)]
+    idle_timeout: Option<f64>,
+}
+
+pub(crate) async fn run(args: ListenArgs) -> Result<ExitCode, String> {
+    let node = args.node.start().await?;
+    let mut inbox = node.take_inbox().expect("inbox is taken once");
+    let mut events = node.take_events().expect("events are taken once");
+    common::print_listening(&node);
+    let mut verifier = Verifier::default();
+    let mut batch = Vec::new();
+    let idle = args.idle_timeout.map(Duration::from_secs_f64);
+    let mut timed_out = false;
+    'outer: while args.count.is_none_or(|n| verifier.received() < n) {
+        let wait = inbox.recv_many(&mut batch);
+        let got = tokio::select! {
+            n = async {
+                match idle {
+                    Some(d) => tokio::time::timeout(d, wait).await.ok(),
+                    None => Some(wait.await),
+                }
+            } => n,
+            Some(ev) = events.recv() => {
+                eprintln!("{}", common::describe(&ev));
+                continue;
+            }
+            _ = tokio::signal::ctrl_c() => break,
+        };
+        match got {
+            None => {
+                timed_out = true;
+                break;
+            }
+            Some(0) => break,
+            Some(_) => {}
+        }
+        for msg in batch.drain(..) {
+            if args.verify {
+                verifier.record(&msg.payload);
+            } else {
+                verifier.record(&[]);
+                match std::str::from_utf8(&msg.payload) {
+                    Ok(text) => println!("{}: {}", msg.src, text),
+                    Err(_) => println!("{}: <{} bytes>", msg.src, msg.payload.len()),
+                }
+            }
+            if args.count.is_some_and(|n| verifier.received() >= n) {
+                break 'outer;
+            }
+        }
+    }
+    node.shutdown().await;
+    if timed_out {
+        eprintln!("busway listen: no message for {:?}; stopping", idle.unwrap_or_default());
+    }
+    if args.verify {
+        let (line, ok) = verifier.summary(args.count);
+        println!("{line}");
+        if !ok {
+            return Ok(ExitCode::from(2));
+        }
+    }
+    if timed_out {
+        return Ok(ExitCode::from(3));
+    }
+    Ok(ExitCode::SUCCESS)
+}

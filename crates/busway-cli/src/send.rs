@@ -1,0 +1,85 @@
+//! `busway send`: one text message, or N sequenced messages.
+
+use crate::common::NodeArgs;
+use crate::verify::SEQ_LEN;
+use busway::BusId;
+use bytes::{BufMut, Bytes, BytesMut};
+use clap::Args;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+/// How long `send` waits for the link to the destination, in seconds.
+const PEER_WAIT_SECS: u64 = 10;
+
+#[derive(Args, Debug)]
+pub(crate) struct SendArgs {
+    #[command(flatten)]
+    node: NodeArgs,
+    /// The destination bus id.
+    #[arg(long)]
+    to: BusId,
+    /// Send this many messages, each starting with its 8-byte little-endian sequence number.
+    #[arg(long)]
+    count: Option<u64>,
+    /// Size of each sequenced message in bytes (at least 8).
+    #[arg(long, default_value_t = 64)]
+    size: usize,
+    /// The text to send (without --count).
+    text: Option<String>,
+}
+
+pub(crate) async fn run(args: SendArgs) -> Result<ExitCode, String> {
+    if args.count.is_none() && args.text.is_none() {
+        return Err("give a TEXT to send or --count N".into());
+    }
+    if args.count.is_some() && args.size < SEQ_LEN {
+        return Err(format!("--size must be at least {SEQ_LEN} bytes (the sequence number)"));
+    }
+    let node = args.node.start().await?;
+    if !node
+        .wait_for_peer(args.to, Duration::from_secs(PEER_WAIT_SECS))
+        .await
+    {
+        node.shutdown().await;
+        return Err(format!(
+            "no link to bus id {} came up within {PEER_WAIT_SECS} s",
+            args.to
+        ));
+    }
+    let start = Instant::now();
+    let mut sent = 0u64;
+    let mut bytes = 0u64;
+    let result = match args.count {
+        None => {
+            let text = Bytes::from(args.text.unwrap_or_default());
+            bytes += text.len() as u64;
+            sent += 1;
+            node.send(args.to, text).await
+        }
+        Some(n) => {
+            let filler = vec![0xA5u8; args.size - SEQ_LEN];
+            let mut buf = BytesMut::with_capacity(64 << 10);
+            let mut result = Ok(());
+            for seq in 0..n {
+                buf.reserve(args.size);
+                buf.put_u64_le(seq);
+                buf.put_slice(&filler);
+                if let Err(e) = node.send(args.to, buf.split().freeze()).await {
+                    result = Err(e);
+                    break;
+                }
+                sent += 1;
+                bytes += args.size as u64;
+            }
+            result
+        }
+    };
+    node.shutdown().await;
+    result.map_err(|e| format!("after {sent} messages: {e}"))?;
+    let secs = start.elapsed().as_secs_f64();
+    eprintln!(
+        "sent {sent} messages ({bytes} bytes) in {secs:.3} s ({:.0} msg/s)",
+        sent as f64 / secs.max(1e-9)
+    );
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,365 @@
+//! Frame layout v1 and the streaming decoder.
+//!
+//! Every frame is an 8-byte header followed by a body:
+//!
+//! ```text
+//! offset 0  u32 LE  word0 = kind (bits 0..8) | body_len << 8   (body_len < 2^24)
+//! offset 4  u32 LE  check = low 32 bits of xxh3_64_with_seed(body, seed = word0)
+//! offset 8  body_len bytes of body
+//! ```
+//!
+//! Seeding the hash with `word0` covers the kind and the length without hashing the header
+//! separately. A DATA frame on a direct link is this header and the payload, nothing else: relay
+//! fields live only in the frame kinds that relays use. See `docs/PROTOCOL.md`.
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use std::fmt;
+use xxhash_rust::xxh3::xxh3_64_with_seed;
+
+/// Bytes of the frame header.
+pub const HEADER_LEN: usize = 8;
+/// The largest body the 24-bit length field can express, in bytes.
+pub const BODY_LEN_CEILING: usize = (1 << 24) - 1;
+/// Default largest body a node accepts, in bytes (configurable up to [`BODY_LEN_CEILING`]).
+pub const DEFAULT_BODY_LEN_MAX: usize = 4 << 20;
+/// Largest body accepted before the handshake is complete, in bytes: an unauthenticated peer
+/// must not make a node buffer megabytes.
+pub const HANDSHAKE_BODY_LEN_MAX: usize = 8 << 10;
+
+const _: () = assert!(DEFAULT_BODY_LEN_MAX <= BODY_LEN_CEILING);
+const _: () = assert!(HANDSHAKE_BODY_LEN_MAX <= DEFAULT_BODY_LEN_MAX);
+
+/// What a frame is. Unknown values are an error, never skipped: a peer that sends a kind we do
+/// not know speaks a protocol we do not speak.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[repr(u8)]
+pub enum FrameKind {
+    /// An application message on a direct link; the body is the payload.
+    Data = 0x01,
+    /// Reserved (capability `relay`): a message with source, destination, sequence and TTL.
+    Routed = 0x02,
+    /// Reserved (capability `reliable`): cumulative acknowledgements.
+    Ack = 0x03,
+    /// Heartbeat request; body: u64 token.
+    Ping = 0x04,
+    /// Heartbeat answer; body: the token of the ping.
+    Pong = 0x05,
+    /// The sender is closing the link; body: u16 code, UTF-8 reason.
+    Close = 0x06,
+    /// First handshake frame of each side.
+    Hello = 0x10,
+    /// Second handshake frame of each side: proof of the shared secret.
+    Auth = 0x11,
+    /// Reserved (capability `shm`): offer of a shared-memory channel.
+    Channel = 0x20,
+}
+
+impl FrameKind {
+    /// The kind for a wire byte, if it is one v1 defines.
+    pub fn from_u8(v: u8) -> Option<Self> {
+        Some(match v {
+            0x01 => Self::Data,
+            0x02 => Self::Routed,
+            0x03 => Self::Ack,
+            0x04 => Self::Ping,
+            0x05 => Self::Pong,
+            0x06 => Self::Close,
+            0x10 => Self::Hello,
+            0x11 => Self::Auth,
+            0x20 => Self::Channel,
+            _ => return None,
+        })
+    }
+}
+
+/// A whole, checked frame. `body` shares the receive buffer: no copy was made.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct Frame {
+    pub kind: FrameKind,
+    pub body: Bytes,
+}
+
+/// Why the byte stream is not a valid sequence of frames. Every variant names the byte offset in
+/// the stream where the bad frame starts; after any of them the stream cannot be resynchronised
+/// and the connection must be closed.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub enum DecodeError {
+    UnknownKind {
+        kind: u8,
+        offset: u64,
+    },
+    BodyTooLong {
+        kind: u8,
+        len: usize,
+        max: usize,
+        offset: u64,
+    },
+    ChecksumMismatch {
+        kind: u8,
+        expected: u32,
+        actual: u32,
+        offset: u64,
+    },
+}
+
+impl fmt::Display for DecodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Self::UnknownKind { kind, offset } => {
+                write!(f, "unknown frame kind 0x{kind:02x} at stream offset {offset}")
+            }
+            Self::BodyTooLong {
+                kind,
+                len,
+                max,
+                offset,
+            } => write!(
+                f,
+                "frame of kind 0x{kind:02x} at stream offset {offset} declares a {len}-byte body, over the {max}-byte limit"
+            ),
+            Self::ChecksumMismatch {
+                kind,
+                expected,
+                actual,
+                offset,
+            } => write!(
+                f,
+                "checksum mismatch in frame of kind 0x{kind:02x} at stream offset {offset}: header says 0x{expected:08x}, body hashes to 0x{actual:08x}"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for DecodeError {}
+
+#[inline]
+fn checksum(word0: u32, body: &[u8]) -> u32 {
+    xxh3_64_with_seed(body, u64::from(word0)) as u32
+}
+
+/// The header of a frame of `kind` carrying `body`.
+///
+/// # Panics
+/// If `body` is longer than [`BODY_LEN_CEILING`]: callers check payload sizes against the
+/// configured limit before they encode.
+#[inline]
+pub fn encode_header(kind: FrameKind, body: &[u8]) -> [u8; HEADER_LEN] {
+    assert!(body.len() <= BODY_LEN_CEILING, "frame body over the ceiling");
+    let word0 = (kind as u32) | ((body.len() as u32) << 8);
+    let check = checksum(word0, body);
+    let mut h = [0u8; HEADER_LEN];
+    h[..4].copy_from_slice(&word0.to_le_bytes());
+    h[4..].copy_from_slice(&check.to_le_bytes());
+    h
+}
+
+/// Appends a whole frame (header and body) to `out`.
+#[inline]
+pub fn encode_frame(kind: FrameKind, body: &[u8], out: &mut BytesMut) {
+    out.reserve(HEADER_LEN + body.len());
+    out.put_slice(&encode_header(kind, body));
+    out.put_slice(body);
+}
+
+/// A whole frame as one buffer.
+pub fn frame_bytes(kind: FrameKind, body: &[u8]) -> Bytes {
+    let mut out = BytesMut::with_capacity(HEADER_LEN + body.len());
+    encode_frame(kind, body, &mut out);
+    out.freeze()
+}
+
+/// Cuts frames out of a byte stream. A small state machine: it waits for a header, checks kind
+/// and length as soon as the header is in (so an oversize frame is refused before its body
+/// arrives), then waits for the body and checks it.
+#[derive(Debug)]
+pub struct FrameDecoder {
+    body_len_max: usize,
+    /// Bytes of the stream consumed so far, to name where an error is.
+    offset: u64,
+}
+
+impl FrameDecoder {
+    /// A decoder that refuses bodies longer than `body_len_max` bytes (clamped to the ceiling).
+    pub fn new(body_len_max: usize) -> Self {
+        Self {
+            body_len_max: body_len_max.min(BODY_LEN_CEILING),
+            offset: 0,
+        }
+    }
+
+    /// Changes the body limit, e.g. from the handshake limit to the node's limit once the peer
+    /// is authenticated.
+    pub fn set_body_len_max(&mut self, body_len_max: usize) {
+        self.body_len_max = body_len_max.min(BODY_LEN_CEILING);
+    }
+
+    /// Bytes of the stream consumed so far.
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+
+    /// How many bytes `buf` must hold before the next call can return a frame (at least one
+    /// header). A reader uses it to reserve room for a large frame in one go.
+    pub fn bytes_needed(&self, buf: &[u8]) -> usize {
+        if buf.len() < HEADER_LEN {
+            return HEADER_LEN;
+        }
+        let word0 = u32::from_le_bytes([buf[0], buf[1], buf[2], buf[3]]);
+        HEADER_LEN + ((word0 >> 8) as usize).min(self.body_len_max)
+    }
+
+    /// Takes the next whole frame off the front of `buf`, if it is all there. `Ok(None)` means
+    /// more bytes are needed; an error means the stream is bad from here on.
+    pub fn decode(&mut self, buf: &mut BytesMut) -> Result<Option<Frame>, DecodeError> {
+        if buf.len() < HEADER_LEN {
+            return Ok(None);
+        }
+        let word0 = u32::from_le_bytes([buf[0], buf[1], buf[2], buf[3]]);
+        let expected = u32::from_le_bytes([buf[4], buf[5], buf[6], buf[7]]);
+        let kind_byte = (word0 & 0xff) as u8;
+        let len = (word0 >> 8) as usize;
+        let Some(kind) = FrameKind::from_u8(kind_byte) else {
+            return Err(DecodeError::UnknownKind {
+                kind: kind_byte,
+                offset: self.offset,
+            });
+        };
+        if len > self.body_len_max {
+            return Err(DecodeError::BodyTooLong {
+                kind: kind_byte,
+                len,
+                max: self.body_len_max,
+                offset: self.offset,
+            });
+        }
+        if buf.len() < HEADER_LEN + len {
+            return Ok(None);
+        }
+        let actual = checksum(word0, &buf[HEADER_LEN..HEADER_LEN + len]);
+        if actual != expected {
+            return Err(DecodeError::ChecksumMismatch {
+                kind: kind_byte,
+                expected,
+                actual,
+                offset: self.offset,
+            });
+        }
+        buf.advance(HEADER_LEN);
+        let body = buf.split_to(len).freeze();
+        self.offset += (HEADER_LEN + len) as u64;
+        Ok(Some(Frame { kind, body }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn stream(frames: &[(FrameKind, Vec<u8>)]) -> BytesMut {
+        let mut out = BytesMut::new();
+        for (k, b) in frames {
+            encode_frame(*k, b, &mut out);
+        }
+        out
+    }
+
+    #[test]
+    fn header_layout_is_the_documented_one() {
+        let h = encode_header(FrameKind::Data, b"hi");
+        assert_eq!(&h[..4], &[0x01, 0x02, 0x00, 0x00]);
+        let check = xxh3_64_with_seed(b"hi", 0x0201) as u32;
+        assert_eq!(&h[4..], &check.to_le_bytes());
+    }
+
+    #[test]
+    fn waits_for_whole_frames() {
+        let full = stream(&[(FrameKind::Data, b"hello".to_vec())]);
+        let mut dec = FrameDecoder::new(DEFAULT_BODY_LEN_MAX);
+        for cut in 0..full.len() {
+            let mut part = BytesMut::from(&full[..cut]);
+            assert_eq!(dec.decode(&mut part).unwrap(), None, "cut at {cut}");
+        }
+        let mut all = full.clone();
+        let f = dec.decode(&mut all).unwrap().unwrap();
+        assert_eq!(f.body.as_ref(), b"hello");
+        assert!(all.is_empty());
+        assert_eq!(dec.offset(), full.len() as u64);
+    }
+
+    #[test]
+    fn refuses_oversize_before_the_body_arrives() {
+        let mut dec = FrameDecoder::new(16);
+        let mut buf = BytesMut::from(&encode_header(FrameKind::Data, &[0u8; 17])[..]);
+        let err = dec.decode(&mut buf).unwrap_err();
+        assert!(matches!(err, DecodeError::BodyTooLong { len: 17, max: 16, .. }));
+        assert!(err.to_string().contains("over the 16-byte limit"));
+    }
+
+    #[test]
+    fn refuses_unknown_kind_and_bad_checksum_naming_the_offset() {
+        let mut buf = stream(&[(FrameKind::Data, b"ok".to_vec())]);
+        buf.extend_from_slice(&[0x7f, 0, 0, 0, 0, 0, 0, 0]);
+        let mut dec = FrameDecoder::new(DEFAULT_BODY_LEN_MAX);
+        dec.decode(&mut buf).unwrap().unwrap();
+        let err = dec.decode(&mut buf).unwrap_err();
+        assert_eq!(err, DecodeError::UnknownKind { kind: 0x7f, offset: 10 });
+
+        let mut bad = stream(&[(FrameKind::Data, b"payload".to_vec())]);
+        let last = bad.len() - 1;
+        bad[last] ^= 0x40;
+        let err = FrameDecoder::new(64).decode(&mut bad).unwrap_err();
+        assert!(matches!(err, DecodeError::ChecksumMismatch { offset: 0, .. }));
+        assert!(err.to_string().contains("checksum mismatch"));
+    }
+
+    fn kind_strategy() -> impl Strategy<Value = FrameKind> {
+        prop::sample::select(vec![
+            FrameKind::Data,
+            FrameKind::Routed,
+            FrameKind::Ack,
+            FrameKind::Ping,
+            FrameKind::Pong,
+            FrameKind::Close,
+            FrameKind::Hello,
+            FrameKind::Auth,
+            FrameKind::Channel,
+        ])
+    }
+
+    proptest! {
+        /// Any sequence of frames, delivered in any chunking, decodes to itself.
+        #[test]
+        fn frames_round_trip_through_any_chunking(
+            frames in prop::collection::vec((kind_strategy(), prop::collection::vec(any::<u8>(), 0..600)), 0..20),
+            chunk in 1usize..700,
+        ) {
+            let wire = stream(&frames);
+            let mut dec = FrameDecoder::new(1024);
+            let mut buf = BytesMut::new();
+            let mut out = Vec::new();
+            for piece in wire.chunks(chunk) {
+                buf.extend_from_slice(piece);
+                while let Some(f) = dec.decode(&mut buf).unwrap() {
+                    out.push((f.kind, f.body.to_vec()));
+                }
+            }
+            prop_assert!(buf.is_empty());
+            prop_assert_eq!(out, frames);
+        }
+
+        /// A single flipped bit anywhere in a frame is caught (never a wrong frame delivered).
+        #[test]
+        fn a_flipped_bit_never_yields_a_wrong_frame(
+            body in prop::collection::vec(any::<u8>(), 0..200),
+            bit in any::<prop::sample::Index>(),
+        ) {
+            let mut wire = stream(&[(FrameKind::Data, body)]);
+            let i = bit.index(wire.len() * 8);
+            wire[i / 8] ^= 1 << (i % 8);
+            let mut dec = FrameDecoder::new(1024);
+            let decoded = dec.decode(&mut wire);
+            prop_assert!(!matches!(decoded, Ok(Some(_))), "a corrupted frame was accepted: {:?}", decoded);
+        }
+    }
+}

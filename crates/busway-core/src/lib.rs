@@ -1,0 +1,20 @@
+//! busway-core: the sans-IO heart of busway.
+//!
+//! Everything here is pure: no sockets, no threads, no clock (time comes in as an argument) and no
+//! `unsafe`. The runtime crate (`busway`) feeds bytes in and writes the bytes it is given out, so
+//! the same code can be driven by real sockets, by a simulated cluster in a test, or by a fuzzer.
+//!
+//! - [`id`]: bus ids and incarnations.
+//! - [`frame`]: the v1 frame layout, its integrity check and the streaming decoder.
+//! - [`control`]: bodies of the small control frames (close, ping/pong).
+//! - [`handshake`]: the HELLO/AUTH exchange, shared-secret proofs and the replay cache.
+//! - [`fuzzing`]: entry points shared by the fuzz targets and the property tests.
+
+pub mod control;
+pub mod frame;
+pub mod fuzzing;
+pub mod handshake;
+pub mod id;
+
+pub use frame::{DecodeError, Frame, FrameDecoder, FrameKind};
+pub use id::BusId;

@@ -1,0 +1,128 @@
+//! How a node is set up.
+
+use crate::addr::Addr;
+use crate::limits::*;
+use busway_core::frame::{BODY_LEN_CEILING, DEFAULT_BODY_LEN_MAX, HEADER_LEN};
+use busway_core::handshake::{Secret, DEFAULT_CLOCK_SKEW_MAX_MS};
+use busway_core::BusId;
+
+/// Which threads run a node's links.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IoThreads {
+    /// This many threads of the node's own, each a single-threaded event loop (muduo's model:
+    /// a link lives on one loop for its whole life).
+    Dedicated(usize),
+    /// The tokio runtime that calls [`crate::Node::start`]: one loop, shared with the
+    /// application (fewest threads, best for one busy link on a small machine).
+    Current,
+}
+
+/// A node's configuration. Start from [`NodeConfig::new`] and change what you need.
+#[derive(Clone, Debug)]
+pub struct NodeConfig {
+    pub id: BusId,
+    /// Addresses to listen on (port 0 picks a free port; see `Node::listen_addrs`).
+    pub listen: Vec<Addr>,
+    /// Addresses to dial and keep dialing (with backoff) whenever the link is down.
+    pub connect: Vec<Addr>,
+    /// Shared secret every peer must prove; `None` admits any busway peer.
+    pub secret: Option<Secret>,
+    pub io_threads: IoThreads,
+    /// Largest frame body accepted or sent, in bytes.
+    pub frame_body_max: usize,
+    /// Bytes one peer's send queue may hold.
+    pub send_queue_bytes_max: usize,
+    /// Bytes of received messages waiting for the application.
+    pub inbox_bytes_max: usize,
+    pub handshake_timeout_ms: u64,
+    /// Time a closing link waits for the peer to read everything and close, in milliseconds.
+    pub linger_ms: u64,
+    /// Largest accepted clock difference in an authenticated handshake, in milliseconds.
+    pub clock_skew_max_ms: u64,
+}
+
+impl NodeConfig {
+    /// A node with id `id`, no listeners, no dials, no secret, one I/O loop per core.
+    pub fn new(id: BusId) -> Self {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        Self {
+            id,
+            listen: Vec::new(),
+            connect: Vec::new(),
+            secret: None,
+            io_threads: IoThreads::Dedicated(cores),
+            frame_body_max: DEFAULT_BODY_LEN_MAX,
+            send_queue_bytes_max: DEFAULT_SEND_QUEUE_BYTES_MAX,
+            inbox_bytes_max: DEFAULT_INBOX_BYTES_MAX,
+            handshake_timeout_ms: DEFAULT_HANDSHAKE_TIMEOUT_MS,
+            linger_ms: DEFAULT_LINGER_MS,
+            clock_skew_max_ms: DEFAULT_CLOCK_SKEW_MAX_MS,
+        }
+    }
+
+    pub fn listen(mut self, addr: Addr) -> Self {
+        self.listen.push(addr);
+        self
+    }
+
+    pub fn connect(mut self, addr: Addr) -> Self {
+        self.connect.push(addr);
+        self
+    }
+
+    pub fn secret(mut self, secret: Secret) -> Self {
+        self.secret = Some(secret);
+        self
+    }
+
+    pub fn io_threads(mut self, io: IoThreads) -> Self {
+        self.io_threads = io;
+        self
+    }
+
+    /// Checks that the limits fit together; the error names the setting.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.frame_body_max == 0 || self.frame_body_max > BODY_LEN_CEILING {
+            return Err(format!(
+                "frame_body_max is {} bytes; it must be 1..={BODY_LEN_CEILING}",
+                self.frame_body_max
+            ));
+        }
+        if self.send_queue_bytes_max < self.frame_body_max + HEADER_LEN {
+            return Err(format!(
+                "send_queue_bytes_max ({}) must hold at least one largest frame ({} bytes)",
+                self.send_queue_bytes_max,
+                self.frame_body_max + HEADER_LEN
+            ));
+        }
+        if self.inbox_bytes_max < self.frame_body_max {
+            return Err(format!(
+                "inbox_bytes_max ({}) must hold at least one largest message ({} bytes)",
+                self.inbox_bytes_max, self.frame_body_max
+            ));
+        }
+        if self.io_threads == IoThreads::Dedicated(0) {
+            return Err("io_threads must be at least 1".into());
+        }
+        if self.handshake_timeout_ms == 0 {
+            return Err("handshake_timeout_ms must be above 0".into());
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid_and_bad_limits_are_named() {
+        NodeConfig::new(BusId(1)).validate().unwrap();
+        let mut c = NodeConfig::new(BusId(1));
+        c.send_queue_bytes_max = 10;
+        assert!(c.validate().unwrap_err().contains("send_queue_bytes_max"));
+        let mut c = NodeConfig::new(BusId(1));
+        c.frame_body_max = BODY_LEN_CEILING + 1;
+        assert!(c.validate().unwrap_err().contains("frame_body_max"));
+    }
+}

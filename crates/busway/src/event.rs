@@ -1,0 +1,52 @@
+//! What a node tells the application about its links.
+
+use busway_core::BusId;
+use std::fmt;
+
+/// Why a peer's link went down.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DownReason {
+    /// This node is shutting down.
+    Shutdown,
+    /// The peer closed the link (with the reason it gave, if any).
+    ClosedByPeer(String),
+    /// The peer sent bytes that are not valid protocol; the text names what and where.
+    ProtocolError(String),
+    /// The socket failed.
+    Io(String),
+}
+
+impl fmt::Display for DownReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Shutdown => write!(f, "this node is shutting down"),
+            Self::ClosedByPeer(r) => write!(f, "closed by the peer: {r}"),
+            Self::ProtocolError(r) => write!(f, "protocol error: {r}"),
+            Self::Io(r) => write!(f, "i/o error: {r}"),
+        }
+    }
+}
+
+/// A change the application may want to know about. Delivered through [`crate::Events`]; when
+/// the application lets `EVENT_QUEUE_LEN_MAX` events pile up, newer ones are dropped and counted
+/// in `Stats::events_dropped` (the node never waits for its event reader).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// A peer completed the handshake.
+    PeerUp {
+        peer: BusId,
+        incarnation: u64,
+        addr: String,
+    },
+    /// A peer's link went down. `unsent` messages were still queued for it and are dropped.
+    PeerDown {
+        peer: BusId,
+        reason: DownReason,
+        unsent: u64,
+    },
+    /// A connection was refused before or during the handshake (bad handshake, failed
+    /// authentication, duplicate id); `addr` is the remote address.
+    Rejected { addr: String, reason: String },
+    /// A dial attempt failed; busway keeps retrying with backoff.
+    DialFailed { addr: String, reason: String },
+}

@@ -1,0 +1,39 @@
+//! busway: a brokerless message bus for the server processes of one backend.
+//!
+//! Every process is a [`Node`] with a 64-bit [`BusId`]. Nodes listen and dial over TCP (IPv4 and
+//! IPv6) and Unix sockets, authenticate each other with a shared secret, and exchange messages
+//! in order over links that batch small messages into few system calls.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use busway::{Addr, BusId, Node, NodeConfig};
+//! let a = Node::start(NodeConfig::new(BusId(1)).listen("tcp://127.0.0.1:7000".parse()?)).await?;
+//! let b = Node::start(NodeConfig::new(BusId(2)).connect("tcp://127.0.0.1:7000".parse()?)).await?;
+//! let mut inbox = a.take_inbox().unwrap();
+//! b.wait_for_peer(BusId(1), std::time::Duration::from_secs(5)).await;
+//! b.send(BusId(1), bytes::Bytes::from_static(b"hello")).await?;
+//! let msg = inbox.recv().await.unwrap();
+//! assert_eq!(msg.src, BusId(2));
+//! # Ok(()) }
+//! ```
+
+mod addr;
+mod config;
+mod event;
+mod inbox;
+mod io_loops;
+pub mod limits;
+mod link;
+mod node;
+mod send_queue;
+mod stats;
+mod transport;
+
+pub use addr::{Addr, ParseAddrError};
+pub use busway_core::handshake::Secret;
+pub use busway_core::BusId;
+pub use config::{IoThreads, NodeConfig};
+pub use event::{DownReason, Event};
+pub use inbox::{Inbox, Message};
+pub use node::{Events, Node, PeerInfo, SendError, StartError};
+pub use stats::Stats;

@@ -1,0 +1,30 @@
+//! Every limit of the runtime, with its unit. Limits a user may change are defaults of
+//! [`crate::NodeConfig`]; the rest are fixed here.
+
+/// Default bytes one peer's send queue may hold (frames waiting plus frames being written). A
+/// full queue makes `try_send` return `Full` and `send` wait.
+pub const DEFAULT_SEND_QUEUE_BYTES_MAX: usize = 8 << 20;
+/// Default bytes of received messages waiting for the application. When it is full, links stop
+/// reading (the kernel's flow control then slows the senders); nothing is dropped.
+pub const DEFAULT_INBOX_BYTES_MAX: usize = 32 << 20;
+/// Smallest room a reader offers to one `read` call, in bytes (libevent lost 70% reading 4 KiB).
+pub const READ_CHUNK_MIN_BYTES: usize = 64 << 10;
+/// Payloads up to this many bytes are copied into the link's write buffer; larger ones are
+/// written from their own buffer with `writev`, without a copy.
+pub const COPY_PAYLOAD_BYTES_MAX: usize = 2 << 10;
+/// Most buffers handed to one `writev` call.
+pub const WRITEV_SEGMENTS_MAX: usize = 64;
+/// Default time a handshake may take, in milliseconds.
+pub const DEFAULT_HANDSHAKE_TIMEOUT_MS: u64 = 5_000;
+/// Default time a closing link waits for the peer to finish, in milliseconds.
+pub const DEFAULT_LINGER_MS: u64 = 30_000;
+/// First and largest delay between two dial attempts, in milliseconds.
+pub const DIAL_BACKOFF_MIN_MS: u64 = 50;
+pub const DIAL_BACKOFF_MAX_MS: u64 = 5_000;
+/// Events that may wait for the application; past it events are dropped and counted in
+/// `Stats::events_dropped` (the node never blocks on a slow event reader).
+pub const EVENT_QUEUE_LEN_MAX: usize = 4_096;
+
+const _: () = assert!(DIAL_BACKOFF_MIN_MS <= DIAL_BACKOFF_MAX_MS);
+const _: () = assert!(busway_core::frame::DEFAULT_BODY_LEN_MAX <= DEFAULT_SEND_QUEUE_BYTES_MAX);
+const _: () = assert!(busway_core::frame::DEFAULT_BODY_LEN_MAX <= DEFAULT_INBOX_BYTES_MAX);

@@ -1,0 +1,68 @@
+//! Counters of a node, readable at any time.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+/// Live counters. Each is a plain event count; `Relaxed` because no other memory is published
+/// through them.
+#[derive(Default, Debug)]
+pub(crate) struct Counters {
+    pub(crate) connections: AtomicU64,
+    pub(crate) handshake_failures: AtomicU64,
+    pub(crate) auth_failures: AtomicU64,
+    pub(crate) protocol_errors: AtomicU64,
+    pub(crate) checksum_failures: AtomicU64,
+    pub(crate) oversize_frames: AtomicU64,
+    pub(crate) msgs_in: AtomicU64,
+    pub(crate) bytes_in: AtomicU64,
+    pub(crate) msgs_out_closed_links: AtomicU64,
+    pub(crate) bytes_out_closed_links: AtomicU64,
+    pub(crate) events_dropped: AtomicU64,
+}
+
+pub(crate) fn bump(c: &AtomicU64) {
+    c.fetch_add(1, Relaxed);
+}
+
+/// A snapshot of a node's counters.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Connections opened (accepted or dialed).
+    pub connections: u64,
+    /// Handshakes that failed for any reason (including authentication).
+    pub handshake_failures: u64,
+    /// Handshakes that failed authentication.
+    pub auth_failures: u64,
+    /// Links closed because the peer sent invalid frames (all kinds below included).
+    pub protocol_errors: u64,
+    pub checksum_failures: u64,
+    pub oversize_frames: u64,
+    /// Messages and payload bytes received.
+    pub msgs_in: u64,
+    pub bytes_in: u64,
+    /// Frames and bytes queued for sending (including control frames).
+    pub frames_out: u64,
+    pub bytes_out: u64,
+    /// Events dropped because the application did not read them.
+    pub events_dropped: u64,
+    /// Peers currently up.
+    pub peers_up: u64,
+}
+
+impl Counters {
+    pub(crate) fn snapshot(&self) -> Stats {
+        Stats {
+            connections: self.connections.load(Relaxed),
+            handshake_failures: self.handshake_failures.load(Relaxed),
+            auth_failures: self.auth_failures.load(Relaxed),
+            protocol_errors: self.protocol_errors.load(Relaxed),
+            checksum_failures: self.checksum_failures.load(Relaxed),
+            oversize_frames: self.oversize_frames.load(Relaxed),
+            msgs_in: self.msgs_in.load(Relaxed),
+            bytes_in: self.bytes_in.load(Relaxed),
+            frames_out: self.msgs_out_closed_links.load(Relaxed),
+            bytes_out: self.bytes_out_closed_links.load(Relaxed),
+            events_dropped: self.events_dropped.load(Relaxed),
+            peers_up: 0,
+        }
+    }
+}

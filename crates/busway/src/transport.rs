@@ -1,0 +1,124 @@
+//! Stream transports: TCP (IPv4/IPv6) and Unix stream sockets.
+//!
+//! The contract every transport keeps: `bind` gives a listener whose `accept` yields connected
+//! streams; `dial` gives a connected stream; a stream splits into an owned read half and an owned
+//! write half that support vectored writes. Accepted streams travel between loops as std
+//! sockets (not bound to any runtime) and are registered with the loop that will own them.
+
+use crate::addr::Addr;
+use std::io;
+use std::path::Path;
+use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
+
+/// A connected socket not yet registered with any event loop.
+pub(crate) enum StdStream {
+    Tcp(std::net::TcpStream),
+    Unix(std::os::unix::net::UnixStream),
+}
+
+/// A socket registered with the current loop.
+pub(crate) enum Stream {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+impl StdStream {
+    /// Registers the socket with the runtime of the calling task.
+    pub(crate) fn register(self) -> io::Result<Stream> {
+        Ok(match self {
+            StdStream::Tcp(s) => Stream::Tcp(TcpStream::from_std(s)?),
+            StdStream::Unix(s) => Stream::Unix(UnixStream::from_std(s)?),
+        })
+    }
+}
+
+impl Stream {
+    fn into_std(self) -> io::Result<StdStream> {
+        Ok(match self {
+            Stream::Tcp(s) => StdStream::Tcp(s.into_std()?),
+            Stream::Unix(s) => StdStream::Unix(s.into_std()?),
+        })
+    }
+}
+
+/// A bound listener, not yet registered with any loop.
+pub(crate) enum StdListener {
+    Tcp(std::net::TcpListener),
+    Unix(std::os::unix::net::UnixListener),
+}
+
+pub(crate) enum Listener {
+    Tcp(TcpListener),
+    Unix(UnixListener),
+}
+
+/// Binds `addr`; returns the listener and the address actually bound (port 0 resolved). A Unix
+/// socket file left by a dead process (nobody accepts on it) is removed first.
+pub(crate) fn bind(addr: &Addr) -> io::Result<(StdListener, Addr)> {
+    match addr {
+        Addr::Tcp(sa) => {
+            let l = std::net::TcpListener::bind(sa)?;
+            l.set_nonblocking(true)?;
+            let bound = Addr::Tcp(l.local_addr()?);
+            Ok((StdListener::Tcp(l), bound))
+        }
+        Addr::Unix(path) => {
+            remove_stale_socket(path)?;
+            let l = std::os::unix::net::UnixListener::bind(path)?;
+            l.set_nonblocking(true)?;
+            Ok((StdListener::Unix(l), addr.clone()))
+        }
+    }
+}
+
+fn remove_stale_socket(path: &Path) -> io::Result<()> {
+    if !path.exists() {
+        return Ok(());
+    }
+    match std::os::unix::net::UnixStream::connect(path) {
+        Ok(_) => Err(io::Error::new(
+            io::ErrorKind::AddrInUse,
+            format!("{} is in use by a live listener", path.display()),
+        )),
+        Err(_) => std::fs::remove_file(path),
+    }
+}
+
+impl StdListener {
+    pub(crate) fn register(self) -> io::Result<Listener> {
+        Ok(match self {
+            StdListener::Tcp(l) => Listener::Tcp(TcpListener::from_std(l)?),
+            StdListener::Unix(l) => Listener::Unix(UnixListener::from_std(l)?),
+        })
+    }
+}
+
+impl Listener {
+    /// The next connection, as a std socket ready to move to another loop, and the peer's
+    /// address as text.
+    pub(crate) async fn accept(&self) -> io::Result<(StdStream, String)> {
+        match self {
+            Listener::Tcp(l) => {
+                let (s, peer) = l.accept().await?;
+                s.set_nodelay(true)?;
+                Ok((Stream::Tcp(s).into_std()?, format!("tcp://{peer}")))
+            }
+            Listener::Unix(l) => {
+                let (s, _) = l.accept().await?;
+                Ok((Stream::Unix(s).into_std()?, "unix:(peer)".to_owned()))
+            }
+        }
+    }
+}
+
+/// Connects to `addr` (from within the loop that will own the stream).
+pub(crate) async fn dial(addr: &Addr) -> io::Result<Stream> {
+    match addr {
+        Addr::Tcp(sa) => {
+            let s = TcpStream::connect(sa).await?;
+            s.set_nodelay(true)?;
+            Ok(Stream::Tcp(s))
+        }
+        Addr::Unix(path) => Ok(Stream::Unix(UnixStream::connect(path).await?)),
+    }
+}
