@@ -28,40 +28,39 @@ pub(crate) async fn run(args: ListenArgs) -> Result<ExitCode, String> {
     let mut events = node.take_events().expect("events are taken once");
     common::print_listening(&node);
     let mut verifier = Verifier::default();
-    let mut batch = Vec::new();
     let idle = args.idle_timeout.map(Duration::from_secs_f64);
     let mut timed_out = false;
     'outer: while args.count.is_none_or(|n| verifier.received() < n) {
-        let wait = inbox.recv_many(&mut batch);
+        let wait = inbox.recv_batch();
         let got = tokio::select! {
-            n = async {
+            b = async {
                 match idle {
                     Some(d) => tokio::time::timeout(d, wait).await.ok(),
                     None => Some(wait.await),
                 }
-            } => n,
+            } => b,
             Some(ev) = events.recv() => {
                 eprintln!("{}", common::describe(&ev));
                 continue;
             }
             _ = tokio::signal::ctrl_c() => break,
         };
-        match got {
+        let batch = match got {
             None => {
                 timed_out = true;
                 break;
             }
-            Some(0) => break,
-            Some(_) => {}
-        }
-        for msg in batch.drain(..) {
+            Some(None) => break,
+            Some(Some(b)) => b,
+        };
+        for payload in batch.iter() {
             if args.verify {
-                verifier.record(&msg.payload);
+                verifier.record(payload);
             } else {
-                verifier.record(&[]);
-                match std::str::from_utf8(&msg.payload) {
-                    Ok(text) => println!("{}: {}", msg.src, text),
-                    Err(_) => println!("{}: <{} bytes>", msg.src, msg.payload.len()),
+                verifier.count_unchecked();
+                match std::str::from_utf8(payload) {
+                    Ok(text) => println!("{}: {}", batch.src(), text),
+                    Err(_) => println!("{}: <{} bytes>", batch.src(), payload.len()),
                 }
             }
             if args.count.is_some_and(|n| verifier.received() >= n) {
@@ -71,7 +70,10 @@ pub(crate) async fn run(args: ListenArgs) -> Result<ExitCode, String> {
     }
     node.shutdown().await;
     if timed_out {
-        eprintln!("busway listen: no message for {:?}; stopping", idle.unwrap_or_default());
+        eprintln!(
+            "busway listen: no message for {:?}; stopping",
+            idle.unwrap_or_default()
+        );
     }
     if args.verify {
         let (line, ok) = verifier.summary(args.count);

@@ -10,7 +10,11 @@ use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
 #[derive(Parser)]
-#[command(name = "busway", version, about = "A brokerless message bus for backend server processes")]
+#[command(
+    name = "busway",
+    version,
+    about = "A brokerless message bus for backend server processes"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

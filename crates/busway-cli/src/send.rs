@@ -33,7 +33,9 @@ pub(crate) async fn run(args: SendArgs) -> Result<ExitCode, String> {
         return Err("give a TEXT to send or --count N".into());
     }
     if args.count.is_some() && args.size < SEQ_LEN {
-        return Err(format!("--size must be at least {SEQ_LEN} bytes (the sequence number)"));
+        return Err(format!(
+            "--size must be at least {SEQ_LEN} bytes (the sequence number)"
+        ));
     }
     let node = args.node.start().await?;
     if !node

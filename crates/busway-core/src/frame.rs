@@ -46,6 +46,10 @@ pub enum FrameKind {
     Pong = 0x05,
     /// The sender is closing the link; body: u16 code, UTF-8 reason.
     Close = 0x06,
+    /// Many small application messages on a direct link; body: repeated `u16 LE length,
+    /// payload`. One header and one check for the lot: what small messages pay per message is
+    /// two bytes.
+    DataBatch = 0x07,
     /// First handshake frame of each side.
     Hello = 0x10,
     /// Second handshake frame of each side: proof of the shared secret.
@@ -64,6 +68,7 @@ impl FrameKind {
             0x04 => Self::Ping,
             0x05 => Self::Pong,
             0x06 => Self::Close,
+            0x07 => Self::DataBatch,
             0x10 => Self::Hello,
             0x11 => Self::Auth,
             0x20 => Self::Channel,
@@ -144,7 +149,10 @@ fn checksum(word0: u32, body: &[u8]) -> u32 {
 /// configured limit before they encode.
 #[inline]
 pub fn encode_header(kind: FrameKind, body: &[u8]) -> [u8; HEADER_LEN] {
-    assert!(body.len() <= BODY_LEN_CEILING, "frame body over the ceiling");
+    assert!(
+        body.len() <= BODY_LEN_CEILING,
+        "frame body over the ceiling"
+    );
     let word0 = (kind as u32) | ((body.len() as u32) << 8);
     let check = checksum(word0, body);
     let mut h = [0u8; HEADER_LEN];
@@ -159,6 +167,45 @@ pub fn encode_frame(kind: FrameKind, body: &[u8], out: &mut BytesMut) {
     out.reserve(HEADER_LEN + body.len());
     out.put_slice(&encode_header(kind, body));
     out.put_slice(body);
+}
+
+/// Bytes of the length before each message in a DATA_BATCH body.
+pub const BATCH_ENTRY_HEADER_LEN: usize = 2;
+/// Largest message a DATA_BATCH entry can carry, in bytes.
+pub const BATCH_ENTRY_LEN_MAX: usize = u16::MAX as usize;
+
+/// Writes the header of a frame whose body already follows it in `frame[HEADER_LEN..]` (for a
+/// sender that appends a body in place and closes the frame later).
+pub fn seal_in_place(kind: FrameKind, frame: &mut [u8]) {
+    let header = encode_header(kind, &frame[HEADER_LEN..]);
+    frame[..HEADER_LEN].copy_from_slice(&header);
+}
+
+/// Calls `f(start, len)` for each message of a DATA_BATCH body, in order (`start` relative to
+/// the body); an error names the entry and its offset in the body if the entries do not tile
+/// the body exactly.
+pub fn for_each_batch_entry(body: &[u8], mut f: impl FnMut(usize, usize)) -> Result<(), String> {
+    let mut i = 0;
+    let mut n = 0;
+    while i < body.len() {
+        let Some(len) = body.get(i..i + BATCH_ENTRY_HEADER_LEN) else {
+            return Err(format!(
+                "DATA_BATCH entry {n} at body offset {i}: truncated length"
+            ));
+        };
+        let len = usize::from(u16::from_le_bytes([len[0], len[1]]));
+        let start = i + BATCH_ENTRY_HEADER_LEN;
+        if start + len > body.len() {
+            return Err(format!(
+                "DATA_BATCH entry {n} at body offset {i}: {len} bytes declared, {} left",
+                body.len() - start
+            ));
+        }
+        f(start, len);
+        i = start + len;
+        n += 1;
+    }
+    Ok(())
 }
 
 /// A whole frame as one buffer.
@@ -208,9 +255,11 @@ impl FrameDecoder {
         HEADER_LEN + ((word0 >> 8) as usize).min(self.body_len_max)
     }
 
-    /// Takes the next whole frame off the front of `buf`, if it is all there. `Ok(None)` means
-    /// more bytes are needed; an error means the stream is bad from here on.
-    pub fn decode(&mut self, buf: &mut BytesMut) -> Result<Option<Frame>, DecodeError> {
+    /// Checks the next whole frame at the start of `buf` without taking it: its kind, and the
+    /// length of the whole frame (header included); the body is `buf[HEADER_LEN..len]`.
+    /// `Ok(None)` means more bytes are needed. A reader walks a buffer with this and cuts it
+    /// once for many frames, instead of once per frame.
+    pub fn peek(&mut self, buf: &[u8]) -> Result<Option<(FrameKind, usize)>, DecodeError> {
         if buf.len() < HEADER_LEN {
             return Ok(None);
         }
@@ -232,10 +281,11 @@ impl FrameDecoder {
                 offset: self.offset,
             });
         }
-        if buf.len() < HEADER_LEN + len {
+        let frame_len = HEADER_LEN + len;
+        let Some(body) = buf.get(HEADER_LEN..frame_len) else {
             return Ok(None);
-        }
-        let actual = checksum(word0, &buf[HEADER_LEN..HEADER_LEN + len]);
+        };
+        let actual = checksum(word0, body);
         if actual != expected {
             return Err(DecodeError::ChecksumMismatch {
                 kind: kind_byte,
@@ -244,10 +294,22 @@ impl FrameDecoder {
                 offset: self.offset,
             });
         }
-        buf.advance(HEADER_LEN);
-        let body = buf.split_to(len).freeze();
-        self.offset += (HEADER_LEN + len) as u64;
-        Ok(Some(Frame { kind, body }))
+        self.offset += frame_len as u64;
+        Ok(Some((kind, frame_len)))
+    }
+
+    /// Takes the next whole frame off the front of `buf`, if it is all there. `Ok(None)` means
+    /// more bytes are needed; an error means the stream is bad from here on.
+    pub fn decode(&mut self, buf: &mut BytesMut) -> Result<Option<Frame>, DecodeError> {
+        let Some((kind, frame_len)) = self.peek(buf)? else {
+            return Ok(None);
+        };
+        let mut frame = buf.split_to(frame_len);
+        frame.advance(HEADER_LEN);
+        Ok(Some(Frame {
+            kind,
+            body: frame.freeze(),
+        }))
     }
 }
 
@@ -292,7 +354,14 @@ mod tests {
         let mut dec = FrameDecoder::new(16);
         let mut buf = BytesMut::from(&encode_header(FrameKind::Data, &[0u8; 17])[..]);
         let err = dec.decode(&mut buf).unwrap_err();
-        assert!(matches!(err, DecodeError::BodyTooLong { len: 17, max: 16, .. }));
+        assert!(matches!(
+            err,
+            DecodeError::BodyTooLong {
+                len: 17,
+                max: 16,
+                ..
+            }
+        ));
         assert!(err.to_string().contains("over the 16-byte limit"));
     }
 
@@ -303,13 +372,22 @@ mod tests {
         let mut dec = FrameDecoder::new(DEFAULT_BODY_LEN_MAX);
         dec.decode(&mut buf).unwrap().unwrap();
         let err = dec.decode(&mut buf).unwrap_err();
-        assert_eq!(err, DecodeError::UnknownKind { kind: 0x7f, offset: 10 });
+        assert_eq!(
+            err,
+            DecodeError::UnknownKind {
+                kind: 0x7f,
+                offset: 10
+            }
+        );
 
         let mut bad = stream(&[(FrameKind::Data, b"payload".to_vec())]);
         let last = bad.len() - 1;
         bad[last] ^= 0x40;
         let err = FrameDecoder::new(64).decode(&mut bad).unwrap_err();
-        assert!(matches!(err, DecodeError::ChecksumMismatch { offset: 0, .. }));
+        assert!(matches!(
+            err,
+            DecodeError::ChecksumMismatch { offset: 0, .. }
+        ));
         assert!(err.to_string().contains("checksum mismatch"));
     }
 
@@ -321,6 +399,7 @@ mod tests {
             FrameKind::Ping,
             FrameKind::Pong,
             FrameKind::Close,
+            FrameKind::DataBatch,
             FrameKind::Hello,
             FrameKind::Auth,
             FrameKind::Channel,

@@ -168,10 +168,14 @@ impl<'a> Reader<'a> {
         Ok(self.take(1, what)?[0])
     }
     fn u16(&mut self, what: &str) -> Result<u16, HandshakeError> {
-        Ok(u16::from_le_bytes(self.take(2, what)?.try_into().unwrap_or_default()))
+        Ok(u16::from_le_bytes(
+            self.take(2, what)?.try_into().unwrap_or_default(),
+        ))
     }
     fn u64(&mut self, what: &str) -> Result<u64, HandshakeError> {
-        Ok(u64::from_le_bytes(self.take(8, what)?.try_into().unwrap_or_default()))
+        Ok(u64::from_le_bytes(
+            self.take(8, what)?.try_into().unwrap_or_default(),
+        ))
     }
 }
 
@@ -314,7 +318,11 @@ impl Auth {
                 p.copy_from_slice(r.take(PROOF_LEN, "proof")?);
                 Some(p)
             }
-            n => return Err(malformed(format!("proof of {n} bytes, expected {PROOF_LEN}"))),
+            n => {
+                return Err(malformed(format!(
+                    "proof of {n} bytes, expected {PROOF_LEN}"
+                )))
+            }
         };
         if !r.buf.is_empty() {
             return Err(malformed(format!(
@@ -727,7 +735,10 @@ mod tests {
                 &mut NonceCache::default(),
             )
             .unwrap_err();
-        assert!(matches!(err, HandshakeError::StaleTimestamp { .. }), "{err}");
+        assert!(
+            matches!(err, HandshakeError::StaleTimestamp { .. }),
+            "{err}"
+        );
 
         let mut cache = NonceCache::default();
         let a = Handshake::new(

@@ -40,9 +40,7 @@ impl FromStr for BusId {
             Some(hex) => u64::from_str_radix(hex, 16),
             None => t.parse::<u64>(),
         };
-        parsed
-            .map(BusId)
-            .map_err(|_| ParseBusIdError(s.to_owned()))
+        parsed.map(BusId).map_err(|_| ParseBusIdError(s.to_owned()))
     }
 }
 

@@ -81,7 +81,10 @@ mod tests {
     #[test]
     fn rejects_with_a_message_naming_the_input() {
         let e = "udp://1.2.3.4:5".parse::<Addr>().unwrap_err().to_string();
-        assert!(e.contains("udp://1.2.3.4:5") && e.contains("unknown scheme"), "{e}");
+        assert!(
+            e.contains("udp://1.2.3.4:5") && e.contains("unknown scheme"),
+            "{e}"
+        );
         assert!("tcp://localhost:80".parse::<Addr>().is_err());
         assert!("unix://".parse::<Addr>().is_err());
     }

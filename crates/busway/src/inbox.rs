@@ -1,9 +1,10 @@
 //! The application's receive side: messages from every link, bounded in bytes.
 //!
-//! Links hand over whole batches (everything one `read` produced), so the cost of the channel
-//! and of waking the application is paid once per batch, not once per message. A link first
-//! takes byte permits for its batch; while the inbox holds its limit, links stop reading and the
-//! kernel's flow control slows the senders. Nothing is dropped.
+//! A link hands over what one `read` produced as one [`MessageBatch`]: one shared buffer and the
+//! places of the payloads in it, so neither a copy nor a reference count is paid per message,
+//! and the channel and the wake-up are paid once per batch. A link first takes byte permits for
+//! its batch; while the inbox holds its limit, links stop reading and the kernel's flow control
+//! slows the senders. Nothing is dropped.
 
 use busway_core::BusId;
 use bytes::Bytes;
@@ -19,24 +20,85 @@ pub struct Message {
     pub payload: Bytes,
 }
 
-pub(crate) struct Batch {
-    messages: Vec<Message>,
+/// Messages from one sender, in the order sent, sharing one buffer.
+#[derive(Clone, Debug)]
+pub struct MessageBatch {
+    src: BusId,
+    buf: Bytes,
+    /// (start, length) of each payload in `buf`.
+    spans: Vec<(u32, u32)>,
+}
+
+impl MessageBatch {
+    pub(crate) fn new(src: BusId, buf: Bytes, spans: Vec<(u32, u32)>) -> Self {
+        Self { src, buf, spans }
+    }
+
+    pub(crate) fn single(src: BusId, payload: Bytes) -> Self {
+        let len = payload.len() as u32;
+        Self::new(src, payload, vec![(0, len)])
+    }
+
+    /// The node that sent every message of the batch.
+    pub fn src(&self) -> BusId {
+        self.src
+    }
+
+    pub fn len(&self) -> usize {
+        self.spans.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.spans.is_empty()
+    }
+
+    /// The payload of message `i`, borrowed from the batch.
+    pub fn payload(&self, i: usize) -> &[u8] {
+        let (start, len) = self.spans[i];
+        &self.buf[start as usize..(start + len) as usize]
+    }
+
+    /// Every payload, in order.
+    pub fn iter(&self) -> impl Iterator<Item = &[u8]> + '_ {
+        self.spans
+            .iter()
+            .map(|&(start, len)| &self.buf[start as usize..(start + len) as usize])
+    }
+
+    /// Message `i` as an owned [`Message`] (shares the buffer; no copy).
+    pub fn message(&self, i: usize) -> Message {
+        let (start, len) = self.spans[i];
+        Message {
+            src: self.src,
+            payload: self.buf.slice(start as usize..(start + len) as usize),
+        }
+    }
+
+    /// Bytes of buffer the batch holds (what it counts against the inbox limit).
+    fn footprint(&self) -> usize {
+        self.buf.len()
+    }
+}
+
+struct Delivery {
+    batch: MessageBatch,
     permits: u32,
 }
 
 /// The sending half, cloned into every link.
 #[derive(Clone)]
 pub(crate) struct InboxSender {
-    tx: mpsc::UnboundedSender<Batch>,
+    tx: mpsc::UnboundedSender<Delivery>,
     budget: Arc<Semaphore>,
     limit: u32,
 }
 
-/// The application's end: owned by one task; `recv` takes `&mut self`.
+/// The application's end. Owned by one task at a time (`recv` takes `&mut self`).
 pub struct Inbox {
-    rx: mpsc::UnboundedReceiver<Batch>,
+    rx: mpsc::UnboundedReceiver<Delivery>,
     budget: Arc<Semaphore>,
-    current: std::vec::IntoIter<Message>,
+    /// A batch being read message by message, and the index of the next message.
+    current: Option<(MessageBatch, usize)>,
 }
 
 pub(crate) fn inbox(limit_bytes: usize) -> (InboxSender, Inbox) {
@@ -52,80 +114,86 @@ pub(crate) fn inbox(limit_bytes: usize) -> (InboxSender, Inbox) {
         Inbox {
             rx,
             budget,
-            current: Vec::new().into_iter(),
+            current: None,
         },
     )
 }
 
 impl InboxSender {
-    /// Hands a batch of `bytes` payload bytes to the application, waiting while the inbox is
-    /// full. Returns false if the application dropped its inbox (the messages are discarded;
-    /// nobody is left to read them).
-    pub(crate) async fn deliver(&self, messages: Vec<Message>, bytes: usize) -> bool {
-        let permits = u32::try_from(bytes).unwrap_or(u32::MAX).min(self.limit);
+    fn permits(&self, batch: &MessageBatch) -> u32 {
+        u32::try_from(batch.footprint())
+            .unwrap_or(u32::MAX)
+            .min(self.limit)
+    }
+
+    /// Hands a batch to the application, waiting while the inbox is full. Returns false if the
+    /// application dropped its inbox (the batch is discarded: nobody is left to read it).
+    pub(crate) async fn deliver(&self, batch: MessageBatch) -> bool {
+        let permits = self.permits(&batch);
         match self.budget.acquire_many(permits).await {
             Ok(p) => p.forget(),
             Err(_) => return false,
         }
-        self.tx.send(Batch { messages, permits }).is_ok()
+        self.tx.send(Delivery { batch, permits }).is_ok()
     }
-}
 
-impl InboxSender {
     /// Like `deliver`, without waiting: false if the inbox is full or gone.
-    pub(crate) fn try_deliver(&self, messages: Vec<Message>, bytes: usize) -> bool {
-        let permits = u32::try_from(bytes).unwrap_or(u32::MAX).min(self.limit);
+    pub(crate) fn try_deliver(&self, batch: MessageBatch) -> bool {
+        let permits = self.permits(&batch);
         match self.budget.try_acquire_many(permits) {
             Ok(p) => p.forget(),
             Err(_) => return false,
         }
-        self.tx.send(Batch { messages, permits }).is_ok()
+        self.tx.send(Delivery { batch, permits }).is_ok()
     }
 }
 
 impl Inbox {
-    /// The next message; `None` once the node has shut down and everything was read.
+    fn accept(&mut self, d: Delivery) -> MessageBatch {
+        self.budget.add_permits(d.permits as usize);
+        d.batch
+    }
+
+    /// The rest of a batch that `recv` had started on, if any.
+    fn take_current(&mut self) -> Option<MessageBatch> {
+        let (mut batch, next) = self.current.take()?;
+        batch.spans.drain(..next);
+        (!batch.is_empty()).then_some(batch)
+    }
+
+    /// The next message; `None` once the node is gone and everything was read.
     pub async fn recv(&mut self) -> Option<Message> {
-        if let Some(m) = self.current.next() {
-            return Some(m);
-        }
         loop {
-            let batch = self.rx.recv().await?;
-            self.budget.add_permits(batch.permits as usize);
-            self.current = batch.messages.into_iter();
-            if let Some(m) = self.current.next() {
-                return Some(m);
-            }
-        }
-    }
-
-    /// Moves every message that is ready now into `out` (waiting for at least one); returns how
-    /// many, 0 once the node has shut down.
-    pub async fn recv_many(&mut self, out: &mut Vec<Message>) -> usize {
-        let before = out.len();
-        out.extend(self.current.by_ref());
-        if out.len() == before {
-            match self.rx.recv().await {
-                Some(batch) => {
-                    self.budget.add_permits(batch.permits as usize);
-                    out.extend(batch.messages);
+            if let Some((batch, next)) = &mut self.current {
+                if *next < batch.len() {
+                    *next += 1;
+                    return Some(batch.message(*next - 1));
                 }
-                None => return 0,
+                self.current = None;
             }
+            let d = self.rx.recv().await?;
+            let batch = self.accept(d);
+            self.current = Some((batch, 0));
         }
-        self.try_recv_many(out);
-        out.len() - before
     }
 
-    /// Moves every message that is ready now into `out` without waiting; returns how many.
-    pub fn try_recv_many(&mut self, out: &mut Vec<Message>) -> usize {
-        let before = out.len();
-        out.extend(self.current.by_ref());
-        while let Ok(batch) = self.rx.try_recv() {
-            self.budget.add_permits(batch.permits as usize);
-            out.extend(batch.messages);
+    /// The next batch of messages (all from one sender, in order); `None` once the node is gone
+    /// and everything was read. The fastest way to receive.
+    pub async fn recv_batch(&mut self) -> Option<MessageBatch> {
+        if let Some(b) = self.take_current() {
+            return Some(b);
         }
-        out.len() - before
+        let d = self.rx.recv().await?;
+        Some(self.accept(d))
+    }
+
+    /// The next batch if one is ready now.
+    pub fn try_recv_batch(&mut self) -> Option<MessageBatch> {
+        if let Some(b) = self.take_current() {
+            return Some(b);
+        }
+        let d = self.rx.try_recv().ok()?;
+        Some(self.accept(d))
     }
 }
 
@@ -133,5 +201,42 @@ impl Drop for Inbox {
     fn drop(&mut self) {
         // Wake links waiting for room: their batches now have nowhere to go.
         self.budget.close();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn recv_and_recv_batch_see_every_message_once_in_order() {
+        let (tx, mut rx) = inbox(1 << 20);
+        let buf = Bytes::from_static(b"aabbbcc");
+        assert!(
+            tx.deliver(MessageBatch::new(
+                BusId(9),
+                buf,
+                vec![(0, 2), (2, 3), (5, 2)]
+            ))
+            .await
+        );
+        assert!(tx.try_deliver(MessageBatch::single(BusId(8), Bytes::from_static(b"z"))));
+        let first = rx.recv().await.unwrap();
+        assert_eq!((first.src, &first.payload[..]), (BusId(9), &b"aa"[..]));
+        let rest = rx.recv_batch().await.unwrap();
+        assert_eq!(
+            rest.iter().collect::<Vec<_>>(),
+            vec![&b"bbb"[..], &b"cc"[..]]
+        );
+        let z = rx.try_recv_batch().unwrap();
+        assert_eq!((z.src(), z.payload(0)), (BusId(8), &b"z"[..]));
+        assert!(rx.try_recv_batch().is_none());
+    }
+
+    #[tokio::test]
+    async fn a_full_inbox_refuses_without_waiting() {
+        let (tx, _rx) = inbox(4);
+        assert!(tx.try_deliver(MessageBatch::single(BusId(1), Bytes::from_static(b"1234"))));
+        assert!(!tx.try_deliver(MessageBatch::single(BusId(1), Bytes::from_static(b"5"))));
     }
 }

@@ -34,6 +34,6 @@ pub use busway_core::handshake::Secret;
 pub use busway_core::BusId;
 pub use config::{IoThreads, NodeConfig};
 pub use event::{DownReason, Event};
-pub use inbox::{Inbox, Message};
+pub use inbox::{Inbox, Message, MessageBatch};
 pub use node::{Events, Node, PeerInfo, SendError, StartError};
 pub use stats::Stats;

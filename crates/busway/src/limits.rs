@@ -9,9 +9,16 @@ pub const DEFAULT_SEND_QUEUE_BYTES_MAX: usize = 8 << 20;
 pub const DEFAULT_INBOX_BYTES_MAX: usize = 32 << 20;
 /// Smallest room a reader offers to one `read` call, in bytes (libevent lost 70% reading 4 KiB).
 pub const READ_CHUNK_MIN_BYTES: usize = 64 << 10;
+/// Largest room a reader offers to one `read` call, in bytes: reads grow toward it while they
+/// come back full (a busy link), and shrink back when they do not.
+pub const READ_CHUNK_MAX_BYTES: usize = 1 << 20;
 /// Payloads up to this many bytes are copied into the link's write buffer; larger ones are
 /// written from their own buffer with `writev`, without a copy.
 pub const COPY_PAYLOAD_BYTES_MAX: usize = 2 << 10;
+/// Largest body of one DATA_BATCH frame a sender builds, in bytes: big enough that its header
+/// and check cost nothing per message, small enough that a receiver checks it while it is still
+/// in cache.
+pub const BATCH_BODY_BYTES_MAX: usize = 64 << 10;
 /// Most buffers handed to one `writev` call.
 pub const WRITEV_SEGMENTS_MAX: usize = 64;
 /// Default time a handshake may take, in milliseconds.
@@ -25,6 +32,9 @@ pub const DIAL_BACKOFF_MAX_MS: u64 = 5_000;
 /// `Stats::events_dropped` (the node never blocks on a slow event reader).
 pub const EVENT_QUEUE_LEN_MAX: usize = 4_096;
 
+const _: () = assert!(COPY_PAYLOAD_BYTES_MAX <= busway_core::frame::BATCH_ENTRY_LEN_MAX);
+const _: () = assert!(COPY_PAYLOAD_BYTES_MAX + 2 <= BATCH_BODY_BYTES_MAX);
+const _: () = assert!(READ_CHUNK_MIN_BYTES <= READ_CHUNK_MAX_BYTES);
 const _: () = assert!(DIAL_BACKOFF_MIN_MS <= DIAL_BACKOFF_MAX_MS);
 const _: () = assert!(busway_core::frame::DEFAULT_BODY_LEN_MAX <= DEFAULT_SEND_QUEUE_BYTES_MAX);
 const _: () = assert!(busway_core::frame::DEFAULT_BODY_LEN_MAX <= DEFAULT_INBOX_BYTES_MAX);

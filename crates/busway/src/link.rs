@@ -5,14 +5,14 @@
 //! per read; the writer takes everything the send queue holds and writes it in one `writev`.
 
 use crate::event::{DownReason, Event};
-use crate::inbox::Message;
-use crate::limits::{READ_CHUNK_MIN_BYTES, WRITEV_SEGMENTS_MAX};
+use crate::inbox::MessageBatch;
+use crate::limits::{READ_CHUNK_MAX_BYTES, READ_CHUNK_MIN_BYTES, WRITEV_SEGMENTS_MAX};
 use crate::node::Shared;
 use crate::send_queue::{SendQueue, Take};
 use crate::stats::bump;
-use crate::transport::{Stream, StdStream};
+use crate::transport::{StdStream, Stream};
 use busway_core::control::{decode_token, ping_frame, Close, CloseCode};
-use busway_core::frame::HANDSHAKE_BODY_LEN_MAX;
+use busway_core::frame::{for_each_batch_entry, HANDSHAKE_BODY_LEN_MAX, HEADER_LEN};
 use busway_core::handshake::{Established, Handshake, HandshakeError, Role, Step};
 use busway_core::{BusId, DecodeError, FrameDecoder, FrameKind};
 use bytes::{Buf, Bytes, BytesMut};
@@ -47,7 +47,12 @@ pub(crate) async fn serve_std(
     }
 }
 
-pub(crate) async fn serve(shared: Arc<Shared>, stream: Stream, role: Role, remote: String) -> Outcome {
+pub(crate) async fn serve(
+    shared: Arc<Shared>,
+    stream: Stream,
+    role: Role,
+    remote: String,
+) -> Outcome {
     bump(&shared.counters.connections);
     match stream {
         Stream::Tcp(s) => {
@@ -275,12 +280,15 @@ async fn read_loop<R: AsyncRead + Unpin>(
     buf: &mut BytesMut,
     dec: &mut FrameDecoder,
 ) -> Result<ReadEnd, LinkError> {
+    let mut read_size = READ_CHUNK_MIN_BYTES;
     loop {
-        let mut batch = Vec::new();
-        let mut bytes = 0usize;
+        // Walk every whole frame in the buffer, then cut the buffer once: the DATA payloads
+        // go to the application as one batch sharing that cut.
+        let mut spans = Vec::new();
+        let mut pos = 0usize;
         let mut end = None;
-        loop {
-            let frame = match dec.decode(buf) {
+        while end.is_none() {
+            let (kind, frame_len) = match dec.peek(&buf[pos..]) {
                 Ok(Some(f)) => f,
                 Ok(None) => break,
                 Err(e) => {
@@ -288,58 +296,75 @@ async fn read_loop<R: AsyncRead + Unpin>(
                     break;
                 }
             };
-            match frame.kind {
+            let body = &buf[pos + HEADER_LEN..pos + frame_len];
+            match kind {
                 FrameKind::Data => {
-                    bytes += frame.body.len();
-                    batch.push(Message {
-                        src: peer,
-                        payload: frame.body,
-                    });
+                    spans.push(((pos + HEADER_LEN) as u32, body.len() as u32));
                 }
-                FrameKind::Ping => match decode_token(&frame.body) {
+                FrameKind::DataBatch => {
+                    let base = pos + HEADER_LEN;
+                    let before = spans.len();
+                    let walked = for_each_batch_entry(body, |start, len| {
+                        spans.push(((base + start) as u32, len as u32));
+                    });
+                    if let Err(what) = walked {
+                        spans.truncate(before);
+                        end = Some(Err(LinkError::Protocol(format!(
+                            "{what} (frame at stream offset {})",
+                            dec.offset() - frame_len as u64
+                        ))));
+                    }
+                }
+                FrameKind::Ping => match decode_token(body) {
                     Some(t) => {
                         let _ = queue.push_control(ping_frame(FrameKind::Pong, t));
                     }
                     None => {
                         end = Some(Err(LinkError::Protocol(format!(
-                            "PING body of {} bytes (expected 8)",
-                            frame.body.len()
+                            "PING body of {} bytes (expected 8) at stream offset {}",
+                            body.len(),
+                            dec.offset() - frame_len as u64
                         ))));
-                        break;
                     }
                 },
                 FrameKind::Pong => {}
-                FrameKind::Close => {
-                    end = Some(Ok(ReadEnd::Close(Close::decode(&frame.body))));
-                    break;
-                }
+                FrameKind::Close => end = Some(Ok(ReadEnd::Close(Close::decode(body)))),
                 kind @ (FrameKind::Hello | FrameKind::Auth) => {
                     end = Some(Err(LinkError::Protocol(format!(
                         "{kind:?} frame after the handshake, at stream offset {}",
-                        dec.offset()
+                        dec.offset() - frame_len as u64
                     ))));
-                    break;
                 }
                 kind @ (FrameKind::Routed | FrameKind::Ack | FrameKind::Channel) => {
                     end = Some(Err(LinkError::Protocol(format!(
                         "{kind:?} frame, a capability this node did not advertise, at stream offset {}",
-                        dec.offset()
+                        dec.offset() - frame_len as u64
                     ))));
-                    break;
                 }
             }
+            pos += frame_len;
         }
-        if !batch.is_empty() {
-            shared.counters.msgs_in.fetch_add(batch.len() as u64, Relaxed);
-            shared.counters.bytes_in.fetch_add(bytes as u64, Relaxed);
-            shared.inbox.deliver(batch, bytes).await;
+        if pos > 0 {
+            let chunk = buf.split_to(pos).freeze();
+            if !spans.is_empty() {
+                let bytes: u64 = spans.iter().map(|&(_, len)| u64::from(len)).sum();
+                shared
+                    .counters
+                    .msgs_in
+                    .fetch_add(spans.len() as u64, Relaxed);
+                shared.counters.bytes_in.fetch_add(bytes, Relaxed);
+                shared
+                    .inbox
+                    .deliver(MessageBatch::new(peer, chunk, spans))
+                    .await;
+            }
         }
         if let Some(end) = end {
             return end;
         }
-        let want = dec.bytes_needed(buf).max(READ_CHUNK_MIN_BYTES);
-        buf.reserve(want);
-        if r.read_buf(buf).await? == 0 {
+        buf.reserve(dec.bytes_needed(buf).max(read_size));
+        let n = r.read_buf(buf).await?;
+        if n == 0 {
             if buf.is_empty() {
                 return Ok(ReadEnd::Eof);
             }
@@ -348,6 +373,12 @@ async fn read_loop<R: AsyncRead + Unpin>(
                 buf.len(),
                 dec.offset()
             )));
+        }
+        // Grow the read while reads come back full, shrink it when they come back mostly empty.
+        if n >= read_size {
+            read_size = (read_size * 2).min(READ_CHUNK_MAX_BYTES);
+        } else if n < read_size / 4 {
+            read_size = (read_size / 2).max(READ_CHUNK_MIN_BYTES);
         }
     }
 }

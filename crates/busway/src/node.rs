@@ -3,7 +3,7 @@
 use crate::addr::Addr;
 use crate::config::NodeConfig;
 use crate::event::Event;
-use crate::inbox::{inbox, Inbox, InboxSender, Message};
+use crate::inbox::{inbox, Inbox, InboxSender, MessageBatch};
 use crate::io_loops::IoLoops;
 use crate::limits::{DIAL_BACKOFF_MAX_MS, DIAL_BACKOFF_MIN_MS, EVENT_QUEUE_LEN_MAX};
 use crate::link::{self, Outcome};
@@ -40,7 +40,10 @@ impl fmt::Display for SendError {
             Self::NoRoute(id) => write!(f, "no route to bus id {id}: no link to it is up"),
             Self::Full(id) => write!(f, "the send queue to bus id {id} is full"),
             Self::TooLarge { len, max } => {
-                write!(f, "payload of {len} bytes is over the {max}-byte frame limit")
+                write!(
+                    f,
+                    "payload of {len} bytes is over the {max}-byte frame limit"
+                )
             }
             Self::Closed(id) => write!(f, "the link to bus id {id} closed"),
         }
@@ -264,8 +267,8 @@ impl Node {
             listeners.push(l);
             listen_addrs.push(bound);
         }
-        let loops =
-            IoLoops::start(config.io_threads, &format!("busway-{}", config.id)).map_err(StartError::Io)?;
+        let loops = IoLoops::start(config.io_threads, &format!("busway-{}", config.id))
+            .map_err(StartError::Io)?;
         let (events_tx, events_rx) = mpsc::channel(EVENT_QUEUE_LEN_MAX);
         let (inbox_tx, inbox_rx) = inbox(config.inbox_bytes_max);
         let (shutdown_tx, _) = watch::channel(false);
@@ -358,12 +361,8 @@ impl Node {
     pub async fn send(&self, dst: BusId, payload: Bytes) -> Result<(), SendError> {
         self.check_size(&payload)?;
         if dst == self.id() {
-            let len = payload.len();
-            let msg = Message {
-                src: dst,
-                payload,
-            };
-            self.shared().inbox.deliver(vec![msg], len).await;
+            let batch = MessageBatch::single(dst, payload);
+            self.shared().inbox.deliver(batch).await;
             return Ok(());
         }
         loop {
@@ -381,13 +380,49 @@ impl Node {
         }
     }
 
+    /// Queues one message per payload for `dst`, in order, copying each into the link's write
+    /// buffer under one lock: the cheapest way to send many small messages. Waits for room as
+    /// needed; on an error, the messages before the failing one are queued.
+    pub async fn send_batch<P: AsRef<[u8]>>(
+        &self,
+        dst: BusId,
+        payloads: &[P],
+    ) -> Result<(), SendError> {
+        let max = self.shared().config.frame_body_max;
+        if let Some(p) = payloads.iter().find(|p| p.as_ref().len() > max) {
+            return Err(SendError::TooLarge {
+                len: p.as_ref().len(),
+                max,
+            });
+        }
+        if dst == self.id() {
+            for p in payloads {
+                self.send(dst, Bytes::copy_from_slice(p.as_ref())).await?;
+            }
+            return Ok(());
+        }
+        let mut rest = payloads;
+        while !rest.is_empty() {
+            let (queued, queue) = self
+                .shared()
+                .with_queue(dst, |q| (q.push_copies(rest), q.clone()))?;
+            match queued {
+                Ok(n) => rest = &rest[n..],
+                Err(_) => return Err(SendError::Closed(dst)),
+            }
+            if let Some(next) = rest.first() {
+                queue.wait_for_room(HEADER_LEN + next.as_ref().len()).await;
+            }
+        }
+        Ok(())
+    }
+
     fn deliver_local(&self, payload: Bytes) -> Result<(), SendError> {
-        let len = payload.len();
-        let msg = Message {
-            src: self.id(),
-            payload,
-        };
-        if self.shared().inbox.try_deliver(vec![msg], len) {
+        if self
+            .shared()
+            .inbox
+            .try_deliver(MessageBatch::single(self.id(), payload))
+        {
             Ok(())
         } else {
             Err(SendError::Full(self.id()))
@@ -396,7 +431,11 @@ impl Node {
 
     /// The peers whose links are up.
     pub fn peers(&self) -> Vec<PeerInfo> {
-        let peers = self.shared().peers.read().unwrap_or_else(|p| p.into_inner());
+        let peers = self
+            .shared()
+            .peers
+            .read()
+            .unwrap_or_else(|p| p.into_inner());
         let mut out: Vec<PeerInfo> = peers
             .iter()
             .map(|(id, p)| {
@@ -423,7 +462,7 @@ impl Node {
                 let changed = shared.peers_changed.notified();
                 tokio::pin!(changed);
                 changed.as_mut().enable();
-                if shared.peers.read().map_or(false, |p| p.contains_key(&id)) {
+                if shared.peers.read().is_ok_and(|p| p.contains_key(&id)) {
                     return;
                 }
                 changed.await;

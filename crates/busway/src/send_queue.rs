@@ -7,8 +7,10 @@
 //! Full: `push` returns [`PushError::Full`] and nothing is queued; `wait_for_room` lets a sender
 //! wait instead.
 
-use crate::limits::COPY_PAYLOAD_BYTES_MAX;
-use busway_core::frame::{encode_header, FrameKind, HEADER_LEN};
+use crate::limits::{BATCH_BODY_BYTES_MAX, COPY_PAYLOAD_BYTES_MAX};
+use busway_core::frame::{
+    encode_header, seal_in_place, FrameKind, BATCH_ENTRY_HEADER_LEN, HEADER_LEN,
+};
 use bytes::{Bytes, BytesMut};
 use std::sync::{Mutex, MutexGuard};
 use tokio::sync::Notify;
@@ -39,6 +41,9 @@ struct State {
     segments: Vec<Bytes>,
     /// Small frames copied in, after `segments`.
     tail: BytesMut,
+    /// Offset in `tail` of the DATA_BATCH frame still open for more messages (its header is a
+    /// placeholder until it is sealed).
+    open_batch: Option<usize>,
     /// Bytes queued or being written; bounded by `limit_bytes`.
     queued_bytes: usize,
     /// Frames queued and not yet handed to the writer (for the unsent count on failure).
@@ -66,6 +71,7 @@ impl SendQueue {
             state: Mutex::new(State {
                 segments: Vec::new(),
                 tail: BytesMut::with_capacity(TAIL_INITIAL_BYTES),
+                open_batch: None,
                 queued_bytes: 0,
                 queued_frames: 0,
                 frames_total: 0,
@@ -85,8 +91,15 @@ impl SendQueue {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Queues one DATA frame carrying `payload`.
+    /// Queues one message. A small payload is copied into the open DATA_BATCH frame (two
+    /// bytes of framing); a large one goes out as its own DATA frame, without a copy.
     pub(crate) fn push_data(&self, payload: &Bytes) -> Result<(), PushError> {
+        if payload.len() <= COPY_PAYLOAD_BYTES_MAX {
+            return match self.push_copies(std::slice::from_ref(payload))? {
+                0 => Err(PushError::Full),
+                _ => Ok(()),
+            };
+        }
         let header = encode_header(FrameKind::Data, payload);
         let frame_len = HEADER_LEN + payload.len();
         let mut st = self.lock();
@@ -96,16 +109,67 @@ impl SendQueue {
         if st.queued_bytes + frame_len > self.limit_bytes {
             return Err(PushError::Full);
         }
+        seal_open_batch(&mut st);
         st.tail.extend_from_slice(&header);
-        if payload.len() <= COPY_PAYLOAD_BYTES_MAX {
-            st.tail.extend_from_slice(payload);
-        } else {
-            let head = st.tail.split().freeze();
-            st.segments.push(head);
-            st.segments.push(payload.clone());
-        }
-        self.account(st, frame_len);
+        let head = st.tail.split().freeze();
+        st.segments.push(head);
+        st.segments.push(payload.clone());
+        self.account(st, frame_len, 1);
         Ok(())
+    }
+
+    /// Queues one message per payload, copying each into DATA_BATCH frames, under one lock;
+    /// stops at the first that does not fit. Returns how many were queued. Payloads over
+    /// `COPY_PAYLOAD_BYTES_MAX` are copied into DATA frames of their own.
+    pub(crate) fn push_copies<P: AsRef<[u8]>>(&self, payloads: &[P]) -> Result<usize, PushError> {
+        let mut st = self.lock();
+        if st.closed {
+            return Err(PushError::Closed);
+        }
+        let st_ref = &mut *st;
+        let mut queued = 0;
+        let mut bytes = 0;
+        for p in payloads {
+            let p = p.as_ref();
+            if p.len() > COPY_PAYLOAD_BYTES_MAX {
+                // Too big to batch: its own DATA frame, still copied (the caller lent a slice).
+                let frame_len = HEADER_LEN + p.len();
+                if st_ref.queued_bytes + bytes + frame_len > self.limit_bytes {
+                    break;
+                }
+                seal_open_batch(st_ref);
+                st_ref
+                    .tail
+                    .extend_from_slice(&encode_header(FrameKind::Data, p));
+                st_ref.tail.extend_from_slice(p);
+                queued += 1;
+                bytes += frame_len;
+                continue;
+            }
+            let entry = BATCH_ENTRY_HEADER_LEN + p.len();
+            let fits_open = st_ref.open_batch.is_some_and(|start| {
+                st_ref.tail.len() - start - HEADER_LEN + entry <= BATCH_BODY_BYTES_MAX
+            });
+            let cost = entry + if fits_open { 0 } else { HEADER_LEN };
+            if st_ref.queued_bytes + bytes + cost > self.limit_bytes {
+                break;
+            }
+            if !fits_open {
+                seal_open_batch(st_ref);
+                st_ref.open_batch = Some(st_ref.tail.len());
+                st_ref.tail.extend_from_slice(&[0; HEADER_LEN]);
+            }
+            st_ref
+                .tail
+                .extend_from_slice(&(p.len() as u16).to_le_bytes());
+            st_ref.tail.extend_from_slice(p);
+            queued += 1;
+            bytes += cost;
+        }
+        if queued > 0 {
+            self.account(st, bytes, queued as u64);
+        }
+        Ok(queued)
     }
 
     /// Queues a whole control frame. Control frames are small and rare and are not refused for
@@ -116,19 +180,20 @@ impl SendQueue {
             return Err(PushError::Closed);
         }
         let len = frame.len();
+        seal_open_batch(&mut st);
         let head = st.tail.split().freeze();
         if !head.is_empty() {
             st.segments.push(head);
         }
         st.segments.push(frame);
-        self.account(st, len);
+        self.account(st, len, 1);
         Ok(())
     }
 
-    fn account(&self, mut st: MutexGuard<'_, State>, len: usize) {
+    fn account(&self, mut st: MutexGuard<'_, State>, len: usize, msgs: u64) {
         st.queued_bytes += len;
-        st.queued_frames += 1;
-        st.frames_total += 1;
+        st.queued_frames += msgs;
+        st.frames_total += msgs;
         st.bytes_total += len as u64;
         let wake = std::mem::take(&mut st.writer_idle);
         drop(st);
@@ -152,12 +217,18 @@ impl SendQueue {
             n += seg.len();
             batch.push(seg);
         }
-        if !st.tail.is_empty() {
-            let tail = st.tail.split().freeze();
-            n += tail.len();
-            batch.push(tail);
-        }
+        let open = st.open_batch.take();
+        let mut tail = st.tail.split();
         st.queued_frames = 0;
+        drop(st);
+        // Sealing hashes the open batch: done outside the lock so senders are not held up.
+        if let Some(start) = open {
+            seal_in_place(FrameKind::DataBatch, &mut tail[start..]);
+        }
+        if !tail.is_empty() {
+            n += tail.len();
+            batch.push(tail.freeze());
+        }
         Take::Bytes(n)
     }
 
@@ -214,6 +285,13 @@ impl SendQueue {
     }
 }
 
+/// Closes the open DATA_BATCH frame, if any, so that whatever follows starts a new frame.
+fn seal_open_batch(st: &mut State) {
+    if let Some(start) = st.open_batch.take() {
+        seal_in_place(FrameKind::DataBatch, &mut st.tail[start..]);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -231,36 +309,84 @@ mod tests {
         out
     }
 
+    /// Every message in the wire bytes, batch entries expanded, with the kind that carried it.
+    fn messages(mut wire: BytesMut) -> Vec<(FrameKind, Vec<u8>)> {
+        let mut dec = FrameDecoder::new(1 << 20);
+        let mut out = Vec::new();
+        while let Some(f) = dec.decode(&mut wire).unwrap() {
+            if f.kind == FrameKind::DataBatch {
+                busway_core::frame::for_each_batch_entry(&f.body, |start, len| {
+                    out.push((f.kind, f.body[start..start + len].to_vec()));
+                })
+                .unwrap();
+            } else {
+                out.push((f.kind, f.body.to_vec()));
+            }
+        }
+        assert!(wire.is_empty());
+        out
+    }
+
     #[test]
     fn keeps_order_across_small_large_and_control_frames() {
         let q = SendQueue::new(1 << 20);
         let big = Bytes::from(vec![7u8; COPY_PAYLOAD_BYTES_MAX + 1]);
         q.push_data(&Bytes::from_static(b"a")).unwrap();
+        q.push_data(&Bytes::from_static(b"bb")).unwrap();
         q.push_data(&big).unwrap();
         q.push_control(busway_core::control::ping_frame(FrameKind::Ping, 5))
             .unwrap();
-        q.push_data(&Bytes::from_static(b"b")).unwrap();
-        let mut wire = drain(&q);
-        let mut dec = FrameDecoder::new(1 << 20);
-        let mut got = Vec::new();
-        while let Some(f) = dec.decode(&mut wire).unwrap() {
-            got.push((f.kind, f.body.len()));
-        }
+        q.push_copies(&[&b"c"[..], &big[..]]).unwrap();
+        let kinds: Vec<(FrameKind, usize)> = messages(drain(&q))
+            .into_iter()
+            .map(|(k, b)| (k, b.len()))
+            .collect();
         assert_eq!(
-            got,
+            kinds,
             vec![
-                (FrameKind::Data, 1),
+                (FrameKind::DataBatch, 1),
+                (FrameKind::DataBatch, 2),
                 (FrameKind::Data, big.len()),
                 (FrameKind::Ping, 8),
-                (FrameKind::Data, 1)
+                (FrameKind::DataBatch, 1),
+                (FrameKind::Data, big.len()),
             ]
         );
+        assert_eq!(q.queued(), (0, 0));
+    }
+
+    #[test]
+    fn batches_are_cut_at_their_size_limit() {
+        let q = SendQueue::new(1 << 22);
+        let p = vec![3u8; 1000];
+        let n = 3 * BATCH_BODY_BYTES_MAX / 1002 + 5;
+        assert_eq!(q.push_copies(&vec![&p[..]; n]), Ok(n));
+        let mut wire = drain(&q);
+        let mut dec = FrameDecoder::new(1 << 20);
+        let mut frames = 0;
+        while let Some(f) = dec.decode(&mut wire).unwrap() {
+            assert!(f.body.len() <= BATCH_BODY_BYTES_MAX);
+            frames += 1;
+        }
+        assert_eq!(frames, 4);
+    }
+
+    #[test]
+    fn copies_stop_at_the_limit_and_count_messages() {
+        let per = BATCH_ENTRY_HEADER_LEN + 10;
+        let q = SendQueue::new(HEADER_LEN + 3 * per);
+        let payloads = vec![[1u8; 10]; 5];
+        assert_eq!(q.push_copies(&payloads), Ok(3));
+        assert_eq!(q.queued(), (3, HEADER_LEN + 3 * per));
+        assert_eq!(q.push_copies(&payloads), Ok(0));
+        let got = messages(drain(&q));
+        assert_eq!(got, vec![(FrameKind::DataBatch, vec![1u8; 10]); 3]);
     }
 
     #[test]
     fn full_is_refused_until_the_writer_completes() {
         let q = SendQueue::new(100);
-        let p = Bytes::from(vec![0u8; 40]);
+        let p = Bytes::from(vec![0u8; 38]);
         q.push_data(&p).unwrap();
         q.push_data(&p).unwrap();
         assert_eq!(q.push_data(&p), Err(PushError::Full));

@@ -40,6 +40,10 @@ pub(crate) struct BenchArgs {
     /// thread of its own beside the application's).
     #[arg(long, default_value = "current")]
     io: String,
+    /// How the sender hands messages to busway: `batch` (`send_batch`, 256 at a time) or
+    /// `single` (one `send` per message).
+    #[arg(long, default_value = "batch")]
+    api: String,
     /// Print one JSON object per row instead of the table.
     #[arg(long)]
     json: bool,
@@ -53,6 +57,7 @@ struct Row {
     size_min: usize,
     size_max: usize,
     io: String,
+    api: String,
     rounds: usize,
     duration_secs: f64,
     msgs_per_sec: f64,
@@ -82,7 +87,9 @@ fn parse_specs(args: &BenchArgs) -> Result<Vec<Spec>, String> {
     let mut specs = Vec::new();
     for t in &args.transports {
         if !matches!(t.as_str(), "tcp4" | "tcp6" | "unix") {
-            return Err(format!("unknown transport {t:?} (expected tcp4, tcp6 or unix)"));
+            return Err(format!(
+                "unknown transport {t:?} (expected tcp4, tcp6 or unix)"
+            ));
         }
         for s in &args.sizes {
             let (lo, hi) = s
@@ -109,6 +116,9 @@ pub(crate) fn run(args: BenchArgs) -> Result<ExitCode, String> {
     if !(0.05..=600.0).contains(&args.duration) || args.rounds == 0 {
         return Err("--duration must be 0.05..=600 seconds and --rounds at least 1".into());
     }
+    if !matches!(args.api.as_str(), "batch" | "single") {
+        return Err(format!("--api {:?}: expected batch or single", args.api));
+    }
     if !matches!(args.io.as_str(), "current" | "dedicated") {
         return Err(format!("--io {:?}: expected current or dedicated", args.io));
     }
@@ -130,7 +140,10 @@ pub(crate) fn run(args: BenchArgs) -> Result<ExitCode, String> {
             }
             Err(e) => {
                 bar.inc((args.rounds * 2) as u64);
-                skipped.push(format!("{} {}-{}: {e}", spec.transport, spec.size_min, spec.size_max));
+                skipped.push(format!(
+                    "{} {}-{}: {e}",
+                    spec.transport, spec.size_min, spec.size_max
+                ));
             }
         }
     }
@@ -192,6 +205,7 @@ fn measure_row(args: &BenchArgs, spec: &Spec, bar: &ProgressBar) -> Result<Row, 
         size_min: spec.size_min,
         size_max: spec.size_max,
         io: args.io.clone(),
+        api: args.api.clone(),
         rounds: args.rounds,
         duration_secs: args.duration,
         msgs_per_sec: m,
@@ -229,7 +243,13 @@ impl Drop for KillOnDrop {
     }
 }
 
-fn worker(args: &BenchArgs, spec: &Spec, role: &str, raw: bool, addr: &str) -> Result<KillOnDrop, String> {
+fn worker(
+    args: &BenchArgs,
+    spec: &Spec,
+    role: &str,
+    raw: bool,
+    addr: &str,
+) -> Result<KillOnDrop, String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let mut cmd = Command::new(exe);
     cmd.args(["bench-worker", role, "--addr", addr])
@@ -237,6 +257,7 @@ fn worker(args: &BenchArgs, spec: &Spec, role: &str, raw: bool, addr: &str) -> R
         .args(["--size-max", &spec.size_max.to_string()])
         .args(["--duration", &args.duration.to_string()])
         .args(["--io", &args.io])
+        .args(["--api", &args.api])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     if raw {
@@ -274,8 +295,9 @@ fn finish(
         let _ = std::io::Read::read_to_string(&mut e, &mut stderr);
     }
     match last {
-        Some(line) if status.success() => serde_json::from_str(&line)
-            .map_err(|e| format!("bad worker report {line:?}: {e}")),
+        Some(line) if status.success() => {
+            serde_json::from_str(&line).map_err(|e| format!("bad worker report {line:?}: {e}"))
+        }
         _ => Err(format!("worker failed ({status}): {}", stderr.trim())),
     }
 }
@@ -285,15 +307,13 @@ fn run_pair(args: &BenchArgs, spec: &Spec, raw: bool, round: usize) -> Result<Pa
     let mut recv = worker(args, spec, "recv", raw, &addr)?;
     let stdout = recv.0.stdout.take().ok_or("worker has no stdout")?;
     let mut recv_lines = BufReader::new(stdout).lines().map_while(Result::ok);
-    let ready = recv_lines
-        .next()
-        .ok_or_else(|| {
-            let mut err = String::new();
-            if let Some(mut e) = recv.0.stderr.take() {
-                let _ = std::io::Read::read_to_string(&mut e, &mut err);
-            }
-            format!("receiver did not start: {}", err.trim())
-        })?;
+    let ready = recv_lines.next().ok_or_else(|| {
+        let mut err = String::new();
+        if let Some(mut e) = recv.0.stderr.take() {
+            let _ = std::io::Read::read_to_string(&mut e, &mut err);
+        }
+        format!("receiver did not start: {}", err.trim())
+    })?;
     let bound = ready
         .strip_prefix("ready ")
         .ok_or_else(|| format!("unexpected receiver line {ready:?}"))?
@@ -309,15 +329,25 @@ fn run_pair(args: &BenchArgs, spec: &Spec, raw: bool, round: usize) -> Result<Pa
 
 fn print_table(args: &BenchArgs, rows: &[Row]) {
     println!(
-        "busway bench: throughput, 1 sender -> 1 receiver, 1 link; {} s x {} rounds per row, median [min-max]; links on the {} thread; not pinned",
+        "busway bench: throughput, 1 sender -> 1 receiver, 1 link; {} s x {} rounds per row, median [min-max]; sender api: {}; links on the {} thread; not pinned",
         args.duration,
         args.rounds,
+        args.api,
         if args.io == "current" { "worker's own" } else { "a dedicated I/O" },
     );
     println!("machine: {}", sysinfo::machine());
     println!(
         "{:<6} {:>9} {:>26} {:>9} {:>26} {:>9} {:>6} {:>13} {:>13} {:>15}",
-        "link", "size B", "busway msg/s", "MB/s", "raw msg/s", "raw MB/s", "ratio", "cpu% snd/rcv", "raw cpu%", "rss KiB snd/rcv"
+        "link",
+        "size B",
+        "busway msg/s",
+        "MB/s",
+        "raw msg/s",
+        "raw MB/s",
+        "ratio",
+        "cpu% snd/rcv",
+        "raw cpu%",
+        "rss KiB snd/rcv"
     );
     let m = |x: f64| format!("{:.2}M", x / 1e6);
     for r in rows {
@@ -325,9 +355,19 @@ fn print_table(args: &BenchArgs, rows: &[Row]) {
             "{:<6} {:>9} {:>26} {:>9.0} {:>26} {:>9.0} {:>6.2} {:>13} {:>13} {:>15}",
             r.transport,
             format!("{}-{}", r.size_min, r.size_max),
-            format!("{} [{}-{}]", m(r.msgs_per_sec), m(r.msgs_per_sec_min), m(r.msgs_per_sec_max)),
+            format!(
+                "{} [{}-{}]",
+                m(r.msgs_per_sec),
+                m(r.msgs_per_sec_min),
+                m(r.msgs_per_sec_max)
+            ),
             r.bytes_per_sec / 1e6,
-            format!("{} [{}-{}]", m(r.raw_msgs_per_sec), m(r.raw_msgs_per_sec_min), m(r.raw_msgs_per_sec_max)),
+            format!(
+                "{} [{}-{}]",
+                m(r.raw_msgs_per_sec),
+                m(r.raw_msgs_per_sec_min),
+                m(r.raw_msgs_per_sec_max)
+            ),
             r.raw_bytes_per_sec / 1e6,
             r.ratio_to_raw,
             format!("{:.0}/{:.0}", r.sender_cpu_pct, r.receiver_cpu_pct),

@@ -16,8 +16,10 @@ use std::time::{Duration, Instant};
 const RAW_BATCH_BYTES: usize = 256 << 10;
 /// Bytes the raw receiver asks for per read.
 const RAW_READ_BYTES: usize = 256 << 10;
-/// Messages a busway sender queues between two looks at the clock.
-const SEND_CHUNK_MSGS: usize = 1024;
+/// Messages a busway sender hands over per `send_batch` call (and between looks at the clock).
+const SEND_BATCH_MSGS: usize = 256;
+/// Bytes a busway sender queues before it lets the link's writer run.
+const YIELD_EVERY_BYTES: usize = 256 << 10;
 /// How long a sender waits for its link to come up.
 const CONNECT_WAIT: Duration = Duration::from_secs(10);
 const SENDER_ID: BusId = BusId(1);
@@ -49,6 +51,9 @@ pub(crate) struct WorkerArgs {
     /// Run the node's links on the worker's own thread (current) or on a dedicated I/O thread.
     #[arg(long, default_value = "current")]
     io: String,
+    /// `batch`: `send_batch` of 256 messages; `single`: one `send` per message.
+    #[arg(long, default_value = "batch")]
+    api: String,
 }
 
 /// What each side reports.
@@ -113,17 +118,36 @@ async fn bus_send(args: &WorkerArgs) -> Result<Report, String> {
     let base = Bytes::from(vec![0x5Au8; args.size_max]);
     let mut sizes = Sizes::new(args.size_min, args.size_max);
     let (mut msgs, mut bytes) = (0u64, 0u64);
+    let mut batch: Vec<&[u8]> = Vec::with_capacity(SEND_BATCH_MSGS);
+    let mut since_yield = 0usize;
     let start = Instant::now();
     let until = Duration::from_secs_f64(args.duration);
     while start.elapsed() < until {
-        for _ in 0..SEND_CHUNK_MSGS {
+        for _ in 0..SEND_BATCH_MSGS {
             let n = sizes.next_size();
-            node.send(RECEIVER_ID, base.slice(..n))
+            batch.push(&base[..n]);
+            since_yield += n;
+        }
+        if args.api == "batch" {
+            node.send_batch(RECEIVER_ID, &batch)
                 .await
                 .map_err(|e| e.to_string())?;
-            bytes += n as u64;
+        } else {
+            for p in &batch {
+                node.send(RECEIVER_ID, base.slice_ref(p))
+                    .await
+                    .map_err(|e| e.to_string())?;
+            }
         }
-        msgs += SEND_CHUNK_MSGS as u64;
+        msgs += batch.len() as u64;
+        bytes += batch.iter().map(|p| p.len() as u64).sum::<u64>();
+        batch.clear();
+        // On a shared loop the writer runs only when the application yields: hand it the
+        // queued bytes in cache-sized pieces.
+        if since_yield >= YIELD_EVERY_BYTES {
+            since_yield = 0;
+            tokio::task::yield_now().await;
+        }
     }
     let secs = start.elapsed().as_secs_f64();
     node.shutdown().await;
@@ -142,31 +166,27 @@ async fn bus_recv(args: &WorkerArgs) -> Result<Report, String> {
     let mut inbox = node.take_inbox().expect("inbox is taken once");
     let mut events = node.take_events().expect("events are taken once");
     announce(&node.listen_addrs()[0].to_string());
-    let mut batch = Vec::with_capacity(4096);
     let (mut msgs, mut bytes) = (0u64, 0u64);
     let (mut first, mut last) = (None, Instant::now());
-    let mut count = |batch: &mut Vec<busway::Message>| {
-        if batch.is_empty() {
-            return;
-        }
+    let mut count = |batch: &busway::MessageBatch| {
         let now = Instant::now();
         first.get_or_insert(now);
         last = now;
         msgs += batch.len() as u64;
-        bytes += batch.iter().map(|m| m.payload.len() as u64).sum::<u64>();
-        batch.clear();
+        bytes += batch.iter().map(|p| p.len() as u64).sum::<u64>();
     };
     loop {
         tokio::select! {
             biased;
-            n = inbox.recv_many(&mut batch) => {
-                if n == 0 { break; }
-                count(&mut batch);
-            }
+            batch = inbox.recv_batch() => match batch {
+                Some(b) => count(&b),
+                None => break,
+            },
             ev = events.recv() => match ev {
                 Some(Event::PeerDown { .. }) | None => {
-                    inbox.try_recv_many(&mut batch);
-                    count(&mut batch);
+                    while let Some(b) = inbox.try_recv_batch() {
+                        count(&b);
+                    }
                     break;
                 }
                 Some(_) => {}
@@ -262,7 +282,9 @@ fn raw_send(args: &WorkerArgs) -> Result<Report, String> {
     let mut stream = loop {
         match RawStream::connect(&args.addr) {
             Ok(s) => break s,
-            Err(e) if Instant::now() > deadline => return Err(format!("connect {}: {e}", args.addr)),
+            Err(e) if Instant::now() > deadline => {
+                return Err(format!("connect {}: {e}", args.addr))
+            }
             Err(_) => std::thread::sleep(Duration::from_millis(5)),
         }
     };
@@ -346,7 +368,12 @@ impl FrameWalker {
             self.header_fill += n;
             data = &data[n..];
             if self.header_fill == HEADER_LEN {
-                let word0 = u32::from_le_bytes([self.header[0], self.header[1], self.header[2], self.header[3]]);
+                let word0 = u32::from_le_bytes([
+                    self.header[0],
+                    self.header[1],
+                    self.header[2],
+                    self.header[3],
+                ]);
                 self.body_left = (word0 >> 8) as usize;
                 self.payload_bytes += self.body_left as u64;
                 self.frames += 1;

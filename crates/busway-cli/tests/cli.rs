@@ -1,0 +1,258 @@
+//! The `busway` binary end to end: real processes on loopback.
+
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+const BIN: &str = env!("CARGO_BIN_EXE_busway");
+/// Longest a whole command may run in these tests.
+const LIMIT: Duration = Duration::from_secs(120);
+
+/// A child process killed when the test ends, pass or fail.
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn spawn(args: &[&str]) -> Proc {
+    Proc(
+        Command::new(BIN)
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("busway starts"),
+    )
+}
+
+/// Starts `busway listen ...` and returns it with the address it printed.
+fn listener(args: &[&str]) -> (Proc, String, BufReader<std::process::ChildStdout>) {
+    let mut p = spawn(args);
+    let mut out = BufReader::new(p.0.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    let addr = line
+        .trim()
+        .strip_prefix("listening on ")
+        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+        .to_owned();
+    (p, addr, out)
+}
+
+/// Waits for the process within `LIMIT`; returns (exit success, exit code, stdout rest, stderr).
+fn finish(
+    mut p: Proc,
+    out: Option<BufReader<std::process::ChildStdout>>,
+) -> (bool, Option<i32>, String, String) {
+    let (tx, rx) = mpsc::channel();
+    let mut stdout = out
+        .map(|o| Box::new(o) as Box<dyn Read + Send>)
+        .unwrap_or_else(|| Box::new(p.0.stdout.take().unwrap()));
+    let mut stderr = p.0.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        let mut o = String::new();
+        let mut e = String::new();
+        let _ = stdout.read_to_string(&mut o);
+        let _ = stderr.read_to_string(&mut e);
+        let _ = tx.send((o, e));
+    });
+    let (o, e) = rx.recv_timeout(LIMIT).expect("command finished in time");
+    let status = p.0.wait().unwrap();
+    (status.success(), status.code(), o, e)
+}
+
+fn million_verified(listen: &str) {
+    let (l, addr, out) = listener(&[
+        "listen",
+        "--id",
+        "2",
+        "--listen",
+        listen,
+        "--count",
+        "1000000",
+        "--verify",
+        "--idle-timeout",
+        "60",
+    ]);
+    let s = spawn(&[
+        "send",
+        "--id",
+        "1",
+        "--connect",
+        &addr,
+        "--to",
+        "2",
+        "--count",
+        "1000000",
+        "--size",
+        "64",
+    ]);
+    let (ok, _, _, err) = finish(s, None);
+    assert!(ok, "send failed: {err}");
+    let (ok, _, stdout, err) = finish(l, Some(out));
+    assert!(ok, "listen failed: {stdout} {err}");
+    assert_eq!(
+        stdout.lines().last().unwrap_or_default(),
+        "received 1000000, missing 0, duplicates 0, out-of-order 0"
+    );
+}
+
+#[test]
+fn a_million_sequenced_messages_over_tcp() {
+    million_verified("tcp://127.0.0.1:0");
+}
+
+#[test]
+fn a_million_sequenced_messages_over_unix() {
+    let path = std::env::temp_dir().join(format!("busway-cli-test-{}.sock", std::process::id()));
+    million_verified(&format!("unix://{}", path.display()));
+    assert!(!path.exists(), "the socket file is removed on exit");
+}
+
+#[test]
+fn text_is_printed_with_its_source() {
+    let (l, addr, out) = listener(&[
+        "listen",
+        "--id",
+        "7",
+        "--listen",
+        "tcp://127.0.0.1:0",
+        "--count",
+        "1",
+    ]);
+    let (ok, _, _, err) = finish(
+        spawn(&[
+            "send",
+            "--id",
+            "3",
+            "--connect",
+            &addr,
+            "--to",
+            "7",
+            "hello bus",
+        ]),
+        None,
+    );
+    assert!(ok, "{err}");
+    let (ok, _, stdout, _) = finish(l, Some(out));
+    assert!(ok);
+    assert_eq!(stdout.trim(), "3: hello bus");
+}
+
+#[test]
+fn verify_fails_loudly_on_a_gap() {
+    // Two text messages are not sequence numbers 0 and 1: verify must say so and exit non-zero.
+    let (l, addr, out) = listener(&[
+        "listen",
+        "--id",
+        "2",
+        "--listen",
+        "tcp://127.0.0.1:0",
+        "--count",
+        "1",
+        "--verify",
+    ]);
+    let (ok, _, _, err) = finish(
+        spawn(&["send", "--id", "1", "--connect", &addr, "--to", "2", "hi"]),
+        None,
+    );
+    assert!(ok, "{err}");
+    let (ok, code, stdout, _) = finish(l, Some(out));
+    assert!(!ok);
+    assert_eq!(code, Some(2));
+    assert!(stdout.contains("unreadable 1"), "{stdout}");
+}
+
+#[test]
+fn bad_arguments_get_clear_errors() {
+    let (ok, _, _, err) = finish(
+        spawn(&[
+            "send",
+            "--id",
+            "1",
+            "--connect",
+            "udp://x",
+            "--to",
+            "2",
+            "x",
+        ]),
+        None,
+    );
+    assert!(!ok);
+    assert!(
+        err.contains("udp://x") && err.contains("unknown scheme"),
+        "{err}"
+    );
+    let (ok, _, _, err) = finish(
+        spawn(&[
+            "node",
+            "--id",
+            "1",
+            "--listen",
+            "tcp://127.0.0.1:1",
+            "--secret",
+            "short",
+        ]),
+        None,
+    );
+    assert!(!ok);
+    assert!(err.contains("at least 16"), "{err}");
+    let (ok, _, _, err) = finish(
+        spawn(&[
+            "send",
+            "--id",
+            "1",
+            "--connect",
+            "tcp://127.0.0.1:1",
+            "--to",
+            "2",
+            "x",
+        ]),
+        None,
+    );
+    assert!(!ok);
+    assert!(err.contains("no link to bus id 2"), "{err}");
+}
+
+#[test]
+fn bench_json_rows_carry_the_documented_keys() {
+    let p = spawn(&[
+        "bench",
+        "--json",
+        "--duration",
+        "0.2",
+        "--rounds",
+        "1",
+        "--transports",
+        "tcp4,unix",
+        "--sizes",
+        "8-128",
+    ]);
+    let (ok, _, stdout, err) = finish(p, None);
+    assert!(ok, "{err}");
+    let rows: Vec<serde_json::Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(rows.len(), 2);
+    for row in rows {
+        for key in [
+            "workload",
+            "transport",
+            "size_min",
+            "size_max",
+            "msgs_per_sec",
+            "bytes_per_sec",
+            "raw_msgs_per_sec",
+        ] {
+            assert!(row.get(key).is_some(), "{key} missing in {row}");
+        }
+        assert!(row["msgs_per_sec"].as_f64().unwrap() > 0.0);
+        assert!(row["raw_msgs_per_sec"].as_f64().unwrap() > 0.0);
+    }
+}

@@ -1,0 +1,325 @@
+//! Bad input over a real socket: each case closes only the offending connection with a named
+//! reason, bumps a counter and raises an event; the node and its other links keep working.
+
+mod common;
+
+use busway::{BusId, DownReason, Event, Node, Stats};
+use busway_core::control::CloseCode;
+use busway_core::frame::{
+    encode_header, frame_bytes, FrameKind, HANDSHAKE_BODY_LEN_MAX, HEADER_LEN,
+};
+use busway_core::handshake::{local_hello, Handshake, NonceCache, Role, Secret, Step};
+use busway_core::FrameDecoder;
+use bytes::{Bytes, BytesMut};
+use common::*;
+use std::time::{SystemTime, UNIX_EPOCH};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+const SECRET: &str = "the-shared-secret-of-this-test";
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+/// A node under test with a healthy peer linked to it.
+struct Fixture {
+    node: Node,
+    events: busway::Events,
+    inbox: busway::Inbox,
+    healthy: Node,
+    addr: std::net::SocketAddr,
+}
+
+async fn fixture() -> Fixture {
+    let secret = Secret::new(SECRET).unwrap();
+    let node = start(config(1).secret(secret.clone()).listen(listen_addr("tcp4"))).await;
+    let busway::Addr::Tcp(addr) = node.listen_addrs()[0].clone() else {
+        unreachable!()
+    };
+    let events = node.take_events().unwrap();
+    let inbox = node.take_inbox().unwrap();
+    let healthy = start(
+        config(2)
+            .secret(secret)
+            .connect(node.listen_addrs()[0].clone()),
+    )
+    .await;
+    assert!(node.wait_for_peer(BusId(2), WAIT).await);
+    Fixture {
+        node,
+        events,
+        inbox,
+        healthy,
+        addr,
+    }
+}
+
+impl Fixture {
+    /// The node still exchanges messages with its healthy peer.
+    async fn still_works(&mut self) {
+        self.healthy
+            .send(BusId(1), Bytes::from_static(b"still here"))
+            .await
+            .unwrap();
+        let m = tokio::time::timeout(WAIT, self.inbox.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!((m.src, m.payload.as_ref()), (BusId(2), &b"still here"[..]));
+        assert!(self.node.peers().iter().any(|p| p.id == BusId(2)));
+    }
+
+    async fn rejected(&mut self) -> String {
+        wait_event(&mut self.events, |e| match e {
+            Event::Rejected { reason, .. } => Some(reason.clone()),
+            _ => None,
+        })
+        .await
+    }
+
+    async fn down(&mut self, id: u64) -> String {
+        wait_event(&mut self.events, |e| match e {
+            Event::PeerDown {
+                peer,
+                reason: DownReason::ProtocolError(r),
+                ..
+            } if peer.0 == id => Some(r.clone()),
+            _ => None,
+        })
+        .await
+    }
+
+    fn stats(&self) -> Stats {
+        self.node.stats()
+    }
+}
+
+/// Completes a real handshake by hand as bus id `id`; returns the socket, ready for frames.
+async fn authenticated(addr: std::net::SocketAddr, id: u64) -> TcpStream {
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    let hello = local_hello(BusId(id), id, now_ms(), [id as u8; 16], vec![]);
+    let mut hs = Handshake::new(Role::Dialer, hello, Some(Secret::new(SECRET).unwrap()));
+    s.write_all(&hs.hello_frame()).await.unwrap();
+    let mut dec = FrameDecoder::new(HANDSHAKE_BODY_LEN_MAX);
+    let mut buf = BytesMut::new();
+    let mut nonces = NonceCache::default();
+    loop {
+        while let Some(f) = dec.decode(&mut buf).unwrap() {
+            match hs.handle_frame(&f, now_ms(), &mut nonces).unwrap() {
+                Step::SendAuth(a) => s.write_all(&a).await.unwrap(),
+                Step::Established(_) => return s,
+            }
+        }
+        assert!(
+            s.read_buf(&mut buf).await.unwrap() > 0,
+            "node closed the handshake"
+        );
+    }
+}
+
+/// Reads until the node closes the socket; returns the CLOSE code it sent, if any.
+async fn closed_by_node(s: &mut TcpStream) -> Option<CloseCode> {
+    let mut buf = BytesMut::new();
+    let read_all = async { while s.read_buf(&mut buf).await.unwrap_or(0) > 0 {} };
+    tokio::time::timeout(WAIT, read_all)
+        .await
+        .expect("node closes the connection");
+    let mut dec = FrameDecoder::new(1 << 20);
+    let mut code = None;
+    while let Ok(Some(f)) = dec.decode(&mut buf) {
+        if f.kind == FrameKind::Close {
+            code = Some(busway_core::control::Close::decode(&f.body).code);
+        }
+    }
+    code
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn garbage_instead_of_a_handshake() {
+    let mut fx = fixture().await;
+    let mut s = TcpStream::connect(fx.addr).await.unwrap();
+    s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    assert_eq!(closed_by_node(&mut s).await, Some(CloseCode::ProtocolError));
+    let reason = fx.rejected().await;
+    assert!(reason.contains("unknown frame kind"), "{reason}");
+    assert!(fx.stats().handshake_failures >= 1);
+    fx.still_works().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hello_without_the_secret() {
+    let mut fx = fixture().await;
+    let mut s = TcpStream::connect(fx.addr).await.unwrap();
+    let hs = Handshake::new(
+        Role::Dialer,
+        local_hello(BusId(7), 7, now_ms(), [7; 16], vec![]),
+        None,
+    );
+    s.write_all(&hs.hello_frame()).await.unwrap();
+    closed_by_node(&mut s).await;
+    let reason = fx.rejected().await;
+    assert!(reason.contains("requires a shared secret"), "{reason}");
+    fx.still_works().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forged_proof() {
+    let mut fx = fixture().await;
+    let mut s = TcpStream::connect(fx.addr).await.unwrap();
+    let wrong = Secret::new("not-the-secret-at-all-000").unwrap();
+    let mut hs = Handshake::new(
+        Role::Dialer,
+        local_hello(BusId(7), 7, now_ms(), [8; 16], vec![]),
+        Some(wrong),
+    );
+    s.write_all(&hs.hello_frame()).await.unwrap();
+    // Answer the node's HELLO with an AUTH whose proof uses the wrong secret.
+    let mut buf = BytesMut::new();
+    let mut dec = FrameDecoder::new(HANDSHAKE_BODY_LEN_MAX);
+    let auth = loop {
+        if let Some(f) = dec.decode(&mut buf).unwrap() {
+            if let Ok(Step::SendAuth(a)) = hs.handle_frame(&f, now_ms(), &mut NonceCache::default())
+            {
+                break a;
+            }
+        } else {
+            assert!(s.read_buf(&mut buf).await.unwrap() > 0);
+        }
+    };
+    s.write_all(&auth).await.unwrap();
+    closed_by_node(&mut s).await;
+    let reason = fx.rejected().await;
+    assert!(reason.contains("authentication failed"), "{reason}");
+    assert!(fx.stats().auth_failures >= 1);
+    fx.still_works().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_timestamp() {
+    let mut fx = fixture().await;
+    let mut s = TcpStream::connect(fx.addr).await.unwrap();
+    let old = local_hello(BusId(7), 7, now_ms() - 3_600_000, [9; 16], vec![]);
+    let hs = Handshake::new(Role::Dialer, old, Some(Secret::new(SECRET).unwrap()));
+    s.write_all(&hs.hello_frame()).await.unwrap();
+    closed_by_node(&mut s).await;
+    let reason = fx.rejected().await;
+    assert!(reason.contains("stale handshake"), "{reason}");
+    fx.still_works().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_frame_kind_after_the_handshake() {
+    let mut fx = fixture().await;
+    let mut s = authenticated(fx.addr, 9).await;
+    assert!(fx.node.wait_for_peer(BusId(9), WAIT).await);
+    s.write_all(&[0x7e, 0, 0, 0, 0, 0, 0, 0]).await.unwrap();
+    closed_by_node(&mut s).await;
+    let reason = fx.down(9).await;
+    assert!(reason.contains("unknown frame kind 0x7e"), "{reason}");
+    assert!(fx.stats().protocol_errors >= 1);
+    fx.still_works().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_checksum() {
+    let mut fx = fixture().await;
+    let mut s = authenticated(fx.addr, 9).await;
+    assert!(fx.node.wait_for_peer(BusId(9), WAIT).await);
+    let good = frame_bytes(FrameKind::Data, b"fine");
+    let mut bad = frame_bytes(FrameKind::Data, b"flipped").to_vec();
+    *bad.last_mut().unwrap() ^= 1;
+    s.write_all(&good).await.unwrap();
+    s.write_all(&bad).await.unwrap();
+    closed_by_node(&mut s).await;
+    let reason = fx.down(9).await;
+    assert!(
+        reason.contains("checksum mismatch") && reason.contains("at stream offset"),
+        "{reason}"
+    );
+    assert!(fx.stats().checksum_failures >= 1);
+    // The good frame before the bad one was delivered, nothing after it.
+    let m = fx.inbox.recv().await.unwrap();
+    assert_eq!((m.src, m.payload.as_ref()), (BusId(9), &b"fine"[..]));
+    fx.still_works().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oversize_frame_is_refused_from_its_header() {
+    let mut fx = fixture().await;
+    let mut s = authenticated(fx.addr, 9).await;
+    assert!(fx.node.wait_for_peer(BusId(9), WAIT).await);
+    // Only the header of a 16 MiB frame: the node must refuse it without waiting for the body.
+    let word0 = (FrameKind::Data as u32) | (((16 << 20) - 1) << 8);
+    let mut header = [0u8; HEADER_LEN];
+    header[..4].copy_from_slice(&word0.to_le_bytes());
+    s.write_all(&header).await.unwrap();
+    closed_by_node(&mut s).await;
+    let reason = fx.down(9).await;
+    assert!(reason.contains("over the 4194304-byte limit"), "{reason}");
+    assert!(fx.stats().oversize_frames >= 1);
+    fx.still_works().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_malformed_batch_and_a_second_hello() {
+    let mut fx = fixture().await;
+    let mut s = authenticated(fx.addr, 9).await;
+    assert!(fx.node.wait_for_peer(BusId(9), WAIT).await);
+    // An entry declares 200 bytes where 3 follow: checksum fine, content wrong.
+    let body = [200u8, 0, 1, 2, 3];
+    let mut frame = encode_header(FrameKind::DataBatch, &body).to_vec();
+    frame.extend_from_slice(&body);
+    s.write_all(&frame).await.unwrap();
+    closed_by_node(&mut s).await;
+    let reason = fx.down(9).await;
+    assert!(
+        reason.contains("DATA_BATCH entry 0") && reason.contains("200 bytes declared"),
+        "{reason}"
+    );
+
+    let mut s = authenticated(fx.addr, 10).await;
+    assert!(fx.node.wait_for_peer(BusId(10), WAIT).await);
+    let hs = Handshake::new(
+        Role::Dialer,
+        local_hello(BusId(10), 10, now_ms(), [3; 16], vec![]),
+        None,
+    );
+    s.write_all(&hs.hello_frame()).await.unwrap();
+    closed_by_node(&mut s).await;
+    let reason = fx.down(10).await;
+    assert!(
+        reason.contains("Hello frame after the handshake"),
+        "{reason}"
+    );
+    fx.still_works().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_connection_times_out_in_the_handshake() {
+    let secret = Secret::new(SECRET).unwrap();
+    let mut c = config(1).secret(secret).listen(listen_addr("tcp4"));
+    c.handshake_timeout_ms = 200;
+    let node = start(c).await;
+    let mut events = node.take_events().unwrap();
+    let busway::Addr::Tcp(addr) = node.listen_addrs()[0].clone() else {
+        unreachable!()
+    };
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    closed_by_node(&mut s).await;
+    let reason = wait_event(&mut events, |e| match e {
+        Event::Rejected { reason, .. } => Some(reason.clone()),
+        _ => None,
+    })
+    .await;
+    assert!(
+        reason.contains("handshake not complete within 200 ms"),
+        "{reason}"
+    );
+    node.shutdown().await;
+}

@@ -1,0 +1,248 @@
+//! The contract every transport keeps, run against each of them (tcp4, tcp6, unix): the same
+//! node-level behaviour whatever carries the bytes.
+
+mod common;
+
+use busway::{BusId, DownReason, Event, SendError};
+use bytes::Bytes;
+use common::*;
+
+async fn for_each_transport<F, Fut>(test: F)
+where
+    F: Fn(&'static str) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    for t in transports() {
+        tokio::time::timeout(WAIT * 3, test(t))
+            .await
+            .unwrap_or_else(|_| panic!("{t}: test timed out"));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_arrive_in_order_both_ways_with_their_source() {
+    for_each_transport(|t| async move {
+        let (a, b) = pair(t, config(1), config(2)).await;
+        let mut ia = a.take_inbox().unwrap();
+        let mut ib = b.take_inbox().unwrap();
+        let n = 20_000u32;
+        for i in 0..n {
+            b.send(BusId(1), Bytes::from(i.to_le_bytes().to_vec()))
+                .await
+                .unwrap();
+        }
+        let batch: Vec<Vec<u8>> = (0..n).map(|i| i.to_le_bytes().to_vec()).collect();
+        a.send_batch(BusId(2), &batch).await.unwrap();
+        for i in 0..n {
+            let m = ia.recv().await.unwrap();
+            assert_eq!(m.src, BusId(2), "{t}");
+            assert_eq!(m.payload.as_ref(), &i.to_le_bytes(), "{t}: message {i}");
+        }
+        let mut next = 0u32;
+        while next < n {
+            let batch = ib.recv_batch().await.unwrap();
+            assert_eq!(batch.src(), BusId(1));
+            for p in batch.iter() {
+                assert_eq!(p, &next.to_le_bytes(), "{t}");
+                next += 1;
+            }
+        }
+        a.shutdown().await;
+        b.shutdown().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_and_empty_payloads_arrive_whole() {
+    for_each_transport(|t| async move {
+        let (a, b) = pair(t, config(1), config(2)).await;
+        let mut ia = a.take_inbox().unwrap();
+        let sizes = [0usize, 1, 2048, 2049, 65_535, 65_536, 1 << 20, 4 << 20];
+        for (i, &n) in sizes.iter().enumerate() {
+            b.send(BusId(1), Bytes::from(vec![i as u8; n]))
+                .await
+                .unwrap();
+        }
+        for (i, &n) in sizes.iter().enumerate() {
+            let m = ia.recv().await.unwrap();
+            assert_eq!(m.payload.len(), n, "{t}");
+            assert!(m.payload.iter().all(|&x| x == i as u8), "{t}");
+        }
+        let too_big = Bytes::from(vec![0u8; (4 << 20) + 1]);
+        assert!(matches!(
+            b.send(BusId(1), too_big).await,
+            Err(SendError::TooLarge { .. })
+        ));
+        a.shutdown().await;
+        b.shutdown().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_that_shuts_down_is_reported_and_unreachable() {
+    for_each_transport(|t| async move {
+        let (a, b) = pair(t, config(1), config(2)).await;
+        let mut ea = a.take_events().unwrap();
+        b.shutdown().await;
+        let reason = wait_event(&mut ea, |e| match e {
+            Event::PeerDown { peer, reason, .. } if *peer == BusId(2) => Some(reason.clone()),
+            _ => None,
+        })
+        .await;
+        assert!(
+            matches!(reason, DownReason::ClosedByPeer(_)),
+            "{t}: {reason}"
+        );
+        assert_eq!(
+            a.try_send(BusId(2), Bytes::from_static(b"x")),
+            Err(SendError::NoRoute(BusId(2)))
+        );
+        a.shutdown().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_secret_is_refused_and_the_right_one_admitted() {
+    for_each_transport(|t| async move {
+        let secret = |s: &str| busway::Secret::new(s).unwrap();
+        let a = start(
+            config(1)
+                .secret(secret("right-secret-0123456789"))
+                .listen(listen_addr(t)),
+        )
+        .await;
+        let mut ea = a.take_events().unwrap();
+        let addr = a.listen_addrs()[0].clone();
+        let bad = start(
+            config(2)
+                .secret(secret("wrong-secret-0123456789"))
+                .connect(addr.clone()),
+        )
+        .await;
+        let reason = wait_event(&mut ea, |e| match e {
+            Event::Rejected { reason, .. } => Some(reason.clone()),
+            _ => None,
+        })
+        .await;
+        assert!(reason.contains("authentication failed"), "{t}: {reason}");
+        assert!(a.stats().auth_failures >= 1);
+        assert!(a.peers().is_empty());
+        bad.shutdown().await;
+        let good = start(
+            config(3)
+                .secret(secret("right-secret-0123456789"))
+                .connect(addr),
+        )
+        .await;
+        assert!(a.wait_for_peer(BusId(3), WAIT).await, "{t}");
+        good.shutdown().await;
+        a.shutdown().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn try_send_reports_full_and_send_waits_for_room() {
+    for_each_transport(|t| async move {
+        let mut cb = config(2);
+        cb.send_queue_bytes_max = 64 << 10;
+        cb.frame_body_max = 32 << 10;
+        let mut ca = config(1);
+        ca.inbox_bytes_max = 64 << 10;
+        ca.frame_body_max = 32 << 10;
+        let (a, b) = pair(t, ca, cb).await;
+        let mut ia = a.take_inbox().unwrap();
+        // Nobody reads: the inbox, the sockets and then the queue fill up.
+        let payload = Bytes::from(vec![1u8; 16 << 10]);
+        let mut sent = 0u64;
+        loop {
+            match b.try_send(BusId(1), payload.clone()) {
+                Ok(()) => sent += 1,
+                Err(SendError::Full(id)) => {
+                    assert_eq!(id, BusId(1));
+                    break;
+                }
+                Err(e) => panic!("{t}: {e}"),
+            }
+            if sent % 64 == 0 {
+                tokio::task::yield_now().await;
+            }
+            assert!(sent < 1_000_000, "{t}: the queue never filled");
+        }
+        // A waiting send completes once the application reads.
+        let b2 = b.clone();
+        let p2 = payload.clone();
+        let waiter = tokio::spawn(async move { b2.send(BusId(1), p2).await });
+        for _ in 0..=sent {
+            ia.recv().await.unwrap();
+        }
+        waiter.await.unwrap().unwrap();
+        a.shutdown().await;
+        b.shutdown().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_incarnation_of_a_connected_id_is_reported_not_swapped_in() {
+    for_each_transport(|t| async move {
+        let (a, b) = pair(t, config(1), config(2)).await;
+        let mut ea = a.take_events().unwrap();
+        let twin = start(config(2).connect(a.listen_addrs()[0].clone())).await;
+        let reason = wait_event(&mut ea, |e| match e {
+            Event::Rejected { reason, .. } => Some(reason.clone()),
+            _ => None,
+        })
+        .await;
+        assert!(reason.contains("another incarnation"), "{t}: {reason}");
+        let up = a.peers();
+        assert_eq!(up.len(), 1);
+        assert_eq!(
+            up[0].incarnation,
+            b.incarnation(),
+            "{t}: the first link stays"
+        );
+        twin.shutdown().await;
+        a.shutdown().await;
+        b.shutdown().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_ids_fail_fast_and_self_sends_are_delivered() {
+    let a = start(config(1).listen(listen_addr("tcp4"))).await;
+    let mut ia = a.take_inbox().unwrap();
+    assert_eq!(
+        a.try_send(BusId(99), Bytes::new()),
+        Err(SendError::NoRoute(BusId(99)))
+    );
+    assert_eq!(
+        a.send(BusId(99), Bytes::new()).await,
+        Err(SendError::NoRoute(BusId(99)))
+    );
+    a.send(BusId(1), Bytes::from_static(b"me")).await.unwrap();
+    let m = ia.recv().await.unwrap();
+    assert_eq!((m.src, m.payload.as_ref()), (BusId(1), &b"me"[..]));
+    a.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dialer_keeps_retrying_until_the_listener_appears() {
+    let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = probe.local_addr().unwrap();
+    drop(probe);
+    let b = start(config(2).connect(format!("tcp://{addr}").parse().unwrap())).await;
+    let mut eb = b.take_events().unwrap();
+    wait_event(&mut eb, |e| {
+        matches!(e, Event::DialFailed { .. }).then_some(())
+    })
+    .await;
+    let a = start(config(1).listen(format!("tcp://{addr}").parse().unwrap())).await;
+    assert!(b.wait_for_peer(BusId(1), WAIT).await);
+    a.shutdown().await;
+    b.shutdown().await;
+}
