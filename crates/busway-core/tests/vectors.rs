@@ -47,9 +47,13 @@ fn check(name: &str, bytes: &[u8]) {
         std::fs::write(&path, to_hex(bytes)).unwrap();
         return;
     }
-    let want = std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    assert_eq!(from_hex(&want), bytes, "vector {name} differs from {}", path.display());
+    let want = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    assert_eq!(
+        from_hex(&want),
+        bytes,
+        "vector {name} differs from {}",
+        path.display()
+    );
 }
 
 fn dialer_hello() -> Hello {
@@ -70,7 +74,10 @@ fn listener_hello() -> Hello {
         0x5555_6666_7777_8888,
         NOW_MS + 5,
         *b"fedcba9876543210",
-        vec!["unix:///run/busway/b.sock".into(), "tcp://[::1]:7001".into()],
+        vec![
+            "unix:///run/busway/b.sock".into(),
+            "tcp://[::1]:7001".into(),
+        ],
     );
     h.auth = true;
     h.host_id = b"host-b".to_vec();
@@ -80,7 +87,10 @@ fn listener_hello() -> Hello {
 
 fn decode_one(bytes: &[u8]) -> busway_core::Frame {
     let mut buf = BytesMut::from(bytes);
-    let f = FrameDecoder::new(1 << 20).decode(&mut buf).unwrap().unwrap();
+    let f = FrameDecoder::new(1 << 20)
+        .decode(&mut buf)
+        .unwrap()
+        .unwrap();
     assert!(buf.is_empty());
     f
 }
@@ -107,12 +117,21 @@ fn data_frames() {
 
 #[test]
 fn control_frames() {
-    check("ping-0102030405060708", &ping_frame(FrameKind::Ping, 0x0102_0304_0506_0708));
-    check("pong-0102030405060708", &ping_frame(FrameKind::Pong, 0x0102_0304_0506_0708));
+    check(
+        "ping-0102030405060708",
+        &ping_frame(FrameKind::Ping, 0x0102_0304_0506_0708),
+    );
+    check(
+        "pong-0102030405060708",
+        &ping_frame(FrameKind::Pong, 0x0102_0304_0506_0708),
+    );
     let close = Close::frame(CloseCode::ProtocolError, "bad frame");
     check("close-protocol-error", &close);
     let c = Close::decode(&decode_one(&close).body);
-    assert_eq!((c.code, c.reason.as_str()), (CloseCode::ProtocolError, "bad frame"));
+    assert_eq!(
+        (c.code, c.reason.as_str()),
+        (CloseCode::ProtocolError, "bad frame")
+    );
 }
 
 #[test]
@@ -121,7 +140,10 @@ fn handshake_frames() {
     let l = frame_bytes(FrameKind::Hello, &listener_hello().encode());
     check("hello-dialer", &d);
     check("hello-listener", &l);
-    assert_eq!(Hello::decode(&decode_one(&l).body).unwrap(), listener_hello());
+    assert_eq!(
+        Hello::decode(&decode_one(&l).body).unwrap(),
+        listener_hello()
+    );
 
     // AUTH of each side over the two HELLOs above, with the shared secret.
     let secret = Secret::new(SECRET).unwrap();
