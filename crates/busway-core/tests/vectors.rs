@@ -150,7 +150,7 @@ fn handshake_frames() {
     let mut dialer = Handshake::new(Role::Dialer, dialer_hello(), Some(secret.clone()));
     let mut listener = Handshake::new(Role::Listener, listener_hello(), Some(secret));
     // Handshake::new draws nothing at random: the HELLO frames are the vectors above.
-    assert_eq!(dialer.hello_frame(), Bytes::from(d.clone()));
+    assert_eq!(dialer.hello_frame(), d);
     let auth_of = |hs: &mut Handshake, peer: &Bytes| match hs
         .handle_frame(&decode_one(peer), NOW_MS, &mut NonceCache::default())
         .unwrap()
