@@ -16,6 +16,11 @@ impl Sizes {
         }
     }
 
+    /// The next `n` sizes.
+    pub(crate) fn pool(mut self, n: usize) -> Vec<usize> {
+        (0..n).map(|_| self.next_size()).collect()
+    }
+
     pub(crate) fn next_size(&mut self) -> usize {
         self.state ^= self.state << 13;
         self.state ^= self.state >> 7;

@@ -18,8 +18,10 @@ const RAW_BATCH_BYTES: usize = 256 << 10;
 const RAW_READ_BYTES: usize = 256 << 10;
 /// Messages a busway sender hands over per `send_batch` call (and between looks at the clock).
 const SEND_BATCH_MSGS: usize = 256;
+/// Message sizes drawn ahead of a run and cycled through.
+const SIZE_POOL_LEN: usize = 4096;
 /// Bytes a busway sender queues before it lets the link's writer run.
-const YIELD_EVERY_BYTES: usize = 256 << 10;
+const YIELD_EVERY_BYTES: usize = 1024 << 10;
 /// How long a sender waits for its link to come up.
 const CONNECT_WAIT: Duration = Duration::from_secs(10);
 const SENDER_ID: BusId = BusId(1);
@@ -116,18 +118,23 @@ async fn bus_send(args: &WorkerArgs) -> Result<Report, String> {
         return Err(format!("no link to the receiver at {}", args.addr));
     }
     let base = Bytes::from(vec![0x5Au8; args.size_max]);
-    let mut sizes = Sizes::new(args.size_min, args.size_max);
+    // Sizes are drawn before the clock starts, as the raw baseline's are: the generator is not
+    // part of what is measured.
+    let pool = Sizes::new(args.size_min, args.size_max).pool(SIZE_POOL_LEN);
+    let mut next = pool.iter().copied().cycle();
     let (mut msgs, mut bytes) = (0u64, 0u64);
     let mut batch: Vec<&[u8]> = Vec::with_capacity(SEND_BATCH_MSGS);
     let mut since_yield = 0usize;
     let start = Instant::now();
     let until = Duration::from_secs_f64(args.duration);
     while start.elapsed() < until {
+        let mut batch_bytes = 0;
         for _ in 0..SEND_BATCH_MSGS {
-            let n = sizes.next_size();
+            let n = next.next().unwrap_or(args.size_min);
             batch.push(&base[..n]);
-            since_yield += n;
+            batch_bytes += n;
         }
+        since_yield += batch_bytes;
         if args.api == "batch" {
             node.send_batch(RECEIVER_ID, &batch)
                 .await
@@ -140,7 +147,7 @@ async fn bus_send(args: &WorkerArgs) -> Result<Report, String> {
             }
         }
         msgs += batch.len() as u64;
-        bytes += batch.iter().map(|p| p.len() as u64).sum::<u64>();
+        bytes += batch_bytes as u64;
         batch.clear();
         // On a shared loop the writer runs only when the application yields: hand it the
         // queued bytes in cache-sized pieces.
