@@ -76,8 +76,14 @@ pub(crate) fn describe(ev: &Event) -> String {
         Event::PeerDown {
             peer,
             reason,
-            unsent,
-        } => format!("peer {peer} down: {reason} ({unsent} unsent)"),
+            unacked,
+        } => format!("peer {peer} down: {reason} ({unacked} unacknowledged, kept)"),
+        Event::Undeliverable { peer, seqs, reason } => format!(
+            "{} messages to {peer} undeliverable (numbers {}..{}): {reason}",
+            seqs.end - seqs.start,
+            seqs.start,
+            seqs.end
+        ),
         Event::Rejected { addr, reason } => format!("rejected {addr}: {reason}"),
         Event::DialFailed { addr, reason } => format!("dial {addr} failed: {reason} (retrying)"),
     }

@@ -56,7 +56,7 @@ pub(crate) async fn run(args: SendArgs) -> Result<ExitCode, String> {
             let text = Bytes::from(args.text.unwrap_or_default());
             bytes += text.len() as u64;
             sent += 1;
-            node.send(args.to, text).await
+            node.send(args.to, text).await.map(drop)
         }
         Some(n) => {
             let filler = vec![0xA5u8; args.size - SEQ_LEN];

@@ -81,7 +81,12 @@ pub fn ping_frame(kind: FrameKind, token: u64) -> Bytes {
     frame_bytes(kind, &token.to_le_bytes())
 }
 
-/// Reads a PING or PONG token.
+/// An ACK frame: the receiver has every message below `next_expected` (cumulative).
+pub fn ack_frame(next_expected: u64) -> Bytes {
+    frame_bytes(FrameKind::Ack, &next_expected.to_le_bytes())
+}
+
+/// Reads a PING or PONG token, or an ACK's number.
 pub fn decode_token(body: &[u8]) -> Option<u64> {
     Some(u64::from_le_bytes(body.try_into().ok()?))
 }

@@ -438,10 +438,11 @@ impl NonceCache {
 /// What the caller must do after feeding a frame to [`Handshake::handle_frame`].
 #[derive(Debug)]
 pub enum Step {
-    /// Send this AUTH frame, then keep feeding frames.
-    SendAuth(Bytes),
+    /// The peer introduced itself (checked). Decide where the sequence numbers resume for this
+    /// peer and incarnation, send [`Handshake::auth_frame`], then keep feeding frames.
+    PeerHello(Box<Hello>),
     /// The peer is authenticated.
-    Established(Established),
+    Established(Box<Established>),
 }
 
 /// The result of a successful handshake.
@@ -449,6 +450,8 @@ pub enum Step {
 pub struct Established {
     pub peer: Hello,
     pub peer_auth: Auth,
+    /// What this side announced.
+    pub own_auth: Auth,
 }
 
 #[derive(Debug)]
@@ -467,7 +470,8 @@ pub struct Handshake {
     local_body: Vec<u8>,
     secret: Option<Secret>,
     clock_skew_max_ms: u64,
-    resume: (u64, u64),
+    /// The AUTH this side sent, once sent.
+    own_auth: Option<Auth>,
     state: State,
 }
 
@@ -482,7 +486,7 @@ impl Handshake {
             local_body,
             secret,
             clock_skew_max_ms: DEFAULT_CLOCK_SKEW_MAX_MS,
-            resume: (0, 0),
+            own_auth: None,
             state: State::AwaitHello,
         }
     }
@@ -492,9 +496,27 @@ impl Handshake {
         self.clock_skew_max_ms = ms;
     }
 
-    /// The sequence numbers this side announces in its AUTH (see [`Auth`]).
-    pub fn set_resume(&mut self, next_send_seq: u64, next_expected_seq: u64) {
-        self.resume = (next_send_seq, next_expected_seq);
+    /// The AUTH frame to send after [`Step::PeerHello`]: where this side resumes its sequence
+    /// numbers (see [`Auth`]) and, with a secret, its proof.
+    ///
+    /// # Panics
+    /// If called before the peer's HELLO was accepted.
+    pub fn auth_frame(&mut self, next_send_seq: u64, next_expected_seq: u64) -> Bytes {
+        let State::AwaitAuth { peer_body, .. } = &self.state else {
+            panic!("auth_frame before the peer's HELLO");
+        };
+        let mut auth = Auth {
+            next_send_seq,
+            next_expected_seq,
+            proof: None,
+        };
+        if let Some(secret) = &self.secret {
+            let mac = secret.mac(self.role, &self.local_body, peer_body, &auth);
+            auth.proof = Some(mac.finalize().into_bytes().into());
+        }
+        let frame = frame_bytes(FrameKind::Auth, &auth.encode());
+        self.own_auth = Some(auth);
+        frame
     }
 
     /// The HELLO frame to send first.
@@ -516,22 +538,13 @@ impl Handshake {
             (State::AwaitHello, FrameKind::Hello) => {
                 let peer = Hello::decode(&frame.body)?;
                 self.check_hello(&peer, now_ms, nonces)?;
-                let mut auth = Auth {
-                    next_send_seq: self.resume.0,
-                    next_expected_seq: self.resume.1,
-                    proof: None,
-                };
-                if let Some(secret) = &self.secret {
-                    let mac = secret.mac(self.role, &self.local_body, &frame.body, &auth);
-                    auth.proof = Some(mac.finalize().into_bytes().into());
-                }
                 self.state = State::AwaitAuth {
-                    peer,
+                    peer: peer.clone(),
                     peer_body: frame.body.to_vec(),
                 };
-                Ok(Step::SendAuth(frame_bytes(FrameKind::Auth, &auth.encode())))
+                Ok(Step::PeerHello(Box::new(peer)))
             }
-            (State::AwaitAuth { .. }, FrameKind::Auth) => {
+            (State::AwaitAuth { .. }, FrameKind::Auth) if self.own_auth.is_some() => {
                 let peer_auth = Auth::decode(&frame.body)?;
                 let State::AwaitAuth { peer, peer_body } =
                     std::mem::replace(&mut self.state, State::Done)
@@ -545,7 +558,12 @@ impl Handshake {
                         .verify_slice(&proof)
                         .map_err(|_| HandshakeError::BadProof)?;
                 }
-                Ok(Step::Established(Established { peer, peer_auth }))
+                let own_auth = self.own_auth.clone().expect("guarded above");
+                Ok(Step::Established(Box::new(Established {
+                    peer,
+                    peer_auth,
+                    own_auth,
+                })))
             }
             (state, kind) => Err(HandshakeError::UnexpectedFrame {
                 kind,
@@ -663,7 +681,9 @@ mod tests {
         let ra = a.handle_frame(&frame(&hb), NOW, &mut na);
         let rb = b.handle_frame(&frame(&ha), NOW, &mut nb);
         let (auth_a, auth_b) = match (ra, rb) {
-            (Ok(Step::SendAuth(fa)), Ok(Step::SendAuth(fb))) => (fa, fb),
+            (Ok(Step::PeerHello(_)), Ok(Step::PeerHello(_))) => {
+                (a.auth_frame(0, 0), b.auth_frame(0, 0))
+            }
             (ra, rb) => {
                 let err = |r: Result<Step, HandshakeError>| match r {
                     Err(e) => e,
@@ -673,7 +693,7 @@ mod tests {
             }
         };
         let fin = |r: Result<Step, HandshakeError>| match r {
-            Ok(Step::Established(e)) => Ok(e),
+            Ok(Step::Established(e)) => Ok(*e),
             Ok(other) => panic!("unexpected {other:?}"),
             Err(e) => Err(e),
         };

@@ -15,6 +15,7 @@ pub mod frame;
 pub mod fuzzing;
 pub mod handshake;
 pub mod id;
+pub mod outbox;
 
 pub use frame::{DecodeError, Frame, FrameDecoder, FrameKind};
 pub use id::BusId;

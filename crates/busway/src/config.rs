@@ -37,6 +37,14 @@ pub struct NodeConfig {
     pub handshake_timeout_ms: u64,
     /// Time a closing link waits for the peer to read everything and close, in milliseconds.
     pub linger_ms: u64,
+    /// Interval between PINGs; a peer silent for 3 intervals is declared down.
+    pub heartbeat_interval_ms: u64,
+    /// How long a peer may stay down before its unacknowledged messages are reported
+    /// undeliverable (and sends to it fail at once until it is back).
+    pub peer_dead_after_ms: u64,
+    /// First delay before redialing a link that dropped (doubling up to
+    /// `DIAL_BACKOFF_MAX_MS`), in milliseconds.
+    pub dial_backoff_min_ms: u64,
     /// Largest accepted clock difference in an authenticated handshake, in milliseconds.
     pub clock_skew_max_ms: u64,
 }
@@ -57,6 +65,9 @@ impl NodeConfig {
             handshake_timeout_ms: DEFAULT_HANDSHAKE_TIMEOUT_MS,
             linger_ms: DEFAULT_LINGER_MS,
             clock_skew_max_ms: DEFAULT_CLOCK_SKEW_MAX_MS,
+            heartbeat_interval_ms: DEFAULT_HEARTBEAT_INTERVAL_MS,
+            dial_backoff_min_ms: DIAL_BACKOFF_MIN_MS,
+            peer_dead_after_ms: DEFAULT_PEER_DEAD_AFTER_MS,
         }
     }
 
@@ -103,6 +114,15 @@ impl NodeConfig {
         }
         if self.io_threads == IoThreads::Dedicated(0) {
             return Err("io_threads must be at least 1".into());
+        }
+        if self.dial_backoff_min_ms > DIAL_BACKOFF_MAX_MS {
+            return Err(format!(
+                "dial_backoff_min_ms ({}) must be at most {DIAL_BACKOFF_MAX_MS}",
+                self.dial_backoff_min_ms
+            ));
+        }
+        if self.heartbeat_interval_ms == 0 {
+            return Err("heartbeat_interval_ms must be above 0".into());
         }
         if self.handshake_timeout_ms == 0 {
             return Err("handshake_timeout_ms must be above 0".into());

@@ -14,6 +14,8 @@ pub enum DownReason {
     ProtocolError(String),
     /// The socket failed.
     Io(String),
+    /// The peer went silent past the heartbeat limit.
+    Timeout(String),
 }
 
 impl fmt::Display for DownReason {
@@ -23,6 +25,7 @@ impl fmt::Display for DownReason {
             Self::ClosedByPeer(r) => write!(f, "closed by the peer: {r}"),
             Self::ProtocolError(r) => write!(f, "protocol error: {r}"),
             Self::Io(r) => write!(f, "i/o error: {r}"),
+            Self::Timeout(r) => write!(f, "timed out: {r}"),
         }
     }
 }
@@ -38,11 +41,19 @@ pub enum Event {
         incarnation: u64,
         addr: String,
     },
-    /// A peer's link went down. `unsent` messages were still queued for it and are dropped.
+    /// A peer's link went down. `unacked` messages to it are kept: they are written again
+    /// when a link to the same incarnation is back, or reported `Undeliverable` at the
+    /// deadline (`peer_dead_after_ms`).
     PeerDown {
         peer: BusId,
         reason: DownReason,
-        unsent: u64,
+        unacked: u64,
+    },
+    /// busway gave up on messages `seqs` (numbers as returned by `send`) to `peer`.
+    Undeliverable {
+        peer: BusId,
+        seqs: std::ops::Range<u64>,
+        reason: String,
     },
     /// A connection was refused before or during the handshake (bad handshake, failed
     /// authentication, duplicate id); `addr` is the remote address.

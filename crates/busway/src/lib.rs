@@ -25,7 +25,7 @@ mod io_loops;
 pub mod limits;
 mod link;
 mod node;
-mod send_queue;
+mod peer;
 mod stats;
 mod transport;
 

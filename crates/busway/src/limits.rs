@@ -12,28 +12,27 @@ pub const READ_CHUNK_MIN_BYTES: usize = 64 << 10;
 /// Largest room a reader offers to one `read` call, in bytes: reads grow toward it while they
 /// come back full (a busy link), and shrink back when they do not.
 pub const READ_CHUNK_MAX_BYTES: usize = 1 << 20;
-/// Payloads up to this many bytes are copied into the link's write buffer; larger ones are
-/// written from their own buffer with `writev`, without a copy.
-pub const COPY_PAYLOAD_BYTES_MAX: usize = 2 << 10;
-/// Largest body of one DATA_BATCH frame a sender builds, in bytes: big enough that its header
-/// and check cost nothing per message, small enough that a receiver checks it while it is still
-/// in cache.
-pub const BATCH_BODY_BYTES_MAX: usize = 64 << 10;
+pub use busway_core::outbox::{BATCH_BODY_BYTES_MAX, COPY_PAYLOAD_BYTES_MAX};
 /// Most buffers handed to one `writev` call.
 pub const WRITEV_SEGMENTS_MAX: usize = 64;
 /// Default time a handshake may take, in milliseconds.
 pub const DEFAULT_HANDSHAKE_TIMEOUT_MS: u64 = 5_000;
 /// Default time a closing link waits for the peer to finish, in milliseconds.
 pub const DEFAULT_LINGER_MS: u64 = 30_000;
-/// First and largest delay between two dial attempts, in milliseconds.
+/// Default first delay, and largest delay, between two dial attempts, in milliseconds.
 pub const DIAL_BACKOFF_MIN_MS: u64 = 50;
 pub const DIAL_BACKOFF_MAX_MS: u64 = 5_000;
+/// Default interval between two PINGs on an idle or busy link, in milliseconds.
+pub const DEFAULT_HEARTBEAT_INTERVAL_MS: u64 = 1_000;
+/// Heartbeat intervals without any byte from the peer before its link is declared down.
+pub const HEARTBEAT_MISSES_MAX: u64 = 3;
+/// Default time a peer may stay down before busway gives up on the messages it holds for it,
+/// in milliseconds.
+pub const DEFAULT_PEER_DEAD_AFTER_MS: u64 = 30_000;
 /// Events that may wait for the application; past it events are dropped and counted in
 /// `Stats::events_dropped` (the node never blocks on a slow event reader).
 pub const EVENT_QUEUE_LEN_MAX: usize = 4_096;
 
-const _: () = assert!(COPY_PAYLOAD_BYTES_MAX <= busway_core::frame::BATCH_ENTRY_LEN_MAX);
-const _: () = assert!(COPY_PAYLOAD_BYTES_MAX + 2 <= BATCH_BODY_BYTES_MAX);
 const _: () = assert!(READ_CHUNK_MIN_BYTES <= READ_CHUNK_MAX_BYTES);
 const _: () = assert!(DIAL_BACKOFF_MIN_MS <= DIAL_BACKOFF_MAX_MS);
 const _: () = assert!(busway_core::frame::DEFAULT_BODY_LEN_MAX <= DEFAULT_SEND_QUEUE_BYTES_MAX);

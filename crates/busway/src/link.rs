@@ -6,17 +6,19 @@
 
 use crate::event::{DownReason, Event};
 use crate::inbox::MessageBatch;
+use crate::limits::HEARTBEAT_MISSES_MAX;
 use crate::limits::{READ_CHUNK_MAX_BYTES, READ_CHUNK_MIN_BYTES, WRITEV_SEGMENTS_MAX};
 use crate::node::Shared;
-use crate::send_queue::{SendQueue, Take};
+use crate::peer::{Peer, Take};
 use crate::stats::bump;
 use crate::transport::{StdStream, Stream};
-use busway_core::control::{decode_token, ping_frame, Close, CloseCode};
+use busway_core::control::{ack_frame, decode_token, ping_frame, Close, CloseCode};
 use busway_core::frame::{for_each_batch_entry, HANDSHAKE_BODY_LEN_MAX, HEADER_LEN};
 use busway_core::handshake::{Established, Handshake, HandshakeError, Role, Step};
 use busway_core::{BusId, DecodeError, FrameDecoder, FrameKind};
 use bytes::{Buf, Bytes, BytesMut};
 use std::io::{self, IoSlice};
+use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;
@@ -109,10 +111,10 @@ where
             return Outcome::NeverUp;
         }
     };
-    let peer = established.peer.bus_id;
-    let queue = Arc::new(SendQueue::new(shared.config.send_queue_bytes_max));
-    let link_id = match shared.register_peer(&established, &remote, queue.clone()) {
-        Ok(id) => id,
+    let id = established.peer.bus_id;
+    let link_id = shared.next_link_id();
+    let peer = match shared.attach_peer(&established, &remote, link_id) {
+        Ok(p) => p,
         Err(reason) => {
             bump(&shared.counters.handshake_failures);
             let _ = w
@@ -125,31 +127,23 @@ where
             return Outcome::NeverUp;
         }
     };
-    tracing::debug!(%peer, %remote, "link up");
+    tracing::debug!(peer = %id, %remote, "link up");
     shared.emit(Event::PeerUp {
-        peer,
+        peer: id,
         incarnation: established.peer.incarnation,
         addr: remote,
     });
     dec.set_body_len_max(shared.config.frame_body_max);
-    let reason = run_up(&shared, peer, &queue, &mut r, &mut w, &mut buf, &mut dec).await;
-    let unsent = queue.close();
-    shared.unregister_peer(peer, link_id, &queue);
-    tracing::debug!(%peer, %reason, unsent, "link down");
-    shared.emit(Event::PeerDown {
-        peer,
-        reason,
-        unsent,
-    });
+    let reason = run_up(&shared, &peer, &mut r, &mut w, &mut buf, &mut dec).await;
+    shared.detach_peer(&peer, link_id, reason);
     Outcome::WasUp
 }
 
-/// Runs the reader and the writer of an established link until both are done; returns why the
-/// link went down.
+/// Runs the reader, the writer and the heartbeat of an established link until the link is
+/// done; returns why it went down.
 async fn run_up<R, W>(
     shared: &Shared,
-    peer: BusId,
-    queue: &SendQueue,
+    peer: &Peer,
     r: &mut R,
     w: &mut W,
     buf: &mut BytesMut,
@@ -160,18 +154,20 @@ where
     W: AsyncWrite + Unpin,
 {
     let linger = Duration::from_millis(shared.config.linger_ms);
-    let reader = read_loop(shared, peer, queue, r, buf, dec);
-    let writer = write_loop(w, queue);
-    tokio::pin!(reader, writer);
+    let last_rx_ms = AtomicU64::new(shared.clock_ms());
+    let reader = read_loop(shared, peer, r, buf, dec, &last_rx_ms);
+    let writer = write_loop(w, peer);
+    let heartbeat = heartbeat(shared, peer, &last_rx_ms);
+    tokio::pin!(reader, writer, heartbeat);
     tokio::select! {
         end = &mut reader => {
             let reason = match end {
                 Ok(ReadEnd::Close(c)) => DownReason::ClosedByPeer(c.reason),
                 Ok(ReadEnd::Eof) => DownReason::ClosedByPeer("connection closed".into()),
-                Err(e) => return link_error(shared, peer, e),
+                Err(e) => return link_error(shared, peer.id, e),
             };
             // The peer is going: send it what is already queued, then our CLOSE.
-            queue.close();
+            peer.close_link();
             let _ = tokio::time::timeout(linger, &mut writer).await;
             reason
         }
@@ -181,10 +177,33 @@ where
             }
             // Our CLOSE is out: read what the peer still sends until it closes too.
             match tokio::time::timeout(linger, &mut reader).await {
-                Ok(Err(e)) => link_error(shared, peer, e),
+                Ok(Err(e)) => link_error(shared, peer.id, e),
                 _ => DownReason::Shutdown,
             }
         }
+        silent = &mut heartbeat => silent,
+        _ = peer.cut.notified() => DownReason::Io("link cut by Node::disconnect".into()),
+    }
+}
+
+/// Sends a PING every heartbeat interval; returns when the peer has been silent for
+/// `HEARTBEAT_MISSES_MAX` intervals.
+async fn heartbeat(shared: &Shared, peer: &Peer, last_rx_ms: &AtomicU64) -> DownReason {
+    let interval_ms = shared.config.heartbeat_interval_ms;
+    let mut tick = tokio::time::interval(Duration::from_millis(interval_ms));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick.tick().await;
+    loop {
+        tick.tick().await;
+        let now = shared.clock_ms();
+        let silent_ms = now.saturating_sub(last_rx_ms.load(Relaxed));
+        if silent_ms >= HEARTBEAT_MISSES_MAX * interval_ms {
+            bump(&shared.counters.heartbeat_timeouts);
+            return DownReason::Timeout(format!(
+                "nothing received for {silent_ms} ms ({HEARTBEAT_MISSES_MAX} heartbeat intervals of {interval_ms} ms)"
+            ));
+        }
+        peer.push_control(ping_frame(FrameKind::Ping, shared.clock_us()));
     }
 }
 
@@ -257,11 +276,13 @@ where
         };
         let step = hs.handle_frame(&frame, crate::node::now_ms(), &mut shared.nonces());
         match step {
-            Ok(Step::SendAuth(auth)) => w
-                .write_all(&auth)
-                .await
-                .map_err(|e| format!("sending AUTH: {e}"))?,
-            Ok(Step::Established(e)) => return Ok(e),
+            Ok(Step::PeerHello(hello)) => {
+                let (next_send, next_expected) = shared.resume_point(&hello);
+                w.write_all(&hs.auth_frame(next_send, next_expected))
+                    .await
+                    .map_err(|e| format!("sending AUTH: {e}"))?
+            }
+            Ok(Step::Established(e)) => return Ok(*e),
             Err(e) => {
                 if matches!(e, HandshakeError::BadProof) {
                     bump(&shared.counters.auth_failures);
@@ -274,11 +295,11 @@ where
 
 async fn read_loop<R: AsyncRead + Unpin>(
     shared: &Shared,
-    peer: BusId,
-    queue: &SendQueue,
+    peer: &Peer,
     r: &mut R,
     buf: &mut BytesMut,
     dec: &mut FrameDecoder,
+    last_rx_ms: &AtomicU64,
 ) -> Result<ReadEnd, LinkError> {
     let mut read_size = READ_CHUNK_MIN_BYTES;
     loop {
@@ -315,19 +336,30 @@ async fn read_loop<R: AsyncRead + Unpin>(
                         ))));
                     }
                 }
-                FrameKind::Ping => match decode_token(body) {
-                    Some(t) => {
-                        let _ = queue.push_control(ping_frame(FrameKind::Pong, t));
-                    }
-                    None => {
+                FrameKind::Ping | FrameKind::Pong | FrameKind::Ack => {
+                    let at = dec.offset() - frame_len as u64;
+                    let Some(value) = decode_token(body) else {
                         end = Some(Err(LinkError::Protocol(format!(
-                            "PING body of {} bytes (expected 8) at stream offset {}",
-                            body.len(),
-                            dec.offset() - frame_len as u64
+                            "{kind:?} body of {} bytes (expected 8) at stream offset {at}",
+                            body.len()
                         ))));
+                        continue;
+                    };
+                    match kind {
+                        FrameKind::Ping => peer.push_control(ping_frame(FrameKind::Pong, value)),
+                        FrameKind::Pong => {
+                            let rtt = shared.clock_us().saturating_sub(value);
+                            peer.rtt_us.store(rtt.max(1), Relaxed);
+                        }
+                        _ => {
+                            if let Err(e) = peer.ack(value) {
+                                end = Some(Err(LinkError::Protocol(format!(
+                                    "{e} (ACK at stream offset {at})"
+                                ))));
+                            }
+                        }
                     }
-                },
-                FrameKind::Pong => {}
+                }
                 FrameKind::Close => end = Some(Ok(ReadEnd::Close(Close::decode(body)))),
                 kind @ (FrameKind::Hello | FrameKind::Auth) => {
                     end = Some(Err(LinkError::Protocol(format!(
@@ -335,7 +367,7 @@ async fn read_loop<R: AsyncRead + Unpin>(
                         dec.offset() - frame_len as u64
                     ))));
                 }
-                kind @ (FrameKind::Routed | FrameKind::Ack | FrameKind::Channel) => {
+                kind @ (FrameKind::Routed | FrameKind::Channel) => {
                     end = Some(Err(LinkError::Protocol(format!(
                         "{kind:?} frame, a capability this node did not advertise, at stream offset {}",
                         dec.offset() - frame_len as u64
@@ -344,6 +376,7 @@ async fn read_loop<R: AsyncRead + Unpin>(
             }
             pos += frame_len;
         }
+        last_rx_ms.store(shared.clock_ms(), Relaxed);
         if pos > 0 {
             let chunk = buf.split_to(pos).freeze();
             if !spans.is_empty() {
@@ -353,10 +386,14 @@ async fn read_loop<R: AsyncRead + Unpin>(
                     .msgs_in
                     .fetch_add(spans.len() as u64, Relaxed);
                 shared.counters.bytes_in.fetch_add(bytes, Relaxed);
+                let n = spans.len() as u64;
                 shared
                     .inbox
-                    .deliver(MessageBatch::new(peer, chunk, spans))
+                    .deliver(MessageBatch::new(peer.id, chunk, spans))
                     .await;
+                // Acknowledge once the application has them (one ACK per read, not per message).
+                let next = peer.delivered(n);
+                peer.push_control(ack_frame(next));
             }
         }
         if let Some(end) = end {
@@ -383,21 +420,18 @@ async fn read_loop<R: AsyncRead + Unpin>(
     }
 }
 
-async fn write_loop<W: AsyncWrite + Unpin>(w: &mut W, queue: &SendQueue) -> io::Result<()> {
+async fn write_loop<W: AsyncWrite + Unpin>(w: &mut W, peer: &Peer) -> io::Result<()> {
     let mut batch: Vec<Bytes> = Vec::with_capacity(WRITEV_SEGMENTS_MAX);
     loop {
-        match queue.take(&mut batch) {
-            Take::Idle => queue.writer_wake.notified().await,
+        match peer.take(&mut batch) {
+            Take::Idle => peer.writer_wake.notified().await,
             Take::Drained => {
                 w.write_all(&Close::frame(CloseCode::Normal, "closing"))
                     .await?;
                 w.shutdown().await?;
                 return Ok(());
             }
-            Take::Bytes(n) => {
-                write_batch(w, &mut batch).await?;
-                queue.complete(n);
-            }
+            Take::Data => write_batch(w, &mut batch).await?,
         }
     }
 }

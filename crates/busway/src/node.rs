@@ -2,42 +2,46 @@
 
 use crate::addr::Addr;
 use crate::config::NodeConfig;
+use crate::event::DownReason;
 use crate::event::Event;
 use crate::inbox::{inbox, Inbox, InboxSender, MessageBatch};
 use crate::io_loops::IoLoops;
-use crate::limits::{DIAL_BACKOFF_MAX_MS, DIAL_BACKOFF_MIN_MS, EVENT_QUEUE_LEN_MAX};
+use crate::limits::{DIAL_BACKOFF_MAX_MS, EVENT_QUEUE_LEN_MAX};
 use crate::link::{self, Outcome};
-use crate::send_queue::{PushError, SendQueue};
+use crate::peer::{Peer, PushError};
 use crate::stats::{bump, Counters, Stats};
 use crate::transport::{self, StdListener};
-use busway_core::frame::HEADER_LEN;
-use busway_core::handshake::{local_hello, Established, Hello, NonceCache, Role, NONCE_LEN};
+use busway_core::handshake::{caps, local_hello, Established, Hello, NonceCache, Role, NONCE_LEN};
 use busway_core::BusId;
 use bytes::Bytes;
 use std::collections::HashMap;
 use std::fmt;
+use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio::sync::{mpsc, watch, Notify};
 
 /// Why a send failed. Nothing was queued.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum SendError {
-    /// No link to this id is up.
+    /// This node has never had a link to this id.
     NoRoute(BusId),
+    /// The peer stayed down past `peer_dead_after_ms`; sends fail until it is back.
+    PeerDown(BusId),
     /// The peer's send queue holds its byte limit (`try_send` only).
     Full(BusId),
     /// The payload is over the node's `frame_body_max`.
     TooLarge { len: usize, max: usize },
-    /// The link went down or the node is shutting down.
+    /// The node is shutting down.
     Closed(BusId),
 }
 
 impl fmt::Display for SendError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::NoRoute(id) => write!(f, "no route to bus id {id}: no link to it is up"),
+            Self::NoRoute(id) => write!(f, "no route to bus id {id}: it was never connected"),
+            Self::PeerDown(id) => write!(f, "bus id {id} is down past its deadline"),
             Self::Full(id) => write!(f, "the send queue to bus id {id} is full"),
             Self::TooLarge { len, max } => {
                 write!(
@@ -45,7 +49,7 @@ impl fmt::Display for SendError {
                     "payload of {len} bytes is over the {max}-byte frame limit"
                 )
             }
-            Self::Closed(id) => write!(f, "the link to bus id {id} closed"),
+            Self::Closed(id) => write!(f, "cannot send to bus id {id}: the node is shutting down"),
         }
     }
 }
@@ -81,16 +85,15 @@ pub struct PeerInfo {
     pub addr: String,
     /// The addresses the peer listens on, as it announced them.
     pub listen_addrs: Vec<String>,
-    /// Messages waiting in the send queue, and bytes queued or being written.
-    pub queued_msgs: u64,
-    pub queued_bytes: usize,
-}
-
-struct PeerEntry {
-    link_id: u64,
-    hello: Hello,
-    addr: String,
-    queue: Arc<SendQueue>,
+    /// Whether a link to it is up now.
+    pub up: bool,
+    /// Messages sent and not yet acknowledged, and the bytes they hold.
+    pub unacked_msgs: u64,
+    pub unacked_bytes: usize,
+    /// Messages ever sent to it.
+    pub msgs_sent: u64,
+    /// Last measured round trip in microseconds (0: none yet).
+    pub rtt_us: u64,
 }
 
 /// State shared by the node's handle, its listeners, dialers and links.
@@ -98,7 +101,7 @@ pub(crate) struct Shared {
     pub(crate) config: NodeConfig,
     incarnation: u64,
     listen_addrs: Vec<Addr>,
-    peers: RwLock<HashMap<BusId, PeerEntry>>,
+    peers: RwLock<HashMap<BusId, Arc<Peer>>>,
     peers_changed: Notify,
     nonces: Mutex<NonceCache>,
     events: mpsc::Sender<Event>,
@@ -106,6 +109,8 @@ pub(crate) struct Shared {
     pub(crate) counters: Counters,
     loops: IoLoops,
     next_link_id: AtomicU64,
+    /// Start of the node's monotonic clock (heartbeats, round trips).
+    epoch: Instant,
     shutting_down: AtomicBool,
     shutdown_tx: watch::Sender<bool>,
 }
@@ -132,17 +137,32 @@ fn random_bytes<const N: usize>() -> [u8; N] {
 
 impl Shared {
     pub(crate) fn local_hello(&self) -> Hello {
-        local_hello(
+        let mut h = local_hello(
             self.config.id,
             self.incarnation,
             now_ms(),
             random_bytes::<NONCE_LEN>(),
             self.listen_addrs.iter().map(ToString::to_string).collect(),
-        )
+        );
+        h.capabilities = caps::RELIABLE;
+        h
     }
 
     pub(crate) fn nonces(&self) -> MutexGuard<'_, NonceCache> {
         self.nonces.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Milliseconds and microseconds of the node's monotonic clock.
+    pub(crate) fn clock_ms(&self) -> u64 {
+        self.epoch.elapsed().as_millis() as u64
+    }
+
+    pub(crate) fn clock_us(&self) -> u64 {
+        self.epoch.elapsed().as_micros() as u64
+    }
+
+    pub(crate) fn next_link_id(&self) -> u64 {
+        self.next_link_id.fetch_add(1, Relaxed)
     }
 
     pub(crate) fn emit(&self, event: Event) {
@@ -151,70 +171,107 @@ impl Shared {
         }
     }
 
-    /// Adds an authenticated peer; refuses a second link to an id that is already up (from the
-    /// same incarnation or another one), naming both.
-    pub(crate) fn register_peer(
+    fn peer(&self, id: BusId) -> Option<Arc<Peer>> {
+        self.peers
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&id)
+            .cloned()
+    }
+
+    /// Where sequence numbers resume with this (not yet authenticated) peer: read only, so an
+    /// unauthenticated HELLO changes nothing.
+    pub(crate) fn resume_point(&self, hello: &Hello) -> (u64, u64) {
+        match self.peer(hello.bus_id) {
+            Some(p) if p.incarnation() == hello.incarnation => p.resume_point(),
+            _ => (0, 0),
+        }
+    }
+
+    /// Attaches an authenticated link to its peer, creating the peer or replacing a previous
+    /// incarnation (whose unacknowledged messages are then reported undeliverable). Refuses a
+    /// second link to an id that is up, naming both incarnations.
+    pub(crate) fn attach_peer(
         &self,
         est: &Established,
         addr: &str,
-        queue: Arc<SendQueue>,
-    ) -> Result<u64, String> {
+        link: u64,
+    ) -> Result<Arc<Peer>, String> {
         if self.shutting_down.load(Relaxed) {
             return Err("this node is shutting down".into());
         }
         let id = est.peer.bus_id;
         let mut peers = self.peers.write().unwrap_or_else(|p| p.into_inner());
-        if let Some(old) = peers.get(&id) {
-            return Err(if old.hello.incarnation == est.peer.incarnation {
-                format!("bus id {id} is already connected (via {})", old.addr)
-            } else {
-                format!(
+        let peer = match peers.get(&id) {
+            Some(old) if old.incarnation() == est.peer.incarnation => old.clone(),
+            Some(old) if old.is_up() => {
+                let s = old.snapshot();
+                return Err(format!(
                     "bus id {id} is already connected from another incarnation ({:#x} via {}; this one is {:#x})",
-                    old.hello.incarnation, old.addr, est.peer.incarnation
-                )
-            });
-        }
-        let link_id = self.next_link_id.fetch_add(1, Relaxed);
-        peers.insert(
-            id,
-            PeerEntry {
-                link_id,
-                hello: est.peer.clone(),
-                addr: addr.to_owned(),
-                queue,
-            },
-        );
+                    s.hello.incarnation, s.addr, est.peer.incarnation
+                ));
+            }
+            previous => {
+                if let Some(old) = previous {
+                    let seqs = old.fail_all();
+                    if !seqs.is_empty() {
+                        self.emit(Event::Undeliverable {
+                            peer: id,
+                            seqs,
+                            reason: format!(
+                                "bus id {id} restarted (incarnation {:#x} replaced by {:#x})",
+                                old.incarnation(),
+                                est.peer.incarnation
+                            ),
+                        });
+                    }
+                }
+                let fresh = Arc::new(Peer::new(
+                    est.peer.clone(),
+                    addr.to_owned(),
+                    self.config.send_queue_bytes_max,
+                ));
+                peers.insert(id, fresh.clone());
+                fresh
+            }
+        };
+        peer.attach(link, est, addr)?;
         drop(peers);
         self.peers_changed.notify_waiters();
-        Ok(link_id)
+        Ok(peer)
     }
 
-    pub(crate) fn unregister_peer(&self, id: BusId, link_id: u64, queue: &SendQueue) {
-        let mut peers = self.peers.write().unwrap_or_else(|p| p.into_inner());
-        if peers.get(&id).is_some_and(|p| p.link_id == link_id) {
-            peers.remove(&id);
-        }
-        drop(peers);
-        let (frames, bytes) = queue.totals();
-        self.counters
-            .msgs_out_closed_links
-            .fetch_add(frames, Relaxed);
-        self.counters
-            .bytes_out_closed_links
-            .fetch_add(bytes, Relaxed);
+    /// Detaches a link that went down, reports it, and arms the peer's deadline.
+    pub(crate) fn detach_peer(self: &Arc<Self>, peer: &Arc<Peer>, link: u64, reason: DownReason) {
+        let Some((epoch, unacked)) = peer.detach(link) else {
+            return;
+        };
+        tracing::debug!(peer = %peer.id, %reason, unacked, "link down");
+        self.emit(Event::PeerDown {
+            peer: peer.id,
+            reason,
+            unacked,
+        });
         self.peers_changed.notify_waiters();
-    }
-
-    fn with_queue<T>(
-        &self,
-        dst: BusId,
-        f: impl FnOnce(&Arc<SendQueue>) -> T,
-    ) -> Result<T, SendError> {
-        let peers = self.peers.read().unwrap_or_else(|p| p.into_inner());
-        peers
-            .get(&dst)
-            .map(|p| f(&p.queue))
-            .ok_or(SendError::NoRoute(dst))
+        let shared = self.clone();
+        let peer = peer.clone();
+        let deadline = Duration::from_millis(self.config.peer_dead_after_ms);
+        tokio::spawn(async move {
+            tokio::time::sleep(deadline).await;
+            if let Some(seqs) = peer.expire(epoch) {
+                if !seqs.is_empty() {
+                    shared.emit(Event::Undeliverable {
+                        peer: peer.id,
+                        seqs,
+                        reason: format!(
+                            "bus id {} stayed down for {} ms",
+                            peer.id,
+                            deadline.as_millis()
+                        ),
+                    });
+                }
+            }
+        });
     }
 }
 
@@ -285,6 +342,7 @@ impl Node {
             counters: Counters::default(),
             loops,
             next_link_id: AtomicU64::new(1),
+            epoch: Instant::now(),
             shutting_down: AtomicBool::new(false),
             shutdown_tx,
         });
@@ -344,50 +402,57 @@ impl Node {
         Ok(())
     }
 
-    /// Queues `payload` for `dst` without waiting: `Full` if its queue has no room.
-    pub fn try_send(&self, dst: BusId, payload: Bytes) -> Result<(), SendError> {
+    fn peer_for(&self, dst: BusId) -> Result<Arc<Peer>, SendError> {
+        self.shared().peer(dst).ok_or(SendError::NoRoute(dst))
+    }
+
+    fn push_error(dst: BusId, e: PushError) -> SendError {
+        match e {
+            PushError::Full => SendError::Full(dst),
+            PushError::Closed => SendError::Closed(dst),
+            PushError::Dead => SendError::PeerDown(dst),
+        }
+    }
+
+    /// Queues `payload` for `dst` without waiting: `Full` if its queue has no room. Returns the
+    /// message's sequence number to `dst` (what `Event::Undeliverable` names).
+    pub fn try_send(&self, dst: BusId, payload: Bytes) -> Result<u64, SendError> {
         self.check_size(&payload)?;
         if dst == self.id() {
             return self.deliver_local(payload);
         }
-        match self.shared().with_queue(dst, |q| q.push_data(&payload))? {
-            Ok(()) => Ok(()),
-            Err(PushError::Full) => Err(SendError::Full(dst)),
-            Err(PushError::Closed) => Err(SendError::Closed(dst)),
-        }
+        self.peer_for(dst)?
+            .push_shared(&payload)
+            .map_err(|e| Self::push_error(dst, e))
     }
 
-    /// Queues `payload` for `dst`, waiting while its queue is full.
-    pub async fn send(&self, dst: BusId, payload: Bytes) -> Result<(), SendError> {
+    /// Queues `payload` for `dst`, waiting while its queue is full. Returns the message's
+    /// sequence number to `dst`.
+    pub async fn send(&self, dst: BusId, payload: Bytes) -> Result<u64, SendError> {
         self.check_size(&payload)?;
         if dst == self.id() {
             let batch = MessageBatch::single(dst, payload);
             self.shared().inbox.deliver(batch).await;
-            return Ok(());
+            return Ok(0);
         }
+        let peer = self.peer_for(dst)?;
         loop {
-            let full = self
-                .shared()
-                .with_queue(dst, |q| match q.push_data(&payload) {
-                    Ok(()) => Ok(None),
-                    Err(PushError::Full) => Ok(Some(q.clone())),
-                    Err(PushError::Closed) => Err(SendError::Closed(dst)),
-                })??;
-            match full {
-                None => return Ok(()),
-                Some(q) => q.wait_for_room(HEADER_LEN + payload.len()).await,
+            match peer.push_shared(&payload) {
+                Err(PushError::Full) => peer.wait_for_room(payload.len()).await,
+                other => return other.map_err(|e| Self::push_error(dst, e)),
             }
         }
     }
 
     /// Queues one message per payload for `dst`, in order, copying each into the link's write
     /// buffer under one lock: the cheapest way to send many small messages. Waits for room as
-    /// needed; on an error, the messages before the failing one are queued.
+    /// needed; returns the sequence numbers given. On an error, the messages before the failing
+    /// one are queued.
     pub async fn send_batch<P: AsRef<[u8]>>(
         &self,
         dst: BusId,
         payloads: &[P],
-    ) -> Result<(), SendError> {
+    ) -> Result<Range<u64>, SendError> {
         let max = self.shared().config.frame_body_max;
         if let Some(p) = payloads.iter().find(|p| p.as_ref().len() > max) {
             return Err(SendError::TooLarge {
@@ -399,59 +464,77 @@ impl Node {
             for p in payloads {
                 self.send(dst, Bytes::copy_from_slice(p.as_ref())).await?;
             }
-            return Ok(());
+            return Ok(0..0);
         }
+        let peer = self.peer_for(dst)?;
         let mut rest = payloads;
+        let mut seqs: Option<Range<u64>> = None;
         while !rest.is_empty() {
-            let (queued, queue) = self
-                .shared()
-                .with_queue(dst, |q| (q.push_copies(rest), q.clone()))?;
-            match queued {
-                Ok(n) => rest = &rest[n..],
-                Err(_) => return Err(SendError::Closed(dst)),
-            }
+            let got = peer
+                .push_copies(rest)
+                .map_err(|e| Self::push_error(dst, e))?;
+            let n = (got.end - got.start) as usize;
+            seqs = Some(seqs.map_or(got.clone(), |s| s.start..got.end));
+            rest = &rest[n..];
             if let Some(next) = rest.first() {
-                queue.wait_for_room(HEADER_LEN + next.as_ref().len()).await;
+                peer.wait_for_room(next.as_ref().len()).await;
             }
         }
-        Ok(())
+        Ok(seqs.unwrap_or(0..0))
     }
 
-    fn deliver_local(&self, payload: Bytes) -> Result<(), SendError> {
+    fn deliver_local(&self, payload: Bytes) -> Result<u64, SendError> {
         if self
             .shared()
             .inbox
             .try_deliver(MessageBatch::single(self.id(), payload))
         {
-            Ok(())
+            Ok(0)
         } else {
             Err(SendError::Full(self.id()))
         }
     }
 
-    /// The peers whose links are up.
+    /// Every peer this node knows: up, or down with messages held for it.
     pub fn peers(&self) -> Vec<PeerInfo> {
-        let peers = self
+        let peers: Vec<Arc<Peer>> = self
             .shared()
             .peers
             .read()
-            .unwrap_or_else(|p| p.into_inner());
+            .map(|p| p.values().cloned().collect())
+            .unwrap_or_default();
         let mut out: Vec<PeerInfo> = peers
             .iter()
-            .map(|(id, p)| {
-                let (queued_msgs, queued_bytes) = p.queue.queued();
+            .map(|p| {
+                let s = p.snapshot();
                 PeerInfo {
-                    id: *id,
-                    incarnation: p.hello.incarnation,
-                    addr: p.addr.clone(),
-                    listen_addrs: p.hello.listen_addrs.clone(),
-                    queued_msgs,
-                    queued_bytes,
+                    id: p.id,
+                    incarnation: s.hello.incarnation,
+                    addr: s.addr,
+                    listen_addrs: s.hello.listen_addrs,
+                    up: s.up,
+                    unacked_msgs: s.unacked,
+                    unacked_bytes: s.bytes,
+                    msgs_sent: s.msgs_total,
+                    rtt_us: p.rtt_us.load(Relaxed),
                 }
             })
             .collect();
         out.sort_by_key(|p| p.id);
         out
+    }
+
+    /// Drops the link to `id` at once, as a network failure would (no CLOSE): messages in
+    /// flight are written again when a link is back. For tests and for operators who need to
+    /// force a reconnect. Returns whether a link was up.
+    pub fn disconnect(&self, id: BusId) -> bool {
+        match self.shared().peer(id) {
+            Some(p) if p.is_up() => {
+                p.cut.notify_waiters();
+                true
+            }
+            _ => false,
+        }
     }
 
     /// Waits until a link to `id` is up, at most `timeout`; true if it is.
@@ -462,7 +545,7 @@ impl Node {
                 let changed = shared.peers_changed.notified();
                 tokio::pin!(changed);
                 changed.as_mut().enable();
-                if shared.peers.read().is_ok_and(|p| p.contains_key(&id)) {
+                if shared.peer(id).is_some_and(|p| p.is_up()) {
                     return;
                 }
                 changed.await;
@@ -473,14 +556,10 @@ impl Node {
 
     /// A snapshot of the node's counters.
     pub fn stats(&self) -> Stats {
-        let shared = self.shared();
-        let mut s = shared.counters.snapshot();
-        let peers = shared.peers.read().unwrap_or_else(|p| p.into_inner());
-        s.peers_up = peers.len() as u64;
-        for p in peers.values() {
-            let (frames, bytes) = p.queue.totals();
-            s.frames_out += frames;
-            s.bytes_out += bytes;
+        let mut s = self.shared().counters.snapshot();
+        for p in self.peers() {
+            s.peers_up += u64::from(p.up);
+            s.msgs_out += p.msgs_sent;
         }
         s
     }
@@ -491,13 +570,13 @@ impl Node {
         let shared = self.owner.shared.clone();
         shared.shutting_down.store(true, Relaxed);
         let _ = shared.shutdown_tx.send(true);
-        let queues: Vec<Arc<SendQueue>> = shared
+        let peers: Vec<Arc<Peer>> = shared
             .peers
             .read()
-            .map(|p| p.values().map(|e| e.queue.clone()).collect())
+            .map(|p| p.values().cloned().collect())
             .unwrap_or_default();
-        for q in &queues {
-            q.close();
+        for p in &peers {
+            p.close();
         }
         let linger = Duration::from_millis(shared.config.linger_ms + 1_000);
         let all_down = async {
@@ -505,7 +584,7 @@ impl Node {
                 let changed = shared.peers_changed.notified();
                 tokio::pin!(changed);
                 changed.as_mut().enable();
-                if shared.peers.read().map_or(true, |p| p.is_empty()) {
+                if peers.iter().all(|p| !p.is_up()) {
                     return;
                 }
                 changed.await;
@@ -556,7 +635,8 @@ async fn accept_loop(shared: Arc<Shared>, listener: StdListener) {
 /// exponential backoff (jittered from the node id so that many nodes do not dial in step).
 async fn dial_loop(shared: Arc<Shared>, addr: Addr) {
     let mut shutdown = shared.shutdown_tx.subscribe();
-    let mut backoff_ms = DIAL_BACKOFF_MIN_MS;
+    let min_ms = shared.config.dial_backoff_min_ms;
+    let mut backoff_ms = min_ms;
     let mut jitter = shared.config.id.0 ^ shared.incarnation | 1;
     let mut reported = false;
     while !shared.shutting_down.load(Relaxed) {
@@ -577,7 +657,7 @@ async fn dial_loop(shared: Arc<Shared>, addr: Addr) {
             }
         };
         if outcome == Outcome::WasUp {
-            backoff_ms = DIAL_BACKOFF_MIN_MS;
+            backoff_ms = min_ms;
         }
         // xorshift64: cheap jitter of up to a quarter of the delay.
         jitter ^= jitter << 13;

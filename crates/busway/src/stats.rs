@@ -14,8 +14,7 @@ pub(crate) struct Counters {
     pub(crate) oversize_frames: AtomicU64,
     pub(crate) msgs_in: AtomicU64,
     pub(crate) bytes_in: AtomicU64,
-    pub(crate) msgs_out_closed_links: AtomicU64,
-    pub(crate) bytes_out_closed_links: AtomicU64,
+    pub(crate) heartbeat_timeouts: AtomicU64,
     pub(crate) events_dropped: AtomicU64,
 }
 
@@ -39,9 +38,10 @@ pub struct Stats {
     /// Messages and payload bytes received.
     pub msgs_in: u64,
     pub bytes_in: u64,
-    /// Frames and bytes queued for sending (including control frames).
-    pub frames_out: u64,
-    pub bytes_out: u64,
+    /// Links closed because the peer went silent.
+    pub heartbeat_timeouts: u64,
+    /// Messages queued for sending to peers.
+    pub msgs_out: u64,
     /// Events dropped because the application did not read them.
     pub events_dropped: u64,
     /// Peers currently up.
@@ -59,8 +59,8 @@ impl Counters {
             oversize_frames: self.oversize_frames.load(Relaxed),
             msgs_in: self.msgs_in.load(Relaxed),
             bytes_in: self.bytes_in.load(Relaxed),
-            frames_out: self.msgs_out_closed_links.load(Relaxed),
-            bytes_out: self.bytes_out_closed_links.load(Relaxed),
+            heartbeat_timeouts: self.heartbeat_timeouts.load(Relaxed),
+            msgs_out: 0,
             events_dropped: self.events_dropped.load(Relaxed),
             peers_up: 0,
         }

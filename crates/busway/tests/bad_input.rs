@@ -98,29 +98,6 @@ impl Fixture {
     }
 }
 
-/// Completes a real handshake by hand as bus id `id`; returns the socket, ready for frames.
-async fn authenticated(addr: std::net::SocketAddr, id: u64) -> TcpStream {
-    let mut s = TcpStream::connect(addr).await.unwrap();
-    let hello = local_hello(BusId(id), id, now_ms(), [id as u8; 16], vec![]);
-    let mut hs = Handshake::new(Role::Dialer, hello, Some(Secret::new(SECRET).unwrap()));
-    s.write_all(&hs.hello_frame()).await.unwrap();
-    let mut dec = FrameDecoder::new(HANDSHAKE_BODY_LEN_MAX);
-    let mut buf = BytesMut::new();
-    let mut nonces = NonceCache::default();
-    loop {
-        while let Some(f) = dec.decode(&mut buf).unwrap() {
-            match hs.handle_frame(&f, now_ms(), &mut nonces).unwrap() {
-                Step::SendAuth(a) => s.write_all(&a).await.unwrap(),
-                Step::Established(_) => return s,
-            }
-        }
-        assert!(
-            s.read_buf(&mut buf).await.unwrap() > 0,
-            "node closed the handshake"
-        );
-    }
-}
-
 /// Reads until the node closes the socket; returns the CLOSE code it sent, if any.
 async fn closed_by_node(s: &mut TcpStream) -> Option<CloseCode> {
     let mut buf = BytesMut::new();
@@ -184,9 +161,10 @@ async fn a_forged_proof() {
     let mut dec = FrameDecoder::new(HANDSHAKE_BODY_LEN_MAX);
     let auth = loop {
         if let Some(f) = dec.decode(&mut buf).unwrap() {
-            if let Ok(Step::SendAuth(a)) = hs.handle_frame(&f, now_ms(), &mut NonceCache::default())
+            if let Ok(Step::PeerHello(_)) =
+                hs.handle_frame(&f, now_ms(), &mut NonceCache::default())
             {
-                break a;
+                break hs.auth_frame(0, 0);
             }
         } else {
             assert!(s.read_buf(&mut buf).await.unwrap() > 0);
@@ -216,7 +194,7 @@ async fn a_stale_timestamp() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unknown_frame_kind_after_the_handshake() {
     let mut fx = fixture().await;
-    let mut s = authenticated(fx.addr, 9).await;
+    let mut s = authenticated(fx.addr, 9, Some(SECRET)).await;
     assert!(fx.node.wait_for_peer(BusId(9), WAIT).await);
     s.write_all(&[0x7e, 0, 0, 0, 0, 0, 0, 0]).await.unwrap();
     closed_by_node(&mut s).await;
@@ -229,7 +207,7 @@ async fn an_unknown_frame_kind_after_the_handshake() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_checksum() {
     let mut fx = fixture().await;
-    let mut s = authenticated(fx.addr, 9).await;
+    let mut s = authenticated(fx.addr, 9, Some(SECRET)).await;
     assert!(fx.node.wait_for_peer(BusId(9), WAIT).await);
     let good = frame_bytes(FrameKind::Data, b"fine");
     let mut bad = frame_bytes(FrameKind::Data, b"flipped").to_vec();
@@ -252,7 +230,7 @@ async fn a_failed_checksum() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_oversize_frame_is_refused_from_its_header() {
     let mut fx = fixture().await;
-    let mut s = authenticated(fx.addr, 9).await;
+    let mut s = authenticated(fx.addr, 9, Some(SECRET)).await;
     assert!(fx.node.wait_for_peer(BusId(9), WAIT).await);
     // Only the header of a 16 MiB frame: the node must refuse it without waiting for the body.
     let word0 = (FrameKind::Data as u32) | (((16 << 20) - 1) << 8);
@@ -269,7 +247,7 @@ async fn an_oversize_frame_is_refused_from_its_header() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_malformed_batch_and_a_second_hello() {
     let mut fx = fixture().await;
-    let mut s = authenticated(fx.addr, 9).await;
+    let mut s = authenticated(fx.addr, 9, Some(SECRET)).await;
     assert!(fx.node.wait_for_peer(BusId(9), WAIT).await);
     // An entry declares 200 bytes where 3 follow: checksum fine, content wrong.
     let body = [200u8, 0, 1, 2, 3];
@@ -283,7 +261,7 @@ async fn a_malformed_batch_and_a_second_hello() {
         "{reason}"
     );
 
-    let mut s = authenticated(fx.addr, 10).await;
+    let mut s = authenticated(fx.addr, 10, Some(SECRET)).await;
     assert!(fx.node.wait_for_peer(BusId(10), WAIT).await);
     let hs = Handshake::new(
         Role::Dialer,

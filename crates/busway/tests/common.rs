@@ -73,3 +73,40 @@ pub async fn wait_event<T>(events: &mut Events, mut pick: impl FnMut(&Event) -> 
     .await;
     found.expect("the expected event within the wait")
 }
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+/// Completes a real handshake by hand as bus id `id`; returns the socket, ready for frames.
+pub async fn authenticated(
+    addr: std::net::SocketAddr,
+    id: u64,
+    secret: Option<&str>,
+) -> tokio::net::TcpStream {
+    use busway_core::frame::HANDSHAKE_BODY_LEN_MAX;
+    use busway_core::handshake::{local_hello, Handshake, NonceCache, Role, Secret, Step};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let hello = local_hello(BusId(id), id, now_ms(), [id as u8; 16], vec![]);
+    let mut hs = Handshake::new(Role::Dialer, hello, secret.map(|s| Secret::new(s).unwrap()));
+    s.write_all(&hs.hello_frame()).await.unwrap();
+    let mut dec = busway_core::FrameDecoder::new(HANDSHAKE_BODY_LEN_MAX);
+    let mut buf = bytes::BytesMut::new();
+    let mut nonces = NonceCache::default();
+    loop {
+        while let Some(f) = dec.decode(&mut buf).unwrap() {
+            match hs.handle_frame(&f, now_ms(), &mut nonces).unwrap() {
+                Step::PeerHello(_) => s.write_all(&hs.auth_frame(0, 0)).await.unwrap(),
+                Step::Established(_) => return s,
+            }
+        }
+        assert!(
+            s.read_buf(&mut buf).await.unwrap() > 0,
+            "node closed the handshake"
+        );
+    }
+}

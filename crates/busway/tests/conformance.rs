@@ -81,9 +81,11 @@ async fn large_and_empty_payloads_arrive_whole() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_peer_that_shuts_down_is_reported_and_unreachable() {
+async fn a_peer_that_shuts_down_is_reported_and_its_messages_fail_at_the_deadline() {
     for_each_transport(|t| async move {
-        let (a, b) = pair(t, config(1), config(2)).await;
+        let mut ca = config(1);
+        ca.peer_dead_after_ms = 300;
+        let (a, b) = pair(t, ca, config(2)).await;
         let mut ea = a.take_events().unwrap();
         b.shutdown().await;
         let reason = wait_event(&mut ea, |e| match e {
@@ -95,9 +97,23 @@ async fn a_peer_that_shuts_down_is_reported_and_unreachable() {
             matches!(reason, DownReason::ClosedByPeer(_)),
             "{t}: {reason}"
         );
+        // Held for the peer while it may come back...
+        assert_eq!(a.try_send(BusId(2), Bytes::from_static(b"x")), Ok(0));
+        let info = &a.peers()[0];
+        assert_eq!((info.up, info.unacked_msgs), (false, 1), "{t}");
+        // ...and reported, by number, when it stays away past the deadline.
+        let (seqs, why) = wait_event(&mut ea, |e| match e {
+            Event::Undeliverable { peer, seqs, reason } if *peer == BusId(2) => {
+                Some((seqs.clone(), reason.clone()))
+            }
+            _ => None,
+        })
+        .await;
+        assert_eq!(seqs, 0..1, "{t}");
+        assert!(why.contains("stayed down for 300 ms"), "{t}: {why}");
         assert_eq!(
-            a.try_send(BusId(2), Bytes::from_static(b"x")),
-            Err(SendError::NoRoute(BusId(2)))
+            a.try_send(BusId(2), Bytes::from_static(b"y")),
+            Err(SendError::PeerDown(BusId(2)))
         );
         a.shutdown().await;
     })
@@ -160,7 +176,10 @@ async fn try_send_reports_full_and_send_waits_for_room() {
         let mut sent = 0u64;
         loop {
             match b.try_send(BusId(1), payload.clone()) {
-                Ok(()) => sent += 1,
+                Ok(seq) => {
+                    assert_eq!(seq, sent, "{t}: numbers follow the send order");
+                    sent += 1;
+                }
                 Err(SendError::Full(id)) => {
                     assert_eq!(id, BusId(1));
                     break;

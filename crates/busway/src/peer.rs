@@ -1,0 +1,319 @@
+//! What a node keeps about one peer: its outbox (messages queued, written and not yet
+//! acknowledged), where its incoming numbering stands, and the link it is reached by, if any.
+//!
+//! A `Peer` outlives its links: when a link drops, the outbox keeps every unacknowledged
+//! message, and the next link to the same incarnation writes again exactly what the peer lacks.
+//! Shared by the application (any thread: `push_*`, `wait_for_room`) and the one link attached
+//! at a time (its writer: `take`; its reader: `delivered`, `ack`).
+
+use busway_core::handshake::{Established, Hello};
+use busway_core::outbox::{AckError, Outbox};
+use busway_core::BusId;
+use bytes::Bytes;
+use std::ops::Range;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Mutex, MutexGuard};
+use tokio::sync::Notify;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PushError {
+    /// The outbox holds its byte limit; nothing was queued.
+    Full,
+    /// The node is shutting down; nothing was queued.
+    Closed,
+    /// The peer stayed down past its deadline; nothing was queued.
+    Dead,
+}
+
+/// What a link's writer finds when it looks at the outbox.
+pub(crate) enum Take {
+    /// Frames were moved into the caller's batch.
+    Data,
+    /// Nothing to write; wait on [`Peer::writer_wake`].
+    Idle,
+    /// The node is shutting down and everything was written: send CLOSE and finish.
+    Drained,
+}
+
+pub(crate) struct PeerState {
+    pub(crate) hello: Hello,
+    pub(crate) addr: String,
+    outbox: Outbox,
+    /// The number of the next message expected from the peer.
+    inbound_expected: u64,
+    /// The link attached now, if any.
+    link: Option<u64>,
+    /// Bumped at every detach, so a deadline set at one detach does not fire after a later one.
+    detach_epoch: u64,
+    dead: bool,
+    /// The node is shutting down: no more messages.
+    closing: bool,
+    /// The attached link is closing: its writer drains and sends CLOSE; messages still queue.
+    link_closing: bool,
+    writer_idle: bool,
+    senders_waiting: bool,
+    msgs_total: u64,
+}
+
+pub(crate) struct Peer {
+    pub(crate) id: BusId,
+    state: Mutex<PeerState>,
+    /// The writer waits here while idle; `notify_one` keeps a permit, so a push between the
+    /// writer's `take` returning `Idle` and its wait is not lost.
+    pub(crate) writer_wake: Notify,
+    /// Senders waiting for room wait here; woken when acknowledgements free bytes.
+    room: Notify,
+    /// Cuts the attached link at once (see `Node::disconnect`).
+    pub(crate) cut: Notify,
+    /// Last measured round trip, in microseconds (0: none yet).
+    pub(crate) rtt_us: AtomicU64,
+}
+
+/// A snapshot for `Node::peers`.
+pub(crate) struct PeerSnapshot {
+    pub(crate) hello: Hello,
+    pub(crate) addr: String,
+    pub(crate) up: bool,
+    pub(crate) unacked: u64,
+    pub(crate) bytes: usize,
+    pub(crate) msgs_total: u64,
+}
+
+impl Peer {
+    pub(crate) fn new(hello: Hello, addr: String, limit_bytes: usize) -> Self {
+        Self {
+            id: hello.bus_id,
+            state: Mutex::new(PeerState {
+                hello,
+                addr,
+                outbox: Outbox::new(limit_bytes, 0),
+                inbound_expected: 0,
+                link: None,
+                detach_epoch: 0,
+                dead: false,
+                closing: false,
+                link_closing: false,
+                writer_idle: false,
+                senders_waiting: false,
+                msgs_total: 0,
+            }),
+            writer_wake: Notify::new(),
+            room: Notify::new(),
+            cut: Notify::new(),
+            rtt_us: AtomicU64::new(0),
+        }
+    }
+
+    pub(crate) fn lock(&self) -> MutexGuard<'_, PeerState> {
+        // A panic while holding this lock leaves plain data behind; keep going.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn check_open(st: &PeerState) -> Result<(), PushError> {
+        if st.closing {
+            Err(PushError::Closed)
+        } else if st.dead {
+            Err(PushError::Dead)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Wakes the writer if it sleeps; call after queueing anything.
+    fn wake_writer(&self, mut st: MutexGuard<'_, PeerState>) {
+        let wake = std::mem::take(&mut st.writer_idle);
+        drop(st);
+        if wake {
+            self.writer_wake.notify_one();
+        }
+    }
+
+    /// Queues one message; returns its sequence number.
+    pub(crate) fn push_shared(&self, payload: &Bytes) -> Result<u64, PushError> {
+        let mut st = self.lock();
+        Self::check_open(&st)?;
+        let seq = st.outbox.push_shared(payload).ok_or(PushError::Full)?;
+        st.msgs_total += 1;
+        self.wake_writer(st);
+        Ok(seq)
+    }
+
+    /// Queues as many of `payloads` as fit (copied); returns their sequence numbers.
+    pub(crate) fn push_copies<P: AsRef<[u8]>>(
+        &self,
+        payloads: &[P],
+    ) -> Result<Range<u64>, PushError> {
+        let mut st = self.lock();
+        Self::check_open(&st)?;
+        let first = st.outbox.next_seq();
+        let n = st.outbox.push_copies(payloads);
+        st.msgs_total += n as u64;
+        if n > 0 {
+            self.wake_writer(st);
+        }
+        Ok(first..first + n as u64)
+    }
+
+    /// Queues a control frame for the attached link (dropped if none is attached).
+    pub(crate) fn push_control(&self, frame: Bytes) {
+        let mut st = self.lock();
+        if st.link.is_some() {
+            st.outbox.push_control(frame);
+            self.wake_writer(st);
+        }
+    }
+
+    /// Moves everything unwritten into `batch` (for the writer of link `link`).
+    pub(crate) fn take(&self, batch: &mut Vec<Bytes>) -> Take {
+        let mut st = self.lock();
+        if !st.outbox.has_unwritten() {
+            if st.closing || st.link_closing {
+                return Take::Drained;
+            }
+            st.writer_idle = true;
+            return Take::Idle;
+        }
+        st.outbox.take_unwritten(batch);
+        Take::Data
+    }
+
+    /// The peer acknowledged every message below `next_expected`.
+    pub(crate) fn ack(&self, next_expected: u64) -> Result<(), AckError> {
+        let mut st = self.lock();
+        let freed = st.outbox.ack(next_expected)?;
+        let wake = freed > 0 && std::mem::take(&mut st.senders_waiting);
+        drop(st);
+        if wake {
+            self.room.notify_waiters();
+        }
+        Ok(())
+    }
+
+    /// `n` messages from the peer were delivered; returns the number expected next.
+    pub(crate) fn delivered(&self, n: u64) -> u64 {
+        let mut st = self.lock();
+        st.inbound_expected += n;
+        st.inbound_expected
+    }
+
+    /// Waits until a message of `payload_len` bytes would fit, or the peer cannot take more.
+    pub(crate) async fn wait_for_room(&self, payload_len: usize) {
+        loop {
+            let notified = self.room.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            {
+                let mut st = self.lock();
+                if st.closing || st.dead || st.outbox.has_room(payload_len) {
+                    return;
+                }
+                st.senders_waiting = true;
+            }
+            notified.await;
+        }
+    }
+
+    /// (next_send_seq, next_expected_seq) to announce in AUTH to this incarnation.
+    pub(crate) fn resume_point(&self) -> (u64, u64) {
+        let st = self.lock();
+        (st.outbox.acked(), st.inbound_expected)
+    }
+
+    pub(crate) fn incarnation(&self) -> u64 {
+        self.lock().hello.incarnation
+    }
+
+    /// Attaches the authenticated link `link`: everything the peer lacks becomes unwritten again.
+    /// Errors if a link is attached already (the text names it) or the handshake's numbers no
+    /// longer hold.
+    pub(crate) fn attach(&self, link: u64, est: &Established, addr: &str) -> Result<(), String> {
+        let mut st = self.lock();
+        if st.link.is_some() {
+            return Err(format!(
+                "bus id {} is already connected (via {})",
+                self.id, st.addr
+            ));
+        }
+        if est.own_auth.next_send_seq != st.outbox.acked()
+            || est.own_auth.next_expected_seq != st.inbound_expected
+        {
+            return Err("the peer's state changed during the handshake; retry".into());
+        }
+        st.outbox
+            .resume(est.peer_auth.next_expected_seq)
+            .map_err(|e| format!("cannot resume: {e}"))?;
+        // The peer resumes where it says; past what we expect only if it gave up on messages.
+        st.inbound_expected = st.inbound_expected.max(est.peer_auth.next_send_seq);
+        st.hello = est.peer.clone();
+        st.addr = addr.to_owned();
+        st.link = Some(link);
+        st.dead = false;
+        st.link_closing = false;
+        st.writer_idle = false;
+        Ok(())
+    }
+
+    /// Detaches link `link` if it is the one attached; returns the detach epoch (for the
+    /// deadline) and the messages still unacknowledged.
+    pub(crate) fn detach(&self, link: u64) -> Option<(u64, u64)> {
+        let mut st = self.lock();
+        if st.link != Some(link) {
+            return None;
+        }
+        st.link = None;
+        st.detach_epoch += 1;
+        Some((st.detach_epoch, st.outbox.unacked()))
+    }
+
+    /// If no link came back since detach `epoch`, gives up on every unacknowledged message:
+    /// returns their numbers. Later sends fail at once until a link is up again.
+    pub(crate) fn expire(&self, epoch: u64) -> Option<Range<u64>> {
+        let mut st = self.lock();
+        if st.link.is_some() || st.detach_epoch != epoch {
+            return None;
+        }
+        st.dead = true;
+        let range = st.outbox.fail_all();
+        drop(st);
+        self.room.notify_waiters();
+        Some(range)
+    }
+
+    /// Gives up on every message (the peer came back as a new incarnation).
+    pub(crate) fn fail_all(&self) -> Range<u64> {
+        let range = self.lock().outbox.fail_all();
+        self.room.notify_waiters();
+        range
+    }
+
+    pub(crate) fn is_up(&self) -> bool {
+        self.lock().link.is_some()
+    }
+
+    /// No more messages; the writer drains what is queued and closes the link.
+    pub(crate) fn close(&self) {
+        let mut st = self.lock();
+        st.closing = true;
+        drop(st);
+        self.writer_wake.notify_one();
+        self.room.notify_waiters();
+    }
+
+    /// The attached link's writer drains what is queued, sends CLOSE and finishes.
+    pub(crate) fn close_link(&self) {
+        self.lock().link_closing = true;
+        self.writer_wake.notify_one();
+    }
+
+    pub(crate) fn snapshot(&self) -> PeerSnapshot {
+        let st = self.lock();
+        PeerSnapshot {
+            hello: st.hello.clone(),
+            addr: st.addr.clone(),
+            up: st.link.is_some(),
+            unacked: st.outbox.unacked(),
+            bytes: st.outbox.bytes(),
+            msgs_total: st.msgs_total,
+        }
+    }
+}

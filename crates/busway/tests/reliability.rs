@@ -1,0 +1,143 @@
+//! Nothing is lost or repeated across dropped links: the outbox writes again what the peer
+//! lacks, and the peer's numbering drops nothing and delivers nothing twice.
+
+mod common;
+
+use busway::{BusId, Event};
+use common::*;
+use std::time::Duration;
+
+/// Messages in the stream; each carries its number in its first 8 bytes.
+const MESSAGES: u64 = 300_000;
+/// Times the link is cut while the stream runs.
+const CUTS: usize = 1_000;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_link_cut_a_thousand_times_loses_and_repeats_nothing() {
+    let mut ca = config(1);
+    ca.heartbeat_interval_ms = 60_000;
+    let mut cb = config(2);
+    cb.dial_backoff_min_ms = 0;
+    let (a, b) = pair("tcp4", ca, cb).await;
+    let mut inbox = a.take_inbox().unwrap();
+
+    let sender = {
+        let b = b.clone();
+        tokio::spawn(async move {
+            let mut next = 0u64;
+            while next < MESSAGES {
+                let batch: Vec<Vec<u8>> = (next..(next + 100).min(MESSAGES))
+                    .map(|i| {
+                        let mut m = i.to_le_bytes().to_vec();
+                        m.resize(8 + (i % 120) as usize, 0xAB);
+                        m
+                    })
+                    .collect();
+                let seqs = b.send_batch(BusId(1), &batch).await.unwrap();
+                assert_eq!(seqs, next..next + batch.len() as u64);
+                next = seqs.end;
+                if next % 1000 == 0 {
+                    tokio::task::yield_now().await;
+                }
+            }
+        })
+    };
+    let cutter = {
+        let (a, b) = (a.clone(), b.clone());
+        tokio::spawn(async move {
+            let mut cuts = 0;
+            while cuts < CUTS {
+                // Cut from either end, after a varying little while of traffic.
+                let node = if cuts % 2 == 0 { &a } else { &b };
+                let peer = if cuts % 2 == 0 { BusId(2) } else { BusId(1) };
+                tokio::time::sleep(Duration::from_micros(50 * (cuts % 7) as u64)).await;
+                if node.disconnect(peer) {
+                    cuts += 1;
+                }
+                assert!(
+                    b.wait_for_peer(BusId(1), WAIT).await,
+                    "link back after cut {cuts}"
+                );
+                assert!(
+                    a.wait_for_peer(BusId(2), WAIT).await,
+                    "link back after cut {cuts}"
+                );
+            }
+            cuts
+        })
+    };
+
+    let mut expected = 0u64;
+    let received = tokio::time::timeout(Duration::from_secs(120), async {
+        while expected < MESSAGES {
+            let batch = inbox.recv_batch().await.unwrap();
+            for p in batch.iter() {
+                let seq = u64::from_le_bytes(p[..8].try_into().unwrap());
+                assert_eq!(seq, expected, "message {expected}: got {seq}");
+                assert_eq!(p.len(), 8 + (seq % 120) as usize);
+                expected += 1;
+            }
+        }
+    })
+    .await;
+    assert!(received.is_ok(), "stream stalled at {expected}");
+    let cuts = cutter.await.unwrap();
+    sender.await.unwrap();
+    assert_eq!(cuts, CUTS);
+    // Nothing more arrives: no duplicate after the last message.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(inbox.try_recv_batch().is_none());
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_peer_is_declared_down_within_three_heartbeats() {
+    let mut ca = config(1);
+    ca.heartbeat_interval_ms = 100;
+    let a = start(ca.listen(listen_addr("tcp4"))).await;
+    let mut ea = a.take_events().unwrap();
+    let busway::Addr::Tcp(addr) = a.listen_addrs()[0] else {
+        unreachable!()
+    };
+    // A real peer that completes the handshake, then answers nothing.
+    let _silent = authenticated(addr, 9, None).await;
+    let started = std::time::Instant::now();
+    let reason = wait_event(&mut ea, |e| match e {
+        Event::PeerDown { peer, reason, .. } if *peer == BusId(9) => Some(reason.clone()),
+        _ => None,
+    })
+    .await;
+    let elapsed = started.elapsed();
+    assert!(
+        reason
+            .to_string()
+            .contains("3 heartbeat intervals of 100 ms"),
+        "{reason}"
+    );
+    assert!(
+        elapsed < Duration::from_millis(1_000),
+        "declared down after {elapsed:?}"
+    );
+    assert!(a.stats().heartbeat_timeouts >= 1);
+    a.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn round_trips_are_measured() {
+    let mut ca = config(1);
+    ca.heartbeat_interval_ms = 20;
+    let (a, b) = pair("tcp4", ca, config(2)).await;
+    let measured = tokio::time::timeout(WAIT, async {
+        loop {
+            if a.peers()[0].rtt_us > 0 {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    assert!(measured.is_ok(), "an RTT within the wait");
+    a.shutdown().await;
+    b.shutdown().await;
+}
