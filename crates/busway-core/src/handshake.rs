@@ -47,6 +47,7 @@ mod tag {
     pub(crate) const LISTEN_ADDR: u8 = 1;
     pub(crate) const HOST_ID: u8 = 2;
     pub(crate) const CAPABILITIES: u8 = 3;
+    pub(crate) const DOWNSTREAM_OF_YOU: u8 = 4;
 }
 
 /// Capability bits a node advertises in HELLO. A node sends a reserved frame kind only to a
@@ -146,6 +147,9 @@ pub struct Hello {
     /// Identity of the sender's host (for the shared-memory channel); empty if unknown.
     pub host_id: Vec<u8>,
     pub capabilities: u64,
+    /// Set when the sender registers as the receiver's downstream: the first and last bus id
+    /// of the ids it serves (its own and those of its own downstreams).
+    pub downstream_of_you: Option<(BusId, BusId)>,
 }
 
 struct Reader<'a> {
@@ -210,6 +214,12 @@ impl Hello {
             tlv(tag::HOST_ID, &self.host_id);
         }
         tlv(tag::CAPABILITIES, &self.capabilities.to_le_bytes());
+        if let Some((lo, hi)) = self.downstream_of_you {
+            let mut range = [0u8; 16];
+            range[..8].copy_from_slice(&lo.0.to_le_bytes());
+            range[8..].copy_from_slice(&hi.0.to_le_bytes());
+            tlv(tag::DOWNSTREAM_OF_YOU, &range);
+        }
         b
     }
 
@@ -239,6 +249,7 @@ impl Hello {
             listen_addrs: Vec::new(),
             host_id: Vec::new(),
             capabilities: 0,
+            downstream_of_you: None,
         };
         while !r.buf.is_empty() {
             let t = r.u8("field tag")?;
@@ -273,6 +284,17 @@ impl Hello {
                         .try_into()
                         .map_err(|_| malformed("capabilities field is not 8 bytes"))?;
                     hello.capabilities = u64::from_le_bytes(bits);
+                }
+                tag::DOWNSTREAM_OF_YOU => {
+                    let range: [u8; 16] = value
+                        .try_into()
+                        .map_err(|_| malformed("downstream range is not 16 bytes"))?;
+                    let lo = u64::from_le_bytes(range[..8].try_into().unwrap_or_default());
+                    let hi = u64::from_le_bytes(range[8..].try_into().unwrap_or_default());
+                    if lo > hi {
+                        return Err(malformed(format!("downstream range {lo}..={hi} is empty")));
+                    }
+                    hello.downstream_of_you = Some((BusId(lo), BusId(hi)));
                 }
                 _ => {} // a field from a later version: skipped on purpose
             }
@@ -638,6 +660,7 @@ pub fn local_hello(
         listen_addrs,
         host_id: Vec::new(),
         capabilities: 0,
+        downstream_of_you: None,
     }
 }
 
@@ -708,6 +731,7 @@ mod tests {
         let mut h = local_hello(BusId(7), 9, NOW, [3; NONCE_LEN], vec!["unix:///x".into()]);
         h.host_id = b"host".to_vec();
         h.capabilities = caps::RELAY | caps::SHM;
+        h.downstream_of_you = Some((BusId(7), BusId(9)));
         assert_eq!(Hello::decode(&h.encode()).unwrap(), h);
     }
 

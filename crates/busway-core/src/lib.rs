@@ -16,6 +16,7 @@ pub mod fuzzing;
 pub mod handshake;
 pub mod id;
 pub mod outbox;
+pub mod routed;
 
 pub use frame::{DecodeError, Frame, FrameDecoder, FrameKind};
 pub use id::BusId;

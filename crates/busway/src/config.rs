@@ -25,6 +25,18 @@ pub struct NodeConfig {
     pub listen: Vec<Addr>,
     /// Addresses to dial and keep dialing (with backoff) whenever the link is down.
     pub connect: Vec<Addr>,
+    /// This node's parent: dialed and kept up like `connect`, and told that this node (and
+    /// `subtree`) is reached through it. Messages to ids with no other route go to it.
+    pub upstream: Option<Addr>,
+    /// The bus ids this node serves for its upstream (itself and its own downstreams), first
+    /// and last; default: its own id only.
+    pub subtree: Option<(BusId, BusId)>,
+    /// Relays a message may pass before it is dropped and reported.
+    pub ttl: u8,
+    /// For this long after it starts, a relay answers a message for an id it does not know
+    /// with a transient failure (the sender retries) instead of "unknown id": its downstreams
+    /// may not have registered again yet. In milliseconds.
+    pub relay_grace_ms: u64,
     /// Shared secret every peer must prove; `None` admits any busway peer.
     pub secret: Option<Secret>,
     pub io_threads: IoThreads,
@@ -57,6 +69,10 @@ impl NodeConfig {
             id,
             listen: Vec::new(),
             connect: Vec::new(),
+            upstream: None,
+            subtree: None,
+            ttl: busway_core::routed::DEFAULT_TTL,
+            relay_grace_ms: DEFAULT_RELAY_GRACE_MS,
             secret: None,
             io_threads: IoThreads::Dedicated(cores),
             frame_body_max: DEFAULT_BODY_LEN_MAX,
@@ -78,6 +94,11 @@ impl NodeConfig {
 
     pub fn connect(mut self, addr: Addr) -> Self {
         self.connect.push(addr);
+        self
+    }
+
+    pub fn upstream(mut self, addr: Addr) -> Self {
+        self.upstream = Some(addr);
         self
     }
 
@@ -110,6 +131,12 @@ impl NodeConfig {
             return Err(format!(
                 "inbox_bytes_max ({}) must hold at least one largest message ({} bytes)",
                 self.inbox_bytes_max, self.frame_body_max
+            ));
+        }
+        if self.frame_body_max <= ROUTED_OVERHEAD_BYTES_MAX {
+            return Err(format!(
+                "frame_body_max ({}) must leave room for the {}-byte ROUTED header",
+                self.frame_body_max, ROUTED_OVERHEAD_BYTES_MAX
             ));
         }
         if self.io_threads == IoThreads::Dedicated(0) {

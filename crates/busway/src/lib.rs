@@ -26,6 +26,8 @@ pub mod limits;
 mod link;
 mod node;
 mod peer;
+mod remote;
+mod routing;
 mod stats;
 mod transport;
 
@@ -35,5 +37,5 @@ pub use busway_core::BusId;
 pub use config::{IoThreads, NodeConfig};
 pub use event::{DownReason, Event};
 pub use inbox::{Inbox, Message, MessageBatch};
-pub use node::{Events, Node, PeerInfo, SendError, StartError};
+pub use node::{Events, Node, PeerInfo, RelayedInfo, SendError, StartError};
 pub use stats::Stats;

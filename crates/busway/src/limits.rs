@@ -29,6 +29,23 @@ pub const HEARTBEAT_MISSES_MAX: u64 = 3;
 /// Default time a peer may stay down before busway gives up on the messages it holds for it,
 /// in milliseconds.
 pub const DEFAULT_PEER_DEAD_AFTER_MS: u64 = 30_000;
+/// How often the retry task looks at relayed destinations, in milliseconds.
+pub const ROUTED_RETRY_INTERVAL_MS: u64 = 100;
+/// Time without an end-to-end acknowledgement after which relayed messages held are written
+/// again, in milliseconds.
+pub const ROUTED_RESEND_AFTER_MS: u64 = 1_000;
+/// Bytes of ROUTED frames a node queues toward one neighbor on behalf of others; past it, it
+/// reports the destination congested to the source (which retries) instead of queueing more.
+pub const FORWARD_QUEUE_BYTES_MAX: usize = 4 << 20;
+/// Room a relayed message leaves in a frame for the ROUTED header and a full route, in bytes.
+pub const ROUTED_OVERHEAD_BYTES_MAX: usize = 1024;
+const _: () = assert!(
+    busway_core::routed::ROUTED_FIXED_LEN + 8 * busway_core::routed::ROUTE_LEN_MAX + 2 * 8
+        <= ROUTED_OVERHEAD_BYTES_MAX
+);
+/// Default time after its start during which a relay treats unknown ids as not registered
+/// yet, in milliseconds: the longest redial delay, and a second for the handshake.
+pub const DEFAULT_RELAY_GRACE_MS: u64 = DIAL_BACKOFF_MAX_MS + 1_000;
 /// Events that may wait for the application; past it events are dropped and counted in
 /// `Stats::events_dropped` (the node never blocks on a slow event reader).
 pub const EVENT_QUEUE_LEN_MAX: usize = 4_096;

@@ -10,11 +10,13 @@ use crate::limits::HEARTBEAT_MISSES_MAX;
 use crate::limits::{READ_CHUNK_MAX_BYTES, READ_CHUNK_MIN_BYTES, WRITEV_SEGMENTS_MAX};
 use crate::node::Shared;
 use crate::peer::{Peer, Take};
+use crate::routing::inner_spans;
 use crate::stats::bump;
 use crate::transport::{StdStream, Stream};
 use busway_core::control::{ack_frame, decode_token, ping_frame, Close, CloseCode};
 use busway_core::frame::{for_each_batch_entry, HANDSHAKE_BODY_LEN_MAX, HEADER_LEN};
 use busway_core::handshake::{Established, Handshake, HandshakeError, Role, Step};
+use busway_core::routed::{RoutedHeader, RoutedType};
 use busway_core::{BusId, DecodeError, FrameDecoder, FrameKind};
 use bytes::{Buf, Bytes, BytesMut};
 use std::io::{self, IoSlice};
@@ -33,15 +35,30 @@ pub(crate) enum Outcome {
     WasUp,
 }
 
-/// Runs a connection from handshake to close on the calling loop.
-pub(crate) async fn serve_std(
-    shared: Arc<Shared>,
-    stream: StdStream,
-    role: Role,
-    remote: String,
-) -> Outcome {
+/// How a connection came to be.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Dial {
+    /// Accepted by a listener.
+    Accepted,
+    /// Dialed to a `connect` address.
+    Peer,
+    /// Dialed to the `upstream` address: this node registers as its downstream.
+    Upstream,
+}
+
+impl Dial {
+    fn role(self) -> Role {
+        match self {
+            Dial::Accepted => Role::Listener,
+            Dial::Peer | Dial::Upstream => Role::Dialer,
+        }
+    }
+}
+
+/// Runs an accepted connection from handshake to close on the calling loop.
+pub(crate) async fn serve_std(shared: Arc<Shared>, stream: StdStream, remote: String) -> Outcome {
     match stream.register() {
-        Ok(s) => serve(shared, s, role, remote).await,
+        Ok(s) => serve(shared, s, Dial::Accepted, remote).await,
         Err(e) => {
             tracing::warn!(%remote, error = %e, "could not register an accepted socket");
             Outcome::NeverUp
@@ -52,7 +69,7 @@ pub(crate) async fn serve_std(
 pub(crate) async fn serve(
     shared: Arc<Shared>,
     stream: Stream,
-    role: Role,
+    role: Dial,
     remote: String,
 ) -> Outcome {
     bump(&shared.counters.connections);
@@ -66,6 +83,15 @@ pub(crate) async fn serve(
             run(shared, r, w, role, remote).await
         }
     }
+}
+
+/// Relayed messages from one source found in one read, to deliver once the read is cut.
+struct RoutedIn {
+    src: BusId,
+    incarnation: u64,
+    /// The number expected from `src` once these are delivered.
+    next: u64,
+    spans: Vec<(u32, u32)>,
 }
 
 /// What ended a link's read side.
@@ -86,7 +112,7 @@ impl From<io::Error> for LinkError {
     }
 }
 
-async fn run<R, W>(shared: Arc<Shared>, mut r: R, mut w: W, role: Role, remote: String) -> Outcome
+async fn run<R, W>(shared: Arc<Shared>, mut r: R, mut w: W, role: Dial, remote: String) -> Outcome
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
@@ -113,7 +139,7 @@ where
     };
     let id = established.peer.bus_id;
     let link_id = shared.next_link_id();
-    let peer = match shared.attach_peer(&established, &remote, link_id) {
+    let peer = match shared.attach_peer(&established, &remote, link_id, role == Dial::Upstream) {
         Ok(p) => p,
         Err(reason) => {
             bump(&shared.counters.handshake_failures);
@@ -246,7 +272,7 @@ async fn handshake<R, W>(
     shared: &Shared,
     r: &mut R,
     w: &mut W,
-    role: Role,
+    role: Dial,
     buf: &mut BytesMut,
     dec: &mut FrameDecoder,
 ) -> Result<Established, String>
@@ -254,7 +280,12 @@ where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
-    let mut hs = Handshake::new(role, shared.local_hello(), shared.config.secret.clone());
+    let mut hello = shared.local_hello();
+    if role == Dial::Upstream {
+        let me = shared.config.id;
+        hello.downstream_of_you = Some(shared.config.subtree.unwrap_or((me, me)));
+    }
+    let mut hs = Handshake::new(role.role(), hello, shared.config.secret.clone());
     hs.set_clock_skew_max_ms(shared.config.clock_skew_max_ms);
     w.write_all(&hs.hello_frame())
         .await
@@ -306,6 +337,7 @@ async fn read_loop<R: AsyncRead + Unpin>(
         // Walk every whole frame in the buffer, then cut the buffer once: the DATA payloads
         // go to the application as one batch sharing that cut.
         let mut spans = Vec::new();
+        let mut routed: Vec<RoutedIn> = Vec::new();
         let mut pos = 0usize;
         let mut end = None;
         while end.is_none() {
@@ -367,7 +399,46 @@ async fn read_loop<R: AsyncRead + Unpin>(
                         dec.offset() - frame_len as u64
                     ))));
                 }
-                kind @ (FrameKind::Routed | FrameKind::Channel) => {
+                FrameKind::Routed => {
+                    let at = dec.offset() - frame_len as u64;
+                    let handled = RoutedHeader::decode(body).and_then(|(h, inner_at)| {
+                        let inner = &body[inner_at..];
+                        if h.dst != shared.config.id {
+                            bump(&shared.counters.relayed);
+                            shared.forward(peer.id, h, inner);
+                            return Ok(());
+                        }
+                        if h.kind != RoutedType::Data {
+                            return shared.routed_control(&h, inner);
+                        }
+                        let spans = inner_spans(inner)?;
+                        let pending = routed.iter().rev().find(|r| r.src == h.src).map(|r| r.next);
+                        match shared.check_routed(h.src, h.src_incarnation, h.seq, pending) {
+                            Err(expected) => shared.report_gap(h.src, expected),
+                            Ok(skip) => {
+                                let base = pos + HEADER_LEN + inner_at;
+                                let fresh: Vec<(u32, u32)> = spans
+                                    .iter()
+                                    .skip(skip as usize)
+                                    .map(|&(s, n)| ((base + s) as u32, n as u32))
+                                    .collect();
+                                routed.push(RoutedIn {
+                                    src: h.src,
+                                    incarnation: h.src_incarnation,
+                                    next: h.seq + spans.len() as u64,
+                                    spans: fresh,
+                                });
+                            }
+                        }
+                        Ok(())
+                    });
+                    if let Err(what) = handled {
+                        end = Some(Err(LinkError::Protocol(format!(
+                            "{what} (ROUTED frame at stream offset {at})"
+                        ))));
+                    }
+                }
+                kind @ FrameKind::Channel => {
                     end = Some(Err(LinkError::Protocol(format!(
                         "{kind:?} frame, a capability this node did not advertise, at stream offset {}",
                         dec.offset() - frame_len as u64
@@ -379,6 +450,19 @@ async fn read_loop<R: AsyncRead + Unpin>(
         last_rx_ms.store(shared.clock_ms(), Relaxed);
         if pos > 0 {
             let chunk = buf.split_to(pos).freeze();
+            for r in routed {
+                // Even a frame of duplicates is acknowledged: the sender may be waiting for it.
+                if !r.spans.is_empty() {
+                    let n = r.spans.len() as u64;
+                    shared.counters.msgs_in.fetch_add(n, Relaxed);
+                    shared
+                        .inbox
+                        .deliver(MessageBatch::new(r.src, chunk.clone(), r.spans))
+                        .await;
+                }
+                shared.routed_delivered(r.src, r.incarnation, r.next);
+                shared.send_routed_ack(r.src, r.next);
+            }
             if !spans.is_empty() {
                 let bytes: u64 = spans.iter().map(|&(_, len)| u64::from(len)).sum();
                 shared

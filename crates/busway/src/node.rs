@@ -6,12 +6,14 @@ use crate::event::DownReason;
 use crate::event::Event;
 use crate::inbox::{inbox, Inbox, InboxSender, MessageBatch};
 use crate::io_loops::IoLoops;
-use crate::limits::{DIAL_BACKOFF_MAX_MS, EVENT_QUEUE_LEN_MAX};
+use crate::limits::{DIAL_BACKOFF_MAX_MS, EVENT_QUEUE_LEN_MAX, ROUTED_OVERHEAD_BYTES_MAX};
 use crate::link::{self, Outcome};
 use crate::peer::{Peer, PushError};
+use crate::remote::Remote;
+use crate::routing::Route;
 use crate::stats::{bump, Counters, Stats};
 use crate::transport::{self, StdListener};
-use busway_core::handshake::{caps, local_hello, Established, Hello, NonceCache, Role, NONCE_LEN};
+use busway_core::handshake::{caps, local_hello, Established, Hello, NonceCache, NONCE_LEN};
 use busway_core::BusId;
 use bytes::Bytes;
 use std::collections::HashMap;
@@ -96,12 +98,29 @@ pub struct PeerInfo {
     pub rtt_us: u64,
 }
 
+/// What a node knows about a destination it reaches through relays.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RelayedInfo {
+    pub id: BusId,
+    /// The destination's incarnation, once it acknowledged something.
+    pub incarnation: Option<u64>,
+    pub unacked_msgs: u64,
+    pub unacked_bytes: usize,
+    pub msgs_sent: u64,
+}
+
 /// State shared by the node's handle, its listeners, dialers and links.
 pub(crate) struct Shared {
     pub(crate) config: NodeConfig,
-    incarnation: u64,
+    pub(crate) incarnation: u64,
     listen_addrs: Vec<Addr>,
     peers: RwLock<HashMap<BusId, Arc<Peer>>>,
+    /// Destinations reached through relays.
+    pub(crate) remotes: RwLock<HashMap<BusId, Arc<Remote>>>,
+    /// Per source of relayed messages: (its incarnation, the number expected next).
+    pub(crate) inbound_routed: Mutex<HashMap<BusId, (u64, u64)>>,
+    /// The bus id behind the `upstream` address, once a link to it was up.
+    upstream: Mutex<Option<BusId>>,
     peers_changed: Notify,
     nonces: Mutex<NonceCache>,
     events: mpsc::Sender<Event>,
@@ -144,7 +163,7 @@ impl Shared {
             random_bytes::<NONCE_LEN>(),
             self.listen_addrs.iter().map(ToString::to_string).collect(),
         );
-        h.capabilities = caps::RELIABLE;
+        h.capabilities = caps::RELIABLE | caps::RELAY;
         h
     }
 
@@ -171,7 +190,22 @@ impl Shared {
         }
     }
 
-    fn peer(&self, id: BusId) -> Option<Arc<Peer>> {
+    pub(crate) fn peers_snapshot(&self) -> Vec<Arc<Peer>> {
+        self.peers
+            .read()
+            .map(|p| p.values().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    pub(crate) fn upstream_id(&self) -> Option<BusId> {
+        *self.upstream.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(crate) fn is_shutting_down(&self) -> bool {
+        self.shutting_down.load(Relaxed)
+    }
+
+    pub(crate) fn peer(&self, id: BusId) -> Option<Arc<Peer>> {
         self.peers
             .read()
             .unwrap_or_else(|p| p.into_inner())
@@ -196,6 +230,7 @@ impl Shared {
         est: &Established,
         addr: &str,
         link: u64,
+        upstream: bool,
     ) -> Result<Arc<Peer>, String> {
         if self.shutting_down.load(Relaxed) {
             return Err("this node is shutting down".into());
@@ -237,7 +272,11 @@ impl Shared {
         };
         peer.attach(link, est, addr)?;
         drop(peers);
+        if upstream {
+            *self.upstream.lock().unwrap_or_else(|p| p.into_inner()) = Some(id);
+        }
         self.peers_changed.notify_waiters();
+        self.relink_remotes();
         Ok(peer)
     }
 
@@ -335,6 +374,9 @@ impl Node {
             config,
             listen_addrs,
             peers: RwLock::new(HashMap::new()),
+            remotes: RwLock::new(HashMap::new()),
+            inbound_routed: Mutex::new(HashMap::new()),
+            upstream: Mutex::new(None),
             peers_changed: Notify::new(),
             nonces: Mutex::new(NonceCache::default()),
             events: events_tx,
@@ -352,8 +394,13 @@ impl Node {
         }
         for addr in connect {
             let shared2 = shared.clone();
-            shared.loops.pick().spawn(dial_loop(shared2, addr));
+            shared.loops.pick().spawn(dial_loop(shared2, addr, false));
         }
+        if let Some(addr) = shared.config.upstream.clone() {
+            let shared2 = shared.clone();
+            shared.loops.pick().spawn(dial_loop(shared2, addr, true));
+        }
+        shared.loops.pick().spawn(shared.clone().retry_loop());
         Ok(Node {
             owner: Arc::new(Owner {
                 shared,
@@ -402,8 +449,16 @@ impl Node {
         Ok(())
     }
 
-    fn peer_for(&self, dst: BusId) -> Result<Arc<Peer>, SendError> {
-        self.shared().peer(dst).ok_or(SendError::NoRoute(dst))
+    fn route_for(&self, dst: BusId, len: usize) -> Result<Route, SendError> {
+        let route = self.shared().route(dst).ok_or(SendError::NoRoute(dst))?;
+        if let Route::Relayed(_) = route {
+            // A relayed message also carries the ROUTED header and its route.
+            let max = self.shared().config.frame_body_max - ROUTED_OVERHEAD_BYTES_MAX;
+            if len > max {
+                return Err(SendError::TooLarge { len, max });
+            }
+        }
+        Ok(route)
     }
 
     fn push_error(dst: BusId, e: PushError) -> SendError {
@@ -421,9 +476,15 @@ impl Node {
         if dst == self.id() {
             return self.deliver_local(payload);
         }
-        self.peer_for(dst)?
-            .push_shared(&payload)
-            .map_err(|e| Self::push_error(dst, e))
+        let pushed = match self.route_for(dst, payload.len())? {
+            Route::Direct(p) => p.push_shared(&payload),
+            Route::Relayed(r) => {
+                let seq = r.push_shared(&payload);
+                self.shared().pump(&r);
+                seq
+            }
+        };
+        pushed.map_err(|e| Self::push_error(dst, e))
     }
 
     /// Queues `payload` for `dst`, waiting while its queue is full. Returns the message's
@@ -435,10 +496,21 @@ impl Node {
             self.shared().inbox.deliver(batch).await;
             return Ok(0);
         }
-        let peer = self.peer_for(dst)?;
+        let route = self.route_for(dst, payload.len())?;
         loop {
-            match peer.push_shared(&payload) {
-                Err(PushError::Full) => peer.wait_for_room(payload.len()).await,
+            let pushed = match &route {
+                Route::Direct(p) => p.push_shared(&payload),
+                Route::Relayed(r) => {
+                    let seq = r.push_shared(&payload);
+                    self.shared().pump(r);
+                    seq
+                }
+            };
+            match pushed {
+                Err(PushError::Full) => match &route {
+                    Route::Direct(p) => p.wait_for_room(payload.len()).await,
+                    Route::Relayed(r) => r.wait_for_room(payload.len()).await,
+                },
                 other => return other.map_err(|e| Self::push_error(dst, e)),
             }
         }
@@ -466,18 +538,29 @@ impl Node {
             }
             return Ok(0..0);
         }
-        let peer = self.peer_for(dst)?;
+        let longest = payloads.iter().map(|p| p.as_ref().len()).max().unwrap_or(0);
+        let route = self.route_for(dst, longest)?;
         let mut rest = payloads;
         let mut seqs: Option<Range<u64>> = None;
         while !rest.is_empty() {
-            let got = peer
-                .push_copies(rest)
-                .map_err(|e| Self::push_error(dst, e))?;
+            let got = match &route {
+                Route::Direct(p) => p.push_copies(rest),
+                Route::Relayed(r) => {
+                    let got = r.push_copies(rest);
+                    self.shared().pump(r);
+                    got
+                }
+            }
+            .map_err(|e| Self::push_error(dst, e))?;
             let n = (got.end - got.start) as usize;
             seqs = Some(seqs.map_or(got.clone(), |s| s.start..got.end));
             rest = &rest[n..];
             if let Some(next) = rest.first() {
-                peer.wait_for_room(next.as_ref().len()).await;
+                let len = next.as_ref().len();
+                match &route {
+                    Route::Direct(p) => p.wait_for_room(len).await,
+                    Route::Relayed(r) => r.wait_for_room(len).await,
+                }
             }
         }
         Ok(seqs.unwrap_or(0..0))
@@ -521,6 +604,31 @@ impl Node {
             })
             .collect();
         out.sort_by_key(|p| p.id);
+        out
+    }
+
+    /// Every destination this node reaches through relays, with what it holds for each.
+    pub fn relayed_peers(&self) -> Vec<RelayedInfo> {
+        let remotes: Vec<Arc<Remote>> = self
+            .shared()
+            .remotes
+            .read()
+            .map(|r| r.values().cloned().collect())
+            .unwrap_or_default();
+        let mut out: Vec<RelayedInfo> = remotes
+            .iter()
+            .map(|r| {
+                let (unacked_msgs, unacked_bytes, msgs_sent, incarnation) = r.snapshot();
+                RelayedInfo {
+                    id: r.id,
+                    incarnation,
+                    unacked_msgs,
+                    unacked_bytes,
+                    msgs_sent,
+                }
+            })
+            .collect();
+        out.sort_by_key(|r| r.id);
         out
     }
 
@@ -617,7 +725,7 @@ async fn accept_loop(shared: Arc<Shared>, listener: StdListener) {
                     shared
                         .loops
                         .pick()
-                        .spawn(link::serve_std(shared2, stream, Role::Listener, remote));
+                        .spawn(link::serve_std(shared2, stream, remote));
                 }
                 Err(e) => {
                     // Out of descriptors or a connection reset before accept: wait a little so
@@ -633,7 +741,7 @@ async fn accept_loop(shared: Arc<Shared>, listener: StdListener) {
 
 /// Keeps a link to `addr` up: dials, runs the link, and dials again after it goes down, with an
 /// exponential backoff (jittered from the node id so that many nodes do not dial in step).
-async fn dial_loop(shared: Arc<Shared>, addr: Addr) {
+async fn dial_loop(shared: Arc<Shared>, addr: Addr, upstream: bool) {
     let mut shutdown = shared.shutdown_tx.subscribe();
     let min_ms = shared.config.dial_backoff_min_ms;
     let mut backoff_ms = min_ms;
@@ -643,7 +751,12 @@ async fn dial_loop(shared: Arc<Shared>, addr: Addr) {
         let outcome = match transport::dial(&addr).await {
             Ok(stream) => {
                 reported = false;
-                link::serve(shared.clone(), stream, Role::Dialer, addr.to_string()).await
+                let role = if upstream {
+                    link::Dial::Upstream
+                } else {
+                    link::Dial::Peer
+                };
+                link::serve(shared.clone(), stream, role, addr.to_string()).await
             }
             Err(e) => {
                 if !reported {

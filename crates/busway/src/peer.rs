@@ -119,6 +119,29 @@ impl Peer {
         }
     }
 
+    /// Whether this peer is up and registered as a downstream serving `dst`.
+    pub(crate) fn serves(&self, dst: BusId) -> bool {
+        let st = self.lock();
+        st.link.is_some()
+            && st
+                .hello
+                .downstream_of_you
+                .is_some_and(|(lo, hi)| lo <= dst && dst <= hi)
+    }
+
+    /// Queues a ROUTED frame for the attached link (relayed, or this node's own end-to-end
+    /// traffic), within `limit` bytes of such frames if given. False if it was not queued (no
+    /// link, or the limit): the frame is dropped, and end-to-end resending covers it.
+    pub(crate) fn push_forward(&self, frame: Bytes, limit: Option<usize>) -> bool {
+        let mut st = self.lock();
+        if st.link.is_none() || limit.is_some_and(|l| st.outbox.control_bytes() + frame.len() > l) {
+            return false;
+        }
+        st.outbox.push_control(frame);
+        self.wake_writer(st);
+        true
+    }
+
     /// Wakes the writer if it sleeps; call after queueing anything.
     fn wake_writer(&self, mut st: MutexGuard<'_, PeerState>) {
         let wake = std::mem::take(&mut st.writer_idle);

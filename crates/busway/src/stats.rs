@@ -15,6 +15,8 @@ pub(crate) struct Counters {
     pub(crate) msgs_in: AtomicU64,
     pub(crate) bytes_in: AtomicU64,
     pub(crate) heartbeat_timeouts: AtomicU64,
+    pub(crate) relay_congested: AtomicU64,
+    pub(crate) relayed: AtomicU64,
     pub(crate) events_dropped: AtomicU64,
 }
 
@@ -40,6 +42,9 @@ pub struct Stats {
     pub bytes_in: u64,
     /// Links closed because the peer went silent.
     pub heartbeat_timeouts: u64,
+    /// ROUTED frames this node passed on as a relay, and those it refused for a full queue.
+    pub relayed: u64,
+    pub relay_congested: u64,
     /// Messages queued for sending to peers.
     pub msgs_out: u64,
     /// Events dropped because the application did not read them.
@@ -60,6 +65,8 @@ impl Counters {
             msgs_in: self.msgs_in.load(Relaxed),
             bytes_in: self.bytes_in.load(Relaxed),
             heartbeat_timeouts: self.heartbeat_timeouts.load(Relaxed),
+            relayed: self.relayed.load(Relaxed),
+            relay_congested: self.relay_congested.load(Relaxed),
             msgs_out: 0,
             events_dropped: self.events_dropped.load(Relaxed),
             peers_up: 0,

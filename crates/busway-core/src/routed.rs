@@ -1,0 +1,267 @@
+//! The ROUTED frame: a message, an acknowledgement or a failure report that travels through
+//! relays between two nodes that have no direct link.
+//!
+//! ```text
+//! offset  size  field
+//! 0       1     type: 0 DATA, 1 ACK, 2 FAIL
+//! 1       1     ttl: relays it may still pass
+//! 2       1     route_len: relays it has passed
+//! 3       1     reserved (0)
+//! 4       8     src          the node that sent it
+//! 12      8     src_incarnation
+//! 20      8     dst          the node it is for
+//! 28      8     seq          DATA: number of its first message; ACK: next number expected;
+//!                            FAIL: first number of the messages concerned
+//! 36      8*n   route        bus ids of the relays passed, in order
+//! 36+8n   ...   inner        DATA: DATA/DATA_BATCH frames; ACK: empty;
+//!                            FAIL: u8 reason, u64 bus id the failed messages were for,
+//!                            UTF-8 text
+//! ```
+//!
+//! A relay checks the TTL and the route (no loops), adds itself to the route and passes the
+//! frame on; it keeps no state about it. Only relays and the two ends pay for these fields.
+
+use crate::id::BusId;
+use bytes::{BufMut, Bytes, BytesMut};
+use std::fmt;
+
+/// Bytes of the fixed part of a ROUTED body.
+pub const ROUTED_FIXED_LEN: usize = 36;
+/// Default number of relays a message may pass.
+pub const DEFAULT_TTL: u8 = 16;
+/// Most relays a route may list.
+pub const ROUTE_LEN_MAX: usize = 64;
+/// Longest failure text, in bytes.
+pub const FAIL_TEXT_LEN_MAX: usize = 256;
+
+/// What a ROUTED frame carries.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[repr(u8)]
+pub enum RoutedType {
+    Data = 0,
+    Ack = 1,
+    Fail = 2,
+}
+
+/// Why a relay could not pass a message on.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[repr(u8)]
+pub enum FailReason {
+    /// No node on the way knows the destination.
+    UnknownId = 1,
+    /// The TTL ran out.
+    TtlExceeded = 2,
+    /// The route came back to a relay it had passed.
+    Loop = 3,
+    /// The destination is known but its link is down (retry later).
+    PeerDown = 4,
+    /// A relay's queue toward the destination was full (retry later).
+    Congested = 5,
+    /// The destination saw a gap in the numbers (resend from `seq`).
+    Gap = 6,
+}
+
+impl FailReason {
+    fn from_u8(v: u8) -> Option<Self> {
+        Some(match v {
+            1 => Self::UnknownId,
+            2 => Self::TtlExceeded,
+            3 => Self::Loop,
+            4 => Self::PeerDown,
+            5 => Self::Congested,
+            6 => Self::Gap,
+            _ => return None,
+        })
+    }
+
+    /// Whether trying again later may succeed.
+    pub fn is_transient(self) -> bool {
+        matches!(self, Self::PeerDown | Self::Congested | Self::Gap)
+    }
+}
+
+impl fmt::Display for FailReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::UnknownId => "unknown bus id",
+            Self::TtlExceeded => "TTL exceeded",
+            Self::Loop => "routing loop",
+            Self::PeerDown => "destination down",
+            Self::Congested => "relay congested",
+            Self::Gap => "gap in sequence numbers",
+        })
+    }
+}
+
+/// The fixed fields and route of a ROUTED frame.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct RoutedHeader {
+    pub kind: RoutedType,
+    pub ttl: u8,
+    pub src: BusId,
+    pub src_incarnation: u64,
+    pub dst: BusId,
+    pub seq: u64,
+    pub route: Vec<BusId>,
+}
+
+impl RoutedHeader {
+    /// Bytes of this header on the wire.
+    pub fn len(&self) -> usize {
+        ROUTED_FIXED_LEN + 8 * self.route.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    /// Appends the header to `out` (the inner part follows).
+    pub fn encode(&self, out: &mut BytesMut) {
+        out.reserve(self.len());
+        out.put_u8(self.kind as u8);
+        out.put_u8(self.ttl);
+        out.put_u8(self.route.len() as u8);
+        out.put_u8(0);
+        out.put_u64_le(self.src.0);
+        out.put_u64_le(self.src_incarnation);
+        out.put_u64_le(self.dst.0);
+        out.put_u64_le(self.seq);
+        for hop in &self.route {
+            out.put_u64_le(hop.0);
+        }
+    }
+
+    /// Reads a ROUTED body: the header and where the inner part starts.
+    pub fn decode(body: &[u8]) -> Result<(Self, usize), String> {
+        if body.len() < ROUTED_FIXED_LEN {
+            return Err(format!(
+                "ROUTED body of {} bytes, shorter than its {ROUTED_FIXED_LEN}-byte header",
+                body.len()
+            ));
+        }
+        let kind = match body[0] {
+            0 => RoutedType::Data,
+            1 => RoutedType::Ack,
+            2 => RoutedType::Fail,
+            t => return Err(format!("ROUTED type {t} unknown")),
+        };
+        let route_len = usize::from(body[2]);
+        if route_len > ROUTE_LEN_MAX {
+            return Err(format!(
+                "ROUTED route of {route_len} relays, over {ROUTE_LEN_MAX}"
+            ));
+        }
+        let u64_at = |i: usize| u64::from_le_bytes(body[i..i + 8].try_into().unwrap_or_default());
+        let inner = ROUTED_FIXED_LEN + 8 * route_len;
+        if body.len() < inner {
+            return Err(format!(
+                "ROUTED body of {} bytes cannot hold its route of {route_len} relays",
+                body.len()
+            ));
+        }
+        let route = (0..route_len)
+            .map(|i| BusId(u64_at(ROUTED_FIXED_LEN + 8 * i)))
+            .collect();
+        Ok((
+            Self {
+                kind,
+                ttl: body[1],
+                src: BusId(u64_at(4)),
+                src_incarnation: u64_at(12),
+                dst: BusId(u64_at(20)),
+                seq: u64_at(28),
+                route,
+            },
+            inner,
+        ))
+    }
+}
+
+/// A FAIL report: `header` (type FAIL, addressed to the sender of the failed messages), the
+/// reason, the bus id the messages were for, and text.
+pub fn encode_fail(header: &RoutedHeader, reason: FailReason, about: BusId, text: &str) -> Bytes {
+    let mut cut = text.len().min(FAIL_TEXT_LEN_MAX);
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    let mut body = BytesMut::new();
+    header.encode(&mut body);
+    body.put_u8(reason as u8);
+    body.put_u64_le(about.0);
+    body.put_slice(&text.as_bytes()[..cut]);
+    crate::frame::frame_bytes(crate::frame::FrameKind::Routed, &body)
+}
+
+/// Reads the inner part of a FAIL report: reason, the bus id the messages were for, text.
+pub fn decode_fail(inner: &[u8]) -> Result<(FailReason, BusId, String), String> {
+    if inner.len() < 9 {
+        return Err("ROUTED FAIL shorter than 9 bytes".into());
+    }
+    let reason = FailReason::from_u8(inner[0])
+        .ok_or_else(|| format!("ROUTED FAIL reason {} unknown", inner[0]))?;
+    let about = BusId(u64::from_le_bytes(
+        inner[1..9].try_into().unwrap_or_default(),
+    ));
+    Ok((
+        reason,
+        about,
+        String::from_utf8_lossy(&inner[9..]).into_owned(),
+    ))
+}
+
+/// A whole ROUTED frame: `header`, then `inner`.
+pub fn routed_frame(header: &RoutedHeader, inner: &[u8]) -> Bytes {
+    let mut body = BytesMut::with_capacity(header.len() + inner.len());
+    header.encode(&mut body);
+    body.put_slice(inner);
+    crate::frame::frame_bytes(crate::frame::FrameKind::Routed, &body)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn headers_round_trip(
+            kind in 0u8..3, ttl: u8, src: u64, inc: u64, dst: u64, seq: u64,
+            route in prop::collection::vec(any::<u64>(), 0..ROUTE_LEN_MAX),
+            inner in prop::collection::vec(any::<u8>(), 0..64),
+        ) {
+            let h = RoutedHeader {
+                kind: [RoutedType::Data, RoutedType::Ack, RoutedType::Fail][kind as usize],
+                ttl, src: BusId(src), src_incarnation: inc, dst: BusId(dst), seq,
+                route: route.into_iter().map(BusId).collect(),
+            };
+            let mut body = BytesMut::new();
+            h.encode(&mut body);
+            body.extend_from_slice(&inner);
+            let (back, at) = RoutedHeader::decode(&body).unwrap();
+            prop_assert_eq!(back, h);
+            prop_assert_eq!(&body[at..], &inner[..]);
+        }
+
+        #[test]
+        fn decoding_garbage_never_panics(body in prop::collection::vec(any::<u8>(), 0..200)) {
+            if let Ok((_, at)) = RoutedHeader::decode(&body) {
+                let _ = decode_fail(&body[at..]);
+            }
+        }
+    }
+
+    #[test]
+    fn short_or_lying_bodies_are_named() {
+        assert!(RoutedHeader::decode(&[0; 10])
+            .unwrap_err()
+            .contains("shorter"));
+        let mut b = vec![0u8; ROUTED_FIXED_LEN];
+        b[2] = 3;
+        assert!(RoutedHeader::decode(&b)
+            .unwrap_err()
+            .contains("cannot hold its route"));
+        assert!(decode_fail(&[99, 0, 0, 0, 0, 0, 0, 0, 0])
+            .unwrap_err()
+            .contains("99"));
+    }
+}

@@ -1,0 +1,367 @@
+//! Routes through relays: which neighbor takes a message for a destination, what a relay does
+//! with a ROUTED frame that is not for it, and the end-to-end numbering of relayed messages.
+//!
+//! Routing for a destination, in order: a direct link to it; a downstream whose registered
+//! range holds it; the upstream. A relay adds itself to the route, drops what passed its TTL or
+//! loops, and reports failures to the source; it keeps no state about what it passed.
+
+use crate::event::Event;
+use crate::limits::{FORWARD_QUEUE_BYTES_MAX, ROUTED_RESEND_AFTER_MS, ROUTED_RETRY_INTERVAL_MS};
+use crate::node::Shared;
+use crate::peer::Peer;
+use crate::remote::{Check, Remote, Verdict};
+use busway_core::frame::{FrameDecoder, FrameKind, BODY_LEN_CEILING, HEADER_LEN};
+use busway_core::routed::{
+    decode_fail, encode_fail, routed_frame, FailReason, RoutedHeader, RoutedType,
+};
+use busway_core::BusId;
+use bytes::Bytes;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Where a message for a destination goes.
+pub(crate) enum Route {
+    Direct(Arc<Peer>),
+    Relayed(Arc<Remote>),
+}
+
+impl Shared {
+    /// The neighbor whose link is up that takes a frame for `dst` now, never `except`.
+    pub(crate) fn next_hop(&self, dst: BusId, except: Option<BusId>) -> Option<Arc<Peer>> {
+        let peers = self.peers_snapshot();
+        let ok = |p: &Arc<Peer>| Some(p.id) != except && p.is_up();
+        if let Some(p) = peers.iter().find(|p| p.id == dst) {
+            if ok(p) {
+                return Some(p.clone());
+            }
+        }
+        if let Some(p) = peers.iter().find(|p| ok(p) && p.serves(dst)) {
+            return Some(p.clone());
+        }
+        let up = self.upstream_id()?;
+        peers.into_iter().find(|p| p.id == up && ok(p))
+    }
+
+    /// Whether `dst` is reached through relays: a downstream registered it, or there is an
+    /// upstream to ask.
+    fn relayable(&self, dst: BusId) -> bool {
+        self.config.upstream.is_some() || self.peers_snapshot().iter().any(|p| p.serves(dst))
+    }
+
+    /// How to send to `dst`, or `None` if nobody could know it.
+    pub(crate) fn route(&self, dst: BusId) -> Option<Route> {
+        if let Some(p) = self.peer(dst) {
+            return Some(Route::Direct(p));
+        }
+        if let Some(r) = self.remote_of(dst) {
+            return Some(Route::Relayed(r));
+        }
+        if !self.relayable(dst) {
+            return None;
+        }
+        let mut remotes = self.remotes.write().unwrap_or_else(|p| p.into_inner());
+        let r = remotes
+            .entry(dst)
+            .or_insert_with(|| {
+                Arc::new(Remote::new(
+                    dst,
+                    self.config.send_queue_bytes_max,
+                    self.clock_ms(),
+                ))
+            })
+            .clone();
+        Some(Route::Relayed(r))
+    }
+
+    fn remote_of(&self, dst: BusId) -> Option<Arc<Remote>> {
+        self.remotes
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&dst)
+            .cloned()
+    }
+
+    fn remotes_snapshot(&self) -> Vec<Arc<Remote>> {
+        self.remotes
+            .read()
+            .map(|r| r.values().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Hands what `remote` has unwritten to the next hop, or notes that there is none.
+    pub(crate) fn pump(&self, remote: &Remote) {
+        let now = self.clock_ms();
+        let Some(hop) = self.next_hop(remote.id, None) else {
+            remote.stall(now);
+            return;
+        };
+        let frames = remote.take_frames(self.config.id, self.incarnation, self.config.ttl, now);
+        for f in frames {
+            hop.push_forward(f, None);
+        }
+    }
+
+    /// A link came up: whatever relayed messages are held may have a path now.
+    pub(crate) fn relink_remotes(&self) {
+        for r in self.remotes_snapshot() {
+            r.revive();
+            r.rewind(None);
+            self.pump(&r);
+        }
+    }
+
+    /// Sends an end-to-end ACK or FAIL frame toward `dst`, best effort (they are regenerated).
+    fn send_routed_control(&self, dst: BusId, frame: Bytes) {
+        if let Some(hop) = self.next_hop(dst, None) {
+            hop.push_forward(frame, Some(FORWARD_QUEUE_BYTES_MAX));
+        }
+    }
+
+    fn control_header(&self, kind: RoutedType, dst: BusId, seq: u64) -> RoutedHeader {
+        RoutedHeader {
+            kind,
+            ttl: self.config.ttl,
+            src: self.config.id,
+            src_incarnation: self.incarnation,
+            dst,
+            seq,
+            route: Vec::new(),
+        }
+    }
+
+    pub(crate) fn send_routed_ack(&self, dst: BusId, next_expected: u64) {
+        let h = self.control_header(RoutedType::Ack, dst, next_expected);
+        self.send_routed_control(dst, routed_frame(&h, &[]));
+    }
+
+    fn send_fail(&self, to: BusId, seq: u64, reason: FailReason, about: BusId, text: &str) {
+        let h = self.control_header(RoutedType::Fail, to, seq);
+        self.send_routed_control(to, encode_fail(&h, reason, about, text));
+    }
+
+    /// A ROUTED frame for another node arrived from neighbor `from`: pass it on, or report why
+    /// not to its source.
+    pub(crate) fn forward(&self, from: BusId, mut header: RoutedHeader, inner: &[u8]) {
+        let me = self.config.id;
+        let refuse = |reason: FailReason, text: String| {
+            // Only data is reported; a lost ACK or FAIL is regenerated by its ends.
+            if header.kind == RoutedType::Data {
+                self.send_fail(header.src, header.seq, reason, header.dst, &text);
+            }
+        };
+        if header.ttl == 0 {
+            return refuse(
+                FailReason::TtlExceeded,
+                format!(
+                    "TTL exceeded at relay {me} after {} relays",
+                    header.route.len()
+                ),
+            );
+        }
+        if header.route.contains(&me) || header.route.len() >= busway_core::routed::ROUTE_LEN_MAX {
+            return refuse(
+                FailReason::Loop,
+                format!(
+                    "routing loop: relay {me} is already on the route {:?}",
+                    header.route
+                ),
+            );
+        }
+        let Some(hop) = self.next_hop(header.dst, Some(from)) else {
+            let (reason, text) = if self.peer(header.dst).is_some() {
+                (
+                    FailReason::PeerDown,
+                    format!("bus id {} is down (at relay {me})", header.dst),
+                )
+            } else if self.clock_ms() < self.config.relay_grace_ms {
+                // Just started: downstreams may not have registered again yet.
+                (
+                    FailReason::PeerDown,
+                    format!(
+                        "bus id {} is not registered (yet) at relay {me}, which started {} ms ago",
+                        header.dst,
+                        self.clock_ms()
+                    ),
+                )
+            } else {
+                (
+                    FailReason::UnknownId,
+                    format!("no route to bus id {} at relay {me}", header.dst),
+                )
+            };
+            return refuse(reason, text);
+        };
+        header.ttl -= 1;
+        header.route.push(me);
+        if !hop.push_forward(routed_frame(&header, inner), Some(FORWARD_QUEUE_BYTES_MAX)) {
+            bumped_congestion(self);
+            refuse(
+                FailReason::Congested,
+                format!("relay {me}: queue toward {} is full", hop.id),
+            );
+        }
+    }
+
+    /// Where a ROUTED DATA frame from `src` stands against what was delivered: the number of
+    /// its messages to skip (already delivered), or `Err(expected)` if it leaves a gap.
+    /// `pending` is what this read already accepted from `src`.
+    pub(crate) fn check_routed(
+        &self,
+        src: BusId,
+        src_incarnation: u64,
+        first_seq: u64,
+        pending: Option<u64>,
+    ) -> Result<u64, u64> {
+        let inbound = self
+            .inbound_routed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let expected = match inbound.get(&src) {
+            Some(&(inc, e)) if inc == src_incarnation => e,
+            _ => 0,
+        };
+        let expected = pending.unwrap_or(expected).max(expected);
+        if first_seq > expected {
+            Err(expected)
+        } else {
+            Ok(expected - first_seq)
+        }
+    }
+
+    /// Messages from `src` up to `next_expected` are in the inbox.
+    pub(crate) fn routed_delivered(&self, src: BusId, src_incarnation: u64, next_expected: u64) {
+        let mut inbound = self
+            .inbound_routed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let e = inbound.entry(src).or_insert((src_incarnation, 0));
+        if e.0 != src_incarnation {
+            *e = (src_incarnation, 0);
+        }
+        e.1 = e.1.max(next_expected);
+    }
+
+    /// A gap in what `src` sent: tell it where to resume.
+    pub(crate) fn report_gap(&self, src: BusId, expected: u64) {
+        let me = self.config.id;
+        self.send_fail(
+            src,
+            expected,
+            FailReason::Gap,
+            me,
+            &format!("bus id {me} expects message {expected} next"),
+        );
+    }
+
+    /// An end-to-end ACK or FAIL for this node.
+    pub(crate) fn routed_control(&self, header: &RoutedHeader, inner: &[u8]) -> Result<(), String> {
+        match header.kind {
+            RoutedType::Ack => {
+                if let Some(r) = self.remote_of(header.src) {
+                    let v = r.ack(header.src_incarnation, header.seq, self.clock_ms());
+                    self.report_verdict(&r, v);
+                }
+            }
+            RoutedType::Fail => {
+                let (reason, about, text) = decode_fail(inner)?;
+                let Some(r) = self.remote_of(about) else {
+                    return Ok(());
+                };
+                if reason == FailReason::Gap {
+                    let v = r.gap(header.src_incarnation, header.seq);
+                    self.report_verdict(&r, v);
+                    self.pump(&r);
+                } else if reason.is_transient() {
+                    r.stall(self.clock_ms());
+                } else {
+                    let seqs = r.fail_all();
+                    if !seqs.is_empty() {
+                        self.emit(Event::Undeliverable {
+                            peer: about,
+                            seqs,
+                            reason: format!("{reason}: {text}"),
+                        });
+                    }
+                }
+            }
+            RoutedType::Data => unreachable!("data is delivered by the reader"),
+        }
+        Ok(())
+    }
+
+    fn report_verdict(&self, r: &Remote, v: Verdict) {
+        if let Verdict::Restarted(seqs, old) = v {
+            if !seqs.is_empty() {
+                self.emit(Event::Undeliverable {
+                    peer: r.id,
+                    seqs,
+                    reason: format!("bus id {} restarted (incarnation {old:#x} replaced)", r.id),
+                });
+            }
+        }
+    }
+
+    /// Writes again what relayed destinations hold when paths may have lost it, and gives up
+    /// on destinations that stayed unreachable past `peer_dead_after_ms`.
+    pub(crate) async fn retry_loop(self: Arc<Self>) {
+        let mut tick = tokio::time::interval(Duration::from_millis(ROUTED_RETRY_INTERVAL_MS));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            if self.is_shutting_down() {
+                return;
+            }
+            let now = self.clock_ms();
+            for r in self.remotes_snapshot() {
+                match r.check(now, ROUTED_RESEND_AFTER_MS, self.config.peer_dead_after_ms) {
+                    Check::Idle => {}
+                    Check::Retry => {
+                        r.rewind(None);
+                        self.pump(&r);
+                    }
+                    Check::Expire => {
+                        let seqs = r.fail_all();
+                        self.emit(Event::Undeliverable {
+                            peer: r.id,
+                            seqs,
+                            reason: format!(
+                                "no path to bus id {} for {} ms",
+                                r.id, self.config.peer_dead_after_ms
+                            ),
+                        });
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn bumped_congestion(shared: &Shared) {
+    crate::stats::bump(&shared.counters.relay_congested);
+}
+
+/// The messages inside a ROUTED DATA frame's inner part, as (offset, length) from the inner
+/// part's start; an error names what is wrong.
+pub(crate) fn inner_spans(inner: &[u8]) -> Result<Vec<(usize, usize)>, String> {
+    let mut spans = Vec::new();
+    let mut dec = FrameDecoder::new(BODY_LEN_CEILING);
+    let mut pos = 0;
+    while pos < inner.len() {
+        let (kind, len) = match dec.peek(&inner[pos..]) {
+            Ok(Some(f)) => f,
+            Ok(None) => return Err(format!("ROUTED DATA: truncated inner frame at {pos}")),
+            Err(e) => return Err(format!("ROUTED DATA: bad inner frame: {e}")),
+        };
+        let body_at = pos + HEADER_LEN;
+        let body = &inner[body_at..pos + len];
+        match kind {
+            FrameKind::Data => spans.push((body_at, body.len())),
+            FrameKind::DataBatch => {
+                busway_core::frame::for_each_batch_entry(body, |s, n| spans.push((body_at + s, n)))?
+            }
+            other => return Err(format!("ROUTED DATA carries a {other:?} frame")),
+        }
+        pos += len;
+    }
+    Ok(spans)
+}

@@ -1,0 +1,175 @@
+//! Messages between nodes with no direct link travel through their upstream: in order, each
+//! once, across a relay that goes away and comes back; failures come back to the sender fast.
+
+mod common;
+
+use busway::{Addr, BusId, Event, Node, NodeConfig};
+use common::*;
+use std::time::Duration;
+
+const RELAY: BusId = BusId(100);
+
+async fn relay_at(addr: Addr) -> Node {
+    start(config(RELAY.0).listen(addr)).await
+}
+
+/// A relay that reports unknown ids at once (no grace after its start).
+async fn strict_relay() -> Node {
+    let mut c = config(RELAY.0).listen(listen_addr("tcp4"));
+    c.relay_grace_ms = 0;
+    start(c).await
+}
+
+/// A new relay at the address of one that just went away (whose socket may take a moment to
+/// close).
+async fn relay_again(addr: &Addr) -> Node {
+    for _ in 0..200 {
+        if let Ok(n) = busway::Node::start(config(RELAY.0).listen(addr.clone())).await {
+            return n;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("could not listen on {addr} again");
+}
+
+/// A node registered below the relay at `addr`.
+async fn below(id: u64, addr: &Addr, tweak: impl FnOnce(&mut NodeConfig)) -> Node {
+    let mut c = config(id).upstream(addr.clone());
+    c.dial_backoff_min_ms = 5;
+    tweak(&mut c);
+    let n = start(c).await;
+    assert!(
+        n.wait_for_peer(RELAY, WAIT).await,
+        "{id} registered with the relay"
+    );
+    n
+}
+
+fn msg(i: u64) -> Vec<u8> {
+    let mut m = i.to_le_bytes().to_vec();
+    m.resize(8 + (i % 50) as usize, 7);
+    m
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_cross_a_relay_in_order_and_a_restarted_relay_loses_nothing() {
+    let r = relay_at(listen_addr("tcp4")).await;
+    let addr = r.listen_addrs()[0].clone();
+    let a = below(1, &addr, |_| {}).await;
+    let b = below(2, &addr, |_| {}).await;
+    let mut inbox = b.take_inbox().unwrap();
+    let total = 60_000u64;
+    let sender = {
+        let a = a.clone();
+        tokio::spawn(async move {
+            let mut next = 0;
+            while next < total {
+                let batch: Vec<Vec<u8>> = (next..(next + 500).min(total)).map(msg).collect();
+                next = a.send_batch(BusId(2), &batch).await.unwrap().end;
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        })
+    };
+    // Take the relay away twice mid-stream and bring a new one up at the same address.
+    let mut relay = Some(r);
+    let mut expected = 0u64;
+    let mut restarts = 0;
+    let received = tokio::time::timeout(Duration::from_secs(60), async {
+        while expected < total {
+            let batch = inbox.recv_batch().await.unwrap();
+            assert_eq!(batch.src(), BusId(1));
+            for p in batch.iter() {
+                let seq = u64::from_le_bytes(p[..8].try_into().unwrap());
+                assert_eq!(seq, expected, "in order, each once");
+                assert_eq!(p, msg(seq).as_slice());
+                expected += 1;
+            }
+            if restarts < 4 && expected > (restarts + 1) * total / 5 {
+                let old = relay.take().unwrap();
+                if restarts % 2 == 0 {
+                    // Abruptly, as a crash would: its loops stop, queued frames are lost.
+                    drop(old);
+                } else {
+                    old.shutdown().await;
+                }
+                relay = Some(relay_again(&addr).await);
+                restarts += 1;
+            }
+        }
+    })
+    .await;
+    assert!(received.is_ok(), "stream stalled at {expected}");
+    sender.await.unwrap();
+    assert_eq!(restarts, 4);
+    assert!(
+        a.peers().iter().all(|p| p.id == RELAY),
+        "no direct link between 1 and 2"
+    );
+    let routed = a.relayed_peers();
+    assert_eq!(routed[0].id, BusId(2));
+    assert_eq!(routed[0].incarnation, Some(b.incarnation()));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        inbox.try_recv_batch().is_none(),
+        "no duplicate after the end"
+    );
+    for n in [a, b, relay.unwrap()] {
+        n.shutdown().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_id_fails_fast_with_the_relay_named() {
+    let r = strict_relay().await;
+    let addr = r.listen_addrs()[0].clone();
+    let a = below(1, &addr, |_| {}).await;
+    let mut events = a.take_events().unwrap();
+    let seq = a
+        .send(BusId(77), bytes::Bytes::from_static(b"anyone?"))
+        .await
+        .unwrap();
+    let (seqs, reason) = wait_event(&mut events, |e| match e {
+        Event::Undeliverable { peer, seqs, reason } if *peer == BusId(77) => {
+            Some((seqs.clone(), reason.clone()))
+        }
+        _ => None,
+    })
+    .await;
+    assert_eq!(seqs, seq..seq + 1);
+    assert!(
+        reason.contains("no route to bus id 77 at relay 100"),
+        "{reason}"
+    );
+    a.shutdown().await;
+    r.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_past_its_ttl_is_dropped_and_reported() {
+    let r = strict_relay().await;
+    let addr = r.listen_addrs()[0].clone();
+    let a = below(1, &addr, |c| c.ttl = 0).await;
+    let _b = below(2, &addr, |_| {}).await;
+    let mut events = a.take_events().unwrap();
+    a.send(BusId(2), bytes::Bytes::from_static(b"too far"))
+        .await
+        .unwrap();
+    let reason = wait_event(&mut events, |e| match e {
+        Event::Undeliverable { reason, .. } => Some(reason.clone()),
+        _ => None,
+    })
+    .await;
+    assert!(reason.contains("TTL exceeded at relay 100"), "{reason}");
+    a.shutdown().await;
+    r.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_an_upstream_an_unknown_id_has_no_route() {
+    let a = start(config(1).listen(listen_addr("tcp4"))).await;
+    assert_eq!(
+        a.try_send(BusId(2), bytes::Bytes::new()),
+        Err(busway::SendError::NoRoute(BusId(2)))
+    );
+    a.shutdown().await;
+}
