@@ -17,6 +17,10 @@ pub(crate) struct NodeArgs {
     /// Address to dial and keep dialing (repeatable).
     #[arg(long)]
     pub(crate) connect: Vec<Addr>,
+    /// This node's upstream (its parent, a relay): messages to ids with no other route go
+    /// through it, and it routes messages for this node here.
+    #[arg(long)]
+    pub(crate) upstream: Option<Addr>,
     /// Shared secret every peer must prove (at least 16 bytes); also read from BUSWAY_SECRET.
     #[arg(long, env = "BUSWAY_SECRET", hide_env_values = true)]
     pub(crate) secret: Option<String>,
@@ -30,6 +34,7 @@ impl NodeArgs {
         let mut config = NodeConfig::new(self.id);
         config.listen = self.listen.clone();
         config.connect = self.connect.clone();
+        config.upstream = self.upstream.clone();
         if let Some(s) = &self.secret {
             config.secret = Some(Secret::new(s.as_bytes())?);
         }
@@ -40,8 +45,8 @@ impl NodeArgs {
     }
 
     pub(crate) async fn start(&self) -> Result<Node, String> {
-        if self.listen.is_empty() && self.connect.is_empty() {
-            return Err("give at least one --listen or --connect address".into());
+        if self.listen.is_empty() && self.connect.is_empty() && self.upstream.is_none() {
+            return Err("give at least one --listen, --connect or --upstream address".into());
         }
         Node::start(self.config()?).await.map_err(|e| e.to_string())
     }

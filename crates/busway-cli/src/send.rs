@@ -10,6 +10,8 @@ use std::time::{Duration, Instant};
 
 /// How long `send` waits for the link to the destination, in seconds.
 const PEER_WAIT_SECS: u64 = 10;
+/// How long `send` waits for the destination to acknowledge everything, in seconds.
+const FLUSH_WAIT_SECS: u64 = 60;
 
 #[derive(Args, Debug)]
 pub(crate) struct SendArgs {
@@ -38,10 +40,14 @@ pub(crate) async fn run(args: SendArgs) -> Result<ExitCode, String> {
         ));
     }
     let node = args.node.start().await?;
-    if !node
-        .wait_for_peer(args.to, Duration::from_secs(PEER_WAIT_SECS))
-        .await
-    {
+    let wait = Duration::from_secs(PEER_WAIT_SECS);
+    let reachable = if args.node.upstream.is_some() && args.node.connect.is_empty() {
+        // Through the upstream: its link is what must be up.
+        node.wait_for_any_link(wait).await
+    } else {
+        node.wait_for_peer(args.to, wait).await
+    };
+    if !reachable {
         node.shutdown().await;
         return Err(format!(
             "no link to bus id {} came up within {PEER_WAIT_SECS} s",
@@ -76,8 +82,16 @@ pub(crate) async fn run(args: SendArgs) -> Result<ExitCode, String> {
             result
         }
     };
+    // Exit only once the destination has everything (a relay may die meanwhile: what it lost
+    // is written again).
+    let flushed = result.is_ok() && node.flush(Duration::from_secs(FLUSH_WAIT_SECS)).await;
     node.shutdown().await;
     result.map_err(|e| format!("after {sent} messages: {e}"))?;
+    if !flushed {
+        return Err(format!(
+            "{sent} messages queued, but not all were acknowledged within {FLUSH_WAIT_SECS} s"
+        ));
+    }
     let secs = start.elapsed().as_secs_f64();
     eprintln!(
         "sent {sent} messages ({bytes} bytes) in {secs:.3} s ({:.0} msg/s)",

@@ -256,3 +256,70 @@ fn bench_json_rows_carry_the_documented_keys() {
         assert!(row["raw_msgs_per_sec"].as_f64().unwrap() > 0.0);
     }
 }
+
+/// A port free right now on 127.0.0.1.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A relay node at `addr`, once it listens.
+fn relay(addr: &str) -> Proc {
+    let mut p = spawn(&["node", "--id", "100", "--listen", addr]);
+    let mut out = BufReader::new(p.0.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert!(line.starts_with("listening on"), "relay said {line:?}");
+    p
+}
+
+#[test]
+fn a_million_messages_cross_a_relay_killed_three_times() {
+    let addr = format!("tcp://127.0.0.1:{}", free_port());
+    let mut r = relay(&addr);
+    let l = spawn(&[
+        "listen",
+        "--id",
+        "2",
+        "--upstream",
+        &addr,
+        "--count",
+        "1000000",
+        "--verify",
+        "--idle-timeout",
+        "60",
+    ]);
+    std::thread::sleep(Duration::from_millis(200));
+    let s = spawn(&[
+        "send",
+        "--id",
+        "1",
+        "--upstream",
+        &addr,
+        "--to",
+        "2",
+        "--count",
+        "1000000",
+        "--size",
+        "64",
+    ]);
+    for _ in 0..3 {
+        std::thread::sleep(Duration::from_millis(120));
+        // SIGKILL: whatever the relay held is gone.
+        r.0.kill().unwrap();
+        r.0.wait().unwrap();
+        r = relay(&addr);
+    }
+    let (ok, _, _, err) = finish(s, None);
+    assert!(ok, "send failed: {err}");
+    let (ok, _, stdout, err) = finish(l, None);
+    assert!(ok, "listen failed: {stdout} {err}");
+    assert_eq!(
+        stdout.lines().last().unwrap_or_default(),
+        "received 1000000, missing 0, duplicates 0, out-of-order 0"
+    );
+    drop(r);
+}

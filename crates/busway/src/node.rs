@@ -24,6 +24,9 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio::sync::{mpsc, watch, Notify};
 
+/// How often `Node::flush` looks at what is still unacknowledged, in milliseconds.
+const FLUSH_POLL_MS: u64 = 5;
+
 /// Why a send failed. Nothing was queued.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum SendError {
@@ -119,6 +122,8 @@ pub(crate) struct Shared {
     pub(crate) remotes: RwLock<HashMap<BusId, Arc<Remote>>>,
     /// Per source of relayed messages: (its incarnation, the number expected next).
     pub(crate) inbound_routed: Mutex<HashMap<BusId, (u64, u64)>>,
+    /// Wakes the pump task: relayed messages were queued.
+    pub(crate) pump_wake: Notify,
     /// The bus id behind the `upstream` address, once a link to it was up.
     upstream: Mutex<Option<BusId>>,
     peers_changed: Notify,
@@ -377,6 +382,7 @@ impl Node {
             remotes: RwLock::new(HashMap::new()),
             inbound_routed: Mutex::new(HashMap::new()),
             upstream: Mutex::new(None),
+            pump_wake: Notify::new(),
             peers_changed: Notify::new(),
             nonces: Mutex::new(NonceCache::default()),
             events: events_tx,
@@ -401,6 +407,7 @@ impl Node {
             shared.loops.pick().spawn(dial_loop(shared2, addr, true));
         }
         shared.loops.pick().spawn(shared.clone().retry_loop());
+        shared.loops.pick().spawn(shared.clone().pump_loop());
         Ok(Node {
             owner: Arc::new(Owner {
                 shared,
@@ -480,7 +487,7 @@ impl Node {
             Route::Direct(p) => p.push_shared(&payload),
             Route::Relayed(r) => {
                 let seq = r.push_shared(&payload);
-                self.shared().pump(&r);
+                self.shared().schedule_pump(&r);
                 seq
             }
         };
@@ -502,7 +509,7 @@ impl Node {
                 Route::Direct(p) => p.push_shared(&payload),
                 Route::Relayed(r) => {
                     let seq = r.push_shared(&payload);
-                    self.shared().pump(r);
+                    self.shared().schedule_pump(r);
                     seq
                 }
             };
@@ -547,7 +554,7 @@ impl Node {
                 Route::Direct(p) => p.push_copies(rest),
                 Route::Relayed(r) => {
                     let got = r.push_copies(rest);
-                    self.shared().pump(r);
+                    self.shared().schedule_pump(r);
                     got
                 }
             }
@@ -657,6 +664,39 @@ impl Node {
                     return;
                 }
                 changed.await;
+            }
+        };
+        tokio::time::timeout(timeout, wait).await.is_ok()
+    }
+
+    /// Waits until at least one link is up, at most `timeout`; true if one is.
+    pub async fn wait_for_any_link(&self, timeout: Duration) -> bool {
+        let shared = self.shared();
+        let wait = async {
+            loop {
+                let changed = shared.peers_changed.notified();
+                tokio::pin!(changed);
+                changed.as_mut().enable();
+                if shared.peers_snapshot().iter().any(|p| p.is_up()) {
+                    return;
+                }
+                changed.await;
+            }
+        };
+        tokio::time::timeout(timeout, wait).await.is_ok()
+    }
+
+    /// Waits until every message sent so far, direct or relayed, is acknowledged by its
+    /// destination (or reported undeliverable), at most `timeout`; true if so.
+    pub async fn flush(&self, timeout: Duration) -> bool {
+        let settled = || {
+            self.peers().iter().all(|p| p.unacked_msgs == 0)
+                && self.relayed_peers().iter().all(|r| r.unacked_msgs == 0)
+        };
+        let wait = async {
+            // Polled: acknowledgements arrive on the I/O loops, and a flush is rare.
+            while !settled() {
+                tokio::time::sleep(Duration::from_millis(FLUSH_POLL_MS)).await;
             }
         };
         tokio::time::timeout(timeout, wait).await.is_ok()

@@ -26,6 +26,8 @@ struct RemoteState {
     last_progress_ms: u64,
     dead: bool,
     senders_waiting: bool,
+    /// New messages wait for the node's pump task.
+    pump_pending: bool,
     msgs_total: u64,
 }
 
@@ -54,6 +56,7 @@ impl Remote {
                 last_progress_ms: now_ms,
                 dead: false,
                 senders_waiting: false,
+                pump_pending: false,
                 msgs_total: 0,
             }),
             room: Notify::new(),
@@ -104,6 +107,16 @@ impl Remote {
             }
             notified.await;
         }
+    }
+
+    /// Marks new messages for the pump task; true if it must be woken (it was not already).
+    pub(crate) fn mark_for_pump(&self) -> bool {
+        !std::mem::replace(&mut self.lock().pump_pending, true)
+    }
+
+    /// Takes the pump mark; true if it was set.
+    pub(crate) fn take_pump_mark(&self) -> bool {
+        std::mem::take(&mut self.lock().pump_pending)
     }
 
     /// Wraps every unwritten message into ROUTED DATA frames from `src` (one per chunk).

@@ -101,6 +101,30 @@ impl Shared {
         }
     }
 
+    /// Has the pump task hand `remote`'s new messages on (batched with whatever else comes in
+    /// before it runs).
+    pub(crate) fn schedule_pump(&self, remote: &Remote) {
+        if remote.mark_for_pump() {
+            self.pump_wake.notify_one();
+        }
+    }
+
+    /// Hands newly queued relayed messages to their next hops, as many at a time as have
+    /// piled up since the last round.
+    pub(crate) async fn pump_loop(self: Arc<Self>) {
+        loop {
+            self.pump_wake.notified().await;
+            if self.is_shutting_down() {
+                return;
+            }
+            for r in self.remotes_snapshot() {
+                if r.take_pump_mark() {
+                    self.pump(&r);
+                }
+            }
+        }
+    }
+
     /// A link came up: whatever relayed messages are held may have a path now.
     pub(crate) fn relink_remotes(&self) {
         for r in self.remotes_snapshot() {
