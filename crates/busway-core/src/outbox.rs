@@ -246,6 +246,11 @@ impl Outbox {
         self.control.iter().map(Bytes::len).sum()
     }
 
+    /// Whether messages handed to a link still await acknowledgement.
+    pub fn has_written_unacked(&self) -> bool {
+        self.written_end() > self.acked
+    }
+
     /// One past the last message handed to the current link.
     fn written_end(&self) -> u64 {
         match self.unwritten {

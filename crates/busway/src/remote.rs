@@ -28,6 +28,8 @@ struct RemoteState {
     senders_waiting: bool,
     /// New messages wait for the node's pump task.
     pump_pending: bool,
+    /// Node clock (ms) of the last retry.
+    last_retry_ms: u64,
     msgs_total: u64,
 }
 
@@ -57,6 +59,7 @@ impl Remote {
                 dead: false,
                 senders_waiting: false,
                 pump_pending: false,
+                last_retry_ms: 0,
                 msgs_total: 0,
             }),
             room: Notify::new(),
@@ -130,6 +133,7 @@ impl Remote {
         let mut st = self.lock();
         let mut frames = Vec::new();
         let dst = self.id;
+        let had_in_flight = st.outbox.has_written_unacked();
         st.outbox.take_chunks(|first_seq, inner, payload| {
             let header = RoutedHeader {
                 kind: RoutedType::Data,
@@ -151,8 +155,9 @@ impl Remote {
                 &body,
             ));
         });
-        if !frames.is_empty() && st.stalled_since.is_none() {
-            st.last_progress_ms = st.last_progress_ms.max(now_ms);
+        if !frames.is_empty() && !had_in_flight {
+            // Nothing was awaiting acknowledgement: the wait for one starts now.
+            st.last_progress_ms = now_ms;
         }
         frames
     }
@@ -172,7 +177,6 @@ impl Remote {
             .max(st.outbox.acked())
             .min(st.outbox.next_seq());
         let _ = st.outbox.resume(at);
-        st.stalled_since = None;
     }
 
     /// An acknowledgement from the destination's incarnation `incarnation`.
@@ -230,18 +234,33 @@ impl Remote {
         self.lock().dead = false;
     }
 
-    /// What the retry task should do now (node clock `now_ms`).
+    /// What the retry task should do now (node clock `now_ms`): nothing; write everything
+    /// unacknowledged again (at most every `resend_after_ms`); or give up, once nothing moved
+    /// for `dead_after_ms`. Only an acknowledgement counts as moving.
     pub(crate) fn check(&self, now_ms: u64, resend_after_ms: u64, dead_after_ms: u64) -> Check {
-        let st = self.lock();
+        let mut st = self.lock();
         if st.dead || st.outbox.unacked() == 0 {
+            st.stalled_since = None;
             return Check::Idle;
         }
-        match st.stalled_since {
-            Some(since) if now_ms.saturating_sub(since) >= dead_after_ms => Check::Expire,
-            Some(_) => Check::Retry,
-            None if now_ms.saturating_sub(st.last_progress_ms) >= resend_after_ms => Check::Retry,
-            None => Check::Idle,
+        if st.stalled_since.is_none()
+            && now_ms.saturating_sub(st.last_progress_ms) >= resend_after_ms
+        {
+            // Silence counts from the last progress.
+            st.stalled_since = Some(st.last_progress_ms);
         }
+        let Some(since) = st.stalled_since else {
+            return Check::Idle;
+        };
+        if now_ms.saturating_sub(since) >= dead_after_ms {
+            return Check::Expire;
+        }
+        if now_ms.saturating_sub(st.last_retry_ms) >= resend_after_ms.min(dead_after_ms / 4).max(1)
+        {
+            st.last_retry_ms = now_ms;
+            return Check::Retry;
+        }
+        Check::Idle
     }
 
     /// (unacknowledged messages, bytes held, messages ever sent, destination incarnation).

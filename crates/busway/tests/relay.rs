@@ -173,3 +173,41 @@ async fn without_an_upstream_an_unknown_id_has_no_route() {
     );
     a.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relayed_receiver_killed_for_good_is_reported_at_the_deadline() {
+    let r = strict_relay().await;
+    let addr = r.listen_addrs()[0].clone();
+    let a = below(1, &addr, |c| c.peer_dead_after_ms = 300).await;
+    let b = below(2, &addr, |_| {}).await;
+    let mut ib = b.take_inbox().unwrap();
+    let mut events = a.take_events().unwrap();
+    a.send(BusId(2), bytes::Bytes::from_static(b"first"))
+        .await
+        .unwrap();
+    assert_eq!(ib.recv().await.unwrap().payload.as_ref(), b"first");
+    assert!(
+        a.flush(WAIT).await,
+        "the first message is acknowledged end to end"
+    );
+    drop(ib);
+    drop(b);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    for i in 0..10u8 {
+        a.send(BusId(2), bytes::Bytes::from(vec![i])).await.unwrap();
+    }
+    let (seqs, reason) = wait_event(&mut events, |e| match e {
+        Event::Undeliverable { peer, seqs, reason } if *peer == BusId(2) => {
+            Some((seqs.clone(), reason.clone()))
+        }
+        _ => None,
+    })
+    .await;
+    assert_eq!(seqs, 1..11, "exactly the ten unacknowledged messages");
+    assert!(
+        reason.contains("300 ms") || reason.contains("down"),
+        "{reason}"
+    );
+    a.shutdown().await;
+    r.shutdown().await;
+}

@@ -141,3 +141,69 @@ async fn round_trips_are_measured() {
     a.shutdown().await;
     b.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_receiver_killed_for_good_gets_exactly_the_unacknowledged_messages_reported() {
+    let mut ca = config(1);
+    ca.peer_dead_after_ms = 300;
+    ca.send_queue_bytes_max = 256 << 10;
+    ca.frame_body_max = 64 << 10;
+    let (a, b) = pair("tcp4", ca, config(2)).await;
+    let mut ea = a.take_events().unwrap();
+    let mut ib = b.take_inbox().unwrap();
+    // Some messages get through and are read...
+    for i in 0..1000u64 {
+        a.send(BusId(2), bytes::Bytes::from(i.to_le_bytes().to_vec()))
+            .await
+            .unwrap();
+    }
+    let mut read = 0u64;
+    while read < 1000 {
+        read += ib.recv_batch().await.unwrap().len() as u64;
+    }
+    // ...then the receiver dies at once (its loops stop; nothing is closed cleanly).
+    drop(ib);
+    drop(b);
+    // The sender keeps sending: its memory stays bounded (Full), nothing blocks.
+    let mut sent = 1000u64;
+    let full = tokio::time::timeout(WAIT, async {
+        loop {
+            match a.try_send(BusId(2), bytes::Bytes::from(vec![0u8; 100])) {
+                Ok(seq) => {
+                    assert_eq!(seq, sent);
+                    sent += 1;
+                }
+                Err(busway::SendError::Full(_)) => return,
+                Err(busway::SendError::PeerDown(_)) => return,
+                Err(e) => panic!("{e}"),
+            }
+            if sent % 256 == 0 {
+                tokio::task::yield_now().await;
+            }
+        }
+    })
+    .await;
+    assert!(
+        full.is_ok(),
+        "the outbox filled up or the peer was declared dead"
+    );
+    assert!(
+        sent - 1000 <= (256 << 10) / 100,
+        "bounded by the outbox limit: {sent}"
+    );
+    let seqs = wait_event(&mut ea, |e| match e {
+        Event::Undeliverable { peer, seqs, .. } if *peer == BusId(2) => Some(seqs.clone()),
+        _ => None,
+    })
+    .await;
+    // Exactly what was not acknowledged: everything after what the receiver acknowledged
+    // (at most the 1000 it read), up to the last message accepted.
+    assert_eq!(seqs.end, sent);
+    assert!(seqs.start <= 1000, "{seqs:?}");
+    assert_eq!(
+        a.peers()[0].unacked_msgs,
+        0,
+        "nothing is held after the report"
+    );
+    a.shutdown().await;
+}
