@@ -37,6 +37,10 @@ pub const ROUTED_RESEND_AFTER_MS: u64 = 1_000;
 /// Bytes of ROUTED frames a node queues toward one neighbor on behalf of others; past it, it
 /// reports the destination congested to the source (which retries) instead of queueing more.
 pub const FORWARD_QUEUE_BYTES_MAX: usize = 4 << 20;
+/// Longest a relay waits for room toward the next hop before it reports congestion, in
+/// milliseconds; meanwhile it does not read from the link the frame came from (TCP then slows
+/// the sender), which keeps relayed traffic lossless in the common case.
+pub const FORWARD_WAIT_MS: u64 = 200;
 /// Room a relayed message leaves in a frame for the ROUTED header and a full route, in bytes.
 pub const ROUTED_OVERHEAD_BYTES_MAX: usize = 1024;
 const _: () = assert!(

@@ -338,6 +338,7 @@ async fn read_loop<R: AsyncRead + Unpin>(
         // go to the application as one batch sharing that cut.
         let mut spans = Vec::new();
         let mut routed: Vec<RoutedIn> = Vec::new();
+        let mut forwards: Vec<(RoutedHeader, std::ops::Range<usize>)> = Vec::new();
         let mut pos = 0usize;
         let mut end = None;
         while end.is_none() {
@@ -404,8 +405,8 @@ async fn read_loop<R: AsyncRead + Unpin>(
                     let handled = RoutedHeader::decode(body).and_then(|(h, inner_at)| {
                         let inner = &body[inner_at..];
                         if h.dst != shared.config.id {
-                            bump(&shared.counters.relayed);
-                            shared.forward(peer.id, h, inner);
+                            let inner_at = pos + HEADER_LEN + inner_at;
+                            forwards.push((h, inner_at..pos + frame_len));
                             return Ok(());
                         }
                         if h.kind != RoutedType::Data {
@@ -450,6 +451,10 @@ async fn read_loop<R: AsyncRead + Unpin>(
         last_rx_ms.store(shared.clock_ms(), Relaxed);
         if pos > 0 {
             let chunk = buf.split_to(pos).freeze();
+            for (h, inner) in forwards {
+                bump(&shared.counters.relayed);
+                shared.forward(peer.id, h, &chunk[inner]).await;
+            }
             for r in routed {
                 // Even a frame of duplicates is acknowledged: the sender may be waiting for it.
                 if !r.spans.is_empty() {

@@ -63,6 +63,8 @@ pub(crate) struct Peer {
     pub(crate) writer_wake: Notify,
     /// Senders waiting for room wait here; woken when acknowledgements free bytes.
     room: Notify,
+    /// Relays waiting for room in the queue of ROUTED frames wait here; woken at each take.
+    forward_room: Notify,
     /// Cuts the attached link at once (see `Node::disconnect`).
     pub(crate) cut: Notify,
     /// Last measured round trip, in microseconds (0: none yet).
@@ -100,6 +102,7 @@ impl Peer {
             writer_wake: Notify::new(),
             room: Notify::new(),
             cut: Notify::new(),
+            forward_room: Notify::new(),
             rtt_us: AtomicU64::new(0),
         }
     }
@@ -140,6 +143,36 @@ impl Peer {
         st.outbox.push_control(frame);
         self.wake_writer(st);
         true
+    }
+
+    /// Like `push_forward` with a limit, waiting up to `wait` for room: a relay slows the link
+    /// it reads from rather than drop what it relays. False if there was no room in time.
+    pub(crate) async fn push_forward_wait(
+        &self,
+        frame: Bytes,
+        limit: usize,
+        wait: std::time::Duration,
+    ) -> bool {
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            let notified = self.forward_room.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            {
+                let mut st = self.lock();
+                if st.link.is_none() {
+                    return false;
+                }
+                if st.outbox.control_bytes() + frame.len() <= limit {
+                    st.outbox.push_control(frame);
+                    self.wake_writer(st);
+                    return true;
+                }
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return false;
+            }
+        }
     }
 
     /// Wakes the writer if it sleeps; call after queueing anything.
@@ -196,7 +229,12 @@ impl Peer {
             st.writer_idle = true;
             return Take::Idle;
         }
+        let had_control = st.outbox.control_bytes() > 0;
         st.outbox.take_unwritten(batch);
+        drop(st);
+        if had_control {
+            self.forward_room.notify_waiters();
+        }
         Take::Data
     }
 

@@ -24,8 +24,9 @@ const WORKER_GRACE_SECS: f64 = 30.0;
 
 #[derive(Args, Debug)]
 pub(crate) struct BenchArgs {
-    /// Transports to measure, comma-separated: tcp4, tcp6, unix.
-    #[arg(long, value_delimiter = ',', default_value = "tcp4,tcp6,unix")]
+    /// Transports to measure, comma-separated: tcp4, tcp6, unix, and relay4 (sender -> relay ->
+    /// receiver over tcp4, three processes).
+    #[arg(long, value_delimiter = ',', default_value = "tcp4,tcp6,unix,relay4")]
     transports: Vec<String>,
     /// Message size ranges in bytes, comma-separated MIN-MAX (sizes uniform in the range).
     #[arg(long, value_delimiter = ',', default_value = "8-128,8-16384")]
@@ -86,9 +87,9 @@ struct Spec {
 fn parse_specs(args: &BenchArgs) -> Result<Vec<Spec>, String> {
     let mut specs = Vec::new();
     for t in &args.transports {
-        if !matches!(t.as_str(), "tcp4" | "tcp6" | "unix") {
+        if !matches!(t.as_str(), "tcp4" | "tcp6" | "unix" | "relay4") {
             return Err(format!(
-                "unknown transport {t:?} (expected tcp4, tcp6 or unix)"
+                "unknown transport {t:?} (expected tcp4, tcp6, unix or relay4)"
             ));
         }
         for s in &args.sizes {
@@ -162,7 +163,7 @@ pub(crate) fn run(args: BenchArgs) -> Result<ExitCode, String> {
 
 fn listen_addr(transport: &str, n: usize) -> String {
     match transport {
-        "tcp4" => "tcp://127.0.0.1:0".into(),
+        "tcp4" | "relay4" => "tcp://127.0.0.1:0".into(),
         "tcp6" => "tcp://[::1]:0".into(),
         _ => format!(
             "unix://{}/busway-bench-{}-{n}.sock",
@@ -249,6 +250,7 @@ fn worker(
     role: &str,
     raw: bool,
     addr: &str,
+    via_relay: bool,
 ) -> Result<KillOnDrop, String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let mut cmd = Command::new(exe);
@@ -262,6 +264,9 @@ fn worker(
         .stderr(Stdio::piped());
     if raw {
         cmd.arg("--raw");
+    }
+    if via_relay {
+        cmd.arg("--via-relay");
     }
     cmd.spawn()
         .map(KillOnDrop)
@@ -302,26 +307,49 @@ fn finish(
     }
 }
 
-fn run_pair(args: &BenchArgs, spec: &Spec, raw: bool, round: usize) -> Result<Pair, String> {
-    let addr = listen_addr(&spec.transport, round * 2 + usize::from(raw));
-    let mut recv = worker(args, spec, "recv", raw, &addr)?;
-    let stdout = recv.0.stdout.take().ok_or("worker has no stdout")?;
-    let mut recv_lines = BufReader::new(stdout).lines().map_while(Result::ok);
-    let ready = recv_lines.next().ok_or_else(|| {
+type Lines = std::iter::MapWhile<
+    std::io::Lines<BufReader<std::process::ChildStdout>>,
+    fn(std::io::Result<String>) -> Option<String>,
+>;
+
+/// The worker's stdout as lines, and its first line (`ready ...`) without the prefix.
+fn ready(w: &mut KillOnDrop, who: &str) -> Result<(Lines, String), String> {
+    let stdout = w.0.stdout.take().ok_or("worker has no stdout")?;
+    let mut lines: Lines = BufReader::new(stdout).lines().map_while(Result::ok);
+    let Some(first) = lines.next() else {
         let mut err = String::new();
-        if let Some(mut e) = recv.0.stderr.take() {
+        if let Some(mut e) = w.0.stderr.take() {
             let _ = std::io::Read::read_to_string(&mut e, &mut err);
         }
-        format!("receiver did not start: {}", err.trim())
-    })?;
-    let bound = ready
+        return Err(format!("{who} did not start: {}", err.trim()));
+    };
+    let rest = first
         .strip_prefix("ready ")
-        .ok_or_else(|| format!("unexpected receiver line {ready:?}"))?
-        .to_owned();
-    let mut send = worker(args, spec, "send", raw, &bound)?;
+        .ok_or_else(|| format!("unexpected {who} line {first:?}"))?;
+    Ok((lines, rest.to_owned()))
+}
+
+fn run_pair(args: &BenchArgs, spec: &Spec, raw: bool, round: usize) -> Result<Pair, String> {
+    let limit = Duration::from_secs_f64(args.duration + WORKER_GRACE_SECS);
+    let addr = listen_addr(&spec.transport, round * 2 + usize::from(raw));
+    if spec.transport == "relay4" {
+        let mut relay = worker(args, spec, "relay", raw, &addr, false)?;
+        let (mut relay_lines, relay_addr) = ready(&mut relay, "relay")?;
+        let mut recv = worker(args, spec, "recv", raw, &relay_addr, true)?;
+        let (mut recv_lines, _) = ready(&mut recv, "receiver")?;
+        let mut send = worker(args, spec, "send", raw, &relay_addr, true)?;
+        let send_lines = send.0.stdout.take().ok_or("worker has no stdout")?;
+        let mut send_lines = BufReader::new(send_lines).lines().map_while(Result::ok);
+        let s = finish(send, &mut send_lines, limit)?;
+        let r = finish(recv, &mut recv_lines, limit)?;
+        finish(relay, &mut relay_lines, limit)?;
+        return Ok((s, r));
+    }
+    let mut recv = worker(args, spec, "recv", raw, &addr, false)?;
+    let (mut recv_lines, bound) = ready(&mut recv, "receiver")?;
+    let mut send = worker(args, spec, "send", raw, &bound, false)?;
     let send_stdout = send.0.stdout.take().ok_or("worker has no stdout")?;
     let mut send_lines = BufReader::new(send_stdout).lines().map_while(Result::ok);
-    let limit = Duration::from_secs_f64(args.duration + WORKER_GRACE_SECS);
     let s = finish(send, &mut send_lines, limit)?;
     let r = finish(recv, &mut recv_lines, limit)?;
     Ok((s, r))

@@ -25,12 +25,15 @@ const YIELD_EVERY_BYTES: usize = 1024 << 10;
 /// How long a sender waits for its link to come up.
 const CONNECT_WAIT: Duration = Duration::from_secs(10);
 const SENDER_ID: BusId = BusId(1);
+const RELAY_ID: BusId = BusId(100);
 const RECEIVER_ID: BusId = BusId(2);
 
 #[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
 pub(crate) enum Role {
     Send,
     Recv,
+    /// The relay between the two (with `--via-relay` on both).
+    Relay,
 }
 
 #[derive(Args, Debug)]
@@ -53,6 +56,9 @@ pub(crate) struct WorkerArgs {
     /// Run the node's links on the worker's own thread (current) or on a dedicated I/O thread.
     #[arg(long, default_value = "current")]
     io: String,
+    /// Sender and receiver both dial `addr`, a relay, and the messages go through it.
+    #[arg(long)]
+    via_relay: bool,
     /// `batch`: `send_batch` of 256 messages; `single`: one `send` per message.
     #[arg(long, default_value = "batch")]
     api: String,
@@ -76,6 +82,7 @@ pub(crate) fn run(args: WorkerArgs) -> Result<ExitCode, String> {
     let mut report = match (args.raw, args.role) {
         (true, Role::Send) => raw_send(&args)?,
         (true, Role::Recv) => raw_recv(&args)?,
+        (true, Role::Relay) => raw_relay(&args)?,
         (false, role) => {
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -85,6 +92,7 @@ pub(crate) fn run(args: WorkerArgs) -> Result<ExitCode, String> {
                 match role {
                     Role::Send => bus_send(&args).await,
                     Role::Recv => bus_recv(&args).await,
+                    Role::Relay => bus_relay(&args).await,
                 }
             })?
         }
@@ -110,13 +118,27 @@ fn node_config(args: &WorkerArgs, id: BusId) -> NodeConfig {
     c
 }
 
-async fn bus_send(args: &WorkerArgs) -> Result<Report, String> {
-    let node = Node::start(node_config(args, SENDER_ID).connect(args.addr.clone()))
-        .await
-        .map_err(|e| e.to_string())?;
-    if !node.wait_for_peer(RECEIVER_ID, CONNECT_WAIT).await {
-        return Err(format!("no link to the receiver at {}", args.addr));
+/// A node of the benchmark: dialing `addr` directly, or registered below the relay at `addr`.
+async fn dialing_node(args: &WorkerArgs, id: BusId) -> Result<Node, String> {
+    let config = if args.via_relay {
+        node_config(args, id).upstream(args.addr.clone())
+    } else {
+        node_config(args, id).connect(args.addr.clone())
+    };
+    let node = Node::start(config).await.map_err(|e| e.to_string())?;
+    let up = if args.via_relay {
+        node.wait_for_any_link(CONNECT_WAIT).await
+    } else {
+        node.wait_for_peer(RECEIVER_ID, CONNECT_WAIT).await
+    };
+    if !up {
+        return Err(format!("no link came up to {}", args.addr));
     }
+    Ok(node)
+}
+
+async fn bus_send(args: &WorkerArgs) -> Result<Report, String> {
+    let node = dialing_node(args, SENDER_ID).await?;
     let base = Bytes::from(vec![0x5Au8; args.size_max]);
     // Sizes are drawn before the clock starts, as the raw baseline's are: the generator is not
     // part of what is measured.
@@ -157,6 +179,15 @@ async fn bus_send(args: &WorkerArgs) -> Result<Report, String> {
         }
     }
     let secs = start.elapsed().as_secs_f64();
+    if args.via_relay {
+        // The receiver has no link to this node to see close: an empty message ends the run.
+        node.send(RECEIVER_ID, Bytes::new())
+            .await
+            .map_err(|e| e.to_string())?;
+        if !node.flush(Duration::from_secs(60)).await {
+            return Err("the receiver did not acknowledge everything".into());
+        }
+    }
     node.shutdown().await;
     Ok(Report {
         msgs,
@@ -166,36 +197,81 @@ async fn bus_send(args: &WorkerArgs) -> Result<Report, String> {
     })
 }
 
-async fn bus_recv(args: &WorkerArgs) -> Result<Report, String> {
-    let node = Node::start(node_config(args, RECEIVER_ID).listen(args.addr.clone()))
+/// The relay between sender and receiver: runs until both have come and gone.
+async fn bus_relay(args: &WorkerArgs) -> Result<Report, String> {
+    let node = Node::start(node_config(args, RELAY_ID).listen(args.addr.clone()))
         .await
         .map_err(|e| e.to_string())?;
-    let mut inbox = node.take_inbox().expect("inbox is taken once");
     let mut events = node.take_events().expect("events are taken once");
     announce(&node.listen_addrs()[0].to_string());
+    let mut gone = 0;
+    while gone < 2 {
+        match events.recv().await {
+            Some(Event::PeerDown { .. }) => gone += 1,
+            Some(_) => {}
+            None => break,
+        }
+    }
+    let relayed = node.stats().relayed;
+    node.shutdown().await;
+    Ok(Report {
+        msgs: relayed,
+        ..Report::default()
+    })
+}
+
+async fn bus_recv(args: &WorkerArgs) -> Result<Report, String> {
+    let node = if args.via_relay {
+        let node = dialing_node(args, RECEIVER_ID).await?;
+        announce("registered");
+        node
+    } else {
+        let node = Node::start(node_config(args, RECEIVER_ID).listen(args.addr.clone()))
+            .await
+            .map_err(|e| e.to_string())?;
+        announce(&node.listen_addrs()[0].to_string());
+        node
+    };
+    let mut inbox = node.take_inbox().expect("inbox is taken once");
+    let mut events = node.take_events().expect("events are taken once");
+
     let (mut msgs, mut bytes) = (0u64, 0u64);
     let (mut first, mut last) = (None, Instant::now());
+    // Counts a batch; true if it holds the empty message that ends a relayed run.
     let mut count = |batch: &busway::MessageBatch| {
         let now = Instant::now();
         first.get_or_insert(now);
         last = now;
-        msgs += batch.len() as u64;
-        bytes += batch.iter().map(|p| p.len() as u64).sum::<u64>();
+        let mut ended = false;
+        for p in batch.iter() {
+            if p.is_empty() {
+                ended = true;
+            } else {
+                msgs += 1;
+                bytes += p.len() as u64;
+            }
+        }
+        ended
     };
     loop {
         tokio::select! {
             biased;
             batch = inbox.recv_batch() => match batch {
-                Some(b) => count(&b),
+                Some(b) => {
+                    if count(&b) {
+                        break;
+                    }
+                }
                 None => break,
             },
             ev = events.recv() => match ev {
-                Some(Event::PeerDown { .. }) | None => {
+                Some(Event::PeerDown { .. }) | None if !args.via_relay => {
                     while let Some(b) = inbox.try_recv_batch() {
                         count(&b);
                     }
                     break;
                 }
+                None => break,
                 Some(_) => {}
             },
         }
@@ -326,10 +402,48 @@ fn raw_send(args: &WorkerArgs) -> Result<Report, String> {
     })
 }
 
+/// The raw baseline's relay: accepts the receiver, then the sender, and copies bytes from one
+/// to the other with large calls (what any relay must at least do).
+fn raw_relay(args: &WorkerArgs) -> Result<Report, String> {
+    let Addr::Tcp(addr) = &args.addr else {
+        return Err("the relay benchmark runs over tcp".into());
+    };
+    let l = std::net::TcpListener::bind(addr).map_err(|e| e.to_string())?;
+    announce(&Addr::Tcp(l.local_addr().map_err(|e| e.to_string())?).to_string());
+    let (mut to_recv, _) = l.accept().map_err(|e| e.to_string())?;
+    let (mut from_send, _) = l.accept().map_err(|e| e.to_string())?;
+    to_recv.set_nodelay(true).map_err(|e| e.to_string())?;
+    let mut buf = vec![0u8; RAW_READ_BYTES];
+    let mut bytes = 0u64;
+    loop {
+        let n = from_send.read(&mut buf).map_err(|e| e.to_string())?;
+        if n == 0 {
+            break;
+        }
+        to_recv.write_all(&buf[..n]).map_err(|e| e.to_string())?;
+        bytes += n as u64;
+    }
+    to_recv
+        .shutdown(std::net::Shutdown::Write)
+        .map_err(|e| e.to_string())?;
+    let mut sink = [0u8; 64];
+    while matches!(to_recv.read(&mut sink), Ok(n) if n > 0) {}
+    Ok(Report {
+        bytes,
+        ..Report::default()
+    })
+}
+
 /// The raw baseline's receiver: reads with large calls and walks the frame headers to count
 /// messages (no checksum, no copy, no delivery).
 fn raw_recv(args: &WorkerArgs) -> Result<Report, String> {
-    let mut stream = RawStream::accept_one(&args.addr).map_err(|e| e.to_string())?;
+    let mut stream = if args.via_relay {
+        let s = RawStream::connect(&args.addr).map_err(|e| e.to_string())?;
+        announce("registered");
+        s
+    } else {
+        RawStream::accept_one(&args.addr).map_err(|e| e.to_string())?
+    };
     let mut buf = vec![0u8; RAW_READ_BYTES];
     let mut walker = FrameWalker::default();
     let (mut first, mut last) = (None, Instant::now());
