@@ -4,6 +4,7 @@ mod bench;
 mod common;
 mod listen;
 mod send;
+mod status;
 mod verify;
 
 use clap::{Parser, Subcommand};
@@ -23,11 +24,14 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run a node until Ctrl-C (a standalone relay/hub), logging its peers.
-    Node(common::NodeArgs),
+    Node(NodeCmd),
     /// Receive messages and print them (or check their sequence numbers with --verify).
     Listen(listen::ListenArgs),
     /// Send a text message, or N sequenced messages of a given size.
     Send(send::SendArgs),
+    /// Show what a running node knows: its peers, their state, round trip, unacknowledged
+    /// messages, and its counters (from the node's `--admin` address).
+    Status(status::StatusArgs),
     /// Measure throughput over each transport beside the raw baseline of the same run.
     Bench(bench::BenchArgs),
     /// One side of one benchmark run (started by `busway bench`).
@@ -48,6 +52,7 @@ fn main() -> ExitCode {
         Command::Node(args) => common::block_on(run_node(args)),
         Command::Listen(args) => common::block_on(listen::run(args)),
         Command::Send(args) => common::block_on(send::run(args)),
+        Command::Status(args) => common::block_on(status::run(args)),
         Command::Bench(args) => bench::run(args),
         Command::BenchWorker(args) => bench::worker::run(args),
     };
@@ -60,10 +65,38 @@ fn main() -> ExitCode {
     }
 }
 
-async fn run_node(args: common::NodeArgs) -> Result<ExitCode, String> {
-    let node = args.start().await?;
+#[derive(clap::Args, Debug)]
+struct NodeCmd {
+    #[command(flatten)]
+    node: common::NodeArgs,
+    /// Answer status queries (`busway status ADDR`) on this address.
+    #[arg(long)]
+    admin: Option<busway::Addr>,
+}
+
+async fn run_node(args: NodeCmd) -> Result<ExitCode, String> {
+    let node = args.node.start().await?;
     let mut events = node.take_events().expect("events are taken once");
     common::print_listening(&node);
+    let _admin = match args.admin {
+        Some(addr) => {
+            let node = node.clone();
+            let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
+            let task = tokio::spawn(async move {
+                let r = status::serve(node, addr).await;
+                let _ = ready_tx.send(r.clone());
+                r
+            });
+            // A bind error ends the task at once; give it that moment to report.
+            if let Ok(Ok(Err(e))) =
+                tokio::time::timeout(std::time::Duration::from_millis(100), ready_rx).await
+            {
+                return Err(e);
+            }
+            Some(AbortOnDrop(task))
+        }
+        None => None,
+    };
     loop {
         tokio::select! {
             ev = events.recv() => match ev {
@@ -75,4 +108,13 @@ async fn run_node(args: common::NodeArgs) -> Result<ExitCode, String> {
     }
     node.shutdown().await;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Stops a background task when dropped.
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }

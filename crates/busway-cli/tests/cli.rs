@@ -323,3 +323,49 @@ fn a_million_messages_cross_a_relay_killed_three_times() {
     );
     drop(r);
 }
+
+#[test]
+fn status_shows_a_nodes_peers_and_counters() {
+    let admin = format!("tcp://127.0.0.1:{}", free_port());
+    let mut n = spawn(&[
+        "node",
+        "--id",
+        "1",
+        "--listen",
+        "tcp://127.0.0.1:0",
+        "--admin",
+        &admin,
+    ]);
+    let mut out = BufReader::new(n.0.stdout.take().unwrap());
+    let mut addr = String::new();
+    let mut line = String::new();
+    while out.read_line(&mut line).unwrap() > 0 {
+        if let Some(a) = line.trim().strip_prefix("listening on ") {
+            addr = a.to_owned();
+        }
+        if line.starts_with("admin on") && !addr.is_empty() {
+            break;
+        }
+        line.clear();
+    }
+    let (ok, _, _, err) = finish(
+        spawn(&["send", "--id", "7", "--connect", &addr, "--to", "1", "hi"]),
+        None,
+    );
+    assert!(ok, "{err}");
+    let (ok, _, stdout, err) = finish(spawn(&["status", &admin]), None);
+    assert!(ok, "{err}");
+    assert!(stdout.starts_with("node 1 "), "{stdout}");
+    let peer = stdout
+        .lines()
+        .find(|l| l.starts_with("7 "))
+        .unwrap_or_else(|| panic!("{stdout}"));
+    assert!(peer.contains("down") || peer.contains("up"), "{peer}");
+    assert!(stdout.contains("msgs_in=1"), "{stdout}");
+    let (ok, _, _, err) = finish(spawn(&["status", "tcp://127.0.0.1:1"]), None);
+    assert!(!ok);
+    assert!(
+        err.contains("cannot read the status of tcp://127.0.0.1:1"),
+        "{err}"
+    );
+}

@@ -1,0 +1,182 @@
+//! `busway status`: what a running node knows, read from its admin socket.
+//!
+//! `busway node --admin ADDR` answers every connection to ADDR with one JSON snapshot of the
+//! node (peers, relayed destinations, counters) and closes it; `busway status ADDR` prints it.
+
+use busway::{Addr, Node};
+use clap::Args;
+use serde_json::{json, Value};
+use std::process::ExitCode;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// Longest a status query waits for the node, in seconds.
+const STATUS_WAIT_SECS: u64 = 5;
+/// Largest snapshot a status query reads, in bytes.
+const SNAPSHOT_BYTES_MAX: u64 = 16 << 20;
+
+#[derive(Args, Debug)]
+pub(crate) struct StatusArgs {
+    /// The node's admin address (its `busway node --admin`).
+    addr: Addr,
+    /// Print the raw JSON snapshot.
+    #[arg(long)]
+    json: bool,
+}
+
+/// The node's state as JSON.
+pub(crate) fn snapshot(node: &Node) -> Value {
+    let s = node.stats();
+    json!({
+        "id": node.id().0,
+        "incarnation": node.incarnation(),
+        "listen": node.listen_addrs().iter().map(ToString::to_string).collect::<Vec<_>>(),
+        "peers": node.peers().iter().map(|p| json!({
+            "id": p.id.0,
+            "up": p.up,
+            "incarnation": p.incarnation,
+            "addr": p.addr,
+            "rtt_us": p.rtt_us,
+            "unacked_msgs": p.unacked_msgs,
+            "unacked_bytes": p.unacked_bytes,
+            "msgs_sent": p.msgs_sent,
+        })).collect::<Vec<_>>(),
+        "relayed": node.relayed_peers().iter().map(|r| json!({
+            "id": r.id.0,
+            "incarnation": r.incarnation,
+            "unacked_msgs": r.unacked_msgs,
+            "unacked_bytes": r.unacked_bytes,
+            "msgs_sent": r.msgs_sent,
+        })).collect::<Vec<_>>(),
+        "stats": {
+            "connections": s.connections,
+            "handshake_failures": s.handshake_failures,
+            "auth_failures": s.auth_failures,
+            "protocol_errors": s.protocol_errors,
+            "checksum_failures": s.checksum_failures,
+            "oversize_frames": s.oversize_frames,
+            "heartbeat_timeouts": s.heartbeat_timeouts,
+            "msgs_in": s.msgs_in,
+            "bytes_in": s.bytes_in,
+            "msgs_out": s.msgs_out,
+            "relayed": s.relayed,
+            "relay_congested": s.relay_congested,
+            "events_dropped": s.events_dropped,
+            "peers_up": s.peers_up,
+        },
+    })
+}
+
+/// Answers every connection to `addr` with a snapshot of `node`, until the task is dropped.
+pub(crate) async fn serve(node: Node, addr: Addr) -> Result<(), String> {
+    let bind_err = |e: std::io::Error| format!("cannot listen for admin on {addr}: {e}");
+    match &addr {
+        Addr::Tcp(a) => {
+            let l = tokio::net::TcpListener::bind(a).await.map_err(bind_err)?;
+            println!("admin on tcp://{}", l.local_addr().map_err(bind_err)?);
+            loop {
+                if let Ok((mut s, _)) = l.accept().await {
+                    let body = snapshot(&node).to_string();
+                    let _ = s.write_all(body.as_bytes()).await;
+                }
+            }
+        }
+        Addr::Unix(p) => {
+            let _ = std::fs::remove_file(p);
+            let l = tokio::net::UnixListener::bind(p).map_err(bind_err)?;
+            println!("admin on {addr}");
+            loop {
+                if let Ok((mut s, _)) = l.accept().await {
+                    let body = snapshot(&node).to_string();
+                    let _ = s.write_all(body.as_bytes()).await;
+                }
+            }
+        }
+    }
+}
+
+async fn fetch(addr: &Addr) -> Result<Vec<u8>, String> {
+    let mut body = Vec::new();
+    let read = async {
+        match addr {
+            Addr::Tcp(a) => {
+                let s = tokio::net::TcpStream::connect(a).await?;
+                s.take(SNAPSHOT_BYTES_MAX).read_to_end(&mut body).await
+            }
+            Addr::Unix(p) => {
+                let s = tokio::net::UnixStream::connect(p).await?;
+                s.take(SNAPSHOT_BYTES_MAX).read_to_end(&mut body).await
+            }
+        }
+    };
+    match tokio::time::timeout(Duration::from_secs(STATUS_WAIT_SECS), read).await {
+        Ok(Ok(_)) => Ok(body),
+        Ok(Err(e)) => Err(format!("cannot read the status of {addr}: {e}")),
+        Err(_) => Err(format!("no status from {addr} within {STATUS_WAIT_SECS} s")),
+    }
+}
+
+pub(crate) async fn run(args: StatusArgs) -> Result<ExitCode, String> {
+    let body = fetch(&args.addr).await?;
+    let v: Value = serde_json::from_slice(&body)
+        .map_err(|e| format!("{} did not answer with a status snapshot: {e}", args.addr))?;
+    if args.json {
+        println!("{v}");
+        return Ok(ExitCode::SUCCESS);
+    }
+    print!("{}", render(&v));
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The snapshot as a few readable tables.
+fn render(v: &Value) -> String {
+    let mut out = format!(
+        "node {} (incarnation {:#x}), listening on {}\n",
+        v["id"],
+        v["incarnation"].as_u64().unwrap_or(0),
+        v["listen"]
+            .as_array()
+            .map(|a| a
+                .iter()
+                .filter_map(Value::as_str)
+                .collect::<Vec<_>>()
+                .join(", "))
+            .unwrap_or_default()
+    );
+    out += &format!(
+        "{:<20} {:<5} {:>10} {:>9} {:>12} {:>12}  {}\n",
+        "peer", "state", "rtt us", "unacked", "unacked B", "sent", "address"
+    );
+    for p in v["peers"].as_array().into_iter().flatten() {
+        out += &format!(
+            "{:<20} {:<5} {:>10} {:>9} {:>12} {:>12}  {}\n",
+            p["id"].to_string(),
+            if p["up"].as_bool() == Some(true) {
+                "up"
+            } else {
+                "down"
+            },
+            p["rtt_us"].to_string(),
+            p["unacked_msgs"].to_string(),
+            p["unacked_bytes"].to_string(),
+            p["msgs_sent"].to_string(),
+            p["addr"].as_str().unwrap_or("")
+        );
+    }
+    for r in v["relayed"].as_array().into_iter().flatten() {
+        out += &format!(
+            "{:<20} {:<5} {:>10} {:>9} {:>12} {:>12}  (through relays)\n",
+            r["id"].to_string(),
+            "-",
+            "-",
+            r["unacked_msgs"].to_string(),
+            r["unacked_bytes"].to_string(),
+            r["msgs_sent"].to_string()
+        );
+    }
+    if let Some(stats) = v["stats"].as_object() {
+        let line: Vec<String> = stats.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        out += &format!("counters: {}\n", line.join(" "));
+    }
+    out
+}
