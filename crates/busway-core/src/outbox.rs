@@ -29,8 +29,11 @@ const TAIL_INITIAL_BYTES: usize = 64 << 10;
 /// Largest chunk of copied messages, in bytes: the copy buffer is sealed into a chunk when it
 /// reaches this, so that a chunk fits one ROUTED frame and acknowledgements free memory early.
 pub const CHUNK_BYTES_MAX: usize = 1 << 20;
-/// Largest capacity a fresh copy buffer is given up front, in bytes.
-const TAIL_RESERVE_MAX_BYTES: usize = 4 << 20;
+/// Capacity of a fresh copy buffer on a busy link, in bytes: a whole chunk and the one message
+/// that may pass its end, so that a chunk never grows by copying. One fixed size, so that the
+/// allocator hands back the buffers of acknowledged chunks instead of mapping new pages.
+const TAIL_BUSY_BYTES: usize =
+    CHUNK_BYTES_MAX + HEADER_LEN + BATCH_ENTRY_HEADER_LEN + COPY_PAYLOAD_BYTES_MAX;
 
 const _: () = assert!(COPY_PAYLOAD_BYTES_MAX <= u16::MAX as usize);
 const _: () = assert!(BATCH_ENTRY_HEADER_LEN + COPY_PAYLOAD_BYTES_MAX <= BATCH_BODY_BYTES_MAX);
@@ -87,6 +90,9 @@ pub struct Outbox {
     tail_msgs: u64,
     /// Control frames for the current link; written before data, never kept for a resend.
     control: Vec<Bytes>,
+    /// A busy-size buffer recovered from an acknowledged chunk, for the next tail: reusing it
+    /// saves the allocator a fresh mapping (and the kernel the page faults) per chunk.
+    spare: Option<BytesMut>,
     next_seq: u64,
     acked: u64,
     bytes: usize,
@@ -105,6 +111,7 @@ impl Outbox {
             tail_first_seq: first_seq,
             tail_msgs: 0,
             control: Vec::new(),
+            spare: None,
             next_seq: first_seq,
             acked: first_seq,
             bytes: 0,
@@ -287,6 +294,15 @@ impl Outbox {
             let c = self.chunks.pop_front().expect("checked above");
             freed += c.len();
             self.unwritten = self.unwritten.saturating_sub(1);
+            if self.spare.is_none() {
+                // Succeeds only if nothing else holds the buffer (the writer let go of it).
+                if let Ok(mut buf) = c.frames.try_into_mut() {
+                    buf.clear();
+                    if buf.capacity() >= TAIL_BUSY_BYTES {
+                        self.spare = Some(buf);
+                    }
+                }
+            }
         }
         self.bytes -= freed;
         self.acked = seq.min(self.next_seq);
@@ -404,13 +420,19 @@ impl Outbox {
             return;
         }
         let frames = self.tail.split().freeze();
-        // The sealed bytes stay referenced until acknowledged, so the next messages need a new
-        // buffer: size it like the last chunk now, rather than grow it by copying later.
-        self.tail.reserve(
-            frames
-                .len()
-                .clamp(TAIL_INITIAL_BYTES, TAIL_RESERVE_MAX_BYTES),
-        );
+        // The sealed bytes stay referenced until acknowledged, so the next messages need a
+        // new buffer once this one is used up: size it now rather than grow it by copying.
+        let want = if frames.len() >= TAIL_INITIAL_BYTES {
+            TAIL_BUSY_BYTES
+        } else {
+            TAIL_INITIAL_BYTES
+        };
+        if self.tail.capacity() < want {
+            match self.spare.take() {
+                Some(spare) => self.tail = spare,
+                None => self.tail.reserve(want),
+            }
+        }
         self.chunks.push_back(Chunk {
             frames,
             payload: None,

@@ -18,7 +18,7 @@ const RAW_BATCH_BYTES: usize = 256 << 10;
 const RAW_READ_BYTES: usize = 256 << 10;
 /// Messages a busway sender hands over per `send_batch` call (and between looks at the clock).
 const SEND_BATCH_MSGS: usize = 256;
-/// Message sizes drawn ahead of a run and cycled through.
+/// Message sizes drawn ahead of a run and cycled through (a multiple of the batch).
 const SIZE_POOL_LEN: usize = 4096;
 /// Bytes a busway sender queues before it lets the link's writer run.
 const YIELD_EVERY_BYTES: usize = 1024 << 10;
@@ -142,40 +142,43 @@ async fn bus_send(args: &WorkerArgs) -> Result<Report, String> {
     let base = Bytes::from(vec![0x5Au8; args.size_max]);
     // Sizes are drawn before the clock starts, as the raw baseline's are: the generator is not
     // part of what is measured.
-    let pool = Sizes::new(args.size_min, args.size_max).pool(SIZE_POOL_LEN);
-    let mut next = pool.iter().copied().cycle();
+    // The messages are slices of one buffer, built before the clock starts as the raw
+    // baseline's frames are: neither side pays for making up messages while it is timed.
+    let sizes = Sizes::new(args.size_min, args.size_max).pool(SIZE_POOL_LEN);
+    let slices: Vec<&[u8]> = sizes.iter().map(|&n| &base[..n]).collect();
+    let windows: Vec<(&[&[u8]], usize)> = slices
+        .chunks(SEND_BATCH_MSGS)
+        .map(|w| (w, w.iter().map(|p| p.len()).sum()))
+        .collect();
     let (mut msgs, mut bytes) = (0u64, 0u64);
-    let mut batch: Vec<&[u8]> = Vec::with_capacity(SEND_BATCH_MSGS);
     let mut since_yield = 0usize;
     let start = Instant::now();
     let until = Duration::from_secs_f64(args.duration);
-    while start.elapsed() < until {
-        let mut batch_bytes = 0;
-        for _ in 0..SEND_BATCH_MSGS {
-            let n = next.next().unwrap_or(args.size_min);
-            batch.push(&base[..n]);
-            batch_bytes += n;
-        }
-        since_yield += batch_bytes;
-        if args.api == "batch" {
-            node.send_batch(RECEIVER_ID, &batch)
-                .await
-                .map_err(|e| e.to_string())?;
-        } else {
-            for p in &batch {
-                node.send(RECEIVER_ID, base.slice_ref(p))
+    'run: loop {
+        for &(batch, batch_bytes) in &windows {
+            if start.elapsed() >= until {
+                break 'run;
+            }
+            if args.api == "batch" {
+                node.send_batch(RECEIVER_ID, batch)
                     .await
                     .map_err(|e| e.to_string())?;
+            } else {
+                for p in batch {
+                    node.send(RECEIVER_ID, base.slice_ref(p))
+                        .await
+                        .map_err(|e| e.to_string())?;
+                }
             }
-        }
-        msgs += batch.len() as u64;
-        bytes += batch_bytes as u64;
-        batch.clear();
-        // On a shared loop the writer runs only when the application yields: hand it the
-        // queued bytes in cache-sized pieces.
-        if since_yield >= YIELD_EVERY_BYTES {
-            since_yield = 0;
-            tokio::task::yield_now().await;
+            msgs += batch.len() as u64;
+            bytes += batch_bytes as u64;
+            since_yield += batch_bytes;
+            // On a shared loop the writer runs only when the application yields: hand it the
+            // queued bytes in cache-sized pieces.
+            if since_yield >= YIELD_EVERY_BYTES {
+                since_yield = 0;
+                tokio::task::yield_now().await;
+            }
         }
     }
     let secs = start.elapsed().as_secs_f64();
