@@ -11,6 +11,7 @@
 //! - [`fuzzing`]: entry points shared by the fuzz targets and the property tests.
 
 pub mod control;
+pub mod e2e;
 pub mod frame;
 pub mod fuzzing;
 pub mod handshake;

@@ -13,6 +13,7 @@ use crate::remote::Remote;
 use crate::routing::Route;
 use crate::stats::{bump, Counters, Stats};
 use crate::transport::{self, StdListener};
+use busway_core::e2e::Arrivals;
 use busway_core::handshake::{caps, local_hello, Established, Hello, NonceCache, NONCE_LEN};
 use busway_core::BusId;
 use bytes::Bytes;
@@ -120,8 +121,8 @@ pub(crate) struct Shared {
     peers: RwLock<HashMap<BusId, Arc<Peer>>>,
     /// Destinations reached through relays.
     pub(crate) remotes: RwLock<HashMap<BusId, Arc<Remote>>>,
-    /// Per source of relayed messages: (its incarnation, the number expected next).
-    pub(crate) inbound_routed: Mutex<HashMap<BusId, (u64, u64)>>,
+    /// Where each source of relayed messages stands.
+    pub(crate) arrivals: Mutex<Arrivals>,
     /// Wakes the pump task: relayed messages were queued.
     pub(crate) pump_wake: Notify,
     /// The bus id behind the `upstream` address, once a link to it was up.
@@ -380,7 +381,7 @@ impl Node {
             listen_addrs,
             peers: RwLock::new(HashMap::new()),
             remotes: RwLock::new(HashMap::new()),
-            inbound_routed: Mutex::new(HashMap::new()),
+            arrivals: Mutex::new(Arrivals::default()),
             upstream: Mutex::new(None),
             pump_wake: Notify::new(),
             peers_changed: Notify::new(),

@@ -11,7 +11,8 @@ use crate::limits::{
 };
 use crate::node::Shared;
 use crate::peer::Peer;
-use crate::remote::{Check, Remote, Verdict};
+use crate::remote::Remote;
+use busway_core::e2e::{Check, Verdict};
 use busway_core::frame::{FrameDecoder, FrameKind, BODY_LEN_CEILING, HEADER_LEN};
 use busway_core::routed::{
     decode_fail, encode_fail, routed_frame, FailReason, RoutedHeader, RoutedType,
@@ -131,7 +132,7 @@ impl Shared {
     pub(crate) fn relink_remotes(&self) {
         for r in self.remotes_snapshot() {
             r.revive();
-            r.rewind(None);
+            r.rewind();
             self.pump(&r);
         }
     }
@@ -243,33 +244,18 @@ impl Shared {
         first_seq: u64,
         pending: Option<u64>,
     ) -> Result<u64, u64> {
-        let inbound = self
-            .inbound_routed
+        self.arrivals
             .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        let expected = match inbound.get(&src) {
-            Some(&(inc, e)) if inc == src_incarnation => e,
-            _ => 0,
-        };
-        let expected = pending.unwrap_or(expected).max(expected);
-        if first_seq > expected {
-            Err(expected)
-        } else {
-            Ok(expected - first_seq)
-        }
+            .unwrap_or_else(|p| p.into_inner())
+            .check(src, src_incarnation, first_seq, pending)
     }
 
     /// Messages from `src` up to `next_expected` are in the inbox.
     pub(crate) fn routed_delivered(&self, src: BusId, src_incarnation: u64, next_expected: u64) {
-        let mut inbound = self
-            .inbound_routed
+        self.arrivals
             .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        let e = inbound.entry(src).or_insert((src_incarnation, 0));
-        if e.0 != src_incarnation {
-            *e = (src_incarnation, 0);
-        }
-        e.1 = e.1.max(next_expected);
+            .unwrap_or_else(|p| p.into_inner())
+            .delivered(src, src_incarnation, next_expected);
     }
 
     /// A gap in what `src` sent: tell it where to resume.
@@ -347,7 +333,7 @@ impl Shared {
                 match r.check(now, ROUTED_RESEND_AFTER_MS, self.config.peer_dead_after_ms) {
                     Check::Idle => {}
                     Check::Retry => {
-                        r.rewind(None);
+                        r.rewind();
                         self.pump(&r);
                     }
                     Check::Expire => {
