@@ -21,6 +21,10 @@ pub(crate) struct NodeArgs {
     /// through it, and it routes messages for this node here.
     #[arg(long)]
     pub(crate) upstream: Option<Addr>,
+    /// Keep all traffic on configured links: do not dial nodes a relay hints, and do not
+    /// accept such direct links.
+    #[arg(long)]
+    pub(crate) no_direct: bool,
     /// Shared secret every peer must prove (at least 16 bytes); also read from BUSWAY_SECRET.
     #[arg(long, env = "BUSWAY_SECRET", hide_env_values = true)]
     pub(crate) secret: Option<String>,
@@ -35,6 +39,7 @@ impl NodeArgs {
         config.listen = self.listen.clone();
         config.connect = self.connect.clone();
         config.upstream = self.upstream.clone();
+        config.direct_links = !self.no_direct;
         if let Some(s) = &self.secret {
             config.secret = Some(Secret::new(s.as_bytes())?);
         }

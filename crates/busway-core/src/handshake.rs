@@ -59,6 +59,8 @@ pub mod caps {
     pub const RELIABLE: u64 = 1 << 1;
     /// Can move its data to a shared-memory channel (CHANNEL frames).
     pub const SHM: u64 = 1 << 2;
+    /// Accepts direct links from nodes that learned its addresses from a relay (HINT).
+    pub const DIRECT: u64 = 1 << 3;
 }
 
 /// Everything that can be wrong with a handshake. The display text says what and why.

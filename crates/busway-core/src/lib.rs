@@ -8,6 +8,8 @@
 //! - [`frame`]: the v1 frame layout, its integrity check and the streaming decoder.
 //! - [`control`]: bodies of the small control frames (close, ping/pong).
 //! - [`handshake`]: the HELLO/AUTH exchange, shared-secret proofs and the replay cache.
+//! - [`outbox`], [`e2e`]: numbering, holding and resending messages on a link and end to end.
+//! - [`routed`], [`relay`]: the ROUTED frame and routing decisions.
 //! - [`fuzzing`]: entry points shared by the fuzz targets and the property tests.
 
 pub mod control;
@@ -17,6 +19,7 @@ pub mod fuzzing;
 pub mod handshake;
 pub mod id;
 pub mod outbox;
+pub mod relay;
 pub mod routed;
 
 pub use frame::{DecodeError, Frame, FrameDecoder, FrameKind};

@@ -237,6 +237,21 @@ impl Outbox {
         n
     }
 
+    /// Appends only the control frames to `out` (messages wait); returns how many bytes.
+    pub fn take_control(&mut self, out: &mut Vec<Bytes>) -> usize {
+        let mut n = 0;
+        for c in self.control.drain(..) {
+            n += c.len();
+            out.push(c);
+        }
+        n
+    }
+
+    /// Whether control frames wait to be written.
+    pub fn has_control(&self) -> bool {
+        !self.control.is_empty()
+    }
+
     /// Like [`Outbox::take_unwritten`], chunk by chunk: `f(first_seq, frames, payload)` for each
     /// unwritten chunk, where the chunk's messages are `frames` followed by `payload` (the body
     /// of its DATA frame, if it was kept apart). Control frames are not included.

@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! offset  size  field
-//! 0       1     type: 0 DATA, 1 ACK, 2 FAIL
+//! 0       1     type: 0 DATA, 1 ACK, 2 FAIL, 3 HINT
 //! 1       1     ttl: relays it may still pass
 //! 2       1     route_len: relays it has passed
 //! 3       1     reserved (0)
@@ -15,12 +15,14 @@
 //! 36      8*n   route        bus ids of the relays passed, in order
 //! 36+8n   ...   inner        DATA: DATA/DATA_BATCH frames; ACK: empty;
 //!                            FAIL: u8 reason, u64 bus id the failed messages were for,
-//!                            UTF-8 text
+//!                            UTF-8 text;
+//!                            HINT: u64 bus id, u8 n, n x (u16 len, UTF-8 address)
 //! ```
 //!
 //! A relay checks the TTL and the route (no loops), adds itself to the route and passes the
 //! frame on; it keeps no state about it. Only relays and the two ends pay for these fields.
 
+use crate::handshake::{ADDR_LEN_MAX, LISTEN_ADDRS_MAX};
 use crate::id::BusId;
 use bytes::{BufMut, Bytes, BytesMut};
 use std::fmt;
@@ -41,6 +43,8 @@ pub enum RoutedType {
     Data = 0,
     Ack = 1,
     Fail = 2,
+    /// From a relay to a source: the destination it relays to can be dialed directly here.
+    Hint = 3,
 }
 
 /// Why a relay could not pass a message on.
@@ -143,6 +147,7 @@ impl RoutedHeader {
             0 => RoutedType::Data,
             1 => RoutedType::Ack,
             2 => RoutedType::Fail,
+            3 => RoutedType::Hint,
             t => return Err(format!("ROUTED type {t} unknown")),
         };
         let route_len = usize::from(body[2]);
@@ -209,6 +214,59 @@ pub fn decode_fail(inner: &[u8]) -> Result<(FailReason, BusId, String), String> 
     ))
 }
 
+/// A HINT: `header` (type HINT, addressed to a source), the bus id `about` and the addresses
+/// it listens on (at most `LISTEN_ADDRS_MAX`, each at most `ADDR_LEN_MAX` bytes; more are cut).
+pub fn encode_hint(header: &RoutedHeader, about: BusId, addrs: &[String]) -> Bytes {
+    let mut body = BytesMut::new();
+    header.encode(&mut body);
+    body.put_u64_le(about.0);
+    let addrs: Vec<&String> = addrs
+        .iter()
+        .filter(|a| a.len() <= ADDR_LEN_MAX)
+        .take(LISTEN_ADDRS_MAX)
+        .collect();
+    body.put_u8(addrs.len() as u8);
+    for a in addrs {
+        body.put_u16_le(a.len() as u16);
+        body.put_slice(a.as_bytes());
+    }
+    crate::frame::frame_bytes(crate::frame::FrameKind::Routed, &body)
+}
+
+/// Reads the inner part of a HINT: the bus id and its addresses; an error names what is wrong.
+pub fn decode_hint(inner: &[u8]) -> Result<(BusId, Vec<String>), String> {
+    if inner.len() < 9 {
+        return Err("ROUTED HINT shorter than 9 bytes".into());
+    }
+    let about = BusId(u64::from_le_bytes(
+        inner[..8].try_into().unwrap_or_default(),
+    ));
+    let n = usize::from(inner[8]);
+    if n > LISTEN_ADDRS_MAX {
+        return Err(format!(
+            "ROUTED HINT with {n} addresses, over {LISTEN_ADDRS_MAX}"
+        ));
+    }
+    let mut rest = &inner[9..];
+    let mut addrs = Vec::with_capacity(n);
+    for i in 0..n {
+        if rest.len() < 2 {
+            return Err(format!("ROUTED HINT truncated at address {i}"));
+        }
+        let len = usize::from(u16::from_le_bytes([rest[0], rest[1]]));
+        if len > ADDR_LEN_MAX || rest.len() < 2 + len {
+            return Err(format!(
+                "ROUTED HINT address {i} of {len} bytes is over {ADDR_LEN_MAX} or truncated"
+            ));
+        }
+        let a = std::str::from_utf8(&rest[2..2 + len])
+            .map_err(|_| format!("ROUTED HINT address {i} is not UTF-8"))?;
+        addrs.push(a.to_owned());
+        rest = &rest[2 + len..];
+    }
+    Ok((about, addrs))
+}
+
 /// A whole ROUTED frame: `header`, then `inner`.
 pub fn routed_frame(header: &RoutedHeader, inner: &[u8]) -> Bytes {
     let mut body = BytesMut::with_capacity(header.len() + inner.len());
@@ -225,12 +283,12 @@ mod tests {
     proptest! {
         #[test]
         fn headers_round_trip(
-            kind in 0u8..3, ttl: u8, src: u64, inc: u64, dst: u64, seq: u64,
+            kind in 0u8..4, ttl: u8, src: u64, inc: u64, dst: u64, seq: u64,
             route in prop::collection::vec(any::<u64>(), 0..ROUTE_LEN_MAX),
             inner in prop::collection::vec(any::<u8>(), 0..64),
         ) {
             let h = RoutedHeader {
-                kind: [RoutedType::Data, RoutedType::Ack, RoutedType::Fail][kind as usize],
+                kind: [RoutedType::Data, RoutedType::Ack, RoutedType::Fail, RoutedType::Hint][kind as usize],
                 ttl, src: BusId(src), src_incarnation: inc, dst: BusId(dst), seq,
                 route: route.into_iter().map(BusId).collect(),
             };
@@ -246,8 +304,34 @@ mod tests {
         fn decoding_garbage_never_panics(body in prop::collection::vec(any::<u8>(), 0..200)) {
             if let Ok((_, at)) = RoutedHeader::decode(&body) {
                 let _ = decode_fail(&body[at..]);
+                let _ = decode_hint(&body[at..]);
             }
         }
+    }
+
+    #[test]
+    fn hints_round_trip_and_bad_ones_are_named() {
+        let h = RoutedHeader {
+            kind: RoutedType::Hint,
+            ttl: 16,
+            src: BusId(1),
+            src_incarnation: 2,
+            dst: BusId(3),
+            seq: 0,
+            route: vec![],
+        };
+        let addrs = vec!["tcp://127.0.0.1:7000".to_string(), "unix:///tmp/x".into()];
+        let f = encode_hint(&h, BusId(9), &addrs);
+        let body = &f[crate::frame::HEADER_LEN..];
+        let (back, at) = RoutedHeader::decode(body).unwrap();
+        assert_eq!(back, h);
+        assert_eq!(decode_hint(&body[at..]).unwrap(), (BusId(9), addrs));
+        assert!(decode_hint(&[0; 8]).unwrap_err().contains("shorter"));
+        let mut lying = vec![0u8; 9];
+        lying[8] = 1;
+        assert!(decode_hint(&lying).unwrap_err().contains("truncated"));
+        lying[8] = 200;
+        assert!(decode_hint(&lying).unwrap_err().contains("over"));
     }
 
     #[test]

@@ -169,3 +169,53 @@ fn handshake_frames() {
         Ok(Step::Established(_))
     ));
 }
+
+#[test]
+fn routed_frames() {
+    use busway_core::routed::{
+        decode_hint, encode_fail, encode_hint, routed_frame, FailReason, RoutedHeader, RoutedType,
+    };
+    let header = |kind, src: u64, dst: u64, seq| RoutedHeader {
+        kind,
+        ttl: 15,
+        src: BusId(src),
+        src_incarnation: 0x1111_2222_3333_4444,
+        dst: BusId(dst),
+        seq,
+        route: vec![BusId(100)],
+    };
+    // Messages 5 and 6 ("hi", "there") from 1 to 2, passed by relay 100.
+    let mut inner = Vec::new();
+    for m in [&b"hi"[..], b"there"] {
+        inner.extend_from_slice(&frame_bytes(FrameKind::Data, m));
+    }
+    let data = routed_frame(&header(RoutedType::Data, 1, 2, 5), &inner);
+    check("routed-data-1-to-2", &data);
+    let (h, at) = RoutedHeader::decode(&decode_one(&data).body).unwrap();
+    assert_eq!((h.seq, h.route.clone(), at), (5, vec![BusId(100)], 44));
+    check(
+        "routed-ack-2-to-1",
+        &routed_frame(&header(RoutedType::Ack, 2, 1, 7), &[]),
+    );
+    check(
+        "routed-fail-unknown-id",
+        &encode_fail(
+            &header(RoutedType::Fail, 100, 1, 5),
+            FailReason::UnknownId,
+            BusId(2),
+            "no route to bus id 2 at relay 100",
+        ),
+    );
+    let hint = encode_hint(
+        &header(RoutedType::Hint, 100, 1, 0),
+        BusId(2),
+        &["tcp://127.0.0.1:7002".to_string()],
+    );
+    check("routed-hint-2-at-7002", &hint);
+    let body = decode_one(&hint).body;
+    let (_, at) = RoutedHeader::decode(&body).unwrap();
+    assert_eq!(
+        decode_hint(&body[at..]).unwrap(),
+        (BusId(2), vec!["tcp://127.0.0.1:7002".to_string()])
+    );
+}

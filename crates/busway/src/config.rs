@@ -37,6 +37,10 @@ pub struct NodeConfig {
     /// with a transient failure (the sender retries) instead of "unknown id": its downstreams
     /// may not have registered again yet. In milliseconds.
     pub relay_grace_ms: u64,
+    /// Whether this node takes direct links to nodes it reaches through relays: it dials a
+    /// destination whose addresses a relay hints, and advertises that it accepts such links.
+    /// `false` keeps all its traffic on configured links (e.g. only through the upstream).
+    pub direct_links: bool,
     /// Shared secret every peer must prove; `None` admits any busway peer.
     pub secret: Option<Secret>,
     pub io_threads: IoThreads,
@@ -73,6 +77,7 @@ impl NodeConfig {
             subtree: None,
             ttl: busway_core::routed::DEFAULT_TTL,
             relay_grace_ms: DEFAULT_RELAY_GRACE_MS,
+            direct_links: true,
             secret: None,
             io_threads: IoThreads::Dedicated(cores),
             frame_body_max: DEFAULT_BODY_LEN_MAX,

@@ -19,6 +19,7 @@
 
 mod addr;
 mod config;
+mod direct;
 mod event;
 mod inbox;
 mod io_loops;

@@ -58,3 +58,15 @@ const _: () = assert!(READ_CHUNK_MIN_BYTES <= READ_CHUNK_MAX_BYTES);
 const _: () = assert!(DIAL_BACKOFF_MIN_MS <= DIAL_BACKOFF_MAX_MS);
 const _: () = assert!(busway_core::frame::DEFAULT_BODY_LEN_MAX <= DEFAULT_SEND_QUEUE_BYTES_MAX);
 const _: () = assert!(busway_core::frame::DEFAULT_BODY_LEN_MAX <= DEFAULT_INBOX_BYTES_MAX);
+
+/// A relay hints a source at most this often per (source, destination), in milliseconds.
+pub const DIRECT_HINT_INTERVAL_MS: u64 = 1_000;
+/// (source, destination) pairs a relay remembers hinting; past it the memory is cleared (at
+/// worst a few extra hints).
+pub const DIRECT_HINTS_TRACKED_MAX: usize = 4_096;
+/// Destinations a node dials at once on relays' hints; past it hints are ignored until a dial
+/// ends (traffic keeps flowing through relays).
+pub const DIRECT_DIALS_MAX: usize = 256;
+/// Times `try_send` routes again when the route changes under it (a direct link replacing
+/// relays) before it reports `Full`.
+pub const REROUTES_MAX: u32 = 4;

@@ -44,13 +44,15 @@ pub(crate) enum Dial {
     Peer,
     /// Dialed to the `upstream` address: this node registers as its downstream.
     Upstream,
+    /// Dialed on a relay's hint to reach this bus id directly.
+    Direct(BusId),
 }
 
 impl Dial {
     fn role(self) -> Role {
         match self {
             Dial::Accepted => Role::Listener,
-            Dial::Peer | Dial::Upstream => Role::Dialer,
+            Dial::Peer | Dial::Upstream | Dial::Direct(_) => Role::Dialer,
         }
     }
 }
@@ -138,8 +140,15 @@ where
         }
     };
     let id = established.peer.bus_id;
+    if let Dial::Direct(expected) = role {
+        if id != expected {
+            let reason = format!("dialed {remote} to reach bus id {expected}, found bus id {id}");
+            reject(&shared, &mut w, &remote, &reason).await;
+            return Outcome::NeverUp;
+        }
+    }
     let link_id = shared.next_link_id();
-    let peer = match shared.attach_peer(&established, &remote, link_id, role == Dial::Upstream) {
+    let peer = match shared.attach_peer(&established, &remote, link_id, role) {
         Ok(p) => p,
         Err(reason) => {
             bump(&shared.counters.handshake_failures);

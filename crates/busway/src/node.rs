@@ -2,11 +2,14 @@
 
 use crate::addr::Addr;
 use crate::config::NodeConfig;
+use crate::direct::Direct;
 use crate::event::DownReason;
 use crate::event::Event;
 use crate::inbox::{inbox, Inbox, InboxSender, MessageBatch};
 use crate::io_loops::IoLoops;
-use crate::limits::{DIAL_BACKOFF_MAX_MS, EVENT_QUEUE_LEN_MAX, ROUTED_OVERHEAD_BYTES_MAX};
+use crate::limits::{
+    DIAL_BACKOFF_MAX_MS, EVENT_QUEUE_LEN_MAX, REROUTES_MAX, ROUTED_OVERHEAD_BYTES_MAX,
+};
 use crate::link::{self, Outcome};
 use crate::peer::{Peer, PushError};
 use crate::remote::Remote;
@@ -123,6 +126,8 @@ pub(crate) struct Shared {
     pub(crate) remotes: RwLock<HashMap<BusId, Arc<Remote>>>,
     /// Where each source of relayed messages stands.
     pub(crate) arrivals: Mutex<Arrivals>,
+    /// On-demand direct links: hints given and taken, dials running.
+    pub(crate) direct: Direct,
     /// Wakes the pump task: relayed messages were queued.
     pub(crate) pump_wake: Notify,
     /// The bus id behind the `upstream` address, once a link to it was up.
@@ -132,7 +137,7 @@ pub(crate) struct Shared {
     events: mpsc::Sender<Event>,
     pub(crate) inbox: InboxSender,
     pub(crate) counters: Counters,
-    loops: IoLoops,
+    pub(crate) loops: IoLoops,
     next_link_id: AtomicU64,
     /// Start of the node's monotonic clock (heartbeats, round trips).
     epoch: Instant,
@@ -170,6 +175,9 @@ impl Shared {
             self.listen_addrs.iter().map(ToString::to_string).collect(),
         );
         h.capabilities = caps::RELIABLE | caps::RELAY;
+        if self.config.direct_links {
+            h.capabilities |= caps::DIRECT;
+        }
         h
     }
 
@@ -236,7 +244,7 @@ impl Shared {
         est: &Established,
         addr: &str,
         link: u64,
-        upstream: bool,
+        dial: link::Dial,
     ) -> Result<Arc<Peer>, String> {
         if self.shutting_down.load(Relaxed) {
             return Err("this node is shutting down".into());
@@ -271,6 +279,7 @@ impl Shared {
                     est.peer.clone(),
                     addr.to_owned(),
                     self.config.send_queue_bytes_max,
+                    matches!(dial, link::Dial::Direct(_)),
                 ));
                 peers.insert(id, fresh.clone());
                 fresh
@@ -278,7 +287,8 @@ impl Shared {
         };
         peer.attach(link, est, addr)?;
         drop(peers);
-        if upstream {
+        self.switch_to_direct(&peer);
+        if dial == link::Dial::Upstream {
             *self.upstream.lock().unwrap_or_else(|p| p.into_inner()) = Some(id);
         }
         self.peers_changed.notify_waiters();
@@ -384,6 +394,7 @@ impl Node {
             arrivals: Mutex::new(Arrivals::default()),
             upstream: Mutex::new(None),
             pump_wake: Notify::new(),
+            direct: Direct::default(),
             peers_changed: Notify::new(),
             nonces: Mutex::new(NonceCache::default()),
             events: events_tx,
@@ -409,6 +420,7 @@ impl Node {
         }
         shared.loops.pick().spawn(shared.clone().retry_loop());
         shared.loops.pick().spawn(shared.clone().pump_loop());
+        shared.loops.pick().spawn(shared.clone().discovery_loop());
         Ok(Node {
             owner: Arc::new(Owner {
                 shared,
@@ -474,6 +486,8 @@ impl Node {
             PushError::Full => SendError::Full(dst),
             PushError::Closed => SendError::Closed(dst),
             PushError::Dead => SendError::PeerDown(dst),
+            // Callers route again; seen here only if the route keeps changing under them.
+            PushError::Rerouted => SendError::Full(dst),
         }
     }
 
@@ -484,15 +498,25 @@ impl Node {
         if dst == self.id() {
             return self.deliver_local(payload);
         }
-        let pushed = match self.route_for(dst, payload.len())? {
-            Route::Direct(p) => p.push_shared(&payload),
+        let mut reroutes = 0;
+        loop {
+            let pushed = self.push_one(&self.route_for(dst, payload.len())?, &payload);
+            match pushed {
+                Err(PushError::Rerouted) if reroutes < REROUTES_MAX => reroutes += 1,
+                other => return other.map_err(|e| Self::push_error(dst, e)),
+            }
+        }
+    }
+
+    fn push_one(&self, route: &Route, payload: &Bytes) -> Result<u64, PushError> {
+        match route {
+            Route::Direct(p) => p.push_shared(payload),
             Route::Relayed(r) => {
-                let seq = r.push_shared(&payload);
-                self.shared().schedule_pump(&r);
+                let seq = r.push_shared(payload);
+                self.shared().schedule_pump(r);
                 seq
             }
-        };
-        pushed.map_err(|e| Self::push_error(dst, e))
+        }
     }
 
     /// Queues `payload` for `dst`, waiting while its queue is full. Returns the message's
@@ -504,17 +528,10 @@ impl Node {
             self.shared().inbox.deliver(batch).await;
             return Ok(0);
         }
-        let route = self.route_for(dst, payload.len())?;
+        let mut route = self.route_for(dst, payload.len())?;
         loop {
-            let pushed = match &route {
-                Route::Direct(p) => p.push_shared(&payload),
-                Route::Relayed(r) => {
-                    let seq = r.push_shared(&payload);
-                    self.shared().schedule_pump(r);
-                    seq
-                }
-            };
-            match pushed {
+            match self.push_one(&route, &payload) {
+                Err(PushError::Rerouted) => route = self.route_for(dst, payload.len())?,
                 Err(PushError::Full) => match &route {
                     Route::Direct(p) => p.wait_for_room(payload.len()).await,
                     Route::Relayed(r) => r.wait_for_room(payload.len()).await,
@@ -547,7 +564,7 @@ impl Node {
             return Ok(0..0);
         }
         let longest = payloads.iter().map(|p| p.as_ref().len()).max().unwrap_or(0);
-        let route = self.route_for(dst, longest)?;
+        let mut route = self.route_for(dst, longest)?;
         let mut rest = payloads;
         let mut seqs: Option<Range<u64>> = None;
         while !rest.is_empty() {
@@ -558,8 +575,12 @@ impl Node {
                     self.shared().schedule_pump(r);
                     got
                 }
+            };
+            if let Err(PushError::Rerouted) = got {
+                route = self.route_for(dst, longest)?;
+                continue;
             }
-            .map_err(|e| Self::push_error(dst, e))?;
+            let got = got.map_err(|e| Self::push_error(dst, e))?;
             let n = (got.end - got.start) as usize;
             seqs = Some(seqs.map_or(got.clone(), |s| s.start..got.end));
             rest = &rest[n..];

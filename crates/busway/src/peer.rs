@@ -6,8 +6,9 @@
 //! Shared by the application (any thread: `push_*`, `wait_for_room`) and the one link attached
 //! at a time (its writer: `take`; its reader: `delivered`, `ack`).
 
-use busway_core::handshake::{Established, Hello};
+use busway_core::handshake::{caps, Established, Hello};
 use busway_core::outbox::{AckError, Outbox};
+use busway_core::relay::Neighbor;
 use busway_core::BusId;
 use bytes::Bytes;
 use std::ops::Range;
@@ -21,6 +22,8 @@ pub(crate) enum PushError {
     Full,
     /// The node is shutting down; nothing was queued.
     Closed,
+    /// The destination is now reached another way (a direct link came up): route again.
+    Rerouted,
     /// The peer stayed down past its deadline; nothing was queued.
     Dead,
 }
@@ -52,11 +55,17 @@ pub(crate) struct PeerState {
     link_closing: bool,
     writer_idle: bool,
     senders_waiting: bool,
+    /// Messages wait (control frames still flow) until what was sent to this peer through
+    /// relays before its link came up is acknowledged: order holds across the switch.
+    held: bool,
     msgs_total: u64,
 }
 
 pub(crate) struct Peer {
     pub(crate) id: BusId,
+    /// Dialed on a relay's hint rather than configured: after its deadline passes, traffic to
+    /// it goes back through relays.
+    pub(crate) discovered: bool,
     state: Mutex<PeerState>,
     /// The writer waits here while idle; `notify_one` keeps a permit, so a push between the
     /// writer's `take` returning `Idle` and its wait is not lost.
@@ -82,9 +91,10 @@ pub(crate) struct PeerSnapshot {
 }
 
 impl Peer {
-    pub(crate) fn new(hello: Hello, addr: String, limit_bytes: usize) -> Self {
+    pub(crate) fn new(hello: Hello, addr: String, limit_bytes: usize, discovered: bool) -> Self {
         Self {
             id: hello.bus_id,
+            discovered,
             state: Mutex::new(PeerState {
                 hello,
                 addr,
@@ -97,6 +107,7 @@ impl Peer {
                 link_closing: false,
                 writer_idle: false,
                 senders_waiting: false,
+                held: false,
                 msgs_total: 0,
             }),
             writer_wake: Notify::new(),
@@ -122,14 +133,38 @@ impl Peer {
         }
     }
 
-    /// Whether this peer is up and registered as a downstream serving `dst`.
-    pub(crate) fn serves(&self, dst: BusId) -> bool {
+    /// What routing needs to know about this peer.
+    pub(crate) fn neighbor(&self) -> Neighbor {
         let st = self.lock();
-        st.link.is_some()
-            && st
-                .hello
-                .downstream_of_you
-                .is_some_and(|(lo, hi)| lo <= dst && dst <= hi)
+        Neighbor {
+            id: self.id,
+            up: st.link.is_some(),
+            serves: st.hello.downstream_of_you,
+        }
+    }
+
+    /// Whether the peer accepts direct links from nodes that learned its address from a relay.
+    pub(crate) fn accepts_direct(&self) -> bool {
+        let st = self.lock();
+        st.hello.capabilities & caps::DIRECT != 0 && !st.hello.listen_addrs.is_empty()
+    }
+
+    /// Holds messages back (see `PeerState::held`).
+    pub(crate) fn hold(&self) {
+        self.lock().held = true;
+    }
+
+    /// Lets held messages go.
+    pub(crate) fn release(&self) {
+        let mut st = self.lock();
+        if std::mem::take(&mut st.held) {
+            self.wake_writer(st);
+        }
+    }
+
+    /// Whether the peer stayed down past its deadline (sends to it fail).
+    pub(crate) fn is_dead(&self) -> bool {
+        self.lock().dead
     }
 
     /// Queues a ROUTED frame for the attached link (relayed, or this node's own end-to-end
@@ -222,6 +257,19 @@ impl Peer {
     /// Moves everything unwritten into `batch` (for the writer of link `link`).
     pub(crate) fn take(&self, batch: &mut Vec<Bytes>) -> Take {
         let mut st = self.lock();
+        if st.held {
+            if !st.outbox.has_control() {
+                if st.closing || st.link_closing {
+                    return Take::Drained;
+                }
+                st.writer_idle = true;
+                return Take::Idle;
+            }
+            st.outbox.take_control(batch);
+            drop(st);
+            self.forward_room.notify_waiters();
+            return Take::Data;
+        }
         if !st.outbox.has_unwritten() {
             if st.closing || st.link_closing {
                 return Take::Drained;
@@ -376,5 +424,34 @@ impl Peer {
             bytes: st.outbox.bytes(),
             msgs_total: st.msgs_total,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use busway_core::handshake::local_hello;
+
+    fn peer() -> Peer {
+        let hello = local_hello(BusId(2), 9, 0, [0; 16], vec![]);
+        let p = Peer::new(hello, "tcp://127.0.0.1:1".into(), 1 << 20, true);
+        p.lock().link = Some(1);
+        p
+    }
+
+    #[test]
+    fn a_held_peer_writes_control_frames_and_keeps_messages_until_released() {
+        let p = peer();
+        p.hold();
+        p.push_copies(&[b"m0", b"m1"]).unwrap();
+        p.push_forward(Bytes::from_static(b"routed"), None);
+        let mut batch = Vec::new();
+        assert!(matches!(p.take(&mut batch), Take::Data));
+        assert_eq!(batch, vec![Bytes::from_static(b"routed")], "control only");
+        batch.clear();
+        assert!(matches!(p.take(&mut batch), Take::Idle), "messages wait");
+        p.release();
+        assert!(matches!(p.take(&mut batch), Take::Data));
+        assert!(!batch.is_empty(), "the messages go once released");
     }
 }

@@ -18,6 +18,8 @@ struct RemoteState {
     senders_waiting: bool,
     /// New messages wait for the node's pump task.
     pump_pending: bool,
+    /// A direct link to the destination came up: new messages go there (see `supersede`).
+    superseded: bool,
     msgs_total: u64,
 }
 
@@ -36,6 +38,7 @@ impl Remote {
                 departures: Departures::new(limit_bytes, now_ms),
                 senders_waiting: false,
                 pump_pending: false,
+                superseded: false,
                 msgs_total: 0,
             }),
             room: Notify::new(),
@@ -47,11 +50,19 @@ impl Remote {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    fn check_open(st: &RemoteState) -> Result<(), PushError> {
+        if st.superseded {
+            Err(PushError::Rerouted)
+        } else if st.departures.is_dead() {
+            Err(PushError::Dead)
+        } else {
+            Ok(())
+        }
+    }
+
     pub(crate) fn push_shared(&self, payload: &Bytes) -> Result<u64, PushError> {
         let mut st = self.lock();
-        if st.departures.is_dead() {
-            return Err(PushError::Dead);
-        }
+        Self::check_open(&st)?;
         let seq = st
             .departures
             .outbox_mut()
@@ -66,9 +77,7 @@ impl Remote {
         payloads: &[P],
     ) -> Result<Range<u64>, PushError> {
         let mut st = self.lock();
-        if st.departures.is_dead() {
-            return Err(PushError::Dead);
-        }
+        Self::check_open(&st)?;
         let first = st.departures.outbox().next_seq();
         let n = st.departures.outbox_mut().push_copies(payloads);
         st.msgs_total += n as u64;
@@ -82,13 +91,37 @@ impl Remote {
             notified.as_mut().enable();
             {
                 let mut st = self.lock();
-                if st.departures.is_dead() || st.departures.outbox().has_room(payload_len) {
+                if st.superseded
+                    || st.departures.is_dead()
+                    || st.departures.outbox().has_room(payload_len)
+                {
                     return;
                 }
                 st.senders_waiting = true;
             }
             notified.await;
         }
+    }
+
+    /// A direct link to the destination came up: later sends must go there (they get
+    /// `Rerouted` here). Returns how many messages are still unacknowledged: the direct link
+    /// holds its messages until these are acknowledged, so order holds across the switch.
+    pub(crate) fn supersede(&self) -> u64 {
+        let mut st = self.lock();
+        st.superseded = true;
+        let unacked = st.departures.outbox().unacked();
+        drop(st);
+        self.room.notify_waiters();
+        unacked
+    }
+
+    /// Traffic goes through relays again (the direct link was given up).
+    pub(crate) fn resume_relaying(&self) {
+        self.lock().superseded = false;
+    }
+
+    pub(crate) fn unacked(&self) -> u64 {
+        self.lock().departures.outbox().unacked()
     }
 
     /// Marks new messages for the pump task; true if it must be woken (it was not already).
@@ -167,5 +200,29 @@ impl Remote {
             st.msgs_total,
             st.departures.incarnation(),
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_superseded_remote_sends_new_messages_elsewhere_and_keeps_what_it_holds() {
+        let r = Remote::new(BusId(2), 1 << 20, 0);
+        r.push_copies(&[b"a", b"b"]).unwrap();
+        assert_eq!(r.supersede(), 2, "both still unacknowledged");
+        assert_eq!(
+            r.push_shared(&Bytes::from_static(b"c")),
+            Err(PushError::Rerouted)
+        );
+        assert_eq!(r.push_copies(&[b"c"]), Err(PushError::Rerouted));
+        assert_eq!(
+            r.take_frames(BusId(1), 1, 16, 0).len(),
+            1,
+            "held ones still go"
+        );
+        r.resume_relaying();
+        assert_eq!(r.push_shared(&Bytes::from_static(b"c")), Ok(2));
     }
 }

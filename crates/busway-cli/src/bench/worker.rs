@@ -121,7 +121,10 @@ fn node_config(args: &WorkerArgs, id: BusId) -> NodeConfig {
 /// A node of the benchmark: dialing `addr` directly, or registered below the relay at `addr`.
 async fn dialing_node(args: &WorkerArgs, id: BusId) -> Result<Node, String> {
     let config = if args.via_relay {
-        node_config(args, id).upstream(args.addr.clone())
+        let mut c = node_config(args, id).upstream(args.addr.clone());
+        // The relayed row measures the relay: no direct link may replace it.
+        c.direct_links = false;
+        c
     } else {
         node_config(args, id).connect(args.addr.clone())
     };

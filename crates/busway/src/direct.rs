@@ -1,0 +1,218 @@
+//! On-demand direct links. A relay that passes a source's data to a destination it has a link
+//! to hints the source where the destination listens (ROUTED HINT); the source dials it, and
+//! later traffic goes direct. Order holds across the switch: when the direct link comes up,
+//! messages queued on it wait until everything sent through relays before is acknowledged
+//! (`Remote::supersede`, `Peer::hold`).
+//!
+//! The dialer owns the link: it redials it with backoff while the peer is not given up, and
+//! once the peer stays down past `peer_dead_after_ms`, traffic to it goes back through relays
+//! (a later hint may bring the direct link back).
+
+use crate::addr::Addr;
+use crate::limits::{
+    DIAL_BACKOFF_MAX_MS, DIRECT_DIALS_MAX, DIRECT_HINTS_TRACKED_MAX, DIRECT_HINT_INTERVAL_MS,
+};
+use crate::link::{self, Dial, Outcome};
+use crate::node::Shared;
+use crate::peer::Peer;
+use crate::transport;
+use busway_core::routed::{encode_hint, RoutedType};
+use busway_core::BusId;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+use tokio::sync::Notify;
+
+#[derive(Default)]
+struct DirectState {
+    /// Relay side: when each (source, destination) pair was last hinted, in ms.
+    hinted: HashMap<(BusId, BusId), u64>,
+    /// Source side: hints waiting for the discovery task.
+    hints: Vec<(BusId, Vec<String>)>,
+    /// Destinations being dialed (or whose direct link a dial task keeps up).
+    dialing: HashSet<BusId>,
+}
+
+/// A node's on-demand direct link state.
+#[derive(Default)]
+pub(crate) struct Direct {
+    state: Mutex<DirectState>,
+    wake: Notify,
+}
+
+impl Direct {
+    fn lock(&self) -> MutexGuard<'_, DirectState> {
+        // A panic while holding this lock leaves plain data behind; keep going.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// `addr` with an unspecified IP (0.0.0.0, [::]) replaced by the IP the relay sees the peer at
+/// (`seen_at`, the remote address of its link), so that others can dial it.
+fn dialable(addr: &str, seen_at: &str) -> Option<String> {
+    let parsed: Addr = addr.parse().ok()?;
+    match parsed {
+        Addr::Tcp(mut sa) if sa.ip().is_unspecified() => {
+            let seen: Addr = seen_at.parse().ok()?;
+            let Addr::Tcp(seen) = seen else { return None };
+            sa.set_ip(seen.ip());
+            Some(Addr::Tcp(sa).to_string())
+        }
+        _ => Some(addr.to_owned()),
+    }
+}
+
+impl Shared {
+    /// Relay side: data from `src` is being passed to `dst_peer`, its final hop. Hints `src`
+    /// (at most every `DIRECT_HINT_INTERVAL_MS`) if the destination accepts direct links.
+    pub(crate) fn maybe_hint(&self, src: BusId, dst_peer: &Peer) {
+        if !dst_peer.accepts_direct() {
+            return;
+        }
+        let now = self.clock_ms();
+        {
+            let mut st = self.direct.lock();
+            if st.hinted.len() >= DIRECT_HINTS_TRACKED_MAX {
+                st.hinted.clear();
+            }
+            let last = st.hinted.entry((src, dst_peer.id)).or_insert(0);
+            if *last != 0 && now.saturating_sub(*last) < DIRECT_HINT_INTERVAL_MS {
+                return;
+            }
+            *last = now.max(1);
+        }
+        let snap = dst_peer.snapshot();
+        let addrs: Vec<String> = snap
+            .hello
+            .listen_addrs
+            .iter()
+            .filter_map(|a| dialable(a, &snap.addr))
+            .collect();
+        let h = self.control_header(RoutedType::Hint, src, 0);
+        self.send_routed_control(src, encode_hint(&h, dst_peer.id, &addrs));
+    }
+
+    /// Source side: a relay says `dst` listens at `addrs`.
+    pub(crate) fn hint_received(&self, dst: BusId, addrs: Vec<String>) {
+        if !self.config.direct_links || dst == self.config.id || addrs.is_empty() {
+            return;
+        }
+        if self.peer(dst).is_some_and(|p| !p.is_dead()) {
+            return;
+        }
+        let mut st = self.direct.lock();
+        if st.dialing.contains(&dst) || st.dialing.len() + st.hints.len() >= DIRECT_DIALS_MAX {
+            return;
+        }
+        st.hints.push((dst, addrs));
+        drop(st);
+        self.direct.wake.notify_one();
+    }
+
+    /// Starts a dial task for each hint.
+    pub(crate) async fn discovery_loop(self: Arc<Self>) {
+        loop {
+            self.direct.wake.notified().await;
+            if self.is_shutting_down() {
+                return;
+            }
+            let hints = std::mem::take(&mut self.direct.lock().hints);
+            for (dst, addrs) in hints {
+                if !self.direct.lock().dialing.insert(dst) {
+                    continue;
+                }
+                let shared = self.clone();
+                self.loops.pick().spawn(async move {
+                    shared.dial_direct(dst, &addrs).await;
+                    shared.direct.lock().dialing.remove(&dst);
+                });
+            }
+        }
+    }
+
+    /// Dials `dst` at the first of `addrs` that answers and keeps the link up (redialing with
+    /// backoff) until the node stops or `dst` stays down past its deadline.
+    async fn dial_direct(self: &Arc<Self>, dst: BusId, addrs: &[String]) {
+        let addrs: Vec<Addr> = addrs.iter().filter_map(|a| a.parse().ok()).collect();
+        let min_ms = self.config.dial_backoff_min_ms;
+        let mut backoff_ms = min_ms;
+        let mut jitter = self.config.id.0 ^ dst.0 ^ self.incarnation | 1;
+        let started = self.clock_ms();
+        let mut ever_up = false;
+        while !self.is_shutting_down() {
+            let mut outcome = Outcome::NeverUp;
+            for addr in &addrs {
+                if let Ok(stream) = transport::dial(addr).await {
+                    outcome =
+                        link::serve(self.clone(), stream, Dial::Direct(dst), addr.to_string())
+                            .await;
+                    if outcome == Outcome::WasUp {
+                        break;
+                    }
+                }
+            }
+            if outcome == Outcome::WasUp {
+                ever_up = true;
+                backoff_ms = min_ms;
+            }
+            let given_up = match self.peer(dst) {
+                Some(p) => p.is_dead() || (p.is_up() && !ever_up),
+                None => self.clock_ms().saturating_sub(started) >= self.config.peer_dead_after_ms,
+            };
+            if given_up {
+                // Down past its deadline (traffic goes back through relays), another link
+                // serves it, or it never answered: stop.
+                return;
+            }
+            // xorshift64: jitter of up to a quarter of the delay, so peers do not dial in step.
+            jitter ^= jitter << 13;
+            jitter ^= jitter >> 7;
+            jitter ^= jitter << 17;
+            let delay = backoff_ms + jitter % (backoff_ms / 4 + 1);
+            tokio::time::sleep(Duration::from_millis(delay)).await;
+            backoff_ms = (backoff_ms * 2).min(DIAL_BACKOFF_MAX_MS);
+        }
+    }
+
+    /// A direct link to `id` is being attached: later sends go to it, and its messages wait
+    /// until what went through relays before is acknowledged.
+    pub(crate) fn switch_to_direct(&self, peer: &Peer) {
+        if let Some(r) = self.remote_of(peer.id) {
+            if r.supersede() > 0 {
+                peer.hold();
+            }
+        }
+    }
+
+    /// Lets a held direct link go once nothing sent to `id` through relays is unacknowledged.
+    pub(crate) fn release_if_drained(&self, id: BusId) {
+        let drained = self.remote_of(id).is_none_or(|r| r.unacked() == 0);
+        if drained {
+            if let Some(p) = self.peer(id) {
+                p.release();
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::dialable;
+
+    #[test]
+    fn unspecified_hosts_become_the_address_the_relay_sees() {
+        assert_eq!(
+            dialable("tcp://0.0.0.0:7000", "tcp://10.1.2.3:5555").as_deref(),
+            Some("tcp://10.1.2.3:7000")
+        );
+        assert_eq!(
+            dialable("tcp://127.0.0.1:7000", "tcp://10.1.2.3:5555").as_deref(),
+            Some("tcp://127.0.0.1:7000")
+        );
+        assert_eq!(
+            dialable("unix:///tmp/a.sock", "unix://").as_deref(),
+            Some("unix:///tmp/a.sock")
+        );
+        assert_eq!(dialable("tcp://[::]:7000", "unix://x"), None);
+    }
+}

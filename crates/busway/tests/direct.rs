@@ -1,0 +1,130 @@
+//! On-demand direct links: traffic that starts through a relay moves to a direct link the relay
+//! hinted, in order and each message once, and stays through relays when a node forbids it.
+
+mod common;
+
+use busway::{BusId, Node, NodeConfig};
+use common::*;
+use std::time::Duration;
+
+const RELAY: BusId = BusId(100);
+
+/// A node registered below the relay at `relay`, listening on loopback (so it can be dialed).
+async fn below(id: u64, relay: &Node, tweak: impl FnOnce(&mut NodeConfig)) -> Node {
+    let mut c = config(id)
+        .upstream(relay.listen_addrs()[0].clone())
+        .listen(listen_addr("tcp4"));
+    c.dial_backoff_min_ms = 5;
+    tweak(&mut c);
+    let n = start(c).await;
+    assert!(n.wait_for_peer(RELAY, WAIT).await, "{id} registered");
+    n
+}
+
+fn msg(i: u64) -> Vec<u8> {
+    let mut m = i.to_le_bytes().to_vec();
+    m.resize(8 + (i % 40) as usize, 3);
+    m
+}
+
+/// Sends `range` from `a` to bus id 2 in batches, pausing between them.
+fn stream(a: &Node, range: std::ops::Range<u64>) -> tokio::task::JoinHandle<()> {
+    let a = a.clone();
+    tokio::spawn(async move {
+        let mut next = range.start;
+        while next < range.end {
+            let batch: Vec<Vec<u8>> = (next..(next + 200).min(range.end)).map(msg).collect();
+            a.send_batch(BusId(2), &batch).await.unwrap();
+            next += batch.len() as u64;
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    })
+}
+
+/// Receives `range` in order, each once.
+async fn expect(inbox: &mut busway::Inbox, range: std::ops::Range<u64>) {
+    let mut expected = range.start;
+    let done = tokio::time::timeout(Duration::from_secs(30), async {
+        while expected < range.end {
+            let batch = inbox.recv_batch().await.unwrap();
+            assert_eq!(batch.src(), BusId(1));
+            for p in batch.iter() {
+                let seq = u64::from_le_bytes(p[..8].try_into().unwrap());
+                assert_eq!(seq, expected, "in order, each once");
+                assert_eq!(p, msg(seq).as_slice());
+                expected += 1;
+            }
+        }
+    })
+    .await;
+    assert!(done.is_ok(), "stream stalled at {expected}");
+}
+
+fn direct_up(a: &Node, id: BusId) -> bool {
+    a.peers().iter().any(|p| p.id == id && p.up)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn relayed_traffic_moves_to_a_direct_link_in_order() {
+    let r = start(config(RELAY.0).listen(listen_addr("tcp4"))).await;
+    let a = below(1, &r, |_| {}).await;
+    let b = below(2, &r, |_| {}).await;
+    let mut inbox = b.take_inbox().unwrap();
+    // The stream starts through the relay and switches while it flows.
+    let first = 50_000;
+    let sender = stream(&a, 0..first);
+    expect(&mut inbox, 0..first).await;
+    sender.await.unwrap();
+    assert!(direct_up(&a, BusId(2)), "1 dialed 2 on the relay's hint");
+    assert!(direct_up(&b, BusId(1)), "2 sees the direct link from 1");
+    // Later traffic does not touch the relay, across cuts of the direct link.
+    let relayed_before = r.stats().relayed;
+    let sender = stream(&a, first..first + 30_000);
+    let cutter = {
+        let a = a.clone();
+        tokio::spawn(async move {
+            for _ in 0..3 {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                a.disconnect(BusId(2));
+            }
+        })
+    };
+    expect(&mut inbox, first..first + 30_000).await;
+    sender.await.unwrap();
+    cutter.await.unwrap();
+    assert!(a.flush(WAIT).await, "everything acknowledged");
+    let relayed = r.stats().relayed - relayed_before;
+    // Only what was in flight at a cut may have gone around: a few frames at most.
+    assert!(
+        relayed < 50,
+        "{relayed} frames still went through the relay"
+    );
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(
+        inbox.try_recv_batch().is_none(),
+        "no duplicate after the end"
+    );
+    for n in [a, b, r] {
+        n.shutdown().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_forbids_direct_links_is_reached_through_relays_only() {
+    let r = start(config(RELAY.0).listen(listen_addr("tcp4"))).await;
+    let a = below(1, &r, |_| {}).await;
+    let b = below(2, &r, |c| c.direct_links = false).await;
+    let mut inbox = b.take_inbox().unwrap();
+    let sender = stream(&a, 0..5_000);
+    expect(&mut inbox, 0..5_000).await;
+    sender.await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        !direct_up(&a, BusId(2)),
+        "no direct link to a node that forbids it"
+    );
+    assert!(a.peers().iter().all(|p| p.id == RELAY));
+    for n in [a, b, r] {
+        n.shutdown().await;
+    }
+}
