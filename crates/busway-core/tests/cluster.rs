@@ -1,0 +1,518 @@
+//! A simulated cluster: seven nodes in a tree over in-memory links, with a virtual clock, driven
+//! by busway-core's own routing ([`relay`]), relaying ([`relay::pass_on`]), ROUTED codec and
+//! end-to-end delivery ([`Departures`], [`Arrivals`]); no sockets, no threads, no real time.
+//!
+//! ```text
+//!                 hub 100
+//!              /          \
+//!        relay 101      relay 102
+//!        /     \        /     \
+//!     leaf 1  leaf 2  leaf 3  leaf 4
+//! ```
+//!
+//! Every leaf streams numbered messages to the other leaves. A seeded schedule cuts and restores
+//! links (what they carried is lost), delays them, makes them reorder, restarts relays (what they
+//! queued is lost) and jumps the clock. Every schedule must deliver every message exactly once
+//! and in order per (source, destination), and end with everything acknowledged.
+//! `BUSWAY_SIM_SEEDS=N` runs N schedules (default 200); `BUSWAY_SIM_SEED=S` runs one.
+
+use busway_core::e2e::{Arrivals, Check, Departures, Verdict};
+use busway_core::frame::{for_each_batch_entry, BODY_LEN_CEILING, HEADER_LEN};
+use busway_core::relay::{self, Neighbor};
+use busway_core::routed::{
+    decode_fail, encode_fail, routed_frame, FailReason, RoutedHeader, RoutedType, DEFAULT_TTL,
+};
+use busway_core::{BusId, FrameDecoder, FrameKind};
+use bytes::{Bytes, BytesMut};
+use std::collections::{BTreeMap, HashMap};
+
+const LEAVES: [u64; 4] = [1, 2, 3, 4];
+const HUB: u64 = 100;
+/// (child, parent) of every link.
+const EDGES: [(u64, u64); 6] = [
+    (101, HUB),
+    (102, HUB),
+    (1, 101),
+    (2, 101),
+    (3, 102),
+    (4, 102),
+];
+const RESEND_AFTER_MS: u64 = 40;
+/// Never reached: the schedules always heal, so nothing may be given up.
+const DEAD_AFTER_MS: u64 = u64::MAX / 2;
+const STEPS_MAX: usize = 60_000;
+
+/// xorshift64*: deterministic per seed.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+    fn chance(&mut self, percent: u64) -> bool {
+        self.below(100) < percent
+    }
+}
+
+/// One direction of a link: frames in flight with the time they arrive.
+#[derive(Default)]
+struct Lane {
+    in_flight: Vec<(u64, Bytes)>,
+}
+
+/// A link between a child and its parent. A test changes it by writing its fields.
+struct Link {
+    up: bool,
+    /// Extra time a frame takes, in virtual ms.
+    delay_ms: u64,
+    /// Frames that are due may arrive in any order.
+    reorder: bool,
+    up_lane: Lane,
+    down_lane: Lane,
+}
+
+impl Link {
+    fn new() -> Self {
+        Self {
+            up: true,
+            delay_ms: 0,
+            reorder: false,
+            up_lane: Lane::default(),
+            down_lane: Lane::default(),
+        }
+    }
+
+    fn cut(&mut self) {
+        self.up = false;
+        self.up_lane.in_flight.clear();
+        self.down_lane.in_flight.clear();
+    }
+}
+
+#[derive(Default)]
+struct Node {
+    departures: BTreeMap<u64, Departures>,
+    arrivals: Arrivals,
+    /// Per source: the numbers delivered, in delivery order.
+    delivered: HashMap<u64, Vec<u64>>,
+    /// Per destination: the next message number the application sends.
+    sent: HashMap<u64, u64>,
+}
+
+struct Cluster {
+    now: u64,
+    links: BTreeMap<(u64, u64), Link>,
+    nodes: BTreeMap<u64, Node>,
+    incarnation: HashMap<u64, u64>,
+}
+
+fn parent_of(id: u64) -> Option<u64> {
+    EDGES.iter().find(|e| e.0 == id).map(|e| e.1)
+}
+
+fn link_key(a: u64, b: u64) -> (u64, u64) {
+    if parent_of(a) == Some(b) {
+        (a, b)
+    } else {
+        (b, a)
+    }
+}
+
+/// The ids a node serves for its parent: itself and its subtree.
+fn subtree(id: u64) -> (BusId, BusId) {
+    match id {
+        101 => (BusId(1), BusId(2)),
+        102 => (BusId(3), BusId(4)),
+        x => (BusId(x), BusId(x)),
+    }
+}
+
+/// The messages inside a ROUTED DATA frame's inner part.
+fn messages(inner: &[u8]) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    let mut dec = FrameDecoder::new(BODY_LEN_CEILING);
+    let mut rest = inner;
+    while let Some((kind, len)) = dec.peek(rest).expect("inner frames are valid") {
+        let body = &rest[HEADER_LEN..len];
+        if kind == FrameKind::DataBatch {
+            for_each_batch_entry(body, |s, n| out.push(body[s..s + n].to_vec())).unwrap();
+        } else {
+            out.push(body.to_vec());
+        }
+        rest = &rest[len..];
+    }
+    out
+}
+
+impl Cluster {
+    fn new() -> Self {
+        let mut nodes = BTreeMap::new();
+        let mut incarnation = HashMap::new();
+        for id in LEAVES.iter().chain(&[101, 102, HUB]) {
+            nodes.insert(*id, Node::default());
+            incarnation.insert(*id, 1000 + id);
+        }
+        for leaf in LEAVES {
+            let n = nodes.get_mut(&leaf).unwrap();
+            for dst in LEAVES.iter().filter(|&&d| d != leaf) {
+                n.departures.insert(*dst, Departures::new(1 << 20, 0));
+                n.sent.insert(*dst, 0);
+            }
+        }
+        Self {
+            now: 0,
+            links: EDGES.iter().map(|&(c, p)| ((c, p), Link::new())).collect(),
+            nodes,
+            incarnation,
+        }
+    }
+
+    fn neighbors(&self, id: u64) -> Vec<Neighbor> {
+        EDGES
+            .iter()
+            .filter(|e| e.0 == id || e.1 == id)
+            .map(|&(c, p)| {
+                let other = if c == id { p } else { c };
+                Neighbor {
+                    id: BusId(other),
+                    up: self.links[&(c, p)].up,
+                    serves: (other == c).then(|| subtree(c)),
+                }
+            })
+            .collect()
+    }
+
+    fn hop(&self, at: u64, dst: u64, except: Option<u64>) -> Option<u64> {
+        let up = parent_of(at).map(BusId);
+        relay::next_hop(BusId(dst), &self.neighbors(at), up, except.map(BusId)).map(|b| b.0)
+    }
+
+    /// Puts a frame on the link from `from` to `to`.
+    fn put(&mut self, from: u64, to: u64, frame: Bytes) {
+        let now = self.now;
+        let link = self.links.get_mut(&link_key(from, to)).unwrap();
+        if !link.up {
+            return;
+        }
+        let due = now + 1 + link.delay_ms;
+        let lane = if parent_of(from) == Some(to) {
+            &mut link.up_lane
+        } else {
+            &mut link.down_lane
+        };
+        lane.in_flight.push((due, frame));
+    }
+
+    /// Sends a ROUTED control frame from `src` toward `dst`, if there is a hop now.
+    fn control(&mut self, src: u64, kind: RoutedType, dst: u64, seq: u64, inner: Option<Bytes>) {
+        let Some(hop) = self.hop(src, dst, None) else {
+            return;
+        };
+        let h = RoutedHeader {
+            kind,
+            ttl: DEFAULT_TTL,
+            src: BusId(src),
+            src_incarnation: self.incarnation[&src],
+            dst: BusId(dst),
+            seq,
+            route: Vec::new(),
+        };
+        let frame = inner.unwrap_or_else(|| routed_frame(&h, &[]));
+        self.put(src, hop, frame);
+    }
+
+    /// A leaf hands what its departures hold unwritten to its next hop.
+    fn pump(&mut self, leaf: u64) {
+        let dsts: Vec<u64> = self.nodes[&leaf].departures.keys().copied().collect();
+        for dst in dsts {
+            let (now, inc) = (self.now, self.incarnation[&leaf]);
+            let hop = self.hop(leaf, dst, None);
+            let d = self
+                .nodes
+                .get_mut(&leaf)
+                .unwrap()
+                .departures
+                .get_mut(&dst)
+                .unwrap();
+            let Some(hop) = hop else {
+                d.stall(now);
+                continue;
+            };
+            for f in d.take_frames(BusId(leaf), inc, BusId(dst), DEFAULT_TTL, now) {
+                self.put(leaf, hop, f);
+            }
+        }
+    }
+
+    /// A link came back: every leaf writes again what it holds (a relay may have lost it).
+    fn relink(&mut self) {
+        for n in self.nodes.values_mut() {
+            for d in n.departures.values_mut() {
+                d.revive();
+                d.rewind();
+            }
+        }
+    }
+
+    /// Node `at` receives `frame` from neighbor `from`.
+    fn receive(&mut self, at: u64, from: u64, frame: Bytes) {
+        let mut buf = BytesMut::from(&frame[..]);
+        let f = FrameDecoder::new(BODY_LEN_CEILING)
+            .decode(&mut buf)
+            .unwrap()
+            .unwrap();
+        let (h, inner_at) = RoutedHeader::decode(&f.body).unwrap();
+        let inner = f.body.slice(inner_at..);
+        if h.dst.0 != at {
+            return self.relay(at, from, h, &inner);
+        }
+        let src = h.src.0;
+        match h.kind {
+            RoutedType::Data => {
+                let msgs = messages(&inner);
+                let node = self.nodes.get_mut(&at).unwrap();
+                match node.arrivals.check(h.src, h.src_incarnation, h.seq, None) {
+                    Err(expected) => {
+                        let gap = self.fail_frame(at, src, expected, FailReason::Gap, at);
+                        self.control(at, RoutedType::Fail, src, expected, Some(gap));
+                    }
+                    Ok(skip) => {
+                        let got = node.delivered.entry(src).or_default();
+                        for m in msgs.iter().skip(skip as usize) {
+                            got.push(u64::from_le_bytes(m[..8].try_into().unwrap()));
+                        }
+                        let next = h.seq + msgs.len() as u64;
+                        node.arrivals.delivered(h.src, h.src_incarnation, next);
+                        self.control(at, RoutedType::Ack, src, next, None);
+                    }
+                }
+            }
+            RoutedType::Ack => {
+                let now = self.now;
+                let d = self.departure(at, src);
+                let (v, _) = d.ack(h.src_incarnation, h.seq, now);
+                assert_eq!(v, Verdict::Nothing, "nobody restarts in this cluster");
+            }
+            RoutedType::Fail => {
+                let (reason, about, text) = decode_fail(&inner).unwrap();
+                let now = self.now;
+                let d = self.departure(at, about.0);
+                match reason {
+                    FailReason::Gap => {
+                        d.gap(h.src_incarnation, h.seq);
+                    }
+                    r if r.is_transient() => d.stall(now),
+                    r => panic!("a relay gave up on messages: {r}: {text}"),
+                }
+            }
+            RoutedType::Hint => unreachable!("the simulated relays do not hint"),
+        }
+    }
+
+    fn departure(&mut self, at: u64, dst: u64) -> &mut Departures {
+        self.nodes
+            .get_mut(&at)
+            .unwrap()
+            .departures
+            .get_mut(&dst)
+            .unwrap()
+    }
+
+    fn fail_frame(&self, at: u64, to: u64, seq: u64, reason: FailReason, about: u64) -> Bytes {
+        let h = RoutedHeader {
+            kind: RoutedType::Fail,
+            ttl: DEFAULT_TTL,
+            src: BusId(at),
+            src_incarnation: self.incarnation[&at],
+            dst: BusId(to),
+            seq,
+            route: Vec::new(),
+        };
+        encode_fail(&h, reason, BusId(about), "simulated")
+    }
+
+    /// Relay `at` passes a frame on, or reports the destination down to its source.
+    fn relay(&mut self, at: u64, from: u64, mut h: RoutedHeader, inner: &[u8]) {
+        relay::pass_on(&mut h, BusId(at)).expect("no TTL or loop in a tree");
+        match self.hop(at, h.dst.0, Some(from)) {
+            Some(hop) => self.put(at, hop, routed_frame(&h, inner)),
+            None if h.kind == RoutedType::Data => {
+                let f = self.fail_frame(at, h.src.0, h.seq, FailReason::PeerDown, h.dst.0);
+                self.control(at, RoutedType::Fail, h.src.0, h.seq, Some(f));
+            }
+            None => {}
+        }
+    }
+
+    /// Moves every frame that is due across its link.
+    fn deliver_due(&mut self, rng: &mut Rng) {
+        let now = self.now;
+        let mut arrivals = Vec::new();
+        for (&(child, parent), link) in self.links.iter_mut() {
+            for (lane, to, from) in [
+                (&mut link.up_lane, parent, child),
+                (&mut link.down_lane, child, parent),
+            ] {
+                let (mut due, later): (Vec<_>, Vec<_>) =
+                    lane.in_flight.drain(..).partition(|(t, _)| *t <= now);
+                lane.in_flight = later;
+                if link.reorder {
+                    for i in (1..due.len()).rev() {
+                        due.swap(i, rng.below(i as u64 + 1) as usize);
+                    }
+                }
+                arrivals.extend(due.into_iter().map(|(_, f)| (to, from, f)));
+            }
+        }
+        for (to, from, f) in arrivals {
+            self.receive(to, from, f);
+        }
+    }
+
+    fn all_sent_and_acknowledged(&self, total: u64) -> bool {
+        self.nodes.values().all(|n| {
+            n.sent.values().all(|&s| s == total)
+                && n.departures.values().all(|d| d.outbox().unacked() == 0)
+        })
+    }
+}
+
+fn run(seed: u64) {
+    let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+    let total = 100 + rng.below(400);
+    let mut c = Cluster::new();
+    let mut healed_at = None;
+    for step in 0..STEPS_MAX {
+        // The clock moves, sometimes by a lot.
+        c.now += if rng.chance(2) {
+            200 + rng.below(400)
+        } else {
+            1 + rng.below(4)
+        };
+        let calm = step > STEPS_MAX / 3
+            || c.nodes
+                .values()
+                .all(|n| n.sent.values().sum::<u64>() == 3 * total);
+        if !calm {
+            // The schedule writes the links' fields: cut, restore, delay, reorder, and restarts
+            // a relay (its links drop what they carried).
+            if rng.chance(4) {
+                let key = EDGES[rng.below(EDGES.len() as u64) as usize];
+                let link = c.links.get_mut(&key).unwrap();
+                match rng.below(5) {
+                    0 => link.cut(),
+                    1 => link.up = true,
+                    2 => link.delay_ms = rng.below(30),
+                    3 => link.reorder = !link.reorder,
+                    _ => {
+                        let relay = [101, 102, HUB][rng.below(3) as usize];
+                        for (k, l) in c.links.iter_mut() {
+                            if k.0 == relay || k.1 == relay {
+                                l.cut();
+                                l.up = true;
+                            }
+                        }
+                    }
+                }
+                if c.links[&key].up {
+                    c.relink();
+                }
+            }
+        } else if healed_at.is_none() {
+            // Heal: every link up, in order, prompt; the protocol must finish the job.
+            for l in c.links.values_mut() {
+                l.up = true;
+                l.reorder = false;
+                l.delay_ms = 0;
+            }
+            c.relink();
+            healed_at = Some(step);
+        }
+        // The applications send.
+        for leaf in LEAVES {
+            if !rng.chance(50) {
+                continue;
+            }
+            let dst = LEAVES[rng.below(4) as usize];
+            if dst == leaf {
+                continue;
+            }
+            let node = c.nodes.get_mut(&leaf).unwrap();
+            let next = node.sent.entry(dst).or_insert(0);
+            let n = (1 + rng.below(10)).min(total - *next);
+            let batch: Vec<Vec<u8>> = (*next..*next + n)
+                .map(|i| i.to_le_bytes().to_vec())
+                .collect();
+            *next += node
+                .departures
+                .get_mut(&dst)
+                .unwrap()
+                .outbox_mut()
+                .push_copies(&batch) as u64;
+        }
+        for leaf in LEAVES {
+            c.pump(leaf);
+        }
+        c.deliver_due(&mut rng);
+        let now = c.now;
+        for n in c.nodes.values_mut() {
+            for d in n.departures.values_mut() {
+                match d.check(now, RESEND_AFTER_MS, DEAD_AFTER_MS) {
+                    Check::Retry => d.rewind(),
+                    Check::Expire => panic!("seed {seed}: gave up"),
+                    Check::Idle => {}
+                }
+            }
+        }
+        if c.all_sent_and_acknowledged(total)
+            && c.links
+                .values()
+                .all(|l| l.up_lane.in_flight.is_empty() && l.down_lane.in_flight.is_empty())
+        {
+            break;
+        }
+    }
+    for (&dst, node) in &c.nodes {
+        for (&src, got) in &node.delivered {
+            let want: Vec<u64> = (0..c.nodes[&src].sent[&dst]).collect();
+            assert_eq!(
+                got, &want,
+                "seed {seed}: {src} -> {dst} exactly once, in order"
+            );
+        }
+    }
+    for (&src, node) in &c.nodes {
+        for (&dst, &sent) in &node.sent {
+            assert_eq!(sent, total, "seed {seed}: {src} sent everything to {dst}");
+            let got = c.nodes[&dst].delivered.get(&src).map_or(0, Vec::len) as u64;
+            assert_eq!(got, total, "seed {seed}: {src} -> {dst} all delivered");
+        }
+    }
+    assert!(
+        c.all_sent_and_acknowledged(total),
+        "seed {seed}: everything acknowledged"
+    );
+}
+
+#[test]
+fn seeded_schedules_deliver_every_message_once_in_order_through_relays() {
+    if let Some(seed) = std::env::var("BUSWAY_SIM_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+    {
+        return run(seed);
+    }
+    let seeds: u64 = std::env::var("BUSWAY_SIM_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(200);
+    for seed in 0..seeds {
+        run(seed);
+    }
+}
