@@ -1,0 +1,21 @@
+//! busway-shm: rings in shared memory between two processes (or two threads), and everything
+//! unsafe and lock-free that busway needs for them.
+//!
+//! - [`segment`]: anonymous shared memory (`memfd`) that vanishes with the last process holding
+//!   it, mapped from a new file or from a descriptor received from the peer.
+//! - [`ring`]: a single-producer single-consumer byte ring of checked, length-prefixed records
+//!   inside a segment, with batched publication and futex wake-ups that are skipped when nobody
+//!   sleeps.
+//!
+//! Why one SPSC ring per direction and not libatbus's one multi-writer ring per receiver: see
+//! `docs/SHM.md`. In short, a link already has exactly one writer and one reader per direction,
+//! and SPSC needs no compare-and-swap on the hot path and no lock a dead writer could hold.
+
+mod sync;
+mod wait;
+
+pub mod ring;
+pub mod segment;
+
+pub use ring::{Consumer, Corrupt, Producer, Ring, RingError};
+pub use segment::Segment;

@@ -1,0 +1,787 @@
+//! A single-producer single-consumer byte ring of records in shared memory.
+//!
+//! ```text
+//! segment:  [ header, RING_HEADER_BYTES ][ data, capacity bytes (a power of two) ]
+//! header:   magic, capacity | tail | head | reader_waiting | writer_waiting | closed
+//!           (each on its own 64-byte line: the two sides do not share lines they write)
+//! record:   u32 len, u32 check, payload, zero padding to a multiple of 8
+//!           len = u32::MAX: padding to the end of the data area (the next record is at 0)
+//!           check = low 32 bits of XXH3-64(payload, seed = the record's position)
+//! ```
+//!
+//! `tail` and `head` count bytes written and consumed since the ring was made; they only grow.
+//! The producer writes records past `tail` and publishes them by storing `tail` (Release); the
+//! consumer reads up to the `tail` it loaded (Acquire), then frees the space by storing `head`
+//! (Release). A record is visible only once whole, so a writer killed mid-write leaves nothing
+//! torn behind: the reader sees the last published record and nothing after it. The check and
+//! the bounds of every length are verified anyway, so memory a faulty peer scribbled on is
+//! reported ([`Corrupt`]) rather than delivered.
+//!
+//! Wake-ups: a side that finds nothing to do sets its `*_waiting` word, re-checks, and sleeps on
+//! it (futex). The other side, after publishing or freeing, swaps the word to 0 and makes the
+//! wake call only if it was 1: no system call while both sides are busy.
+
+use crate::sync::{fence, AtomicU32, AtomicU64};
+use crate::wait::Waiter;
+use std::fmt;
+use std::sync::atomic::Ordering::{Acquire, Relaxed, Release, SeqCst};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Bytes before the data area.
+pub const RING_HEADER_BYTES: usize = 512;
+/// Bytes of a record's length and check.
+pub const RECORD_HEADER_BYTES: usize = 8;
+/// Smallest data area, in bytes.
+#[cfg(not(feature = "loom"))]
+pub const RING_CAPACITY_MIN: usize = 4096;
+#[cfg(feature = "loom")]
+pub const RING_CAPACITY_MIN: usize = 32;
+/// Largest data area, in bytes.
+pub const RING_CAPACITY_MAX: usize = 256 << 20;
+/// Default data area of a link's ring, in bytes.
+pub const RING_CAPACITY_DEFAULT: usize = 4 << 20;
+
+const MAGIC: u64 = u64::from_le_bytes(*b"BWRING01");
+const PAD_LEN: u32 = u32::MAX;
+const CLOSED_BY_PRODUCER: u32 = 1;
+const CLOSED_BY_CONSUMER: u32 = 2;
+
+/// Why the ring cannot be made or opened, or a record not written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RingError {
+    /// The capacity is not a power of two within the limits.
+    Capacity(usize),
+    /// The segment does not hold a ring (bad magic or sizes); the text says what.
+    Invalid(String),
+    /// A payload larger than half the ring.
+    TooLarge { len: usize, max: usize },
+    /// Mapping the segment failed.
+    Io(String),
+}
+
+impl fmt::Display for RingError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Capacity(c) => write!(
+                f,
+                "ring capacity {c} must be a power of two in {RING_CAPACITY_MIN}..={RING_CAPACITY_MAX}"
+            ),
+            Self::Invalid(why) => write!(f, "not a busway ring: {why}"),
+            Self::TooLarge { len, max } => {
+                write!(f, "record of {len} bytes, over the ring's {max}-byte maximum")
+            }
+            Self::Io(e) => write!(f, "shared memory: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for RingError {}
+
+/// A record the consumer cannot trust: where it starts and what is wrong. The ring is unusable
+/// after it (the consumer stops; the link is closed).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Corrupt {
+    pub at: u64,
+    pub why: String,
+}
+
+impl fmt::Display for Corrupt {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "corrupt ring record at byte {}: {}", self.at, self.why)
+    }
+}
+
+impl std::error::Error for Corrupt {}
+
+/// How a wait ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wait {
+    /// There is something to do.
+    Ready,
+    /// The other side closed the ring.
+    Closed,
+    /// Nothing happened within the timeout (check that the peer lives).
+    TimedOut,
+}
+
+#[repr(C, align(64))]
+struct Line<T>(T);
+
+#[repr(C)]
+struct Header {
+    magic: Line<(AtomicU64, AtomicU64)>,
+    tail: Line<AtomicU64>,
+    head: Line<AtomicU64>,
+    reader_waiting: Line<AtomicU32>,
+    writer_waiting: Line<AtomicU32>,
+    closed: Line<AtomicU32>,
+}
+
+#[cfg(not(feature = "loom"))]
+const _: () = assert!(std::mem::size_of::<Header>() <= RING_HEADER_BYTES);
+
+fn check(payload: &[u8], at: u64) -> u32 {
+    xxhash_rust::xxh3::xxh3_64_with_seed(payload, at) as u32
+}
+
+fn record_size(len: usize) -> usize {
+    RECORD_HEADER_BYTES + len.next_multiple_of(8)
+}
+
+#[cfg(not(feature = "loom"))]
+mod memory {
+    use super::{Header, RING_HEADER_BYTES};
+    use crate::segment::Segment;
+
+    /// A ring's header and data area inside a mapped segment.
+    pub(super) struct Memory {
+        segment: Segment,
+        data: *mut u8,
+        capacity: usize,
+    }
+
+    // SAFETY: the mapping is shared memory accessed through atomics (header) and through
+    // copies into and out of byte ranges that the ring protocol gives to one side at a time;
+    // nothing in it is tied to a thread.
+    unsafe impl Send for Memory {}
+    // SAFETY: as for Send; `&Memory` only hands out atomics and ranged copies.
+    unsafe impl Sync for Memory {}
+
+    impl Memory {
+        /// `segment` must be at least `RING_HEADER_BYTES + capacity` bytes (checked by the
+        /// caller).
+        pub(super) fn new(segment: Segment, capacity: usize) -> Self {
+            assert!(segment.len() >= RING_HEADER_BYTES + capacity);
+            // SAFETY: RING_HEADER_BYTES + capacity <= segment.len() (asserted above), so the
+            // data area lies inside the mapping.
+            let data = unsafe { segment.as_ptr().add(RING_HEADER_BYTES) };
+            Self {
+                segment,
+                data,
+                capacity,
+            }
+        }
+
+        pub(super) fn header(&self) -> &Header {
+            // SAFETY: the mapping starts page-aligned (more than Header's 64-byte alignment),
+            // holds at least RING_HEADER_BYTES >= size_of::<Header>() bytes, lives as long as
+            // `self`, and every field is an atomic integer, valid for any bit pattern.
+            unsafe { &*(self.segment.as_ptr() as *const Header) }
+        }
+
+        pub(super) fn segment(&self) -> &Segment {
+            &self.segment
+        }
+
+        pub(super) fn into_segment(self) -> Segment {
+            self.segment
+        }
+
+        pub(super) fn write(&self, at: usize, src: &[u8]) {
+            assert!(at + src.len() <= self.capacity);
+            // SAFETY: the range is inside the data area (asserted), and the ring protocol gives
+            // it to the producer alone until it publishes it (the consumer has freed it: `head`
+            // was loaded with Acquire after the consumer's Release store).
+            unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.data.add(at), src.len()) }
+        }
+
+        pub(super) fn read<R>(&self, at: usize, len: usize, f: impl FnOnce(&[u8]) -> R) -> R {
+            assert!(at + len <= self.capacity);
+            // SAFETY: the range is inside the data area (asserted) and published (the consumer
+            // loaded `tail` with Acquire after the producer's Release store); the producer does
+            // not write it again until the consumer stores a `head` past it, after `f` returns.
+            // A faulty peer that writes it anyway can only change the bytes (the record's check
+            // catches that), not make them unmapped: the segment is sealed against shrinking.
+            f(unsafe { std::slice::from_raw_parts(self.data.add(at), len) })
+        }
+    }
+}
+
+#[cfg(feature = "loom")]
+mod memory {
+    use super::Header;
+    use loom::cell::UnsafeCell;
+
+    /// Under loom: the header on the heap and a data area of tracked cells, so that the models
+    /// catch a read of bytes the producer has not published.
+    pub(super) struct Memory {
+        header: Header,
+        data: Vec<UnsafeCell<u8>>,
+    }
+
+    // SAFETY: the cells are only accessed through loom's `with`/`with_mut`, which report any
+    // access that races with another; the header is atomics.
+    unsafe impl Sync for Memory {}
+
+    impl Memory {
+        pub(super) fn new(header: Header, capacity: usize) -> Self {
+            Self {
+                header,
+                data: (0..capacity).map(|_| UnsafeCell::new(0)).collect(),
+            }
+        }
+
+        pub(super) fn header(&self) -> &Header {
+            &self.header
+        }
+
+        pub(super) fn write(&self, at: usize, src: &[u8]) {
+            for (i, b) in src.iter().enumerate() {
+                // SAFETY: loom checks that no other access to this cell races with this one.
+                self.data[at + i].with_mut(|p| unsafe { *p = *b });
+            }
+        }
+
+        pub(super) fn read<R>(&self, at: usize, len: usize, f: impl FnOnce(&[u8]) -> R) -> R {
+            let bytes: Vec<u8> = (at..at + len)
+                // SAFETY: loom checks that no write races with this read.
+                .map(|i| self.data[i].with(|p| unsafe { *p }))
+                .collect();
+            f(&bytes)
+        }
+    }
+}
+
+use memory::Memory;
+
+/// A ring shared by one producer and one consumer (in this process or another).
+pub struct Ring {
+    memory: Memory,
+    capacity: usize,
+    waiter: Waiter,
+}
+
+fn check_capacity(capacity: usize) -> Result<(), RingError> {
+    if !capacity.is_power_of_two() || !(RING_CAPACITY_MIN..=RING_CAPACITY_MAX).contains(&capacity) {
+        return Err(RingError::Capacity(capacity));
+    }
+    Ok(())
+}
+
+impl Ring {
+    fn header(&self) -> &Header {
+        self.memory.header()
+    }
+
+    /// A new ring with `capacity` bytes of data in a new segment.
+    #[cfg(not(feature = "loom"))]
+    pub fn create(name: &str, capacity: usize) -> Result<Arc<Self>, RingError> {
+        check_capacity(capacity)?;
+        let segment = crate::Segment::create(name, RING_HEADER_BYTES + capacity)
+            .map_err(|e| RingError::Io(e.to_string()))?;
+        let memory = Memory::new(segment, capacity);
+        let h = memory.header();
+        // The segment is fresh (zeroed) and not shared yet: plain stores are enough; the peer
+        // sees them through the descriptor passing, a system call (a full barrier).
+        h.magic.0 .1.store(capacity as u64, Relaxed);
+        h.magic.0 .0.store(MAGIC, Relaxed);
+        Ok(Arc::new(Self {
+            memory,
+            capacity,
+            waiter: Waiter::new(),
+        }))
+    }
+
+    /// The ring in a segment received from the peer; errors name what does not fit.
+    #[cfg(not(feature = "loom"))]
+    pub fn open(segment: crate::Segment) -> Result<Arc<Self>, RingError> {
+        if segment.len() < RING_HEADER_BYTES + RING_CAPACITY_MIN {
+            return Err(RingError::Invalid(format!(
+                "segment of {} bytes is smaller than the smallest ring",
+                segment.len()
+            )));
+        }
+        // No data area until the header's capacity is checked.
+        let memory = Memory::new(segment, 0);
+        let h = memory.header();
+        if h.magic.0 .0.load(Relaxed) != MAGIC {
+            return Err(RingError::Invalid("bad magic".into()));
+        }
+        let capacity = h.magic.0 .1.load(Relaxed) as usize;
+        check_capacity(capacity)?;
+        let segment_len = memory.segment().len();
+        if RING_HEADER_BYTES + capacity > segment_len {
+            return Err(RingError::Invalid(format!(
+                "capacity {capacity} does not fit a segment of {segment_len} bytes"
+            )));
+        }
+        Ok(Arc::new(Self {
+            memory: Memory::new(memory.into_segment(), capacity),
+            capacity,
+            waiter: Waiter::new(),
+        }))
+    }
+
+    /// A ring in process memory, for the loom models.
+    #[cfg(feature = "loom")]
+    pub fn in_heap(capacity: usize) -> Result<Arc<Self>, RingError> {
+        check_capacity(capacity)?;
+        let header = Header {
+            magic: Line((AtomicU64::new(MAGIC), AtomicU64::new(capacity as u64))),
+            tail: Line(AtomicU64::new(0)),
+            head: Line(AtomicU64::new(0)),
+            reader_waiting: Line(AtomicU32::new(0)),
+            writer_waiting: Line(AtomicU32::new(0)),
+            closed: Line(AtomicU32::new(0)),
+        };
+        Ok(Arc::new(Self {
+            memory: Memory::new(header, capacity),
+            capacity,
+            waiter: Waiter::new(),
+        }))
+    }
+
+    /// The segment, to pass its descriptor to the peer.
+    #[cfg(not(feature = "loom"))]
+    pub fn segment(&self) -> &crate::Segment {
+        self.memory.segment()
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Largest payload a record may carry: half the ring less a record header, so that a
+    /// record always fits once the ring is empty, even after padding to the end.
+    pub fn payload_max(&self) -> usize {
+        self.capacity / 2 - RECORD_HEADER_BYTES
+    }
+
+    /// The writing side. A new producer resumes at the last published record (a writer that
+    /// died left nothing half-visible).
+    pub fn producer(self: &Arc<Self>) -> Producer {
+        // Acquire pairs with the consumer's Release store of `head`.
+        let head = self.header().head.0.load(Acquire);
+        let tail = self.header().tail.0.load(Relaxed);
+        Producer {
+            ring: self.clone(),
+            tail,
+            published: tail,
+            head,
+        }
+    }
+
+    /// The reading side, from the last record consumed.
+    pub fn consumer(self: &Arc<Self>) -> Consumer {
+        let head = self.header().head.0.load(Relaxed);
+        Consumer {
+            ring: self.clone(),
+            head,
+        }
+    }
+
+    fn closed(&self) -> u32 {
+        self.header().closed.0.load(Acquire)
+    }
+
+    fn close(&self, by: u32) {
+        let h = self.header();
+        // Release pairs with the Acquire load in `closed`: what was published before is seen.
+        h.closed.0.fetch_or(by, Release);
+        // As in `Producer::publish`: a sleeper either sees the flag or is woken here.
+        fence(SeqCst);
+        for word in [&h.reader_waiting.0, &h.writer_waiting.0] {
+            self.wake_sleeper(word);
+        }
+    }
+
+    /// Wakes whoever sleeps on `word` (see `sleep`), skipping the system call if nobody does.
+    /// The caller has made its change visible and issued a SeqCst fence.
+    fn wake_sleeper(&self, word: &AtomicU32) {
+        if word.swap(0, Relaxed) == 1 {
+            self.waiter.wake(word);
+        }
+    }
+
+    /// Sleeps on `word` until `ready()` or the other side closes, at most `timeout`. Sets the
+    /// word first and re-checks (the SeqCst fence pairs with the other side's fence between
+    /// its store of its index and its swap of the word), so that a wake-up is never missed.
+    fn sleep(
+        &self,
+        word: &AtomicU32,
+        other_side: u32,
+        timeout: Duration,
+        mut ready: impl FnMut() -> bool,
+    ) -> Wait {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if ready() {
+                return Wait::Ready;
+            }
+            if self.closed() & other_side != 0 {
+                return Wait::Closed;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Wait::TimedOut;
+            }
+            // Every change of the word is a swap (a read-modify-write), so its changes form one
+            // chain that both sides see in the same order.
+            word.swap(1, Relaxed);
+            fence(SeqCst);
+            if ready() || self.closed() & other_side != 0 {
+                word.swap(0, Relaxed);
+                continue;
+            }
+            self.waiter.wait(word, 1, deadline - now);
+            word.swap(0, Relaxed);
+        }
+    }
+}
+
+/// The writing side of a ring. Records written become visible together at [`Producer::publish`].
+pub struct Producer {
+    ring: Arc<Ring>,
+    /// End of what this side wrote.
+    tail: u64,
+    /// End of what the consumer may read.
+    published: u64,
+    /// The consumer's `head` when last looked at.
+    head: u64,
+}
+
+impl Producer {
+    fn room(&self) -> u64 {
+        self.ring.capacity as u64 - (self.tail - self.head)
+    }
+
+    /// Bytes a record of `len` takes at the current position, with padding to the end.
+    fn need(&self, len: usize) -> (usize, usize) {
+        let size = record_size(len);
+        let idx = (self.tail as usize) & (self.ring.capacity - 1);
+        let to_end = self.ring.capacity - idx;
+        let pad = if to_end < size { to_end } else { 0 };
+        (pad, size)
+    }
+
+    /// Writes one record if it fits; `Ok(false)` if the ring is full. Not visible until
+    /// [`Producer::publish`].
+    pub fn try_push(&mut self, payload: &[u8]) -> Result<bool, RingError> {
+        let max = self.ring.payload_max();
+        if payload.len() > max {
+            return Err(RingError::TooLarge {
+                len: payload.len(),
+                max,
+            });
+        }
+        let (pad, size) = self.need(payload.len());
+        if ((pad + size) as u64) > self.room() {
+            // Acquire pairs with the consumer's Release store of `head`: it has finished
+            // reading the bytes we are about to overwrite.
+            self.head = self.ring.header().head.0.load(Acquire);
+            if ((pad + size) as u64) > self.room() {
+                return Ok(false);
+            }
+        }
+        let mem = &self.ring.memory;
+        if pad > 0 {
+            let idx = (self.tail as usize) & (self.ring.capacity - 1);
+            mem.write(idx, &PAD_LEN.to_le_bytes());
+            self.tail += pad as u64;
+        }
+        let idx = (self.tail as usize) & (self.ring.capacity - 1);
+        let mut head = [0u8; RECORD_HEADER_BYTES];
+        head[..4].copy_from_slice(&(payload.len() as u32).to_le_bytes());
+        head[4..].copy_from_slice(&check(payload, self.tail).to_le_bytes());
+        mem.write(idx, &head);
+        mem.write(idx + RECORD_HEADER_BYTES, payload);
+        self.tail += size as u64;
+        Ok(true)
+    }
+
+    /// Whether records were written and not yet published.
+    pub fn has_unpublished(&self) -> bool {
+        self.tail != self.published
+    }
+
+    /// Makes every record written so far visible to the consumer, and wakes it if it sleeps.
+    pub fn publish(&mut self) {
+        if self.tail == self.published {
+            return;
+        }
+        let h = self.ring.header();
+        // Release pairs with the consumer's Acquire load of `tail`: the records' bytes are
+        // visible before the new tail is.
+        h.tail.0.store(self.tail, Release);
+        self.published = self.tail;
+        // Pairs with the fence in `Ring::sleep` between the consumer's store of its waiting
+        // word and its re-check of `tail`: either it sees our tail, or we see its word.
+        fence(SeqCst);
+        self.ring.wake_sleeper(&h.reader_waiting.0);
+    }
+
+    /// Waits until a record of `len` bytes fits, the consumer closes, or `timeout` passes.
+    pub fn wait_for_room(&mut self, len: usize, timeout: Duration) -> Wait {
+        let (pad, size) = self.need(len);
+        let need = (pad + size) as u64;
+        let ring = self.ring.clone();
+        let h = ring.header();
+        let capacity = ring.capacity as u64;
+        let tail = self.tail;
+        let mut head = self.head;
+        let w = ring.sleep(&h.writer_waiting.0, CLOSED_BY_CONSUMER, timeout, || {
+            // Acquire pairs with the consumer's Release store of `head`.
+            head = h.head.0.load(Acquire);
+            capacity - (tail - head) >= need
+        });
+        self.head = head;
+        w
+    }
+
+    /// Tells the consumer that nothing more comes (after what is published).
+    pub fn close(&mut self) {
+        self.publish();
+        self.ring.close(CLOSED_BY_PRODUCER);
+    }
+
+    pub fn ring(&self) -> &Arc<Ring> {
+        &self.ring
+    }
+}
+
+/// The reading side of a ring.
+pub struct Consumer {
+    ring: Arc<Ring>,
+    /// Start of the next record.
+    head: u64,
+}
+
+impl Consumer {
+    /// Calls `f` with each published record's payload, at most `max` of them, then frees their
+    /// space (and wakes the producer if it waits for room). Returns how many were read.
+    pub fn read(&mut self, max: usize, mut f: impl FnMut(&[u8])) -> Result<usize, Corrupt> {
+        let ring = &*self.ring;
+        let h = ring.header();
+        let mask = ring.capacity - 1;
+        // Acquire pairs with the producer's Release store of `tail` in `publish`.
+        let tail = h.tail.0.load(Acquire);
+        let start = self.head;
+        let mut n = 0;
+        let corrupt = |at: u64, why: String| Corrupt { at, why };
+        if tail < self.head || tail - self.head > ring.capacity as u64 {
+            return Err(corrupt(
+                self.head,
+                format!("published end {tail} is outside the ring"),
+            ));
+        }
+        while self.head < tail && n < max {
+            let at = self.head;
+            let idx = (at as usize) & mask;
+            let avail = tail - at;
+            if avail < RECORD_HEADER_BYTES as u64 {
+                return Err(corrupt(
+                    at,
+                    format!("{avail} bytes left for a record header"),
+                ));
+            }
+            let (len, sum) = ring.memory.read(idx, RECORD_HEADER_BYTES, |b| {
+                (
+                    u32::from_le_bytes([b[0], b[1], b[2], b[3]]),
+                    u32::from_le_bytes([b[4], b[5], b[6], b[7]]),
+                )
+            });
+            if len == PAD_LEN {
+                let skip = (ring.capacity - idx) as u64;
+                if skip > avail {
+                    return Err(corrupt(at, "padding past the published end".into()));
+                }
+                self.head += skip;
+                continue;
+            }
+            let len = len as usize;
+            let size = record_size(len);
+            if len > ring.payload_max() || size as u64 > avail || idx + size > ring.capacity {
+                return Err(corrupt(
+                    at,
+                    format!("length {len} does not fit ({avail} bytes published from here)"),
+                ));
+            }
+            let ok = ring.memory.read(idx + RECORD_HEADER_BYTES, len, |payload| {
+                if check(payload, at) != sum {
+                    return false;
+                }
+                f(payload);
+                true
+            });
+            if !ok {
+                return Err(corrupt(at, format!("check mismatch on {len} bytes")));
+            }
+            self.head += size as u64;
+            n += 1;
+        }
+        if self.head != start {
+            // Release pairs with the producer's Acquire load of `head`: we are done with the
+            // bytes before it.
+            h.head.0.store(self.head, Release);
+            // Pairs with the fence in `Ring::sleep` on the producer's side.
+            fence(SeqCst);
+            ring.wake_sleeper(&h.writer_waiting.0);
+        }
+        Ok(n)
+    }
+
+    /// Whether a published record waits.
+    pub fn is_readable(&self) -> bool {
+        // Acquire pairs with the producer's Release store of `tail`.
+        self.ring.header().tail.0.load(Acquire) != self.head
+    }
+
+    /// Waits until a record is published, the producer closes, or `timeout` passes; spins
+    /// `spins` times first (latency mode) before it sleeps.
+    pub fn wait_readable(&self, spins: u32, timeout: Duration) -> Wait {
+        for _ in 0..spins {
+            if self.is_readable() {
+                return Wait::Ready;
+            }
+            std::hint::spin_loop();
+        }
+        let h = self.ring.header();
+        self.ring
+            .sleep(&h.reader_waiting.0, CLOSED_BY_PRODUCER, timeout, || {
+                self.is_readable()
+            })
+    }
+
+    /// Tells the producer that nothing more is read: its waits end.
+    pub fn close(&mut self) {
+        self.ring.close(CLOSED_BY_CONSUMER);
+    }
+
+    pub fn ring(&self) -> &Arc<Ring> {
+        &self.ring
+    }
+}
+
+#[cfg(all(test, not(feature = "loom")))]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn ring(capacity: usize) -> Arc<Ring> {
+        Ring::create("busway-test", capacity).unwrap()
+    }
+
+    #[test]
+    fn records_cross_in_order_and_wrap() {
+        let r = ring(4096);
+        let (mut p, mut c) = (r.producer(), r.consumer());
+        let mut got = Vec::new();
+        for round in 0..100u32 {
+            let msgs: Vec<Vec<u8>> = (0..7)
+                .map(|i| vec![(round * 7 + i) as u8; ((round * 31 + i * 17) % 300) as usize])
+                .collect();
+            for m in &msgs {
+                assert!(p.try_push(m).unwrap());
+            }
+            assert_eq!(c.read(100, |_| {}).unwrap(), 0, "nothing before publish");
+            p.publish();
+            c.read(100, |m| got.push(m.to_vec())).unwrap();
+            assert_eq!(got, msgs);
+            got.clear();
+        }
+    }
+
+    #[test]
+    fn a_full_ring_refuses_until_read() {
+        let r = ring(4096);
+        let (mut p, mut c) = (r.producer(), r.consumer());
+        let mut n = 0;
+        while p.try_push(&[1; 100]).unwrap() {
+            n += 1;
+        }
+        assert_eq!(n, 4096 / 112);
+        p.publish();
+        assert_eq!(p.wait_for_room(100, Duration::ZERO), Wait::TimedOut);
+        assert_eq!(c.read(1, |_| {}).unwrap(), 1);
+        assert!(p.try_push(&[1; 100]).unwrap());
+        assert_eq!(
+            p.try_push(&[0; 4096]),
+            Err(RingError::TooLarge {
+                len: 4096,
+                max: 2040
+            })
+        );
+    }
+
+    #[test]
+    fn scribbled_memory_is_reported_not_delivered() {
+        let r = ring(4096);
+        let (mut p, mut c) = (r.producer(), r.consumer());
+        p.try_push(b"hello").unwrap();
+        p.publish();
+        // A faulty peer flips a payload byte.
+        r.memory.write(RECORD_HEADER_BYTES, b"j");
+        let err = c.read(10, |_| panic!("delivered")).unwrap_err();
+        assert_eq!(err.at, 0);
+        assert!(err.to_string().contains("check mismatch"), "{err}");
+        // A lying length.
+        let r = ring(4096);
+        let (mut p, mut c) = (r.producer(), r.consumer());
+        p.try_push(b"hello").unwrap();
+        p.publish();
+        r.memory.write(0, &5000u32.to_le_bytes());
+        let err = c.read(10, |_| panic!("delivered")).unwrap_err();
+        assert!(err.to_string().contains("length 5000"), "{err}");
+    }
+
+    #[test]
+    fn a_ring_opens_from_its_descriptor_and_bad_segments_are_named() {
+        let r = ring(8192);
+        let fd = r.segment().fd().try_clone_to_owned().unwrap();
+        let other = Ring::open(crate::Segment::from_fd(fd).unwrap()).unwrap();
+        assert_eq!(other.capacity(), 8192);
+        let mut p = r.producer();
+        p.try_push(b"across").unwrap();
+        p.publish();
+        let mut got = Vec::new();
+        other.consumer().read(1, |m| got = m.to_vec()).unwrap();
+        assert_eq!(got, b"across");
+        let blank = crate::Segment::create("blank", 8192).unwrap();
+        let err = Ring::open(blank).err().unwrap();
+        assert!(err.to_string().contains("bad magic"), "{err}");
+        assert_eq!(
+            Ring::create("x", 1000).err().unwrap(),
+            RingError::Capacity(1000)
+        );
+    }
+
+    #[test]
+    fn a_sleeping_consumer_is_woken_and_a_closed_ring_ends_waits() {
+        let r = ring(4096);
+        let mut p = r.producer();
+        let c = r.consumer();
+        let t = std::thread::spawn(move || {
+            let w = c.wait_readable(0, Duration::from_secs(10));
+            (w, c)
+        });
+        std::thread::sleep(Duration::from_millis(50));
+        p.try_push(b"wake").unwrap();
+        p.publish();
+        let (w, mut c) = t.join().unwrap();
+        assert_eq!(w, Wait::Ready);
+        assert_eq!(c.read(10, |_| {}).unwrap(), 1);
+        p.close();
+        assert_eq!(c.wait_readable(0, Duration::from_secs(10)), Wait::Closed);
+    }
+
+    proptest! {
+        #[test]
+        fn any_sizes_round_trip(sizes in prop::collection::vec(0usize..1500, 1..200)) {
+            let r = ring(4096);
+            let (mut p, mut c) = (r.producer(), r.consumer());
+            let mut got = Vec::new();
+            for (i, &n) in sizes.iter().enumerate() {
+                let m = vec![i as u8; n];
+                while !p.try_push(&m).unwrap() {
+                    p.publish();
+                    c.read(usize::MAX, |x| got.push(x.to_vec())).unwrap();
+                }
+            }
+            p.publish();
+            c.read(usize::MAX, |x| got.push(x.to_vec())).unwrap();
+            let want: Vec<Vec<u8>> = sizes.iter().enumerate().map(|(i, &n)| vec![i as u8; n]).collect();
+            prop_assert_eq!(got, want);
+        }
+    }
+}

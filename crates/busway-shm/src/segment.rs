@@ -1,0 +1,81 @@
+//! Shared memory that cleans up after itself: a `memfd` (no name in `/dev/shm`, gone when the
+//! last process holding its descriptor or a mapping of it exits, however it exits), mapped
+//! read-write. The creator passes the descriptor to its peer (e.g. over a Unix socket with
+//! `SCM_RIGHTS`); the peer maps it with [`Segment::from_fd`].
+
+use memmap2::MmapRaw;
+use rustix::fs::{MemfdFlags, SealFlags};
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+
+/// Largest segment this crate maps, in bytes.
+pub const SEGMENT_BYTES_MAX: usize = 1 << 30;
+
+/// A mapped shared-memory segment.
+pub struct Segment {
+    file: File,
+    map: MmapRaw,
+}
+
+impl Segment {
+    /// A new zeroed segment of `len` bytes; `name` shows in `/proc/PID/fd` (debugging only).
+    pub fn create(name: &str, len: usize) -> io::Result<Self> {
+        if len == 0 || len > SEGMENT_BYTES_MAX {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("segment of {len} bytes; it must be 1..={SEGMENT_BYTES_MAX}"),
+            ));
+        }
+        let fd = rustix::fs::memfd_create(name, MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING)?;
+        rustix::fs::ftruncate(&fd, len as u64)?;
+        // The size can no longer change: a peer cannot shrink it under our mapping (SIGBUS).
+        rustix::fs::fcntl_add_seals(&fd, SealFlags::SHRINK | SealFlags::GROW | SealFlags::SEAL)?;
+        Self::map(fd)
+    }
+
+    /// Maps a segment received from a peer. Errors if it is empty, too large, or could still
+    /// shrink (a peer could then make our reads fault).
+    pub fn from_fd(fd: OwnedFd) -> io::Result<Self> {
+        let seals = rustix::fs::fcntl_get_seals(&fd)?;
+        if !seals.contains(SealFlags::SHRINK) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "shared-memory segment is not sealed against shrinking",
+            ));
+        }
+        Self::map(fd)
+    }
+
+    fn map(fd: OwnedFd) -> io::Result<Self> {
+        let file = File::from(fd);
+        let len = file.metadata()?.len();
+        if len == 0 || len > SEGMENT_BYTES_MAX as u64 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("shared-memory segment of {len} bytes; expected 1..={SEGMENT_BYTES_MAX}"),
+            ));
+        }
+        let map = MmapRaw::map_raw(&file)?;
+        Ok(Self { file, map })
+    }
+
+    /// The segment's descriptor, to pass to the peer.
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.file.as_fd()
+    }
+
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.map.len() == 0
+    }
+
+    /// The start of the mapping (page-aligned); valid for `len()` bytes while `self` lives.
+    #[cfg_attr(feature = "loom", allow(dead_code))]
+    pub(crate) fn as_ptr(&self) -> *mut u8 {
+        self.map.as_mut_ptr()
+    }
+}
