@@ -6,6 +6,7 @@
 //! - [`ring`]: a single-producer single-consumer byte ring of checked, length-prefixed records
 //!   inside a segment, with batched publication and futex wake-ups that are skipped when nobody
 //!   sleeps.
+//! - [`pass`]: handing a segment's descriptor to the peer over a Unix socket.
 //!
 //! Why one SPSC ring per direction and not libatbus's one multi-writer ring per receiver: see
 //! `docs/SHM.md`. In short, a link already has exactly one writer and one reader per direction,
@@ -14,6 +15,7 @@
 mod sync;
 mod wait;
 
+pub mod pass;
 pub mod ring;
 pub mod segment;
 
