@@ -251,27 +251,14 @@ mod tests {
     //! relay; every schedule must deliver every message exactly once, in order.
 
     use super::*;
-    use crate::frame::{for_each_batch_entry, FrameDecoder, BODY_LEN_CEILING, HEADER_LEN};
+    use crate::frame::{FrameDecoder, BODY_LEN_CEILING};
+    use crate::sim::{inner_messages, SimRng};
     use std::collections::VecDeque;
 
     const SRC: BusId = BusId(1);
     const DST: BusId = BusId(2);
     const RESEND_AFTER_MS: u64 = 50;
     const DEAD_AFTER_MS: u64 = 1_000_000;
-
-    /// xorshift64*: deterministic per seed.
-    struct Rng(u64);
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 >> 12;
-            self.0 ^= self.0 << 25;
-            self.0 ^= self.0 >> 27;
-            self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-        }
-        fn chance(&mut self, percent: u64) -> bool {
-            self.next() % 100 < percent
-        }
-    }
 
     /// The messages of a ROUTED DATA frame: (first number, payloads).
     fn open(frame: &Bytes) -> (u64, Vec<Vec<u8>>) {
@@ -281,23 +268,11 @@ mod tests {
             .unwrap()
             .unwrap();
         let (h, at) = RoutedHeader::decode(&f.body).unwrap();
-        let mut inner = &f.body[at..];
-        let mut out = Vec::new();
-        let mut dec = FrameDecoder::new(BODY_LEN_CEILING);
-        while let Some((kind, len)) = dec.peek(inner).unwrap() {
-            let body = &inner[HEADER_LEN..len];
-            if kind == FrameKind::DataBatch {
-                for_each_batch_entry(body, |s, n| out.push(body[s..s + n].to_vec())).unwrap();
-            } else {
-                out.push(body.to_vec());
-            }
-            inner = &inner[len..];
-        }
-        (h.seq, out)
+        (h.seq, inner_messages(&f.body[at..]))
     }
 
     fn run(seed: u64) {
-        let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+        let mut rng = SimRng::new(seed);
         let total = 200 + rng.next() % 800;
         let mut now = 0u64;
         let mut tx = Departures::new(1 << 20, now);

@@ -21,6 +21,7 @@ pub mod id;
 pub mod outbox;
 pub mod relay;
 pub mod routed;
+pub mod sim;
 
 pub use frame::{DecodeError, Frame, FrameDecoder, FrameKind};
 pub use id::BusId;

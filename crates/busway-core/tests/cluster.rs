@@ -17,12 +17,13 @@
 //! `BUSWAY_SIM_SEEDS=N` runs N schedules (default 200); `BUSWAY_SIM_SEED=S` runs one.
 
 use busway_core::e2e::{Arrivals, Check, Departures, Verdict};
-use busway_core::frame::{for_each_batch_entry, BODY_LEN_CEILING, HEADER_LEN};
+use busway_core::frame::BODY_LEN_CEILING;
 use busway_core::relay::{self, Neighbor};
 use busway_core::routed::{
     decode_fail, encode_fail, routed_frame, FailReason, RoutedHeader, RoutedType, DEFAULT_TTL,
 };
-use busway_core::{BusId, FrameDecoder, FrameKind};
+use busway_core::sim::{inner_messages, SimRng};
+use busway_core::{BusId, FrameDecoder};
 use bytes::{Bytes, BytesMut};
 use std::collections::{BTreeMap, HashMap};
 
@@ -41,24 +42,6 @@ const RESEND_AFTER_MS: u64 = 40;
 /// Never reached: the schedules always heal, so nothing may be given up.
 const DEAD_AFTER_MS: u64 = u64::MAX / 2;
 const STEPS_MAX: usize = 60_000;
-
-/// xorshift64*: deterministic per seed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    fn chance(&mut self, percent: u64) -> bool {
-        self.below(100) < percent
-    }
-}
 
 /// One direction of a link: frames in flight with the time they arrive.
 #[derive(Default)]
@@ -131,23 +114,6 @@ fn subtree(id: u64) -> (BusId, BusId) {
         102 => (BusId(3), BusId(4)),
         x => (BusId(x), BusId(x)),
     }
-}
-
-/// The messages inside a ROUTED DATA frame's inner part.
-fn messages(inner: &[u8]) -> Vec<Vec<u8>> {
-    let mut out = Vec::new();
-    let mut dec = FrameDecoder::new(BODY_LEN_CEILING);
-    let mut rest = inner;
-    while let Some((kind, len)) = dec.peek(rest).expect("inner frames are valid") {
-        let body = &rest[HEADER_LEN..len];
-        if kind == FrameKind::DataBatch {
-            for_each_batch_entry(body, |s, n| out.push(body[s..s + n].to_vec())).unwrap();
-        } else {
-            out.push(body.to_vec());
-        }
-        rest = &rest[len..];
-    }
-    out
 }
 
 impl Cluster {
@@ -275,7 +241,7 @@ impl Cluster {
         let src = h.src.0;
         match h.kind {
             RoutedType::Data => {
-                let msgs = messages(&inner);
+                let msgs = inner_messages(&inner);
                 let node = self.nodes.get_mut(&at).unwrap();
                 match node.arrivals.check(h.src, h.src_incarnation, h.seq, None) {
                     Err(expected) => {
@@ -351,7 +317,7 @@ impl Cluster {
     }
 
     /// Moves every frame that is due across its link.
-    fn deliver_due(&mut self, rng: &mut Rng) {
+    fn deliver_due(&mut self, rng: &mut SimRng) {
         let now = self.now;
         let mut arrivals = Vec::new();
         for (&(child, parent), link) in self.links.iter_mut() {
@@ -384,7 +350,7 @@ impl Cluster {
 }
 
 fn run(seed: u64) {
-    let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+    let mut rng = SimRng::new(seed);
     let total = 100 + rng.below(400);
     let mut c = Cluster::new();
     let mut healed_at = None;

@@ -138,7 +138,6 @@ impl Shared {
         let mut backoff_ms = min_ms;
         let mut jitter = self.config.id.0 ^ dst.0 ^ self.incarnation | 1;
         let started = self.clock_ms();
-        let mut ever_up = false;
         while !self.is_shutting_down() {
             let mut outcome = Outcome::NeverUp;
             for addr in &addrs {
@@ -152,16 +151,15 @@ impl Shared {
                 }
             }
             if outcome == Outcome::WasUp {
-                ever_up = true;
                 backoff_ms = min_ms;
             }
             let given_up = match self.peer(dst) {
-                Some(p) => p.is_dead() || (p.is_up() && !ever_up),
+                Some(p) => p.is_dead() || p.is_up(),
                 None => self.clock_ms().saturating_sub(started) >= self.config.peer_dead_after_ms,
             };
             if given_up {
                 // Down past its deadline (traffic goes back through relays), another link
-                // serves it, or it never answered: stop.
+                // (dialed by the peer) serves it, or it never answered: stop.
                 return;
             }
             // xorshift64: jitter of up to a quarter of the delay, so peers do not dial in step.
@@ -180,6 +178,8 @@ impl Shared {
         if let Some(r) = self.remote_of(peer.id) {
             if r.supersede() > 0 {
                 peer.hold();
+                // The last acknowledgement may have come between the count and the hold.
+                self.release_if_drained(peer.id);
             }
         }
     }
