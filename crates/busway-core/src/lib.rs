@@ -6,12 +6,14 @@
 //!
 //! - [`id`]: bus ids and incarnations.
 //! - [`frame`]: the v1 frame layout, its integrity check and the streaming decoder.
+//! - [`channel`]: the CHANNEL frame that moves a link's data to shared memory.
 //! - [`control`]: bodies of the small control frames (close, ping/pong).
 //! - [`handshake`]: the HELLO/AUTH exchange, shared-secret proofs and the replay cache.
 //! - [`outbox`], [`e2e`]: numbering, holding and resending messages on a link and end to end.
 //! - [`routed`], [`relay`]: the ROUTED frame and routing decisions.
 //! - [`fuzzing`]: entry points shared by the fuzz targets and the property tests.
 
+pub mod channel;
 pub mod control;
 pub mod e2e;
 pub mod frame;

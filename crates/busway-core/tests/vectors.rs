@@ -219,3 +219,20 @@ fn routed_frames() {
         (BusId(2), vec!["tcp://127.0.0.1:7002".to_string()])
     );
 }
+
+#[test]
+fn channel_frames() {
+    use busway_core::channel::Channel;
+    let offer = Channel::Offer {
+        pid: 4242,
+        fd: 7,
+        inode: 0x0102_0304,
+        capacity: 4 << 20,
+    };
+    check("channel-offer", &offer.frame());
+    assert_eq!(
+        Channel::decode(&decode_one(&offer.frame()).body).unwrap(),
+        offer
+    );
+    check("channel-switch", &Channel::Switch.frame());
+}

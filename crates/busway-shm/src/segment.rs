@@ -47,6 +47,33 @@ impl Segment {
         Self::map(fd)
     }
 
+    /// Opens the segment that process `pid` holds as descriptor `fd`, through
+    /// `/proc/PID/fd/FD`: how a node reaches a segment of a peer on the same host when their
+    /// link is TCP (no descriptor passing). Needs the same user (the kernel checks it) and
+    /// `inode` as the peer announced it, so that a recycled pid or descriptor number cannot
+    /// hand us another file.
+    pub fn open_from_process(pid: u32, fd: u32, inode: u64) -> io::Result<Self> {
+        let path = format!("/proc/{pid}/fd/{fd}");
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .map_err(|e| io::Error::new(e.kind(), format!("opening {path}: {e}")))?;
+        let found = rustix::fs::fstat(&file)?.st_ino;
+        if found != inode {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("{path} is inode {found}, not the announced segment {inode}"),
+            ));
+        }
+        Self::from_fd(OwnedFd::from(file))
+    }
+
+    /// The inode of the segment's file, to announce with [`Segment::open_from_process`].
+    pub fn inode(&self) -> io::Result<u64> {
+        Ok(rustix::fs::fstat(&self.file)?.st_ino)
+    }
+
     fn map(fd: OwnedFd) -> io::Result<Self> {
         let file = File::from(fd);
         let len = file.metadata()?.len();

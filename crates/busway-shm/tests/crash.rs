@@ -93,13 +93,94 @@ fn read_checked(c: &mut busway_shm::Consumer, mut expected: u64, until: Option<u
     }
 }
 
+/// In the child: creates a ring, writes one record, prints `pid fd inode`, and waits for its
+/// stdin to close. In a normal test run: does nothing.
+#[test]
+fn holder_process() {
+    if std::env::var_os("BUSWAY_SHM_HOLDER").is_none() {
+        return;
+    }
+    let ring = Ring::create("busway-holder", 4096).unwrap();
+    let mut p = ring.producer();
+    p.try_push(b"from another process").unwrap();
+    p.publish();
+    let seg = ring.segment();
+    println!(
+        "HOLDER {} {} {}",
+        std::process::id(),
+        seg.fd().as_raw_fd(),
+        seg.inode().unwrap()
+    );
+    let mut line = String::new();
+    let _ = std::io::stdin().read_line(&mut line);
+}
+
+#[test]
+fn a_segment_is_opened_from_another_process_by_pid_descriptor_and_inode() {
+    use std::io::{BufRead, BufReader};
+    if std::env::var_os("BUSWAY_SHM_WRITER").is_some()
+        || std::env::var_os("BUSWAY_SHM_HOLDER").is_some()
+    {
+        return;
+    }
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "holder_process",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("BUSWAY_SHM_HOLDER", "1")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    while !line.starts_with("HOLDER ") {
+        line.clear();
+        assert!(
+            out.read_line(&mut line).unwrap() > 0,
+            "the holder printed its segment"
+        );
+        line = line
+            .trim_start_matches("running 1 test")
+            .trim_start()
+            .to_string();
+        if let Some(at) = line.find("HOLDER ") {
+            line = line[at..].to_string();
+        }
+    }
+    let f: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .map(|x| x.parse().unwrap())
+        .collect();
+    let (pid, fd, inode) = (f[0] as u32, f[1] as u32, f[2]);
+    let err = Segment::open_from_process(pid, fd, inode + 1)
+        .err()
+        .unwrap();
+    assert!(
+        err.to_string().contains("not the announced segment"),
+        "{err}"
+    );
+    let ring = Ring::open(Segment::open_from_process(pid, fd, inode).unwrap()).unwrap();
+    let mut got = Vec::new();
+    ring.consumer().read(1, |m| got = m.to_vec()).unwrap();
+    assert_eq!(got, b"from another process");
+    drop(child.stdin.take());
+    child.wait().unwrap();
+}
+
 fn shm_entries() -> usize {
     std::fs::read_dir("/dev/shm").map_or(0, |d| d.count())
 }
 
 #[test]
 fn a_writer_killed_mid_stream_leaves_only_whole_records_and_a_new_writer_resumes() {
-    if std::env::var_os("BUSWAY_SHM_WRITER").is_some() {
+    if std::env::var_os("BUSWAY_SHM_WRITER").is_some()
+        || std::env::var_os("BUSWAY_SHM_HOLDER").is_some()
+    {
         return;
     }
     let shm_before = shm_entries();
