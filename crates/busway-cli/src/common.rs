@@ -25,6 +25,10 @@ pub(crate) struct NodeArgs {
     /// accept such direct links.
     #[arg(long)]
     pub(crate) no_direct: bool,
+    /// Keep a link's data on its socket even when the peer runs on this host (by default it
+    /// moves to shared-memory rings).
+    #[arg(long)]
+    pub(crate) no_shm: bool,
     /// Shared secret every peer must prove (at least 16 bytes); also read from BUSWAY_SECRET.
     #[arg(long, env = "BUSWAY_SECRET", hide_env_values = true)]
     pub(crate) secret: Option<String>,
@@ -40,6 +44,7 @@ impl NodeArgs {
         config.connect = self.connect.clone();
         config.upstream = self.upstream.clone();
         config.direct_links = !self.no_direct;
+        config.shm_channels = !self.no_shm;
         if let Some(s) = &self.secret {
             config.secret = Some(Secret::new(s.as_bytes())?);
         }

@@ -68,7 +68,11 @@ pub(crate) async fn run(args: ListenArgs) -> Result<ExitCode, String> {
             }
         }
     }
+    let shm = node.stats().shm_channels;
     node.shutdown().await;
+    if shm > 0 {
+        eprintln!("busway listen: {shm} link(s) moved their data to shared memory");
+    }
     if timed_out {
         eprintln!(
             "busway listen: no message for {:?}; stopping",

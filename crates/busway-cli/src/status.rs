@@ -63,6 +63,7 @@ pub(crate) fn snapshot(node: &Node) -> Value {
             "relay_congested": s.relay_congested,
             "events_dropped": s.events_dropped,
             "peers_up": s.peers_up,
+            "shm_channels": s.shm_channels,
         },
     })
 }

@@ -66,8 +66,10 @@ fn finish(
     (status.success(), status.code(), o, e)
 }
 
-fn million_verified(listen: &str) {
-    let (l, addr, out) = listener(&[
+/// Two processes, 1,000,000 verified messages; `extra` goes to both (e.g. `--no-shm`). Returns
+/// the listener's stderr.
+fn million_verified(listen: &str, extra: &[&str]) -> String {
+    let mut largs = vec![
         "listen",
         "--id",
         "2",
@@ -78,8 +80,10 @@ fn million_verified(listen: &str) {
         "--verify",
         "--idle-timeout",
         "60",
-    ]);
-    let s = spawn(&[
+    ];
+    largs.extend_from_slice(extra);
+    let (l, addr, out) = listener(&largs);
+    let mut sargs = vec![
         "send",
         "--id",
         "1",
@@ -91,7 +95,9 @@ fn million_verified(listen: &str) {
         "1000000",
         "--size",
         "64",
-    ]);
+    ];
+    sargs.extend_from_slice(extra);
+    let s = spawn(&sargs);
     let (ok, _, _, err) = finish(s, None);
     assert!(ok, "send failed: {err}");
     let (ok, _, stdout, err) = finish(l, Some(out));
@@ -100,17 +106,28 @@ fn million_verified(listen: &str) {
         stdout.lines().last().unwrap_or_default(),
         "received 1000000, missing 0, duplicates 0, out-of-order 0"
     );
+    err
 }
+
+const SHM_LINE: &str = "link(s) moved their data to shared memory";
 
 #[test]
 fn a_million_sequenced_messages_over_tcp() {
-    million_verified("tcp://127.0.0.1:0");
+    let err = million_verified("tcp://127.0.0.1:0", &["--no-shm"]);
+    assert!(!err.contains(SHM_LINE), "{err}");
+}
+
+#[test]
+fn a_million_sequenced_messages_over_shared_memory_behind_a_tcp_link() {
+    let err = million_verified("tcp://127.0.0.1:0", &[]);
+    assert!(err.contains(&format!("1 {SHM_LINE}")), "{err}");
 }
 
 #[test]
 fn a_million_sequenced_messages_over_unix() {
     let path = std::env::temp_dir().join(format!("busway-cli-test-{}.sock", std::process::id()));
-    million_verified(&format!("unix://{}", path.display()));
+    let err = million_verified(&format!("unix://{}", path.display()), &["--no-shm"]);
+    assert!(!err.contains(SHM_LINE), "{err}");
     assert!(!path.exists(), "the socket file is removed on exit");
 }
 

@@ -220,21 +220,7 @@ impl Outbox {
     /// order they must be written; returns how many bytes that is. The messages stay held
     /// until acknowledged.
     pub fn take_unwritten(&mut self, out: &mut Vec<Bytes>) -> usize {
-        let mut n = 0;
-        for c in self.control.drain(..) {
-            n += c.len();
-            out.push(c);
-        }
-        self.seal_tail();
-        for chunk in self.chunks.range(self.unwritten..) {
-            n += chunk.len();
-            out.push(chunk.frames.clone());
-            if let Some(p) = &chunk.payload {
-                out.push(p.clone());
-            }
-        }
-        self.unwritten = self.chunks.len();
-        n
+        self.take_control(out) + self.take_messages(out)
     }
 
     /// Appends only the control frames to `out` (messages wait); returns how many bytes.
@@ -244,6 +230,22 @@ impl Outbox {
             n += c.len();
             out.push(c);
         }
+        n
+    }
+
+    /// Appends only the unwritten messages' frames to `out` (control frames wait); returns how
+    /// many bytes. The messages stay held until acknowledged.
+    pub fn take_messages(&mut self, out: &mut Vec<Bytes>) -> usize {
+        let mut n = 0;
+        self.seal_tail();
+        for chunk in self.chunks.range(self.unwritten..) {
+            n += chunk.len();
+            out.push(chunk.frames.clone());
+            if let Some(p) = &chunk.payload {
+                out.push(p.clone());
+            }
+        }
+        self.unwritten = self.chunks.len();
         n
     }
 

@@ -41,6 +41,9 @@ pub struct NodeConfig {
     /// destination whose addresses a relay hints, and advertises that it accepts such links.
     /// `false` keeps all its traffic on configured links (e.g. only through the upstream).
     pub direct_links: bool,
+    /// Whether a link to a node on the same host moves its data to shared-memory rings (both
+    /// ends must allow it); the socket stays as the control link.
+    pub shm_channels: bool,
     /// Shared secret every peer must prove; `None` admits any busway peer.
     pub secret: Option<Secret>,
     pub io_threads: IoThreads,
@@ -78,6 +81,7 @@ impl NodeConfig {
             ttl: busway_core::routed::DEFAULT_TTL,
             relay_grace_ms: DEFAULT_RELAY_GRACE_MS,
             direct_links: true,
+            shm_channels: true,
             secret: None,
             io_threads: IoThreads::Dedicated(cores),
             frame_body_max: DEFAULT_BODY_LEN_MAX,

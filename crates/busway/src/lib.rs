@@ -29,6 +29,7 @@ mod node;
 mod peer;
 mod remote;
 mod routing;
+mod shm_link;
 mod stats;
 mod transport;
 

@@ -70,3 +70,14 @@ pub const DIRECT_DIALS_MAX: usize = 256;
 /// Times `try_send` routes again when the route changes under it (a direct link replacing
 /// relays) before it reports `Full`.
 pub const REROUTES_MAX: u32 = 4;
+
+/// Largest record the writer puts in a shared-memory ring, in bytes: frames are cut into
+/// records of at most this (the reader reassembles the byte stream).
+pub const RING_RECORD_BYTES_MAX: usize = 64 << 10;
+/// Records the ring reader thread takes at once before handing them on.
+pub const RING_READ_BATCH_RECORDS: usize = 4_096;
+/// Batches of records waiting between the ring reader thread and its link; when full, the
+/// thread waits (the ring fills and the peer's writer waits for room).
+pub const RING_READ_QUEUE_LEN: usize = 16;
+/// How long a writer whose ring is full waits before it looks again, in milliseconds.
+pub const RING_FULL_RETRY_MS: u64 = 1;

@@ -11,13 +11,16 @@ use crate::limits::{READ_CHUNK_MAX_BYTES, READ_CHUNK_MIN_BYTES, WRITEV_SEGMENTS_
 use crate::node::Shared;
 use crate::peer::{Peer, Take};
 use crate::routing::inner_spans;
+use crate::shm_link::{write_ring, ShmLink};
 use crate::stats::bump;
 use crate::transport::{StdStream, Stream};
+use busway_core::channel::Channel;
 use busway_core::control::{ack_frame, decode_token, ping_frame, Close, CloseCode};
 use busway_core::frame::{for_each_batch_entry, HANDSHAKE_BODY_LEN_MAX, HEADER_LEN};
-use busway_core::handshake::{Established, Handshake, HandshakeError, Role, Step};
+use busway_core::handshake::{caps, Established, Handshake, HandshakeError, Role, Step};
 use busway_core::routed::{RoutedHeader, RoutedType};
 use busway_core::{BusId, DecodeError, FrameDecoder, FrameKind};
+use busway_shm::ring::RING_CAPACITY_DEFAULT;
 use bytes::{Buf, Bytes, BytesMut};
 use std::io::{self, IoSlice};
 use std::sync::atomic::AtomicU64;
@@ -169,7 +172,19 @@ where
         addr: remote,
     });
     dec.set_body_len_max(shared.config.frame_body_max);
-    let reason = run_up(&shared, &peer, &mut r, &mut w, &mut buf, &mut dec).await;
+    let same_host = shared.config.shm_channels
+        && established.peer.capabilities & caps::SHM != 0
+        && !shared.host_id.is_empty()
+        && established.peer.host_id == shared.host_id;
+    let shm = ShmLink::default();
+    if same_host {
+        match shm.offer(RING_CAPACITY_DEFAULT) {
+            Ok(offer) => peer.push_control(offer),
+            Err(why) => tracing::warn!(%why, "no shared-memory ring; staying on the socket"),
+        }
+    }
+    let shm = same_host.then_some(&shm);
+    let reason = run_up(&shared, &peer, &mut r, &mut w, &mut buf, &mut dec, shm).await;
     shared.detach_peer(&peer, link_id, reason);
     Outcome::WasUp
 }
@@ -183,6 +198,7 @@ async fn run_up<R, W>(
     w: &mut W,
     buf: &mut BytesMut,
     dec: &mut FrameDecoder,
+    shm: Option<&ShmLink>,
 ) -> DownReason
 where
     R: AsyncRead + Unpin,
@@ -190,11 +206,35 @@ where
 {
     let linger = Duration::from_millis(shared.config.linger_ms);
     let last_rx_ms = AtomicU64::new(shared.clock_ms());
-    let reader = read_loop(shared, peer, r, buf, dec, &last_rx_ms);
-    let writer = write_loop(w, peer);
+    let reader = read_loop(shared, peer, r, buf, dec, &last_rx_ms, shm);
+    let writer = write_loop(w, peer, shm);
     let heartbeat = heartbeat(shared, peer, &last_rx_ms);
-    tokio::pin!(reader, writer, heartbeat);
+    // The peer's messages through shared memory, once it switched (never without a ring).
+    let ring_reader = async {
+        let Some(shm) = shm else {
+            return std::future::pending().await;
+        };
+        let mut ring = shm.inbound_reader().await;
+        let mut ring_buf = BytesMut::with_capacity(2 * READ_CHUNK_MIN_BYTES);
+        let mut ring_dec = FrameDecoder::new(shared.config.frame_body_max);
+        let ring_rx_ms = AtomicU64::new(0);
+        read_loop(
+            shared,
+            peer,
+            &mut ring,
+            &mut ring_buf,
+            &mut ring_dec,
+            &ring_rx_ms,
+            None,
+        )
+        .await
+    };
+    tokio::pin!(reader, writer, heartbeat, ring_reader);
     tokio::select! {
+        end = &mut ring_reader => match end {
+            Ok(_) => DownReason::ClosedByPeer("the shared-memory ring was closed".into()),
+            Err(e) => link_error(shared, peer.id, e),
+        },
         end = &mut reader => {
             let reason = match end {
                 Ok(ReadEnd::Close(c)) => DownReason::ClosedByPeer(c.reason),
@@ -340,9 +380,11 @@ async fn read_loop<R: AsyncRead + Unpin>(
     buf: &mut BytesMut,
     dec: &mut FrameDecoder,
     last_rx_ms: &AtomicU64,
+    shm: Option<&ShmLink>,
 ) -> Result<ReadEnd, LinkError> {
     let mut read_size = READ_CHUNK_MIN_BYTES;
     loop {
+        let mut switch_seen = false;
         // Walk every whole frame in the buffer, then cut the buffer once: the DATA payloads
         // go to the application as one batch sharing that cut.
         let mut spans = Vec::new();
@@ -449,10 +491,28 @@ async fn read_loop<R: AsyncRead + Unpin>(
                     }
                 }
                 kind @ FrameKind::Channel => {
-                    end = Some(Err(LinkError::Protocol(format!(
-                        "{kind:?} frame, a capability this node did not advertise, at stream offset {}",
-                        dec.offset() - frame_len as u64
-                    ))));
+                    let at = dec.offset() - frame_len as u64;
+                    let Some(shm) = shm else {
+                        end = Some(Err(LinkError::Protocol(format!(
+                            "{kind:?} frame, a capability this node did not advertise or not on this stream, at stream offset {at}"
+                        ))));
+                        continue;
+                    };
+                    match Channel::decode(body) {
+                        Ok(msg) => {
+                            switch_seen |= msg == Channel::Switch;
+                            if let Some(answer) = shm.on_channel(shared, msg) {
+                                peer.push_control(answer);
+                            }
+                            // An ACCEPT lets the writer switch.
+                            peer.writer_wake.notify_one();
+                        }
+                        Err(what) => {
+                            end = Some(Err(LinkError::Protocol(format!(
+                                "{what} (at stream offset {at})"
+                            ))))
+                        }
+                    }
                 }
             }
             pos += frame_len;
@@ -494,6 +554,13 @@ async fn read_loop<R: AsyncRead + Unpin>(
                 peer.push_control(ack_frame(next));
             }
         }
+        if switch_seen {
+            // Everything the peer wrote on the socket before its SWITCH is delivered: its ring
+            // may be read now.
+            if let Some(shm) = shm {
+                shm.switch_in();
+            }
+        }
         if let Some(end) = end {
             return end;
         }
@@ -518,9 +585,40 @@ async fn read_loop<R: AsyncRead + Unpin>(
     }
 }
 
-async fn write_loop<W: AsyncWrite + Unpin>(w: &mut W, peer: &Peer) -> io::Result<()> {
+async fn write_loop<W: AsyncWrite + Unpin>(
+    w: &mut W,
+    peer: &Peer,
+    shm: Option<&ShmLink>,
+) -> io::Result<()> {
     let mut batch: Vec<Bytes> = Vec::with_capacity(WRITEV_SEGMENTS_MAX);
+    let mut messages: Vec<Bytes> = Vec::new();
+    let mut ring = None;
     loop {
+        if ring.is_none() {
+            if let Some(p) = shm.and_then(ShmLink::take_producer) {
+                // Everything taken so far is on the socket: from here on, messages go into
+                // the ring, and the peer reads it once it read this.
+                w.write_all(&Channel::Switch.frame()).await?;
+                ring = Some(p);
+            }
+        }
+        if let Some(p) = ring.as_mut() {
+            match peer.take_split(&mut batch, &mut messages) {
+                Take::Idle => peer.writer_wake.notified().await,
+                Take::Drained => {
+                    p.close();
+                    w.write_all(&Close::frame(CloseCode::Normal, "closing"))
+                        .await?;
+                    w.shutdown().await?;
+                    return Ok(());
+                }
+                Take::Data => {
+                    write_ring(p, &mut messages).await?;
+                    write_batch(w, &mut batch).await?;
+                }
+            }
+            continue;
+        }
         match peer.take(&mut batch) {
             Take::Idle => peer.writer_wake.notified().await,
             Take::Drained => {

@@ -120,6 +120,8 @@ pub struct RelayedInfo {
 pub(crate) struct Shared {
     pub(crate) config: NodeConfig,
     pub(crate) incarnation: u64,
+    /// This host's identity (HELLO tag 2): equal on both ends of a link within one host.
+    pub(crate) host_id: Vec<u8>,
     listen_addrs: Vec<Addr>,
     peers: RwLock<HashMap<BusId, Arc<Peer>>>,
     /// Destinations reached through relays.
@@ -178,6 +180,10 @@ impl Shared {
         if self.config.direct_links {
             h.capabilities |= caps::DIRECT;
         }
+        if self.config.shm_channels {
+            h.capabilities |= caps::SHM;
+        }
+        h.host_id = self.host_id.clone();
         h
     }
 
@@ -387,6 +393,7 @@ impl Node {
         let connect = config.connect.clone();
         let shared = Arc::new(Shared {
             incarnation: u64::from_le_bytes(random_bytes::<8>()),
+            host_id: crate::shm_link::host_identity(),
             config,
             listen_addrs,
             peers: RwLock::new(HashMap::new()),

@@ -286,6 +286,29 @@ impl Peer {
         Take::Data
     }
 
+    /// Like `take`, with control frames into `control` and messages into `messages` (for a link
+    /// whose messages go through a shared-memory ring).
+    pub(crate) fn take_split(&self, control: &mut Vec<Bytes>, messages: &mut Vec<Bytes>) -> Take {
+        let mut st = self.lock();
+        let has_messages = !st.held && st.outbox.has_unwritten();
+        if !st.outbox.has_control() && !has_messages {
+            if st.closing || st.link_closing {
+                return Take::Drained;
+            }
+            st.writer_idle = true;
+            return Take::Idle;
+        }
+        let had_control = st.outbox.take_control(control) > 0;
+        if !st.held {
+            st.outbox.take_messages(messages);
+        }
+        drop(st);
+        if had_control {
+            self.forward_room.notify_waiters();
+        }
+        Take::Data
+    }
+
     /// The peer acknowledged every message below `next_expected`.
     pub(crate) fn ack(&self, next_expected: u64) -> Result<(), AckError> {
         let mut st = self.lock();

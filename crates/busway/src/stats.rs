@@ -18,6 +18,7 @@ pub(crate) struct Counters {
     pub(crate) relay_congested: AtomicU64,
     pub(crate) relayed: AtomicU64,
     pub(crate) events_dropped: AtomicU64,
+    pub(crate) shm_channels: AtomicU64,
 }
 
 pub(crate) fn bump(c: &AtomicU64) {
@@ -51,6 +52,8 @@ pub struct Stats {
     pub events_dropped: u64,
     /// Peers currently up.
     pub peers_up: u64,
+    /// Links whose incoming data moved to a shared-memory ring (same host), ever.
+    pub shm_channels: u64,
 }
 
 impl Counters {
@@ -70,6 +73,7 @@ impl Counters {
             msgs_out: 0,
             events_dropped: self.events_dropped.load(Relaxed),
             peers_up: 0,
+            shm_channels: self.shm_channels.load(Relaxed),
         }
     }
 }

@@ -115,6 +115,8 @@ fn node_config(args: &WorkerArgs, id: BusId) -> NodeConfig {
         IoThreads::Current
     };
     c.linger_ms = 10_000;
+    // The socket rows measure the sockets: no shared-memory ring may replace them.
+    c.shm_channels = false;
     c
 }
 

@@ -1,0 +1,100 @@
+//! Two nodes of one host, linked over TCP or a Unix socket, move their data to shared-memory
+//! rings by themselves; order and exactly-once hold across the switch and across a cut link.
+
+mod common;
+
+use busway::{BusId, Node};
+use common::*;
+use std::time::Duration;
+
+fn msg(i: u64) -> Vec<u8> {
+    let mut m = i.to_le_bytes().to_vec();
+    m.resize(8 + (i % 120) as usize, i as u8);
+    m
+}
+
+async fn stream(a: &Node, to: BusId, range: std::ops::Range<u64>) {
+    let mut next = range.start;
+    while next < range.end {
+        let batch: Vec<Vec<u8>> = (next..(next + 1000).min(range.end)).map(msg).collect();
+        a.send_batch(to, &batch).await.unwrap();
+        next += batch.len() as u64;
+    }
+}
+
+async fn expect(inbox: &mut busway::Inbox, from: BusId, range: std::ops::Range<u64>) {
+    let mut expected = range.start;
+    let done = tokio::time::timeout(Duration::from_secs(30), async {
+        while expected < range.end {
+            let batch = inbox.recv_batch().await.unwrap();
+            assert_eq!(batch.src(), from);
+            for p in batch.iter() {
+                let seq = u64::from_le_bytes(p[..8].try_into().unwrap());
+                assert_eq!(seq, expected, "in order, each once");
+                assert_eq!(p, msg(seq).as_slice());
+                expected += 1;
+            }
+        }
+    })
+    .await;
+    assert!(done.is_ok(), "stream stalled at {expected}");
+}
+
+/// Like `common::pair`, with shared memory allowed on a link of `transport`.
+async fn shm_pair(transport: &str) -> (Node, Node) {
+    let a = start(config(1).listen(listen_addr(transport))).await;
+    let b = start(config(2).connect(a.listen_addrs()[0].clone())).await;
+    assert!(b.wait_for_peer(a.id(), WAIT).await);
+    assert!(a.wait_for_peer(b.id(), WAIT).await);
+    (a, b)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn same_host_links_move_their_data_to_shared_memory_by_themselves() {
+    for transport in ["tcp4", "unix"] {
+        let (a, b) = shm_pair(transport).await;
+        let mut inbox = a.take_inbox().unwrap();
+        let sender = {
+            let b = b.clone();
+            tokio::spawn(async move { stream(&b, BusId(1), 0..200_000).await })
+        };
+        expect(&mut inbox, BusId(2), 0..200_000).await;
+        sender.await.unwrap();
+        assert_eq!(a.stats().shm_channels, 1, "{transport}: 1 reads 2's ring");
+        assert_eq!(b.stats().shm_channels, 1, "{transport}: 2 reads 1's ring");
+        // A cut link: the next link switches again and nothing is lost or repeated.
+        let sender = {
+            let b = b.clone();
+            tokio::spawn(async move { stream(&b, BusId(1), 200_000..300_000).await })
+        };
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        b.disconnect(BusId(1));
+        expect(&mut inbox, BusId(2), 200_000..300_000).await;
+        sender.await.unwrap();
+        assert!(b.flush(WAIT).await, "{transport}: all acknowledged");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(
+            inbox.try_recv_batch().is_none(),
+            "{transport}: no duplicate"
+        );
+        assert_eq!(a.stats().shm_channels, 2, "{transport}: switched again");
+        a.shutdown().await;
+        b.shutdown().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_forbids_shared_memory_stays_on_the_socket() {
+    let mut c = config(2);
+    c.shm_channels = false;
+    let a = start(config(1).listen(listen_addr("unix"))).await;
+    let b = start(c.connect(a.listen_addrs()[0].clone())).await;
+    assert!(b.wait_for_peer(a.id(), WAIT).await);
+    let mut inbox = a.take_inbox().unwrap();
+    stream(&b, BusId(1), 0..10_000).await;
+    expect(&mut inbox, BusId(2), 0..10_000).await;
+    assert_eq!(a.stats().shm_channels, 0);
+    assert_eq!(b.stats().shm_channels, 0);
+    a.shutdown().await;
+    b.shutdown().await;
+}
