@@ -24,9 +24,14 @@ const WORKER_GRACE_SECS: f64 = 30.0;
 
 #[derive(Args, Debug)]
 pub(crate) struct BenchArgs {
-    /// Transports to measure, comma-separated: tcp4, tcp6, unix, and relay4 (sender -> relay ->
+    /// Transports to measure, comma-separated: tcp4, tcp6, unix, shm (a unix link whose data
+    /// moves to shared-memory rings; raw: the bare ring), and relay4 (sender -> relay ->
     /// receiver over tcp4, three processes).
-    #[arg(long, value_delimiter = ',', default_value = "tcp4,tcp6,unix,relay4")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "tcp4,tcp6,unix,shm,relay4"
+    )]
     transports: Vec<String>,
     /// Message size ranges in bytes, comma-separated MIN-MAX (sizes uniform in the range).
     #[arg(long, value_delimiter = ',', default_value = "8-128,8-16384")]
@@ -87,9 +92,9 @@ struct Spec {
 fn parse_specs(args: &BenchArgs) -> Result<Vec<Spec>, String> {
     let mut specs = Vec::new();
     for t in &args.transports {
-        if !matches!(t.as_str(), "tcp4" | "tcp6" | "unix" | "relay4") {
+        if !matches!(t.as_str(), "tcp4" | "tcp6" | "unix" | "shm" | "relay4") {
             return Err(format!(
-                "unknown transport {t:?} (expected tcp4, tcp6, unix or relay4)"
+                "unknown transport {t:?} (expected tcp4, tcp6, unix, shm or relay4)"
             ));
         }
         for s in &args.sizes {
@@ -267,6 +272,9 @@ fn worker(
     }
     if via_relay {
         cmd.arg("--via-relay");
+    }
+    if spec.transport == "shm" {
+        cmd.arg("--shm");
     }
     cmd.spawn()
         .map(KillOnDrop)

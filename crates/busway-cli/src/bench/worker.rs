@@ -62,6 +62,9 @@ pub(crate) struct WorkerArgs {
     /// `batch`: `send_batch` of 256 messages; `single`: one `send` per message.
     #[arg(long, default_value = "batch")]
     api: String,
+    /// The link's data moves to shared memory (bus); a bare shared-memory ring (raw).
+    #[arg(long)]
+    shm: bool,
 }
 
 /// What each side reports.
@@ -80,6 +83,8 @@ pub(crate) struct Report {
 pub(crate) fn run(args: WorkerArgs) -> Result<ExitCode, String> {
     let born = Instant::now();
     let mut report = match (args.raw, args.role) {
+        (true, Role::Send) if args.shm => raw_ring_send(&args)?,
+        (true, Role::Recv) if args.shm => raw_ring_recv()?,
         (true, Role::Send) => raw_send(&args)?,
         (true, Role::Recv) => raw_recv(&args)?,
         (true, Role::Relay) => raw_relay(&args)?,
@@ -116,7 +121,7 @@ fn node_config(args: &WorkerArgs, id: BusId) -> NodeConfig {
     };
     c.linger_ms = 10_000;
     // The socket rows measure the sockets: no shared-memory ring may replace them.
-    c.shm_channels = false;
+    c.shm_channels = args.shm;
     c
 }
 
@@ -379,16 +384,7 @@ fn raw_send(args: &WorkerArgs) -> Result<Report, String> {
             Err(_) => std::thread::sleep(Duration::from_millis(5)),
         }
     };
-    let payload = vec![0x5Au8; args.size_max];
-    let mut sizes = Sizes::new(args.size_min, args.size_max);
-    let mut batch = BytesMut::with_capacity(RAW_BATCH_BYTES + HEADER_LEN + args.size_max);
-    let (mut per_batch_msgs, mut per_batch_bytes) = (0u64, 0u64);
-    while batch.len() < RAW_BATCH_BYTES {
-        let n = sizes.next_size();
-        encode_frame(FrameKind::Data, &payload[..n], &mut batch);
-        per_batch_msgs += 1;
-        per_batch_bytes += n as u64;
-    }
+    let (batch, per_batch_msgs, per_batch_bytes) = prebuilt_batch(args);
     let (mut msgs, mut bytes) = (0u64, 0u64);
     let start = Instant::now();
     let until = Duration::from_secs_f64(args.duration);
@@ -464,6 +460,102 @@ fn raw_recv(args: &WorkerArgs) -> Result<Report, String> {
         first.get_or_insert(now);
         last = now;
         walker.walk(&buf[..n]);
+    }
+    Ok(Report {
+        msgs: walker.frames,
+        bytes: walker.payload_bytes,
+        secs: first.map_or(0.0, |f| (last - f).as_secs_f64()),
+        ..Report::default()
+    })
+}
+
+/// The same frames as `raw_send`, built once, as one batch; returns (batch, messages, payload
+/// bytes in it).
+fn prebuilt_batch(args: &WorkerArgs) -> (BytesMut, u64, u64) {
+    let payload = vec![0x5Au8; args.size_max];
+    let mut sizes = Sizes::new(args.size_min, args.size_max);
+    let mut batch = BytesMut::with_capacity(RAW_BATCH_BYTES + HEADER_LEN + args.size_max);
+    let (mut msgs, mut bytes) = (0u64, 0u64);
+    while batch.len() < RAW_BATCH_BYTES {
+        let n = sizes.next_size();
+        encode_frame(FrameKind::Data, &payload[..n], &mut batch);
+        msgs += 1;
+        bytes += n as u64;
+    }
+    (batch, msgs, bytes)
+}
+
+/// The bare ring's sender: opens the receiver's ring (`/proc/PID/fd/FD`) and writes the
+/// pre-framed batch into it in records of the size the bus uses, publishing once per batch.
+fn raw_ring_send(args: &WorkerArgs) -> Result<Report, String> {
+    use busway_shm::ring::{Ring, Wait};
+    let Addr::Unix(path) = &args.addr else {
+        return Err("the bare ring is named by /proc/PID/fd/FD".into());
+    };
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    let seg = busway_shm::Segment::from_fd(file.into()).map_err(|e| e.to_string())?;
+    let ring = Ring::open(seg).map_err(|e| e.to_string())?;
+    let mut p = ring.producer();
+    let (batch, per_batch_msgs, per_batch_bytes) = prebuilt_batch(args);
+    let (mut msgs, mut bytes) = (0u64, 0u64);
+    let start = Instant::now();
+    let until = Duration::from_secs_f64(args.duration);
+    while start.elapsed() < until {
+        for piece in batch.chunks(busway::limits::RING_RECORD_BYTES_MAX) {
+            while !p.try_push(piece).map_err(|e| e.to_string())? {
+                p.publish();
+                if p.wait_for_room(piece.len(), CONNECT_WAIT) != Wait::Ready {
+                    return Err("the bare ring's reader went away".into());
+                }
+            }
+        }
+        p.publish();
+        msgs += per_batch_msgs;
+        bytes += per_batch_bytes;
+    }
+    let secs = start.elapsed().as_secs_f64();
+    p.close();
+    Ok(Report {
+        msgs,
+        bytes,
+        secs,
+        ..Report::default()
+    })
+}
+
+/// The bare ring's receiver: creates the ring, names it for the sender, and walks the frame
+/// headers of every record to count messages until the sender closes.
+fn raw_ring_recv() -> Result<Report, String> {
+    use busway_shm::ring::{Ring, Wait, RING_CAPACITY_DEFAULT, SPINS_BEFORE_SLEEP_DEFAULT};
+    use std::os::fd::AsRawFd;
+    let ring = Ring::create("busway-bench", RING_CAPACITY_DEFAULT).map_err(|e| e.to_string())?;
+    announce(&format!(
+        "unix:///proc/{}/fd/{}",
+        std::process::id(),
+        ring.segment().fd().as_raw_fd()
+    ));
+    let mut c = ring.consumer();
+    let mut walker = FrameWalker::default();
+    let (mut first, mut last) = (None, Instant::now());
+    loop {
+        let n = c
+            .read(usize::MAX, |m| walker.walk(m))
+            .map_err(|e| e.to_string())?;
+        if n > 0 {
+            let now = Instant::now();
+            first.get_or_insert(now);
+            last = now;
+            continue;
+        }
+        if c.wait_readable(SPINS_BEFORE_SLEEP_DEFAULT, CONNECT_WAIT) == Wait::Closed {
+            c.read(usize::MAX, |m| walker.walk(m))
+                .map_err(|e| e.to_string())?;
+            break;
+        }
     }
     Ok(Report {
         msgs: walker.frames,
