@@ -2,11 +2,13 @@
 //!
 //! ```text
 //! segment:  [ header, RING_HEADER_BYTES ][ data, capacity bytes (a power of two) ]
-//! header:   magic, capacity | tail | head | reader_waiting | writer_waiting | closed
+//! header:   magic, capacity, flags | tail | head | reader_waiting | writer_waiting | closed
 //!           (each on its own 64-byte line: the two sides do not share lines they write)
 //! record:   u32 len, u32 check, payload, zero padding to a multiple of 8
 //!           len = u32::MAX: padding to the end of the data area (the next record is at 0)
-//!           check = low 32 bits of XXH3-64(payload, seed = the record's position)
+//!           check = low 32 bits of XXH3-64(payload, seed = the record's position), or 0 in
+//!           a ring made unchecked (flag bit 0), whose records carry their own checks (a
+//!           link's frames each have an XXH3): lengths are still bounded by the ring
 //! ```
 //!
 //! `tail` and `head` count bytes written and consumed since the ring was made; they only grow.
@@ -49,6 +51,9 @@ pub const SPINS_BEFORE_SLEEP_DEFAULT: u32 = 2_000;
 
 const MAGIC: u64 = u64::from_le_bytes(*b"BWRING01");
 const PAD_LEN: u32 = u32::MAX;
+/// Header flag: records carry no check of the ring's own.
+#[cfg_attr(feature = "loom", allow(dead_code))]
+const FLAG_UNCHECKED: u64 = 1;
 const CLOSED_BY_PRODUCER: u32 = 1;
 const CLOSED_BY_CONSUMER: u32 = 2;
 
@@ -115,7 +120,7 @@ struct Line<T>(T);
 
 #[repr(C)]
 struct Header {
-    magic: Line<(AtomicU64, AtomicU64)>,
+    magic: Line<(AtomicU64, AtomicU64, AtomicU64)>,
     tail: Line<AtomicU64>,
     head: Line<AtomicU64>,
     reader_waiting: Line<AtomicU32>,
@@ -254,6 +259,8 @@ use memory::Memory;
 pub struct Ring {
     memory: Memory,
     capacity: usize,
+    /// Records carry the ring's own check (see the module's layout).
+    checked: bool,
     waiter: Waiter,
 }
 
@@ -269,9 +276,21 @@ impl Ring {
         self.memory.header()
     }
 
-    /// A new ring with `capacity` bytes of data in a new segment.
+    /// A new ring with `capacity` bytes of data in a new segment; every record is checked.
     #[cfg(not(feature = "loom"))]
     pub fn create(name: &str, capacity: usize) -> Result<Arc<Self>, RingError> {
+        Self::create_with(name, capacity, true)
+    }
+
+    /// Like [`Ring::create`], for records that carry their own integrity check (a link's
+    /// frames): the ring checks only their lengths, and nobody hashes the bytes twice.
+    #[cfg(not(feature = "loom"))]
+    pub fn create_unchecked(name: &str, capacity: usize) -> Result<Arc<Self>, RingError> {
+        Self::create_with(name, capacity, false)
+    }
+
+    #[cfg(not(feature = "loom"))]
+    fn create_with(name: &str, capacity: usize, checked: bool) -> Result<Arc<Self>, RingError> {
         check_capacity(capacity)?;
         let segment = crate::Segment::create(name, RING_HEADER_BYTES + capacity)
             .map_err(|e| RingError::Io(e.to_string()))?;
@@ -280,10 +299,15 @@ impl Ring {
         // The segment is fresh (zeroed) and not shared yet: plain stores are enough; the peer
         // sees them through the descriptor passing, a system call (a full barrier).
         h.magic.0 .1.store(capacity as u64, Relaxed);
+        h.magic
+            .0
+             .2
+            .store(if checked { 0 } else { FLAG_UNCHECKED }, Relaxed);
         h.magic.0 .0.store(MAGIC, Relaxed);
         Ok(Arc::new(Self {
             memory,
             capacity,
+            checked,
             waiter: Waiter::new(),
         }))
     }
@@ -304,6 +328,7 @@ impl Ring {
             return Err(RingError::Invalid("bad magic".into()));
         }
         let capacity = h.magic.0 .1.load(Relaxed) as usize;
+        let checked = h.magic.0 .2.load(Relaxed) & FLAG_UNCHECKED == 0;
         check_capacity(capacity)?;
         let segment_len = memory.segment().len();
         if RING_HEADER_BYTES + capacity > segment_len {
@@ -314,6 +339,7 @@ impl Ring {
         Ok(Arc::new(Self {
             memory: Memory::new(memory.into_segment(), capacity),
             capacity,
+            checked,
             waiter: Waiter::new(),
         }))
     }
@@ -323,7 +349,11 @@ impl Ring {
     pub fn in_heap(capacity: usize) -> Result<Arc<Self>, RingError> {
         check_capacity(capacity)?;
         let header = Header {
-            magic: Line((AtomicU64::new(MAGIC), AtomicU64::new(capacity as u64))),
+            magic: Line((
+                AtomicU64::new(MAGIC),
+                AtomicU64::new(capacity as u64),
+                AtomicU64::new(0),
+            )),
             tail: Line(AtomicU64::new(0)),
             head: Line(AtomicU64::new(0)),
             reader_waiting: Line(AtomicU32::new(0)),
@@ -333,6 +363,7 @@ impl Ring {
         Ok(Arc::new(Self {
             memory: Memory::new(header, capacity),
             capacity,
+            checked: true,
             waiter: Waiter::new(),
         }))
     }
@@ -488,7 +519,9 @@ impl Producer {
         let idx = (self.tail as usize) & (self.ring.capacity - 1);
         let mut head = [0u8; RECORD_HEADER_BYTES];
         head[..4].copy_from_slice(&(payload.len() as u32).to_le_bytes());
-        head[4..].copy_from_slice(&check(payload, self.tail).to_le_bytes());
+        if self.ring.checked {
+            head[4..].copy_from_slice(&check(payload, self.tail).to_le_bytes());
+        }
         mem.write(idx, &head);
         mem.write(idx + RECORD_HEADER_BYTES, payload);
         self.tail += size as u64;
@@ -602,8 +635,9 @@ impl Consumer {
                     format!("length {len} does not fit ({avail} bytes published from here)"),
                 ));
             }
+            let checked = ring.checked;
             let ok = ring.memory.read(idx + RECORD_HEADER_BYTES, len, |payload| {
-                if check(payload, at) != sum {
+                if checked && check(payload, at) != sum {
                     return false;
                 }
                 f(payload);
@@ -726,6 +760,25 @@ mod tests {
         p.try_push(b"hello").unwrap();
         p.publish();
         r.memory.write(0, &5000u32.to_le_bytes());
+        let err = c.read(10, |_| panic!("delivered")).unwrap_err();
+        assert!(err.to_string().contains("length 5000"), "{err}");
+    }
+
+    #[test]
+    fn an_unchecked_ring_bounds_lengths_but_leaves_checks_to_its_records() {
+        let r = Ring::create_unchecked("busway-test", 4096).unwrap();
+        let fd = r.segment().fd().try_clone_to_owned().unwrap();
+        let far = Ring::open(crate::Segment::from_fd(fd).unwrap()).unwrap();
+        let (mut p, mut c) = (r.producer(), far.consumer());
+        p.try_push(b"hello").unwrap();
+        p.publish();
+        r.memory.write(RECORD_HEADER_BYTES, b"j");
+        let mut got = Vec::new();
+        c.read(10, |m| got = m.to_vec()).unwrap();
+        assert_eq!(got, b"jello", "the opener learned the ring is unchecked");
+        p.try_push(b"x").unwrap();
+        p.publish();
+        r.memory.write(16, &5000u32.to_le_bytes());
         let err = c.read(10, |_| panic!("delivered")).unwrap_err();
         assert!(err.to_string().contains("length 5000"), "{err}");
     }

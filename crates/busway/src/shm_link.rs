@@ -52,7 +52,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 impl ShmLink {
     /// Creates our ring toward the peer and returns the OFFER to send, or why not.
     pub(crate) fn offer(&self, capacity: usize) -> Result<Bytes, String> {
-        let ring = Ring::create("busway-link", capacity).map_err(|e| e.to_string())?;
+        let ring = Ring::create_unchecked("busway-link", capacity).map_err(|e| e.to_string())?;
         let seg = ring.segment();
         let inode = seg.inode().map_err(|e| e.to_string())?;
         let frame = Channel::Offer {

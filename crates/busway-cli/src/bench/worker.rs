@@ -532,7 +532,8 @@ fn raw_ring_send(args: &WorkerArgs) -> Result<Report, String> {
 fn raw_ring_recv() -> Result<Report, String> {
     use busway_shm::ring::{Ring, Wait, RING_CAPACITY_DEFAULT, SPINS_BEFORE_SLEEP_DEFAULT};
     use std::os::fd::AsRawFd;
-    let ring = Ring::create("busway-bench", RING_CAPACITY_DEFAULT).map_err(|e| e.to_string())?;
+    let ring =
+        Ring::create_unchecked("busway-bench", RING_CAPACITY_DEFAULT).map_err(|e| e.to_string())?;
     announce(&format!(
         "unix:///proc/{}/fd/{}",
         std::process::id(),
