@@ -386,3 +386,65 @@ fn status_shows_a_nodes_peers_and_counters() {
         "{err}"
     );
 }
+
+fn shm_entries() -> usize {
+    std::fs::read_dir("/dev/shm").map_or(0, |d| d.count())
+}
+
+#[test]
+fn a_process_killed_mid_stream_over_shared_memory_leaves_nothing_behind() {
+    let before = shm_entries();
+    let (l, addr, out) = listener(&[
+        "listen",
+        "--id",
+        "2",
+        "--listen",
+        "tcp://127.0.0.1:0",
+        "--verify",
+        "--idle-timeout",
+        "2",
+    ]);
+    let mut s = spawn(&[
+        "send",
+        "--id",
+        "1",
+        "--connect",
+        &addr,
+        "--to",
+        "2",
+        "--count",
+        "100000000",
+        "--size",
+        "64",
+    ]);
+    std::thread::sleep(Duration::from_millis(700));
+    // kill -9 while its data flows through the ring.
+    s.0.kill().unwrap();
+    s.0.wait().unwrap();
+    assert_eq!(shm_entries(), before, "nothing left in /dev/shm");
+    // A new sender process starts cleanly and moves to shared memory again.
+    let s2 = spawn(&[
+        "send",
+        "--id",
+        "1",
+        "--connect",
+        &addr,
+        "--to",
+        "2",
+        "--count",
+        "1000",
+        "--size",
+        "64",
+    ]);
+    let (ok, _, _, err) = finish(s2, None);
+    assert!(ok, "the second sender: {err}");
+    let (_, code, stdout, err) = finish(l, Some(out));
+    // The second sender numbers from 0 again: --verify counts its messages as repeats.
+    assert_eq!(code, Some(2), "{stdout} {err}");
+    assert!(stdout.contains("received "), "{stdout}");
+    assert!(
+        err.contains(&format!("2 {SHM_LINE}")),
+        "both senders' links moved to shared memory: {err}"
+    );
+    assert_eq!(shm_entries(), before, "nothing left in /dev/shm");
+}

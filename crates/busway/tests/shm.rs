@@ -98,3 +98,54 @@ async fn a_node_that_forbids_shared_memory_stays_on_the_socket() {
     a.shutdown().await;
     b.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_that_dies_mid_stream_leaves_the_writer_a_peer_down_not_a_hang() {
+    let a = start(config(1).listen(listen_addr("unix"))).await;
+    let mut cb = config(2).connect(a.listen_addrs()[0].clone());
+    cb.peer_dead_after_ms = 300;
+    cb.dial_backoff_min_ms = 50;
+    let b = start(cb).await;
+    assert!(b.wait_for_peer(a.id(), WAIT).await);
+    let mut events = b.take_events().unwrap();
+    let mut inbox = a.take_inbox().unwrap();
+    let sender = {
+        let b = b.clone();
+        tokio::spawn(async move {
+            let batch: Vec<Vec<u8>> = (0..1000).map(msg).collect();
+            loop {
+                if let Err(e) = b.send_batch(BusId(1), &batch).await {
+                    return e;
+                }
+            }
+        })
+    };
+    // Let data flow through the ring, then the reader dies abruptly (no CLOSE).
+    let mut got = 0;
+    while got < 10_000 {
+        got += tokio::time::timeout(WAIT, inbox.recv_batch())
+            .await
+            .expect("data flows")
+            .unwrap()
+            .len();
+    }
+    assert_eq!(b.stats().shm_channels, 1);
+    drop(inbox);
+    drop(a);
+    wait_event(&mut events, |e| match e {
+        busway::Event::PeerDown { peer, .. } if *peer == BusId(1) => Some(()),
+        _ => None,
+    })
+    .await;
+    wait_event(&mut events, |e| match e {
+        busway::Event::Undeliverable { peer, .. } if *peer == BusId(1) => Some(()),
+        _ => None,
+    })
+    .await;
+    let err = tokio::time::timeout(WAIT, sender)
+        .await
+        .expect("the writer does not hang")
+        .unwrap();
+    assert_eq!(err, busway::SendError::PeerDown(BusId(1)));
+    b.shutdown().await;
+}
