@@ -613,7 +613,7 @@ async fn write_loop<W: AsyncWrite + Unpin>(
                     return Ok(());
                 }
                 Take::Data => {
-                    write_ring(p, &mut messages).await?;
+                    write_ring(p, &mut messages, || peer.is_link_closing()).await?;
                     write_batch(w, &mut batch).await?;
                 }
             }

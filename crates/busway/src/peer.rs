@@ -431,6 +431,12 @@ impl Peer {
         self.room.notify_waiters();
     }
 
+    /// Whether the attached link is closing (see `close_link`).
+    pub(crate) fn is_link_closing(&self) -> bool {
+        let st = self.lock();
+        st.link_closing || st.closing
+    }
+
     /// The attached link's writer drains what is queued, sends CLOSE and finishes.
     pub(crate) fn close_link(&self) {
         self.lock().link_closing = true;

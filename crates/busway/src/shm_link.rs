@@ -143,8 +143,13 @@ impl ShmLink {
 }
 
 /// Writes `messages` (frames, as the socket would get them) into the ring, waiting while it is
-/// full, then publishes them.
-pub(crate) async fn write_ring(p: &mut Producer, messages: &mut Vec<Bytes>) -> io::Result<()> {
+/// full, then publishes them. Gives up on a full ring once `closing()` says the link is going
+/// (its reader saw the peer close: nobody will free the ring).
+pub(crate) async fn write_ring(
+    p: &mut Producer,
+    messages: &mut Vec<Bytes>,
+    closing: impl Fn() -> bool,
+) -> io::Result<()> {
     for b in messages.drain(..) {
         let mut rest = &b[..];
         while !rest.is_empty() {
@@ -162,6 +167,12 @@ pub(crate) async fn write_ring(p: &mut Producer, messages: &mut Vec<Bytes>) -> i
                 return Err(io::Error::new(
                     io::ErrorKind::BrokenPipe,
                     "the peer closed its end of the shared-memory ring",
+                ));
+            }
+            if closing() {
+                return Err(io::Error::new(
+                    io::ErrorKind::BrokenPipe,
+                    "the link is closing and its shared-memory ring is full",
                 ));
             }
             tokio::task::yield_now().await;

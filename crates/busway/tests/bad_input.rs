@@ -49,6 +49,8 @@ async fn fixture() -> Fixture {
     )
     .await;
     assert!(node.wait_for_peer(BusId(2), WAIT).await);
+    // Both ends: the healthy node may finish its side of the handshake a moment later.
+    assert!(healthy.wait_for_peer(BusId(1), WAIT).await);
     Fixture {
         node,
         events,
