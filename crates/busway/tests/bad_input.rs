@@ -303,3 +303,89 @@ async fn a_silent_connection_times_out_in_the_handshake() {
     );
     node.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_channel_frame_from_a_peer_that_did_not_advertise_shared_memory() {
+    let mut fx = fixture().await;
+    let mut s = authenticated(fx.addr, 9, Some(SECRET)).await;
+    assert!(fx.node.wait_for_peer(BusId(9), WAIT).await);
+    s.write_all(&busway_core::channel::Channel::Switch.frame())
+        .await
+        .unwrap();
+    closed_by_node(&mut s).await;
+    let reason = fx.down(9).await;
+    assert!(reason.contains("did not advertise"), "{reason}");
+    fx.still_works().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bogus_shared_memory_offer_is_refused_with_its_reason_and_the_link_stays() {
+    use busway_core::channel::Channel;
+    use busway_core::handshake::caps;
+    let mut fx = fixture().await;
+    let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
+    let mut s = authenticated_as(fx.addr, 9, Some(SECRET), |h| {
+        h.capabilities |= caps::SHM;
+        h.host_id = boot_id.trim().as_bytes().to_vec();
+    })
+    .await;
+    assert!(fx.node.wait_for_peer(BusId(9), WAIT).await);
+    let offer = Channel::Offer {
+        pid: std::process::id(),
+        fd: 999_999,
+        inode: 1,
+        capacity: 4096,
+    };
+    s.write_all(&offer.frame()).await.unwrap();
+    // The node answers REFUSE with the reason, among its other frames (its own OFFER, PINGs).
+    let mut buf = BytesMut::new();
+    let mut dec = FrameDecoder::new(1 << 20);
+    let refusal = tokio::time::timeout(WAIT, async {
+        loop {
+            while let Some(f) = dec.decode(&mut buf).unwrap() {
+                if f.kind == FrameKind::Channel {
+                    if let Ok(Channel::Refuse(why)) = Channel::decode(&f.body) {
+                        return why;
+                    }
+                }
+            }
+            assert!(s.read_buf(&mut buf).await.unwrap() > 0, "link closed");
+        }
+    })
+    .await
+    .expect("a REFUSE");
+    assert!(
+        refusal.contains("/proc/") && refusal.contains("999999"),
+        "{refusal}"
+    );
+    assert!(
+        fx.node.peers().iter().any(|p| p.id == BusId(9) && p.up),
+        "the link stays, on its socket"
+    );
+    fx.still_works().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_malformed_hint_closes_only_that_link() {
+    use busway_core::routed::{routed_frame, RoutedHeader, RoutedType};
+    let mut fx = fixture().await;
+    let mut s = authenticated(fx.addr, 9, Some(SECRET)).await;
+    assert!(fx.node.wait_for_peer(BusId(9), WAIT).await);
+    let h = RoutedHeader {
+        kind: RoutedType::Hint,
+        ttl: 16,
+        src: BusId(9),
+        src_incarnation: 9,
+        dst: BusId(1),
+        seq: 0,
+        route: vec![],
+    };
+    s.write_all(&routed_frame(&h, &[1, 2, 3])).await.unwrap();
+    closed_by_node(&mut s).await;
+    let reason = fx.down(9).await;
+    assert!(
+        reason.contains("ROUTED HINT shorter than 9 bytes"),
+        "{reason}"
+    );
+    fx.still_works().await;
+}

@@ -92,11 +92,22 @@ pub async fn authenticated(
     id: u64,
     secret: Option<&str>,
 ) -> tokio::net::TcpStream {
+    authenticated_as(addr, id, secret, |_| {}).await
+}
+
+/// Like `authenticated`, with the HELLO changed by `tweak` first (capabilities, host id).
+pub async fn authenticated_as(
+    addr: std::net::SocketAddr,
+    id: u64,
+    secret: Option<&str>,
+    tweak: impl FnOnce(&mut busway_core::handshake::Hello),
+) -> tokio::net::TcpStream {
     use busway_core::frame::HANDSHAKE_BODY_LEN_MAX;
     use busway_core::handshake::{local_hello, Handshake, NonceCache, Role, Secret, Step};
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let hello = local_hello(BusId(id), id, now_ms(), [id as u8; 16], vec![]);
+    let mut hello = local_hello(BusId(id), id, now_ms(), [id as u8; 16], vec![]);
+    tweak(&mut hello);
     let mut hs = Handshake::new(Role::Dialer, hello, secret.map(|s| Secret::new(s).unwrap()));
     s.write_all(&hs.hello_frame()).await.unwrap();
     let mut dec = busway_core::FrameDecoder::new(HANDSHAKE_BODY_LEN_MAX);
