@@ -126,3 +126,29 @@ pub async fn authenticated_as(
         );
     }
 }
+
+/// Receives the messages numbered `range` from `from`, in order, each once, each equal to
+/// `msg(number)` (whose first 8 bytes are the number, little-endian); panics if the stream
+/// stalls for 30 s.
+pub async fn expect_in_order(
+    inbox: &mut busway::Inbox,
+    from: BusId,
+    range: std::ops::Range<u64>,
+    msg: fn(u64) -> Vec<u8>,
+) {
+    let mut expected = range.start;
+    let done = tokio::time::timeout(Duration::from_secs(30), async {
+        while expected < range.end {
+            let batch = inbox.recv_batch().await.unwrap();
+            assert_eq!(batch.src(), from);
+            for p in batch.iter() {
+                let seq = u64::from_le_bytes(p[..8].try_into().unwrap());
+                assert_eq!(seq, expected, "in order, each once");
+                assert_eq!(p, msg(seq).as_slice());
+                expected += 1;
+            }
+        }
+    })
+    .await;
+    assert!(done.is_ok(), "stream stalled at {expected}");
+}

@@ -41,23 +41,9 @@ fn stream(a: &Node, range: std::ops::Range<u64>) -> tokio::task::JoinHandle<()> 
     })
 }
 
-/// Receives `range` in order, each once.
+/// Receives `range` from bus id 1 in order, each once.
 async fn expect(inbox: &mut busway::Inbox, range: std::ops::Range<u64>) {
-    let mut expected = range.start;
-    let done = tokio::time::timeout(Duration::from_secs(30), async {
-        while expected < range.end {
-            let batch = inbox.recv_batch().await.unwrap();
-            assert_eq!(batch.src(), BusId(1));
-            for p in batch.iter() {
-                let seq = u64::from_le_bytes(p[..8].try_into().unwrap());
-                assert_eq!(seq, expected, "in order, each once");
-                assert_eq!(p, msg(seq).as_slice());
-                expected += 1;
-            }
-        }
-    })
-    .await;
-    assert!(done.is_ok(), "stream stalled at {expected}");
+    expect_in_order(inbox, BusId(1), range, msg).await;
 }
 
 fn direct_up(a: &Node, id: BusId) -> bool {

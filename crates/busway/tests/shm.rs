@@ -23,21 +23,7 @@ async fn stream(a: &Node, to: BusId, range: std::ops::Range<u64>) {
 }
 
 async fn expect(inbox: &mut busway::Inbox, from: BusId, range: std::ops::Range<u64>) {
-    let mut expected = range.start;
-    let done = tokio::time::timeout(Duration::from_secs(30), async {
-        while expected < range.end {
-            let batch = inbox.recv_batch().await.unwrap();
-            assert_eq!(batch.src(), from);
-            for p in batch.iter() {
-                let seq = u64::from_le_bytes(p[..8].try_into().unwrap());
-                assert_eq!(seq, expected, "in order, each once");
-                assert_eq!(p, msg(seq).as_slice());
-                expected += 1;
-            }
-        }
-    })
-    .await;
-    assert!(done.is_ok(), "stream stalled at {expected}");
+    expect_in_order(inbox, from, range, msg).await;
 }
 
 /// Like `common::pair`, with shared memory allowed on a link of `transport`.
