@@ -246,7 +246,7 @@ fn bench_json_rows_carry_the_documented_keys() {
         "--rounds",
         "1",
         "--transports",
-        "tcp4,unix",
+        "tcp4,unix,shm",
         "--sizes",
         "8-128",
     ]);
@@ -256,7 +256,8 @@ fn bench_json_rows_carry_the_documented_keys() {
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
-    assert_eq!(rows.len(), 2);
+    assert_eq!(rows.len(), 3);
+    assert_eq!(rows[2]["transport"], "shm");
     for row in rows {
         for key in [
             "workload",
@@ -447,4 +448,36 @@ fn a_process_killed_mid_stream_over_shared_memory_leaves_nothing_behind() {
         "both senders' links moved to shared memory: {err}"
     );
     assert_eq!(shm_entries(), before, "nothing left in /dev/shm");
+}
+
+#[test]
+fn bench_latency_rows_give_percentiles_for_shm_blocking_and_spinning() {
+    let p = spawn(&[
+        "bench",
+        "--latency",
+        "--json",
+        "--transports",
+        "shm",
+        "--sizes",
+        "64-64",
+        "--round-trips",
+        "300",
+    ]);
+    let (ok, _, stdout, err) = finish(p, None);
+    assert!(ok, "{err}");
+    let rows: Vec<serde_json::Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let modes: Vec<&str> = rows.iter().map(|r| r["mode"].as_str().unwrap()).collect();
+    assert_eq!(modes, ["blocking", "spinning"]);
+    for r in &rows {
+        assert_eq!(r["workload"], "latency");
+        let (p50, p99, p999) = (
+            r["p50_us"].as_f64().unwrap(),
+            r["p99_us"].as_f64().unwrap(),
+            r["p999_us"].as_f64().unwrap(),
+        );
+        assert!(0.0 < p50 && p50 <= p99 && p99 <= p999, "{r}");
+    }
 }

@@ -44,6 +44,10 @@ pub struct NodeConfig {
     /// Whether a link to a node on the same host moves its data to shared-memory rings (both
     /// ends must allow it); the socket stays as the control link.
     pub shm_channels: bool,
+    /// Spins a link's shared-memory reader makes on an empty ring before it sleeps on the futex:
+    /// 0 sleeps at once (least CPU, a wake-up costs a few microseconds more), larger trades CPU
+    /// for latency. Default `busway_shm::ring::SPINS_BEFORE_SLEEP_DEFAULT`.
+    pub shm_spins: u32,
     /// Shared secret every peer must prove; `None` admits any busway peer.
     pub secret: Option<Secret>,
     pub io_threads: IoThreads,
@@ -82,6 +86,7 @@ impl NodeConfig {
             relay_grace_ms: DEFAULT_RELAY_GRACE_MS,
             direct_links: true,
             shm_channels: true,
+            shm_spins: busway_shm::ring::SPINS_BEFORE_SLEEP_DEFAULT,
             secret: None,
             io_threads: IoThreads::Dedicated(cores),
             frame_body_max: DEFAULT_BODY_LEN_MAX,

@@ -214,7 +214,7 @@ where
         let Some(shm) = shm else {
             return std::future::pending().await;
         };
-        let mut ring = shm.inbound_reader().await;
+        let mut ring = shm.inbound_reader(shared.config.shm_spins).await;
         let mut ring_buf = BytesMut::with_capacity(2 * READ_CHUNK_MIN_BYTES);
         let mut ring_dec = FrameDecoder::new(shared.config.frame_body_max);
         let ring_rx_ms = AtomicU64::new(0);

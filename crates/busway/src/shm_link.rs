@@ -10,7 +10,7 @@ use crate::limits::{RING_FULL_RETRY_MS, RING_READ_BATCH_RECORDS, RING_RECORD_BYT
 use crate::node::Shared;
 use crate::stats::bump;
 use busway_core::channel::Channel;
-use busway_shm::ring::{Consumer, Producer, Ring, Wait, SPINS_BEFORE_SLEEP_DEFAULT};
+use busway_shm::ring::{Consumer, Producer, Ring, Wait};
 use busway_shm::Segment;
 use bytes::{Buf, Bytes, BytesMut};
 use std::io;
@@ -132,11 +132,11 @@ impl ShmLink {
 
     /// Waits for the peer's SWITCH, then returns a reader of its ring (a byte stream of the
     /// frames it writes there). Pends forever on a link that never switches.
-    pub(crate) async fn inbound_reader(&self) -> RingReader {
+    pub(crate) async fn inbound_reader(&self, spins: u32) -> RingReader {
         loop {
             self.switched_in.notified().await;
             if let Some(c) = lock(&self.inbound).take() {
-                return RingReader::start(c);
+                return RingReader::start(c, spins);
             }
         }
     }
@@ -194,7 +194,8 @@ pub(crate) struct RingReader {
 }
 
 impl RingReader {
-    fn start(mut c: Consumer) -> Self {
+    /// Starts the thread; it spins `spins` times on an empty ring before it sleeps.
+    fn start(mut c: Consumer, spins: u32) -> Self {
         let (tx, rx) = mpsc::channel(crate::limits::RING_READ_QUEUE_LEN);
         let spawned = std::thread::Builder::new()
             .name("busway-shm-rx".into())
@@ -215,8 +216,7 @@ impl RingReader {
                         }
                         continue;
                     }
-                    if c.wait_readable(SPINS_BEFORE_SLEEP_DEFAULT, Duration::from_millis(100))
-                        == Wait::Closed
+                    if c.wait_readable(spins, Duration::from_millis(100)) == Wait::Closed
                         && !c.is_readable()
                     {
                         return;

@@ -53,6 +53,99 @@ pub(crate) struct BenchArgs {
     /// Print one JSON object per row instead of the table.
     #[arg(long)]
     json: bool,
+    /// Round-trip latency instead of throughput: one message of the smallest size of the
+    /// first range out, its echo back, `--round-trips` times; p50/p99/p99.9 per transport, and
+    /// for shm with the reader sleeping at once (blocking) and spinning.
+    #[arg(long)]
+    latency: bool,
+    /// Round trips measured per row with `--latency` (after a tenth as many to warm up).
+    #[arg(long, default_value_t = 20_000)]
+    round_trips: usize,
+}
+
+/// One row of the latency table.
+#[derive(Serialize, Debug)]
+struct LatencyRow {
+    workload: &'static str,
+    transport: String,
+    mode: &'static str,
+    size: usize,
+    round_trips: usize,
+    p50_us: f64,
+    p99_us: f64,
+    p999_us: f64,
+}
+
+/// Spins of the shm reader in the latency modes: none, and enough (tens of milliseconds) that
+/// it does not sleep between two round trips.
+const LATENCY_MODES: [(&str, u32); 2] = [("blocking", 0), ("spinning", 10_000_000)];
+
+fn run_latency(args: &BenchArgs, specs: &[Spec]) -> Result<ExitCode, String> {
+    let size = specs.first().map_or(64, |s| s.size_min);
+    let mut rows = Vec::new();
+    let mut transports: Vec<&str> = specs.iter().map(|s| s.transport.as_str()).collect();
+    transports.dedup();
+    for (i, t) in transports.into_iter().enumerate() {
+        if t == "relay4" {
+            continue;
+        }
+        let modes: &[(&str, u32)] = if t == "shm" {
+            &LATENCY_MODES
+        } else {
+            &[("socket", 0)]
+        };
+        for (j, &(mode, spins)) in modes.iter().enumerate() {
+            let spec = Spec {
+                transport: t.to_owned(),
+                size_min: size,
+                size_max: size,
+            };
+            let limit = Duration::from_secs_f64(WORKER_GRACE_SECS * 2.0);
+            let rt = args.round_trips.to_string();
+            let sp = spins.to_string();
+            let extra = ["--round-trips", rt.as_str(), "--shm-spins", sp.as_str()];
+            let addr = listen_addr(t, 1000 + i * 4 + j);
+            let mut recv = worker_with(args, &spec, "recv", false, &addr, false, &extra)?;
+            let (mut recv_lines, bound) = ready(&mut recv, "echo")?;
+            let mut send = worker_with(args, &spec, "send", false, &bound, false, &extra)?;
+            let send_stdout = send.0.stdout.take().ok_or("worker has no stdout")?;
+            let mut send_lines = BufReader::new(send_stdout).lines().map_while(Result::ok);
+            let r = finish(send, &mut send_lines, limit)?;
+            finish(recv, &mut recv_lines, limit)?;
+            let row = LatencyRow {
+                workload: "latency",
+                transport: t.to_owned(),
+                mode,
+                size,
+                round_trips: args.round_trips,
+                p50_us: r.rtt_us[0],
+                p99_us: r.rtt_us[1],
+                p999_us: r.rtt_us[2],
+            };
+            if args.json {
+                println!("{}", serde_json::to_string(&row).unwrap_or_default());
+            }
+            rows.push(row);
+        }
+    }
+    if !args.json {
+        println!(
+            "busway bench --latency: round trips of one {size}-byte message and its echo, {} per row; microseconds",
+            args.round_trips
+        );
+        println!("machine: {}", sysinfo::machine());
+        println!(
+            "{:<6} {:<9} {:>9} {:>9} {:>9}",
+            "link", "mode", "p50", "p99", "p99.9"
+        );
+        for r in &rows {
+            println!(
+                "{:<6} {:<9} {:>9.1} {:>9.1} {:>9.1}",
+                r.transport, r.mode, r.p50_us, r.p99_us, r.p999_us
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// One row of the table.
@@ -129,6 +222,9 @@ pub(crate) fn run(args: BenchArgs) -> Result<ExitCode, String> {
         return Err(format!("--io {:?}: expected current or dedicated", args.io));
     }
     let specs = parse_specs(&args)?;
+    if args.latency {
+        return run_latency(&args, &specs);
+    }
     let bar = ProgressBar::new((specs.len() * args.rounds * 2) as u64);
     bar.set_style(
         ProgressStyle::with_template("{bar:40} {pos}/{len} {msg}")
@@ -257,6 +353,19 @@ fn worker(
     addr: &str,
     via_relay: bool,
 ) -> Result<KillOnDrop, String> {
+    worker_with(args, spec, role, raw, addr, via_relay, &[])
+}
+
+/// Like `worker`, with `extra` arguments for the worker.
+fn worker_with(
+    args: &BenchArgs,
+    spec: &Spec,
+    role: &str,
+    raw: bool,
+    addr: &str,
+    via_relay: bool,
+    extra: &[&str],
+) -> Result<KillOnDrop, String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let mut cmd = Command::new(exe);
     cmd.args(["bench-worker", role, "--addr", addr])
@@ -276,6 +385,7 @@ fn worker(
     if spec.transport == "shm" {
         cmd.arg("--shm");
     }
+    cmd.args(extra);
     cmd.spawn()
         .map(KillOnDrop)
         .map_err(|e| format!("cannot start a worker: {e}"))

@@ -65,6 +65,13 @@ pub(crate) struct WorkerArgs {
     /// The link's data moves to shared memory (bus); a bare shared-memory ring (raw).
     #[arg(long)]
     shm: bool,
+    /// Spins of the shared-memory reader before it sleeps (bus, with `--shm`).
+    #[arg(long)]
+    shm_spins: Option<u32>,
+    /// Round trips instead of throughput: the sender sends one message of `--size-min` bytes
+    /// and waits for its echo, this many times; the receiver echoes.
+    #[arg(long)]
+    round_trips: Option<usize>,
 }
 
 /// What each side reports.
@@ -78,6 +85,9 @@ pub(crate) struct Report {
     /// Wall seconds the process lived, for CPU%.
     pub(crate) wall_secs: f64,
     pub(crate) peak_rss_kib: u64,
+    /// Round trips (`--round-trips`): percentiles in microseconds.
+    #[serde(default)]
+    pub(crate) rtt_us: [f64; 3],
 }
 
 pub(crate) fn run(args: WorkerArgs) -> Result<ExitCode, String> {
@@ -95,6 +105,8 @@ pub(crate) fn run(args: WorkerArgs) -> Result<ExitCode, String> {
                 .map_err(|e| e.to_string())?;
             rt.block_on(async {
                 match role {
+                    Role::Send if args.round_trips.is_some() => bus_ping(&args).await,
+                    Role::Recv if args.round_trips.is_some() => bus_echo(&args).await,
                     Role::Send => bus_send(&args).await,
                     Role::Recv => bus_recv(&args).await,
                     Role::Relay => bus_relay(&args).await,
@@ -122,7 +134,77 @@ fn node_config(args: &WorkerArgs, id: BusId) -> NodeConfig {
     c.linger_ms = 10_000;
     // The socket rows measure the sockets: no shared-memory ring may replace them.
     c.shm_channels = args.shm;
+    if let Some(spins) = args.shm_spins {
+        c.shm_spins = spins;
+    }
     c
+}
+
+/// Round trips: sends one message, waits for its echo, `--round-trips` times; reports the
+/// p50/p99/p99.9 of the round trips in microseconds.
+async fn bus_ping(args: &WorkerArgs) -> Result<Report, String> {
+    let node = dialing_node(args, SENDER_ID).await?;
+    let mut inbox = node.take_inbox().expect("inbox is taken once");
+    let n = args.round_trips.unwrap_or(0);
+    let payload = Bytes::from(vec![0x5Au8; args.size_min]);
+    // Until the link settled (on shm: switched to the ring), then measured.
+    let warmup = n / 10 + 100;
+    let mut samples = Vec::with_capacity(n);
+    let start = Instant::now();
+    for i in 0..warmup + n {
+        let t = Instant::now();
+        node.send(RECEIVER_ID, payload.clone())
+            .await
+            .map_err(|e| e.to_string())?;
+        tokio::time::timeout(CONNECT_WAIT, inbox.recv())
+            .await
+            .map_err(|_| "no echo within the wait".to_string())?
+            .ok_or("the inbox closed")?;
+        if i >= warmup {
+            samples.push(t.elapsed().as_nanos() as f64 / 1000.0);
+        }
+    }
+    let secs = start.elapsed().as_secs_f64();
+    node.shutdown().await;
+    samples.sort_by(|a, b| a.total_cmp(b));
+    let pct = |p: f64| samples[((samples.len() as f64 * p) as usize).min(samples.len() - 1)];
+    Ok(Report {
+        msgs: n as u64,
+        secs,
+        rtt_us: [pct(0.5), pct(0.99), pct(0.999)],
+        ..Report::default()
+    })
+}
+
+/// Echoes every message back to its source until the link goes down.
+async fn bus_echo(args: &WorkerArgs) -> Result<Report, String> {
+    let node = Node::start(node_config(args, RECEIVER_ID).listen(args.addr.clone()))
+        .await
+        .map_err(|e| e.to_string())?;
+    announce(&node.listen_addrs()[0].to_string());
+    let mut inbox = node.take_inbox().expect("inbox is taken once");
+    let mut events = node.take_events().expect("events are taken once");
+    let mut msgs = 0u64;
+    loop {
+        tokio::select! {
+            m = inbox.recv() => match m {
+                Some(m) => {
+                    msgs += 1;
+                    node.send(m.src, m.payload).await.map_err(|e| e.to_string())?;
+                }
+                None => break,
+            },
+            ev = events.recv() => match ev {
+                Some(Event::PeerDown { .. }) | None => break,
+                Some(_) => {}
+            },
+        }
+    }
+    node.shutdown().await;
+    Ok(Report {
+        msgs,
+        ..Report::default()
+    })
 }
 
 /// A node of the benchmark: dialing `addr` directly, or registered below the relay at `addr`.
