@@ -57,6 +57,57 @@ pub fn handshake(data: &[u8]) {
     }
 }
 
+/// Feeds arbitrary bytes as the bodies an established peer can send beyond DATA: the first
+/// byte picks a ROUTED body (header, then its DATA inner frames, FAIL or HINT) or a CHANNEL
+/// body. Must never panic; whatever decodes must encode back to what it decoded from.
+pub fn peer_bodies(data: &[u8]) {
+    let Some((&which, body)) = data.split_first() else {
+        return;
+    };
+    if which & 1 == 0 {
+        if let Ok(msg) = crate::channel::Channel::decode(body) {
+            if matches!(msg, crate::channel::Channel::Refuse(_)) {
+                // A refusal's text is read leniently (lossy UTF-8) and cut when written.
+                return;
+            }
+            let again = msg.frame();
+            let back = crate::channel::Channel::decode(&again[crate::frame::HEADER_LEN..]);
+            assert_eq!(back.as_ref(), Ok(&msg));
+        }
+        return;
+    }
+    let Ok((header, at)) = crate::routed::RoutedHeader::decode(body) else {
+        return;
+    };
+    let mut again = BytesMut::new();
+    header.encode(&mut again);
+    // Byte 3 is reserved: ignored when read, written as 0.
+    assert_eq!(
+        again[..3],
+        body[..3],
+        "a ROUTED header re-encodes to its bytes"
+    );
+    assert_eq!(
+        again[4..],
+        body[4..at],
+        "a ROUTED header re-encodes to its bytes"
+    );
+    let inner = &body[at..];
+    let _ = crate::routed::decode_fail(inner);
+    let _ = crate::routed::decode_hint(inner);
+    let mut dec = FrameDecoder::new(DEFAULT_BODY_LEN_MAX);
+    let mut rest = inner;
+    while let Ok(Some((kind, len))) = dec.peek(rest) {
+        if kind == crate::frame::FrameKind::DataBatch {
+            let body = &rest[crate::frame::HEADER_LEN..len];
+            let _ = crate::frame::for_each_batch_entry(body, |s, n| {
+                assert!(s + n <= body.len());
+            });
+        }
+        rest = &rest[len..];
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;
@@ -65,6 +116,11 @@ mod tests {
         #[test]
         fn frame_decoder_never_panics(data in prop::collection::vec(any::<u8>(), 0..2048)) {
             super::frame_decoder(&data);
+        }
+
+        #[test]
+        fn peer_bodies_never_panic(data in prop::collection::vec(any::<u8>(), 0..512)) {
+            super::peer_bodies(&data);
         }
 
         #[test]
