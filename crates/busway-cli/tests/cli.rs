@@ -236,6 +236,16 @@ fn bad_arguments_get_clear_errors() {
     assert!(err.contains("no link to bus id 2"), "{err}");
 }
 
+/// The JSON rows a successful `busway bench --json` printed.
+fn json_rows(p: Proc) -> Vec<serde_json::Value> {
+    let (ok, _, stdout, err) = finish(p, None);
+    assert!(ok, "{err}");
+    stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
 #[test]
 fn bench_json_rows_carry_the_documented_keys() {
     let p = spawn(&[
@@ -250,12 +260,7 @@ fn bench_json_rows_carry_the_documented_keys() {
         "--sizes",
         "8-128",
     ]);
-    let (ok, _, stdout, err) = finish(p, None);
-    assert!(ok, "{err}");
-    let rows: Vec<serde_json::Value> = stdout
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let rows = json_rows(p);
     assert_eq!(rows.len(), 3);
     assert_eq!(rows[2]["transport"], "shm");
     for row in rows {
@@ -463,12 +468,7 @@ fn bench_latency_rows_give_percentiles_for_shm_blocking_and_spinning() {
         "--round-trips",
         "300",
     ]);
-    let (ok, _, stdout, err) = finish(p, None);
-    assert!(ok, "{err}");
-    let rows: Vec<serde_json::Value> = stdout
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let rows = json_rows(p);
     let modes: Vec<&str> = rows.iter().map(|r| r["mode"].as_str().unwrap()).collect();
     assert_eq!(modes, ["blocking", "spinning"]);
     for r in &rows {

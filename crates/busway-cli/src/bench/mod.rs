@@ -105,13 +105,7 @@ fn run_latency(args: &BenchArgs, specs: &[Spec]) -> Result<ExitCode, String> {
             let sp = spins.to_string();
             let extra = ["--round-trips", rt.as_str(), "--shm-spins", sp.as_str()];
             let addr = listen_addr(t, 1000 + i * 4 + j);
-            let mut recv = worker_with(args, &spec, "recv", false, &addr, false, &extra)?;
-            let (mut recv_lines, bound) = ready(&mut recv, "echo")?;
-            let mut send = worker_with(args, &spec, "send", false, &bound, false, &extra)?;
-            let send_stdout = send.0.stdout.take().ok_or("worker has no stdout")?;
-            let mut send_lines = BufReader::new(send_stdout).lines().map_while(Result::ok);
-            let r = finish(send, &mut send_lines, limit)?;
-            finish(recv, &mut recv_lines, limit)?;
+            let (r, _) = receiver_then_sender(args, &spec, false, &addr, &extra, limit)?;
             let row = LatencyRow {
                 workload: "latency",
                 transport: t.to_owned(),
@@ -463,9 +457,22 @@ fn run_pair(args: &BenchArgs, spec: &Spec, raw: bool, round: usize) -> Result<Pa
         finish(relay, &mut relay_lines, limit)?;
         return Ok((s, r));
     }
-    let mut recv = worker(args, spec, "recv", raw, &addr, false)?;
+    receiver_then_sender(args, spec, raw, &addr, &[], limit)
+}
+
+/// Starts a receiver listening at `addr`, then a sender dialing where it listens; returns their
+/// reports once both are done (each killed past `limit`).
+fn receiver_then_sender(
+    args: &BenchArgs,
+    spec: &Spec,
+    raw: bool,
+    addr: &str,
+    extra: &[&str],
+    limit: Duration,
+) -> Result<Pair, String> {
+    let mut recv = worker_with(args, spec, "recv", raw, addr, false, extra)?;
     let (mut recv_lines, bound) = ready(&mut recv, "receiver")?;
-    let mut send = worker(args, spec, "send", raw, &bound, false)?;
+    let mut send = worker_with(args, spec, "send", raw, &bound, false, extra)?;
     let send_stdout = send.0.stdout.take().ok_or("worker has no stdout")?;
     let mut send_lines = BufReader::new(send_stdout).lines().map_while(Result::ok);
     let s = finish(send, &mut send_lines, limit)?;
