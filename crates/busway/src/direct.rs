@@ -9,9 +9,8 @@
 //! (a later hint may bring the direct link back).
 
 use crate::addr::Addr;
-use crate::limits::{
-    DIAL_BACKOFF_MAX_MS, DIRECT_DIALS_MAX, DIRECT_HINTS_TRACKED_MAX, DIRECT_HINT_INTERVAL_MS,
-};
+use crate::backoff::Backoff;
+use crate::limits::{DIRECT_DIALS_MAX, DIRECT_HINTS_TRACKED_MAX, DIRECT_HINT_INTERVAL_MS};
 use crate::link::{self, Dial, Outcome};
 use crate::node::Shared;
 use crate::peer::Peer;
@@ -20,7 +19,6 @@ use busway_core::routed::{encode_hint, RoutedType};
 use busway_core::BusId;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
 use tokio::sync::Notify;
 
 #[derive(Default)]
@@ -134,9 +132,10 @@ impl Shared {
     /// backoff) until the node stops or `dst` stays down past its deadline.
     async fn dial_direct(self: &Arc<Self>, dst: BusId, addrs: &[String]) {
         let addrs: Vec<Addr> = addrs.iter().filter_map(|a| a.parse().ok()).collect();
-        let min_ms = self.config.dial_backoff_min_ms;
-        let mut backoff_ms = min_ms;
-        let mut jitter = self.config.id.0 ^ dst.0 ^ self.incarnation | 1;
+        let mut backoff = Backoff::new(
+            self.config.dial_backoff_min_ms,
+            self.config.id.0 ^ dst.0 ^ self.incarnation,
+        );
         let started = self.clock_ms();
         while !self.is_shutting_down() {
             let mut outcome = Outcome::NeverUp;
@@ -151,7 +150,7 @@ impl Shared {
                 }
             }
             if outcome == Outcome::WasUp {
-                backoff_ms = min_ms;
+                backoff.reset();
             }
             let given_up = match self.peer(dst) {
                 Some(p) => p.is_dead() || p.is_up(),
@@ -162,13 +161,7 @@ impl Shared {
                 // (dialed by the peer) serves it, or it never answered: stop.
                 return;
             }
-            // xorshift64: jitter of up to a quarter of the delay, so peers do not dial in step.
-            jitter ^= jitter << 13;
-            jitter ^= jitter >> 7;
-            jitter ^= jitter << 17;
-            let delay = backoff_ms + jitter % (backoff_ms / 4 + 1);
-            tokio::time::sleep(Duration::from_millis(delay)).await;
-            backoff_ms = (backoff_ms * 2).min(DIAL_BACKOFF_MAX_MS);
+            tokio::time::sleep(backoff.next_delay()).await;
         }
     }
 

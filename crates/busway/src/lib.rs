@@ -18,6 +18,7 @@
 //! ```
 
 mod addr;
+mod backoff;
 mod config;
 mod direct;
 mod event;

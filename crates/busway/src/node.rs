@@ -1,15 +1,14 @@
 //! The public face of busway: a node with a bus id that sends to and receives from peers.
 
 use crate::addr::Addr;
+use crate::backoff::Backoff;
 use crate::config::NodeConfig;
 use crate::direct::Direct;
 use crate::event::DownReason;
 use crate::event::Event;
 use crate::inbox::{inbox, Inbox, InboxSender, MessageBatch};
 use crate::io_loops::IoLoops;
-use crate::limits::{
-    DIAL_BACKOFF_MAX_MS, EVENT_QUEUE_LEN_MAX, REROUTES_MAX, ROUTED_OVERHEAD_BYTES_MAX,
-};
+use crate::limits::{EVENT_QUEUE_LEN_MAX, REROUTES_MAX, ROUTED_OVERHEAD_BYTES_MAX};
 use crate::link::{self, Outcome};
 use crate::peer::{Peer, PushError};
 use crate::remote::Remote;
@@ -812,9 +811,10 @@ async fn accept_loop(shared: Arc<Shared>, listener: StdListener) {
 /// exponential backoff (jittered from the node id so that many nodes do not dial in step).
 async fn dial_loop(shared: Arc<Shared>, addr: Addr, upstream: bool) {
     let mut shutdown = shared.shutdown_tx.subscribe();
-    let min_ms = shared.config.dial_backoff_min_ms;
-    let mut backoff_ms = min_ms;
-    let mut jitter = shared.config.id.0 ^ shared.incarnation | 1;
+    let mut backoff = Backoff::new(
+        shared.config.dial_backoff_min_ms,
+        shared.config.id.0 ^ shared.incarnation,
+    );
     let mut reported = false;
     while !shared.shutting_down.load(Relaxed) {
         let outcome = match transport::dial(&addr).await {
@@ -839,18 +839,12 @@ async fn dial_loop(shared: Arc<Shared>, addr: Addr, upstream: bool) {
             }
         };
         if outcome == Outcome::WasUp {
-            backoff_ms = min_ms;
+            backoff.reset();
         }
-        // xorshift64: cheap jitter of up to a quarter of the delay.
-        jitter ^= jitter << 13;
-        jitter ^= jitter >> 7;
-        jitter ^= jitter << 17;
-        let delay = backoff_ms + jitter % (backoff_ms / 4 + 1);
         tokio::select! {
-            _ = tokio::time::sleep(Duration::from_millis(delay)) => {}
+            _ = tokio::time::sleep(backoff.next_delay()) => {}
             _ = stopped(&mut shutdown) => return,
         }
-        backoff_ms = (backoff_ms * 2).min(DIAL_BACKOFF_MAX_MS);
     }
 }
 
