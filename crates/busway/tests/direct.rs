@@ -114,3 +114,44 @@ async fn a_node_that_forbids_direct_links_is_reached_through_relays_only() {
         n.shutdown().await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hint_to_an_address_where_another_node_listens_is_refused_with_both_ids() {
+    use busway_core::routed::{encode_hint, RoutedHeader, RoutedType};
+    use tokio::io::AsyncWriteExt;
+    let a = start(config(1).listen(listen_addr("tcp4"))).await;
+    let other = start(config(3).listen(listen_addr("tcp4"))).await;
+    let mut events = a.take_events().unwrap();
+    let busway::Addr::Tcp(at) = a.listen_addrs()[0].clone() else {
+        unreachable!()
+    };
+    // A "relay" says bus id 50 listens where node 3 does.
+    let mut relay = authenticated(at, 9, None).await;
+    let h = RoutedHeader {
+        kind: RoutedType::Hint,
+        ttl: 16,
+        src: BusId(9),
+        src_incarnation: 9,
+        dst: BusId(1),
+        seq: 0,
+        route: vec![],
+    };
+    let addr = other.listen_addrs()[0].to_string();
+    relay
+        .write_all(&encode_hint(&h, BusId(50), &[addr]))
+        .await
+        .unwrap();
+    let reason = wait_event(&mut events, |e| match e {
+        busway::Event::Rejected { reason, .. } if reason.contains("to reach bus id 50") => {
+            Some(reason.clone())
+        }
+        _ => None,
+    })
+    .await;
+    assert!(reason.contains("found bus id 3"), "{reason}");
+    assert!(!direct_up(&a, BusId(3)), "no link kept to the wrong node");
+    // The hand-made "relay" does not answer a CLOSE: let it go before shutting down.
+    drop(relay);
+    a.shutdown().await;
+    other.shutdown().await;
+}
