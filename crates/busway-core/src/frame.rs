@@ -208,6 +208,31 @@ pub fn for_each_batch_entry(body: &[u8], mut f: impl FnMut(usize, usize)) -> Res
     Ok(())
 }
 
+/// Appends the (start, len) of each message of a DATA or DATA_BATCH frame whose body starts at
+/// `base` in the caller's buffer. Any other kind, or a batch whose entries do not tile its
+/// body, is an error naming what was found (and nothing is appended).
+pub fn message_spans(
+    kind: FrameKind,
+    body: &[u8],
+    base: usize,
+    spans: &mut Vec<(u32, u32)>,
+) -> Result<(), String> {
+    match kind {
+        FrameKind::Data => {
+            spans.push((base as u32, body.len() as u32));
+            Ok(())
+        }
+        FrameKind::DataBatch => {
+            let before = spans.len();
+            for_each_batch_entry(body, |start, len| {
+                spans.push(((base + start) as u32, len as u32));
+            })
+            .inspect_err(|_| spans.truncate(before))
+        }
+        other => Err(format!("{other:?} frame where only messages may be")),
+    }
+}
+
 /// A whole frame as one buffer.
 pub fn frame_bytes(kind: FrameKind, body: &[u8]) -> Bytes {
     let mut out = BytesMut::with_capacity(HEADER_LEN + body.len());

@@ -213,7 +213,12 @@ impl Outbox {
 
     /// Whether anything waits to be written.
     pub fn has_unwritten(&self) -> bool {
-        !self.control.is_empty() || self.unwritten < self.chunks.len() || !self.tail.is_empty()
+        !self.control.is_empty() || self.has_unwritten_messages()
+    }
+
+    /// Whether messages (not control frames) wait to be written.
+    pub fn has_unwritten_messages(&self) -> bool {
+        self.unwritten < self.chunks.len() || !self.tail.is_empty()
     }
 
     /// Appends every control frame, then every unwritten message's frames, to `out`, in the

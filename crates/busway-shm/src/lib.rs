@@ -19,5 +19,5 @@ pub mod pass;
 pub mod ring;
 pub mod segment;
 
-pub use ring::{Consumer, Corrupt, Producer, Ring, RingError};
+pub use ring::{Consumer, Corrupt, Producer, ReadWaiter, Ring, RingError, RoomWaiter};
 pub use segment::Segment;

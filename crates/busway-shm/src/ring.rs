@@ -567,6 +567,17 @@ impl Producer {
         w
     }
 
+    /// A handle another thread can sleep on until a record of `len` bytes fits after what this
+    /// producer wrote so far (or the consumer closes), while the producer stays usable.
+    pub fn room_waiter(&self, len: usize) -> RoomWaiter {
+        let (pad, size) = self.need(len);
+        RoomWaiter {
+            ring: self.ring.clone(),
+            head_at_least: (self.tail + (pad + size) as u64)
+                .saturating_sub(self.ring.capacity as u64),
+        }
+    }
+
     /// Tells the consumer that nothing more comes (after what is published).
     pub fn close(&mut self) {
         self.publish();
@@ -689,6 +700,65 @@ impl Consumer {
 
     pub fn ring(&self) -> &Arc<Ring> {
         &self.ring
+    }
+
+    /// A handle another thread can sleep on until this consumer has something to read, while
+    /// the consumer itself stays with whoever reads (it never sleeps in a system call).
+    pub fn waiter(&self) -> ReadWaiter {
+        ReadWaiter {
+            ring: self.ring.clone(),
+        }
+    }
+}
+
+/// Waits, on a thread of its own, until the consumer has freed enough of the ring for the
+/// record a producer could not write (see [`Producer::room_waiter`]).
+pub struct RoomWaiter {
+    ring: Arc<Ring>,
+    /// Room exists once the consumer's `head` reaches this.
+    head_at_least: u64,
+}
+
+impl RoomWaiter {
+    /// Waits until the room exists, the consumer closes, or `timeout` passes.
+    pub fn wait(&self, timeout: Duration) -> Wait {
+        let h = self.ring.header();
+        self.ring
+            .sleep(&h.writer_waiting.0, CLOSED_BY_CONSUMER, timeout, || {
+                // Acquire pairs with the consumer's Release store of `head` in `Consumer::read`.
+                h.head.0.load(Acquire) >= self.head_at_least
+            })
+    }
+}
+
+/// Waits, on a thread of its own, until the ring's consumer has a record to read (see
+/// [`Consumer::waiter`]). It reads the consumer's position from the ring's header, which the
+/// consumer stores after every read.
+pub struct ReadWaiter {
+    ring: Arc<Ring>,
+}
+
+impl ReadWaiter {
+    /// Whether a published record waits for the consumer.
+    pub fn is_readable(&self) -> bool {
+        let h = self.ring.header();
+        // Acquire pairs with the consumer's Release store of `head` in `Consumer::read`
+        // (freshest position) and with the producer's Release store of `tail` in `publish`.
+        h.tail.0.load(Acquire) != h.head.0.load(Acquire)
+    }
+
+    /// Like [`Consumer::wait_readable`], from another thread than the consumer's.
+    pub fn wait_readable(&self, timeout: Duration) -> Wait {
+        let h = self.ring.header();
+        self.ring
+            .sleep(&h.reader_waiting.0, CLOSED_BY_PRODUCER, timeout, || {
+                self.is_readable()
+            })
+    }
+
+    /// Whether the producer closed the ring.
+    pub fn is_closed(&self) -> bool {
+        self.ring.closed() & CLOSED_BY_PRODUCER != 0
     }
 }
 

@@ -5,10 +5,18 @@
 //! and the channel and the wake-up are paid once per batch. A link first takes byte permits for
 //! its batch; while the inbox holds its limit, links stop reading and the kernel's flow control
 //! slows the senders. Nothing is dropped.
+//!
+//! A link that switched to shared memory hands its peer's ring to the inbox instead, and the
+//! application reads it directly (see `ring_rx`): `recv` looks at its rings and its channel in
+//! turn, spins `NodeConfig::shm_spins` times over them while it has rings and nothing is ready,
+//! then sleeps until a ring's waiter thread or a link wakes it. A ring that fills stops its
+//! sender the same way a full inbox does.
 
+use crate::ring_rx::{InboundRing, Polled};
 use busway_core::BusId;
 use bytes::Bytes;
 use std::sync::Arc;
+use tokio::sync::mpsc::error::TryRecvError;
 use tokio::sync::{mpsc, Semaphore};
 
 /// One received message.
@@ -80,9 +88,26 @@ impl MessageBatch {
     }
 }
 
-struct Delivery {
-    batch: MessageBatch,
-    permits: u32,
+pub(crate) enum Delivery {
+    /// Messages from a socket link, holding `permits` of the inbox's byte budget.
+    Batch { batch: MessageBatch, permits: u32 },
+    /// A peer's ring, to read from now on (after every batch sent before it).
+    Ring(InboundRing),
+    /// Something may be ready in a ring (or a ring's link ended): look again.
+    Wake,
+}
+
+/// Wakes a sleeping inbox; does not keep it open (a node that is gone closes it).
+#[derive(Clone)]
+pub(crate) struct InboxWaker(mpsc::WeakUnboundedSender<Delivery>);
+
+impl InboxWaker {
+    /// False once the inbox is gone.
+    pub(crate) fn wake(&self) -> bool {
+        self.0
+            .upgrade()
+            .is_some_and(|tx| tx.send(Delivery::Wake).is_ok())
+    }
 }
 
 /// The sending half, cloned into every link.
@@ -99,12 +124,22 @@ pub struct Inbox {
     budget: Arc<Semaphore>,
     /// A batch being read message by message, and the index of the next message.
     current: Option<(MessageBatch, usize)>,
+    /// Peers' rings read directly.
+    rings: Vec<InboundRing>,
+    /// The ring looked at first next time (round robin).
+    next_ring: usize,
+    /// Whether rings go before the channel next time (neither starves the other).
+    rings_first: bool,
+    /// Looks over rings and channel before sleeping, while there are rings.
+    spins: u32,
+    waker: InboxWaker,
 }
 
-pub(crate) fn inbox(limit_bytes: usize) -> (InboxSender, Inbox) {
+pub(crate) fn inbox(limit_bytes: usize, spins: u32) -> (InboxSender, Inbox) {
     let limit = u32::try_from(limit_bytes).unwrap_or(u32::MAX);
     let budget = Arc::new(Semaphore::new(limit as usize));
     let (tx, rx) = mpsc::unbounded_channel();
+    let waker = InboxWaker(tx.downgrade());
     (
         InboxSender {
             tx,
@@ -115,6 +150,11 @@ pub(crate) fn inbox(limit_bytes: usize) -> (InboxSender, Inbox) {
             rx,
             budget,
             current: None,
+            rings: Vec::new(),
+            next_ring: 0,
+            rings_first: false,
+            spins,
+            waker,
         },
     )
 }
@@ -134,7 +174,20 @@ impl InboxSender {
             Ok(p) => p.forget(),
             Err(_) => return false,
         }
-        self.tx.send(Delivery { batch, permits }).is_ok()
+        self.tx.send(Delivery::Batch { batch, permits }).is_ok()
+    }
+
+    /// Hands a peer's ring to the application, or gives it back if the inbox is gone.
+    pub(crate) fn add_ring(&self, ring: InboundRing) -> Result<(), InboundRing> {
+        self.tx.send(Delivery::Ring(ring)).map_err(|e| match e.0 {
+            Delivery::Ring(r) => r,
+            _ => unreachable!("sent a ring"),
+        })
+    }
+
+    /// Makes a sleeping inbox look at its rings again.
+    pub(crate) fn wake(&self) {
+        let _ = self.tx.send(Delivery::Wake);
     }
 
     /// Like `deliver`, without waiting: false if the inbox is full or gone.
@@ -144,14 +197,24 @@ impl InboxSender {
             Ok(p) => p.forget(),
             Err(_) => return false,
         }
-        self.tx.send(Delivery { batch, permits }).is_ok()
+        self.tx.send(Delivery::Batch { batch, permits }).is_ok()
     }
 }
 
 impl Inbox {
-    fn accept(&mut self, d: Delivery) -> MessageBatch {
-        self.budget.add_permits(d.permits as usize);
-        d.batch
+    /// Takes a delivery from the channel: a batch to return, or bookkeeping.
+    fn accept(&mut self, d: Delivery) -> Option<MessageBatch> {
+        match d {
+            Delivery::Batch { batch, permits } => {
+                self.budget.add_permits(permits as usize);
+                Some(batch)
+            }
+            Delivery::Ring(r) => {
+                self.rings.push(r);
+                None
+            }
+            Delivery::Wake => None,
+        }
     }
 
     /// The rest of a batch that `recv` had started on, if any.
@@ -159,6 +222,91 @@ impl Inbox {
         let (mut batch, next) = self.current.take()?;
         batch.spans.drain(..next);
         (!batch.is_empty()).then_some(batch)
+    }
+
+    /// A batch from the rings, round robin; drops rings that are done with.
+    fn poll_rings(&mut self) -> Option<MessageBatch> {
+        let n = self.rings.len();
+        let mut found = None;
+        let mut gone = false;
+        for k in 0..n {
+            let i = (self.next_ring + k) % n;
+            match self.rings[i].poll() {
+                Polled::Batch(b) => {
+                    self.next_ring = i + 1;
+                    found = Some(b);
+                    break;
+                }
+                Polled::Empty => {}
+                Polled::Gone => gone = true,
+            }
+        }
+        if gone {
+            self.rings.retain(|r| !r.is_gone());
+        }
+        found
+    }
+
+    /// A batch from the channel if one is ready; `Err` once the node is gone.
+    fn poll_channel(&mut self) -> Result<Option<MessageBatch>, TryRecvError> {
+        loop {
+            match self.rx.try_recv() {
+                Ok(d) => {
+                    if let Some(b) = self.accept(d) {
+                        return Ok(Some(b));
+                    }
+                }
+                Err(TryRecvError::Empty) => return Ok(None),
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// A batch that is ready now, from the rings or the channel (alternating which goes
+    /// first); `Err` once the node is gone and its rings are read out.
+    fn poll_ready(&mut self) -> Result<Option<MessageBatch>, TryRecvError> {
+        self.rings_first = !self.rings_first;
+        if self.rings_first {
+            if let Some(b) = self.poll_rings() {
+                return Ok(Some(b));
+            }
+        }
+        match self.poll_channel() {
+            Ok(Some(b)) => Ok(Some(b)),
+            Ok(None) => Ok(self.poll_rings()),
+            Err(e) => self.poll_rings().map(Some).ok_or(e),
+        }
+    }
+
+    /// The next batch, waiting for one: spins over rings and channel first while there are
+    /// rings, then sleeps.
+    async fn next_batch(&mut self) -> Option<MessageBatch> {
+        let mut spins = 0;
+        loop {
+            match self.poll_ready() {
+                Ok(Some(b)) => return Some(b),
+                Ok(None) => {}
+                Err(_) => return None,
+            }
+            if !self.rings.is_empty() && spins < self.spins {
+                spins += 1;
+                std::hint::spin_loop();
+                continue;
+            }
+            spins = 0;
+            for r in &mut self.rings {
+                r.arm(&self.waker);
+            }
+            // A record published after the last look makes the armed waiter fire at once.
+            match self.rx.recv().await {
+                Some(d) => {
+                    if let Some(b) = self.accept(d) {
+                        return Some(b);
+                    }
+                }
+                None => return self.poll_rings(),
+            }
+        }
     }
 
     /// The next message; `None` once the node is gone and everything was read.
@@ -171,8 +319,7 @@ impl Inbox {
                 }
                 self.current = None;
             }
-            let d = self.rx.recv().await?;
-            let batch = self.accept(d);
+            let batch = self.next_batch().await?;
             self.current = Some((batch, 0));
         }
     }
@@ -183,8 +330,7 @@ impl Inbox {
         if let Some(b) = self.take_current() {
             return Some(b);
         }
-        let d = self.rx.recv().await?;
-        Some(self.accept(d))
+        self.next_batch().await
     }
 
     /// The next batch if one is ready now.
@@ -192,8 +338,7 @@ impl Inbox {
         if let Some(b) = self.take_current() {
             return Some(b);
         }
-        let d = self.rx.try_recv().ok()?;
-        Some(self.accept(d))
+        self.poll_ready().ok().flatten()
     }
 }
 
@@ -210,7 +355,7 @@ mod tests {
 
     #[tokio::test]
     async fn recv_and_recv_batch_see_every_message_once_in_order() {
-        let (tx, mut rx) = inbox(1 << 20);
+        let (tx, mut rx) = inbox(1 << 20, 0);
         let buf = Bytes::from_static(b"aabbbcc");
         assert!(
             tx.deliver(MessageBatch::new(
@@ -235,7 +380,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_full_inbox_refuses_without_waiting() {
-        let (tx, _rx) = inbox(4);
+        let (tx, _rx) = inbox(4, 0);
         assert!(tx.try_deliver(MessageBatch::single(BusId(1), Bytes::from_static(b"1234"))));
         assert!(!tx.try_deliver(MessageBatch::single(BusId(1), Bytes::from_static(b"5"))));
     }

@@ -29,6 +29,8 @@ mod link;
 mod node;
 mod peer;
 mod remote;
+mod ring_rx;
+mod ring_tx;
 mod routing;
 mod shm_link;
 mod stats;

@@ -74,10 +74,20 @@ pub const REROUTES_MAX: u32 = 4;
 /// Largest record the writer puts in a shared-memory ring, in bytes: frames are cut into
 /// records of at most this (the reader reassembles the byte stream).
 pub const RING_RECORD_BYTES_MAX: usize = 64 << 10;
-/// Records the ring reader thread takes at once before handing them on.
-pub const RING_READ_BATCH_RECORDS: usize = 4_096;
-/// Batches of records waiting between the ring reader thread and its link; when full, the
-/// thread waits (the ring fills and the peer's writer waits for room).
-pub const RING_READ_QUEUE_LEN: usize = 16;
-/// How long a writer whose ring is full waits before it looks again, in milliseconds.
-pub const RING_FULL_RETRY_MS: u64 = 1;
+/// Records the application reads from a ring into one batch (each at most
+/// `RING_RECORD_BYTES_MAX`): bounds a batch at 1 MiB.
+pub const RING_READ_RECORDS_MAX: usize = 16;
+/// Bytes of ring messages delivered after which the receiver acknowledges at once; below it,
+/// it acknowledges `RING_ACK_DELAY_MS` after the first unacknowledged read. Well below the
+/// default send queue, so a sender never waits on a late acknowledgement.
+pub const RING_ACK_EVERY_BYTES: usize = 1 << 20;
+/// Longest a receiver delays the acknowledgement of ring messages, in milliseconds (one ACK per
+/// delay rather than one per read keeps the link's I/O thread asleep in a round trip).
+pub const RING_ACK_DELAY_MS: u64 = 1;
+/// Longest a ring's waiter thread sleeps before it looks whether its ring is still wanted, in
+/// milliseconds (the futex wake-up does not depend on it).
+pub const RING_WAIT_POLL_MS: u64 = 100;
+/// How often a link whose peer closed looks whether the application read its ring out, in
+/// milliseconds (before it answers the CLOSE).
+pub const RING_DRAIN_POLL_MS: u64 = 5;
+const _: () = assert!(RING_ACK_EVERY_BYTES < DEFAULT_SEND_QUEUE_BYTES_MAX / 4);

@@ -10,13 +10,14 @@ use crate::limits::HEARTBEAT_MISSES_MAX;
 use crate::limits::{READ_CHUNK_MAX_BYTES, READ_CHUNK_MIN_BYTES, WRITEV_SEGMENTS_MAX};
 use crate::node::Shared;
 use crate::peer::{Peer, Take};
+use crate::ring_tx::{wait_for_room, Flush, RingWriter};
 use crate::routing::inner_spans;
-use crate::shm_link::{write_ring, ShmLink};
+use crate::shm_link::ShmLink;
 use crate::stats::bump;
 use crate::transport::{StdStream, Stream};
 use busway_core::channel::Channel;
 use busway_core::control::{ack_frame, decode_token, ping_frame, Close, CloseCode};
-use busway_core::frame::{for_each_batch_entry, HANDSHAKE_BODY_LEN_MAX, HEADER_LEN};
+use busway_core::frame::{message_spans, HANDSHAKE_BODY_LEN_MAX, HEADER_LEN};
 use busway_core::handshake::{caps, Established, Handshake, HandshakeError, Role, Step};
 use busway_core::routed::{RoutedHeader, RoutedType};
 use busway_core::{BusId, DecodeError, FrameDecoder, FrameKind};
@@ -176,15 +177,29 @@ where
         && established.peer.capabilities & caps::SHM != 0
         && !shared.host_id.is_empty()
         && established.peer.host_id == shared.host_id;
-    let shm = ShmLink::default();
-    if same_host {
+    let shm = same_host.then(|| Arc::new(ShmLink::new(shared.clone(), peer.clone(), link_id)));
+    if let Some(shm) = &shm {
         match shm.offer(RING_CAPACITY_DEFAULT) {
             Ok(offer) => peer.push_control(offer),
             Err(why) => tracing::warn!(%why, "no shared-memory ring; staying on the socket"),
         }
     }
-    let shm = same_host.then_some(&shm);
-    let reason = run_up(&shared, &peer, &mut r, &mut w, &mut buf, &mut dec, shm).await;
+    let reason = run_up(
+        &shared,
+        &peer,
+        &mut r,
+        &mut w,
+        &mut buf,
+        &mut dec,
+        shm.as_ref(),
+    )
+    .await;
+    if let Some(shm) = &shm {
+        shm.end();
+        if let Some(mut ring) = peer.end_ring() {
+            ring.close();
+        }
+    }
     shared.detach_peer(&peer, link_id, reason);
     Outcome::WasUp
 }
@@ -198,7 +213,7 @@ async fn run_up<R, W>(
     w: &mut W,
     buf: &mut BytesMut,
     dec: &mut FrameDecoder,
-    shm: Option<&ShmLink>,
+    shm: Option<&Arc<ShmLink>>,
 ) -> DownReason
 where
     R: AsyncRead + Unpin,
@@ -207,40 +222,38 @@ where
     let linger = Duration::from_millis(shared.config.linger_ms);
     let last_rx_ms = AtomicU64::new(shared.clock_ms());
     let reader = read_loop(shared, peer, r, buf, dec, &last_rx_ms, shm);
-    let writer = write_loop(w, peer, shm);
+    let writer = write_loop(w, peer, shm.map(|s| &**s));
     let heartbeat = heartbeat(shared, peer, &last_rx_ms);
-    // The peer's messages through shared memory, once it switched (never without a ring).
-    let ring_reader = async {
-        let Some(shm) = shm else {
-            return std::future::pending().await;
-        };
-        let mut ring = shm.inbound_reader(shared.config.shm_spins).await;
-        let mut ring_buf = BytesMut::with_capacity(2 * READ_CHUNK_MIN_BYTES);
-        let mut ring_dec = FrameDecoder::new(shared.config.frame_body_max);
-        let ring_rx_ms = AtomicU64::new(0);
-        read_loop(
-            shared,
-            peer,
-            &mut ring,
-            &mut ring_buf,
-            &mut ring_dec,
-            &ring_rx_ms,
-            None,
-        )
-        .await
+    // The application reads the peer's ring (see `ring_rx`); the link task sends its
+    // acknowledgements and ends the link if the ring turns out bad.
+    let ring_fault = async {
+        match shm {
+            Some(shm) => tokio::select! {
+                why = shm.fault() => why,
+                never = shm.ack_loop() => match never {},
+            },
+            None => std::future::pending().await,
+        }
     };
-    tokio::pin!(reader, writer, heartbeat, ring_reader);
+    tokio::pin!(reader, writer, heartbeat, ring_fault);
     tokio::select! {
-        end = &mut ring_reader => match end {
-            Ok(_) => DownReason::ClosedByPeer("the shared-memory ring was closed".into()),
-            Err(e) => link_error(shared, peer.id, e),
-        },
+        why = &mut ring_fault => {
+            bump(&shared.counters.protocol_errors);
+            tracing::warn!(peer = %peer.id, %why, "closing link: bad shared-memory ring");
+            DownReason::ProtocolError(why)
+        }
         end = &mut reader => {
             let reason = match end {
                 Ok(ReadEnd::Close(c)) => DownReason::ClosedByPeer(c.reason),
                 Ok(ReadEnd::Eof) => DownReason::ClosedByPeer("connection closed".into()),
                 Err(e) => return link_error(shared, peer.id, e),
             };
+            if let Some(shm) = shm {
+                // What the peer put in its ring before closing is delivered first (its
+                // acknowledgement goes out with our CLOSE).
+                let _ = tokio::time::timeout(linger, shm.wait_drained()).await;
+                peer.push_control(ack_frame(peer.inbound_expected()));
+            }
             // The peer is going: send it what is already queued, then our CLOSE.
             peer.close_link();
             let _ = tokio::time::timeout(linger, &mut writer).await;
@@ -380,7 +393,7 @@ async fn read_loop<R: AsyncRead + Unpin>(
     buf: &mut BytesMut,
     dec: &mut FrameDecoder,
     last_rx_ms: &AtomicU64,
-    shm: Option<&ShmLink>,
+    shm: Option<&Arc<ShmLink>>,
 ) -> Result<ReadEnd, LinkError> {
     let mut read_size = READ_CHUNK_MIN_BYTES;
     loop {
@@ -403,17 +416,8 @@ async fn read_loop<R: AsyncRead + Unpin>(
             };
             let body = &buf[pos + HEADER_LEN..pos + frame_len];
             match kind {
-                FrameKind::Data => {
-                    spans.push(((pos + HEADER_LEN) as u32, body.len() as u32));
-                }
-                FrameKind::DataBatch => {
-                    let base = pos + HEADER_LEN;
-                    let before = spans.len();
-                    let walked = for_each_batch_entry(body, |start, len| {
-                        spans.push(((base + start) as u32, len as u32));
-                    });
-                    if let Err(what) = walked {
-                        spans.truncate(before);
+                FrameKind::Data | FrameKind::DataBatch => {
+                    if let Err(what) = message_spans(kind, body, pos + HEADER_LEN, &mut spans) {
                         end = Some(Err(LinkError::Protocol(format!(
                             "{what} (frame at stream offset {})",
                             dec.offset() - frame_len as u64
@@ -501,7 +505,7 @@ async fn read_loop<R: AsyncRead + Unpin>(
                     match Channel::decode(body) {
                         Ok(msg) => {
                             switch_seen |= msg == Channel::Switch;
-                            if let Some(answer) = shm.on_channel(shared, msg) {
+                            if let Some(answer) = shm.on_channel(msg) {
                                 peer.push_control(answer);
                             }
                             // An ACCEPT lets the writer switch.
@@ -591,31 +595,31 @@ async fn write_loop<W: AsyncWrite + Unpin>(
     shm: Option<&ShmLink>,
 ) -> io::Result<()> {
     let mut batch: Vec<Bytes> = Vec::with_capacity(WRITEV_SEGMENTS_MAX);
-    let mut messages: Vec<Bytes> = Vec::new();
-    let mut ring = None;
+    let mut switched = false;
     loop {
-        if ring.is_none() {
+        if !switched {
             if let Some(p) = shm.and_then(ShmLink::take_producer) {
                 // Everything taken so far is on the socket: from here on, messages go into
                 // the ring, and the peer reads it once it read this.
                 w.write_all(&Channel::Switch.frame()).await?;
-                ring = Some(p);
+                peer.start_ring(RingWriter::new(p));
+                switched = true;
             }
         }
-        if let Some(p) = ring.as_mut() {
-            match peer.take_split(&mut batch, &mut messages) {
+        if switched {
+            flush_ring(peer).await?;
+            match peer.take_control(&mut batch) {
                 Take::Idle => peer.writer_wake.notified().await,
                 Take::Drained => {
-                    p.close();
+                    if let Some(mut ring) = peer.end_ring() {
+                        ring.close();
+                    }
                     w.write_all(&Close::frame(CloseCode::Normal, "closing"))
                         .await?;
                     w.shutdown().await?;
                     return Ok(());
                 }
-                Take::Data => {
-                    write_ring(p, &mut messages, || peer.is_link_closing()).await?;
-                    write_batch(w, &mut batch).await?;
-                }
+                Take::Data => write_batch(w, &mut batch).await?,
             }
             continue;
         }
@@ -628,6 +632,34 @@ async fn write_loop<W: AsyncWrite + Unpin>(
                 return Ok(());
             }
             Take::Data => write_batch(w, &mut batch).await?,
+        }
+    }
+}
+
+/// Moves the peer's queued messages into its ring, waiting (on a blocking thread, on the
+/// ring's futex) while the ring is full. Gives up on a full ring once the link is closing (its
+/// reader saw the peer close: nobody will free the ring).
+async fn flush_ring(peer: &Peer) -> io::Result<()> {
+    loop {
+        let waiter = match peer.flush_ring(true) {
+            None | Some(Ok(Flush::Done)) => return Ok(()),
+            Some(Err(e)) => return Err(io::Error::new(io::ErrorKind::InvalidInput, e)),
+            Some(Ok(Flush::Full(waiter))) => waiter,
+        };
+        if peer.is_link_closing() {
+            return Err(io::Error::new(
+                io::ErrorKind::BrokenPipe,
+                "the link is closing and its shared-memory ring is full",
+            ));
+        }
+        let closed = tokio::task::spawn_blocking(move || wait_for_room(&waiter))
+            .await
+            .unwrap_or(false);
+        if closed {
+            return Err(io::Error::new(
+                io::ErrorKind::BrokenPipe,
+                "the peer closed its end of the shared-memory ring",
+            ));
         }
     }
 }

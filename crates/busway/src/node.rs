@@ -387,7 +387,7 @@ impl Node {
         let loops = IoLoops::start(config.io_threads, &format!("busway-{}", config.id))
             .map_err(StartError::Io)?;
         let (events_tx, events_rx) = mpsc::channel(EVENT_QUEUE_LEN_MAX);
-        let (inbox_tx, inbox_rx) = inbox(config.inbox_bytes_max);
+        let (inbox_tx, inbox_rx) = inbox(config.inbox_bytes_max, config.shm_spins);
         let (shutdown_tx, _) = watch::channel(false);
         let connect = config.connect.clone();
         let shared = Arc::new(Shared {

@@ -6,10 +6,12 @@
 //! Shared by the application (any thread: `push_*`, `wait_for_room`) and the one link attached
 //! at a time (its writer: `take`; its reader: `delivered`, `ack`).
 
+use crate::ring_tx::{Flush, RingWriter};
 use busway_core::handshake::{caps, Established, Hello};
 use busway_core::outbox::{AckError, Outbox};
 use busway_core::relay::Neighbor;
 use busway_core::BusId;
+use busway_shm::RingError;
 use bytes::Bytes;
 use std::ops::Range;
 use std::sync::atomic::AtomicU64;
@@ -58,6 +60,8 @@ pub(crate) struct PeerState {
     /// Messages wait (control frames still flow) until what was sent to this peer through
     /// relays before its link came up is acknowledged: order holds across the switch.
     held: bool,
+    /// The attached link's messages go through its shared-memory ring (`Peer::ring`).
+    ring_mode: bool,
     msgs_total: u64,
 }
 
@@ -67,6 +71,9 @@ pub(crate) struct Peer {
     /// it goes back through relays.
     pub(crate) discovered: bool,
     state: Mutex<PeerState>,
+    /// The ring the attached link's messages go through, once it switched. Taken before
+    /// `state` when both are held.
+    ring: Mutex<Option<RingWriter>>,
     /// The writer waits here while idle; `notify_one` keeps a permit, so a push between the
     /// writer's `take` returning `Idle` and its wait is not lost.
     pub(crate) writer_wake: Notify,
@@ -108,8 +115,10 @@ impl Peer {
                 writer_idle: false,
                 senders_waiting: false,
                 held: false,
+                ring_mode: false,
                 msgs_total: 0,
             }),
+            ring: Mutex::new(None),
             writer_wake: Notify::new(),
             room: Notify::new(),
             cut: Notify::new(),
@@ -219,13 +228,96 @@ impl Peer {
         }
     }
 
+    /// Messages were queued: on a link that switched to shared memory, the calling thread
+    /// writes them into the ring itself unless someone else is writing there (no hand-off to
+    /// the writer task on the way out); otherwise the writer is woken.
+    fn pushed(&self, st: MutexGuard<'_, PeerState>) {
+        if !st.ring_mode || st.held {
+            return self.wake_writer(st);
+        }
+        drop(st);
+        if !matches!(self.flush_ring(false), Some(Ok(Flush::Done))) {
+            // Busy, full or broken: the writer task carries on (and reports a broken ring).
+            self.writer_wake.notify_one();
+        }
+    }
+
+    fn ring_slot(&self) -> MutexGuard<'_, Option<RingWriter>> {
+        // A panic while holding this lock leaves plain data behind; keep going.
+        self.ring.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The attached link wrote SWITCH: its messages go into `w` from now on.
+    pub(crate) fn start_ring(&self, w: RingWriter) {
+        let mut slot = self.ring_slot();
+        *slot = Some(w);
+        self.lock().ring_mode = true;
+    }
+
+    /// The attached link's ring is done with (its link ends): returns it. Messages taken from
+    /// the outbox and still pending are written again on the next link, as every message not
+    /// acknowledged is.
+    pub(crate) fn end_ring(&self) -> Option<RingWriter> {
+        let mut slot = self.ring_slot();
+        self.lock().ring_mode = false;
+        slot.take()
+    }
+
+    /// Moves queued messages into the ring until none is left or the ring is full. `None` if
+    /// the link has no ring, or (when `wait_for_lock` is false) someone else is writing there.
+    pub(crate) fn flush_ring(&self, wait_for_lock: bool) -> Option<Result<Flush, RingError>> {
+        let mut slot = if wait_for_lock {
+            self.ring_slot()
+        } else {
+            match self.ring.try_lock() {
+                Ok(g) => g,
+                Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+                Err(std::sync::TryLockError::WouldBlock) => return None,
+            }
+        };
+        let w = slot.as_mut()?;
+        loop {
+            if w.has_pending() {
+                match w.push_pending() {
+                    Ok(Flush::Done) => {}
+                    other => return Some(other),
+                }
+            }
+            let mut st = self.lock();
+            if st.held || !st.outbox.has_unwritten_messages() {
+                return Some(Ok(Flush::Done));
+            }
+            st.outbox.take_messages(w.pending_mut());
+        }
+    }
+
+    /// For the writer of a link whose messages go through a ring: moves the control frames
+    /// into `batch`. `Data` also when messages wait (the caller flushes the ring again).
+    pub(crate) fn take_control(&self, batch: &mut Vec<Bytes>) -> Take {
+        let mut st = self.lock();
+        let messages_wait = !st.held && st.outbox.has_unwritten_messages();
+        let had_control = st.outbox.take_control(batch) > 0;
+        if !had_control && !messages_wait {
+            if st.closing || st.link_closing {
+                return Take::Drained;
+            }
+            st.writer_idle = true;
+            return Take::Idle;
+        }
+        drop(st);
+        if had_control {
+            self.forward_room.notify_waiters();
+        }
+        Take::Data
+    }
+
     /// Queues one message; returns its sequence number.
     pub(crate) fn push_shared(&self, payload: &Bytes) -> Result<u64, PushError> {
         let mut st = self.lock();
         Self::check_open(&st)?;
         let seq = st.outbox.push_shared(payload).ok_or(PushError::Full)?;
         st.msgs_total += 1;
-        self.wake_writer(st);
+        self.pushed(st);
         Ok(seq)
     }
 
@@ -240,7 +332,7 @@ impl Peer {
         let n = st.outbox.push_copies(payloads);
         st.msgs_total += n as u64;
         if n > 0 {
-            self.wake_writer(st);
+            self.pushed(st);
         }
         Ok(first..first + n as u64)
     }
@@ -286,29 +378,6 @@ impl Peer {
         Take::Data
     }
 
-    /// Like `take`, with control frames into `control` and messages into `messages` (for a link
-    /// whose messages go through a shared-memory ring).
-    pub(crate) fn take_split(&self, control: &mut Vec<Bytes>, messages: &mut Vec<Bytes>) -> Take {
-        let mut st = self.lock();
-        let has_messages = !st.held && st.outbox.has_unwritten();
-        if !st.outbox.has_control() && !has_messages {
-            if st.closing || st.link_closing {
-                return Take::Drained;
-            }
-            st.writer_idle = true;
-            return Take::Idle;
-        }
-        let had_control = st.outbox.take_control(control) > 0;
-        if !st.held {
-            st.outbox.take_messages(messages);
-        }
-        drop(st);
-        if had_control {
-            self.forward_room.notify_waiters();
-        }
-        Take::Data
-    }
-
     /// The peer acknowledged every message below `next_expected`.
     pub(crate) fn ack(&self, next_expected: u64) -> Result<(), AckError> {
         let mut st = self.lock();
@@ -326,6 +395,23 @@ impl Peer {
         let mut st = self.lock();
         st.inbound_expected += n;
         st.inbound_expected
+    }
+
+    /// Like `delivered`, for messages read from link `link`'s ring by the application: `None`
+    /// (and nothing counted) if that link is no longer attached, so the messages must not be
+    /// delivered (the next link resumes from the number counted so far).
+    pub(crate) fn delivered_on(&self, link: u64, n: u64) -> Option<u64> {
+        let mut st = self.lock();
+        if st.link != Some(link) {
+            return None;
+        }
+        st.inbound_expected += n;
+        Some(st.inbound_expected)
+    }
+
+    /// The number of the next message expected from the peer.
+    pub(crate) fn inbound_expected(&self) -> u64 {
+        self.lock().inbound_expected
     }
 
     /// Waits until a message of `payload_len` bytes would fit, or the peer cannot take more.

@@ -1,27 +1,27 @@
 //! A link's data through shared memory. When both ends of a link run on one host (same host
 //! identity in HELLO) and advertise `shm`, each offers the ring it will write (CHANNEL OFFER);
 //! the other opens it through `/proc/PID/fd/FD` and accepts. The offerer then writes SWITCH on
-//! the socket and its messages go into the ring from there on; the socket stays the control
-//! link (acknowledgements, heartbeats, relayed frames). The receiver reads the ring only after
-//! it read SWITCH, so order holds. A ring lives and dies with its link: what it held
-//! unacknowledged is written again on the next link, like anything else.
+//! the socket and its messages go into the ring from there on (see `ring_tx`); the socket stays
+//! the control link (acknowledgements, heartbeats, relayed frames). The receiver hands the ring
+//! to the application's inbox only after it delivered everything read before SWITCH, so order
+//! holds, and the application reads the ring itself (see `ring_rx`). A ring lives and dies with
+//! its link: what it held unacknowledged is written again on the next link, like anything else.
 
-use crate::limits::{RING_FULL_RETRY_MS, RING_READ_BATCH_RECORDS, RING_RECORD_BYTES_MAX};
+use crate::limits::{RING_ACK_DELAY_MS, RING_DRAIN_POLL_MS};
 use crate::node::Shared;
+use crate::peer::Peer;
+use crate::ring_rx::InboundRing;
 use crate::stats::bump;
 use busway_core::channel::Channel;
-use busway_shm::ring::{Consumer, Producer, Ring, Wait};
+use busway_core::control::ack_frame;
+use busway_shm::ring::{Consumer, Producer, ReadWaiter, Ring};
 use busway_shm::Segment;
-use bytes::{Buf, Bytes, BytesMut};
-use std::io;
+use bytes::Bytes;
 use std::os::fd::AsRawFd;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
-use std::sync::Mutex;
-use std::task::{Context, Poll};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::io::{AsyncRead, ReadBuf};
-use tokio::sync::{mpsc, Notify};
+use tokio::sync::Notify;
 
 /// This host's identity for HELLO: the kernel's boot id (the same for every process of one
 /// boot of one machine, and container-independent); empty if it cannot be read.
@@ -31,17 +31,33 @@ pub(crate) fn host_identity() -> Vec<u8> {
         .unwrap_or_default()
 }
 
-/// One link's shared-memory state, shared by its reader and writer.
-#[derive(Default)]
+/// One link's shared-memory state, shared by the link task and the application's reader of
+/// the peer's ring.
 pub(crate) struct ShmLink {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) peer: Arc<Peer>,
+    pub(crate) link_id: u64,
     /// Our ring toward the peer, from the OFFER until the writer takes it.
     outbound: Mutex<Option<Producer>>,
     /// The peer accepted our ring: the writer switches.
     accepted: AtomicBool,
-    /// The peer's ring, opened at its OFFER, read once its SWITCH was read.
+    /// The peer's ring, opened at its OFFER, handed to the inbox once its SWITCH was read.
     inbound: Mutex<Option<Consumer>>,
-    /// The SWITCH was read and everything before it delivered.
-    switched_in: Notify,
+    /// The link ended: its ring is not read any more (what was not acknowledged is written
+    /// again on the next link).
+    gone: AtomicBool,
+    /// Why the peer's ring cannot be read; the link ends with it.
+    fault: Mutex<Option<String>>,
+    fault_raised: Notify,
+    /// Messages read from the ring wait for an acknowledgement, which the link task sends
+    /// `RING_ACK_DELAY_MS` later (one per delay, not one per read).
+    ack_due: AtomicBool,
+    ack_wake: Notify,
+    /// The peer's ring went to the application's inbox: whether it holds unread records.
+    handed_over: Mutex<Option<ReadWaiter>>,
+    /// The peer closed its ring and everything in it was read.
+    drained: AtomicBool,
+    drained_wake: Notify,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -50,6 +66,25 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl ShmLink {
+    pub(crate) fn new(shared: Arc<Shared>, peer: Arc<Peer>, link_id: u64) -> Self {
+        Self {
+            shared,
+            peer,
+            link_id,
+            outbound: Mutex::default(),
+            accepted: AtomicBool::new(false),
+            inbound: Mutex::default(),
+            gone: AtomicBool::new(false),
+            fault: Mutex::default(),
+            fault_raised: Notify::new(),
+            ack_due: AtomicBool::new(false),
+            ack_wake: Notify::new(),
+            handed_over: Mutex::default(),
+            drained: AtomicBool::new(false),
+            drained_wake: Notify::new(),
+        }
+    }
+
     /// Creates our ring toward the peer and returns the OFFER to send, or why not.
     pub(crate) fn offer(&self, capacity: usize) -> Result<Bytes, String> {
         let ring = Ring::create_unchecked("busway-link", capacity).map_err(|e| e.to_string())?;
@@ -67,7 +102,7 @@ impl ShmLink {
     }
 
     /// A CHANNEL frame from the peer: what to answer on the socket, if anything.
-    pub(crate) fn on_channel(&self, shared: &Shared, msg: Channel) -> Option<Bytes> {
+    pub(crate) fn on_channel(&self, msg: Channel) -> Option<Bytes> {
         match msg {
             Channel::Offer {
                 pid,
@@ -110,16 +145,11 @@ impl ShmLink {
             }
             Channel::Switch => {
                 if lock(&self.inbound).is_some() {
-                    bump(&shared.counters.shm_channels);
+                    bump(&self.shared.counters.shm_channels);
                 }
                 None
             }
         }
-    }
-
-    /// Everything before the peer's SWITCH was delivered: the ring reader may start.
-    pub(crate) fn switch_in(&self) {
-        self.switched_in.notify_one();
     }
 
     /// Whether the writer should switch now; if so, the producer it writes with from now on.
@@ -130,135 +160,88 @@ impl ShmLink {
         lock(&self.outbound).take()
     }
 
-    /// Waits for the peer's SWITCH, then returns a reader of its ring (a byte stream of the
-    /// frames it writes there). Pends forever on a link that never switches.
-    pub(crate) async fn inbound_reader(&self, spins: u32) -> RingReader {
+    /// Everything the peer wrote on the socket before its SWITCH is delivered: hands its ring
+    /// to the application's inbox (after those messages, so order holds). With no inbox left
+    /// (the application dropped it), a thread reads and discards, as the socket path does.
+    pub(crate) fn switch_in(self: &Arc<Self>) {
+        let Some(c) = lock(&self.inbound).take() else {
+            return;
+        };
+        *lock(&self.handed_over) = Some(c.waiter());
+        let ring = InboundRing::new(c, self.clone());
+        if let Err(ring) = self.shared.inbox.add_ring(ring) {
+            ring.discard_on_a_thread();
+        }
+    }
+
+    /// The link ended: the application stops reading its ring.
+    pub(crate) fn end(&self) {
+        self.gone.store(true, Relaxed);
+        // A sleeping inbox drops the ring at once (and with it this link's state).
+        self.shared.inbox.wake();
+    }
+
+    pub(crate) fn is_gone(&self) -> bool {
+        self.gone.load(Relaxed)
+    }
+
+    /// The application could not read the ring: the link ends with `why`.
+    pub(crate) fn raise_fault(&self, why: String) {
+        lock(&self.fault).get_or_insert(why);
+        self.fault_raised.notify_one();
+    }
+
+    /// Waits until the reader raises a fault; returns it.
+    pub(crate) async fn fault(&self) -> String {
         loop {
-            self.switched_in.notified().await;
-            if let Some(c) = lock(&self.inbound).take() {
-                return RingReader::start(c, spins);
+            if let Some(why) = lock(&self.fault).clone() {
+                return why;
             }
+            self.fault_raised.notified().await;
         }
     }
-}
 
-/// Writes `messages` (frames, as the socket would get them) into the ring, waiting while it is
-/// full, then publishes them. Gives up on a full ring once `closing()` says the link is going
-/// (its reader saw the peer close: nobody will free the ring).
-pub(crate) async fn write_ring(
-    p: &mut Producer,
-    messages: &mut Vec<Bytes>,
-    closing: impl Fn() -> bool,
-) -> io::Result<()> {
-    for b in messages.drain(..) {
-        let mut rest = &b[..];
-        while !rest.is_empty() {
-            let n = rest.len().min(RING_RECORD_BYTES_MAX);
-            let pushed = p
-                .try_push(&rest[..n])
-                .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
-            if pushed {
-                rest = &rest[n..];
-                continue;
-            }
-            p.publish();
-            // Full: the reader frees it in large steps; give it a moment.
-            if p.wait_for_room(n, Duration::ZERO) == Wait::Closed {
-                return Err(io::Error::new(
-                    io::ErrorKind::BrokenPipe,
-                    "the peer closed its end of the shared-memory ring",
-                ));
-            }
-            if closing() {
-                return Err(io::Error::new(
-                    io::ErrorKind::BrokenPipe,
-                    "the link is closing and its shared-memory ring is full",
-                ));
-            }
-            tokio::task::yield_now().await;
-            if p.wait_for_room(n, Duration::ZERO) != Wait::Ready {
-                tokio::time::sleep(Duration::from_millis(RING_FULL_RETRY_MS)).await;
-            }
+    /// Messages were read from the ring: an acknowledgement is due soon.
+    pub(crate) fn ack_soon(&self) {
+        if !self.ack_due.swap(true, Relaxed) {
+            self.ack_wake.notify_one();
         }
     }
-    p.publish();
-    Ok(())
-}
 
-/// The peer's ring as an `AsyncRead`: a thread of its own waits on the ring (futex) and hands
-/// batches of records over a bounded channel (when it is full, the thread waits: the ring
-/// fills, and the peer's writer waits for room).
-pub(crate) struct RingReader {
-    rx: mpsc::Receiver<Result<Bytes, String>>,
-    pending: Bytes,
-}
-
-impl RingReader {
-    /// Starts the thread; it spins `spins` times on an empty ring before it sleeps.
-    fn start(mut c: Consumer, spins: u32) -> Self {
-        let (tx, rx) = mpsc::channel(crate::limits::RING_READ_QUEUE_LEN);
-        let spawned = std::thread::Builder::new()
-            .name("busway-shm-rx".into())
-            .spawn(move || {
-                let mut chunk = BytesMut::new();
-                loop {
-                    if tx.is_closed() {
-                        return;
-                    }
-                    let read = c.read(RING_READ_BATCH_RECORDS, |m| chunk.extend_from_slice(m));
-                    if let Err(e) = read {
-                        let _ = tx.blocking_send(Err(e.to_string()));
-                        return;
-                    }
-                    if !chunk.is_empty() {
-                        if tx.blocking_send(Ok(chunk.split().freeze())).is_err() {
-                            return;
-                        }
-                        continue;
-                    }
-                    if c.wait_readable(spins, Duration::from_millis(100)) == Wait::Closed
-                        && !c.is_readable()
-                    {
-                        return;
-                    }
-                }
-            });
-        if let Err(e) = spawned {
-            tracing::error!(error = %e, "cannot start a shared-memory reader thread");
-        }
-        Self {
-            rx,
-            pending: Bytes::new(),
+    /// Sends the acknowledgements that `ack_soon` asked for, `RING_ACK_DELAY_MS` after the
+    /// first read since the last one. Never returns.
+    pub(crate) async fn ack_loop(&self) -> std::convert::Infallible {
+        loop {
+            self.ack_wake.notified().await;
+            tokio::time::sleep(Duration::from_millis(RING_ACK_DELAY_MS)).await;
+            self.ack_due.store(false, Relaxed);
+            self.peer
+                .push_control(ack_frame(self.peer.inbound_expected()));
         }
     }
-}
 
-impl Drop for RingReader {
-    fn drop(&mut self) {
-        // The thread sees the closed channel within its wait's timeout and ends.
-        self.rx.close();
+    /// The reader read everything up to the peer's close of the ring.
+    pub(crate) fn mark_drained(&self) {
+        self.drained.store(true, Relaxed);
+        self.drained_wake.notify_one();
     }
-}
 
-impl AsyncRead for RingReader {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        if self.pending.is_empty() {
-            match self.rx.poll_recv(cx) {
-                Poll::Pending => return Poll::Pending,
-                Poll::Ready(Some(Ok(b))) => self.pending = b,
-                Poll::Ready(Some(Err(e))) => {
-                    return Poll::Ready(Err(io::Error::new(io::ErrorKind::InvalidData, e)))
-                }
-                Poll::Ready(None) => return Poll::Ready(Ok(())),
+    /// Waits until the application read everything the peer put in its ring (the peer wrote
+    /// it all before its CLOSE); at once if there is no ring or nothing unread.
+    pub(crate) async fn wait_drained(&self) {
+        loop {
+            let unread = lock(&self.handed_over)
+                .as_ref()
+                .is_some_and(ReadWaiter::is_readable);
+            if !unread || self.drained.load(Relaxed) {
+                return;
             }
+            // The application may read the last record and not look again: poll as well.
+            let _ = tokio::time::timeout(
+                Duration::from_millis(RING_DRAIN_POLL_MS),
+                self.drained_wake.notified(),
+            )
+            .await;
         }
-        let n = buf.remaining().min(self.pending.len());
-        buf.put_slice(&self.pending[..n]);
-        self.pending.advance(n);
-        Poll::Ready(Ok(()))
     }
 }

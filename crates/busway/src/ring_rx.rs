@@ -1,0 +1,224 @@
+//! The application's reader of a peer's shared-memory ring.
+//!
+//! Once a link switched, the inbox reads the peer's ring itself, on the application's thread:
+//! one copy out of shared memory into the batch the application gets, no thread or task in
+//! between. A thread of the ring's own sleeps on the futex only while the inbox sleeps, and
+//! wakes it when a record is published. Everything in the ring must be whole DATA or
+//! DATA_BATCH frames with good checks; anything else ends the link with a reason (the node and
+//! its other links go on).
+
+use crate::inbox::{InboxWaker, MessageBatch};
+use crate::limits::{RING_ACK_EVERY_BYTES, RING_READ_RECORDS_MAX, RING_WAIT_POLL_MS};
+use crate::shm_link::ShmLink;
+use crate::stats::bump;
+use busway_core::control::ack_frame;
+use busway_core::frame::{message_spans, HEADER_LEN};
+use busway_core::{DecodeError, FrameDecoder};
+use busway_shm::ring::{Consumer, ReadWaiter, Wait};
+use bytes::BytesMut;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::mpsc as std_mpsc;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// What one look at a ring found.
+pub(crate) enum Polled {
+    Batch(MessageBatch),
+    /// Nothing whole to deliver now.
+    Empty,
+    /// The ring is done with (its link ended, it was closed and read out, or it is corrupt):
+    /// drop it.
+    Gone,
+}
+
+pub(crate) struct InboundRing {
+    consumer: Consumer,
+    link: Arc<ShmLink>,
+    /// Bytes read from the ring and not yet cut into a batch (at most a partial frame).
+    buf: BytesMut,
+    dec: FrameDecoder,
+    bytes_since_ack: usize,
+    /// Arms the waiter thread (started at the first sleep).
+    arm: Option<std_mpsc::Sender<()>>,
+    /// `poll` returned `Gone`.
+    gone: bool,
+}
+
+impl InboundRing {
+    pub(crate) fn new(consumer: Consumer, link: Arc<ShmLink>) -> Self {
+        let dec = FrameDecoder::new(link.shared.config.frame_body_max);
+        Self {
+            consumer,
+            link,
+            buf: BytesMut::new(),
+            dec,
+            bytes_since_ack: 0,
+            arm: None,
+            gone: false,
+        }
+    }
+
+    fn fail(&self, why: String) -> Polled {
+        self.link.raise_fault(format!(
+            "shared-memory ring from bus id {}: {why}",
+            self.link.peer.id
+        ));
+        Polled::Gone
+    }
+
+    /// Reads what the peer published and returns the whole messages in it as one batch.
+    pub(crate) fn poll(&mut self) -> Polled {
+        if self.gone {
+            return Polled::Gone;
+        }
+        let polled = self.read_messages();
+        self.gone = matches!(polled, Polled::Gone);
+        polled
+    }
+
+    pub(crate) fn is_gone(&self) -> bool {
+        self.gone
+    }
+
+    fn read_messages(&mut self) -> Polled {
+        if self.link.is_gone() {
+            return Polled::Gone;
+        }
+        let buf = &mut self.buf;
+        match self
+            .consumer
+            .read(RING_READ_RECORDS_MAX, |r| buf.extend_from_slice(r))
+        {
+            Err(e) => return self.fail(e.to_string()),
+            // Closed (Acquire: everything published before the close is seen) and read out.
+            Ok(0) if self.consumer.waiter().is_closed() && !self.consumer.is_readable() => {
+                if !self.buf.is_empty() {
+                    return self.fail(format!(
+                        "closed in the middle of a frame ({} bytes of it read)",
+                        self.buf.len()
+                    ));
+                }
+                self.link.mark_drained();
+                return Polled::Gone;
+            }
+            Ok(0) if self.buf.is_empty() => return Polled::Empty,
+            Ok(_) => {}
+        }
+        let mut spans = Vec::new();
+        let mut pos = 0;
+        loop {
+            let (kind, frame_len) = match self.dec.peek(&self.buf[pos..]) {
+                Ok(Some(f)) => f,
+                Ok(None) => break,
+                Err(e) => {
+                    let counters = &self.link.shared.counters;
+                    bump(&counters.protocol_errors);
+                    if let DecodeError::ChecksumMismatch { .. } = e {
+                        bump(&counters.checksum_failures);
+                    }
+                    return self.fail(e.to_string());
+                }
+            };
+            let body = &self.buf[pos + HEADER_LEN..pos + frame_len];
+            if let Err(what) = message_spans(kind, body, pos + HEADER_LEN, &mut spans) {
+                bump(&self.link.shared.counters.protocol_errors);
+                return self.fail(format!(
+                    "{what} (frame at ring stream offset {})",
+                    self.dec.offset() - frame_len as u64
+                ));
+            }
+            pos += frame_len;
+        }
+        if pos == 0 {
+            return Polled::Empty;
+        }
+        let chunk = self.buf.split_to(pos).freeze();
+        let n = spans.len() as u64;
+        let Some(next) = self.link.peer.delivered_on(self.link.link_id, n) else {
+            return Polled::Gone;
+        };
+        let counters = &self.link.shared.counters;
+        counters.msgs_in.fetch_add(n, Relaxed);
+        let bytes: u64 = spans.iter().map(|&(_, len)| u64::from(len)).sum();
+        counters.bytes_in.fetch_add(bytes, Relaxed);
+        // Acknowledge in steps: at once past RING_ACK_EVERY_BYTES (the sender's queue must not
+        // fill with delivered messages), otherwise a little later from the link task.
+        self.bytes_since_ack += chunk.len();
+        if self.bytes_since_ack >= RING_ACK_EVERY_BYTES {
+            self.bytes_since_ack = 0;
+            self.link.peer.push_control(ack_frame(next));
+        } else {
+            self.link.ack_soon();
+        }
+        Polled::Batch(MessageBatch::new(self.link.peer.id, chunk, spans))
+    }
+
+    /// The inbox is about to sleep: `waker` is called once the ring has something to read (or
+    /// was closed). Starts the ring's waiter thread the first time.
+    pub(crate) fn arm(&mut self, waker: &InboxWaker) {
+        if self.arm.is_none() {
+            let (tx, rx) = std_mpsc::channel();
+            let waiter = self.consumer.waiter();
+            let waker = waker.clone();
+            let spawned = std::thread::Builder::new()
+                .name("busway-shm-wait".into())
+                .spawn(move || wait_for_records(waiter, rx, waker));
+            if let Err(e) = spawned {
+                // Without it the inbox would not wake for this ring: end the link instead.
+                self.link
+                    .raise_fault(format!("cannot start a shared-memory waiter thread: {e}"));
+                return;
+            }
+            self.arm = Some(tx);
+        }
+        if let Some(tx) = &self.arm {
+            let _ = tx.send(());
+        }
+    }
+
+    /// With no inbox to read it (the application dropped it), reads and discards on a thread
+    /// of its own until the link ends, as the socket path discards.
+    pub(crate) fn discard_on_a_thread(mut self) {
+        let waiter = self.consumer.waiter();
+        let _ = std::thread::Builder::new()
+            .name("busway-shm-discard".into())
+            .spawn(move || loop {
+                match self.poll() {
+                    Polled::Batch(_) => {}
+                    Polled::Empty => {
+                        waiter.wait_readable(Duration::from_millis(RING_WAIT_POLL_MS));
+                    }
+                    Polled::Gone => return,
+                }
+            });
+    }
+}
+
+impl Drop for InboundRing {
+    fn drop(&mut self) {
+        // Nobody reads any more: the peer's writer must not wait for room forever.
+        self.consumer.close();
+    }
+}
+
+/// The waiter thread: each time it is armed, sleeps until the ring is readable or closed, then
+/// wakes the inbox. Ends when its ring is dropped.
+fn wait_for_records(waiter: ReadWaiter, arm: std_mpsc::Receiver<()>, waker: InboxWaker) {
+    while arm.recv().is_ok() {
+        loop {
+            match waiter.wait_readable(Duration::from_millis(RING_WAIT_POLL_MS)) {
+                Wait::Ready | Wait::Closed => {
+                    if !waker.wake() {
+                        return;
+                    }
+                    break;
+                }
+                Wait::TimedOut => {
+                    if let Err(std_mpsc::TryRecvError::Disconnected) = arm.try_recv() {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+}
