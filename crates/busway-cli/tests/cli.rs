@@ -456,7 +456,7 @@ fn a_process_killed_mid_stream_over_shared_memory_leaves_nothing_behind() {
 }
 
 #[test]
-fn bench_latency_rows_give_percentiles_for_shm_blocking_and_spinning() {
+fn bench_latency_rows_give_percentiles_for_each_shm_mode() {
     let p = spawn(&[
         "bench",
         "--latency",
@@ -470,7 +470,7 @@ fn bench_latency_rows_give_percentiles_for_shm_blocking_and_spinning() {
     ]);
     let rows = json_rows(p);
     let modes: Vec<&str> = rows.iter().map(|r| r["mode"].as_str().unwrap()).collect();
-    assert_eq!(modes, ["blocking", "spinning"]);
+    assert_eq!(modes, ["blocking", "spin-then-sleep", "spinning"]);
     for r in &rows {
         assert_eq!(r["workload"], "latency");
         let (p50, p99, p999) = (

@@ -19,6 +19,9 @@ use std::sync::Arc;
 use tokio::sync::mpsc::error::TryRecvError;
 use tokio::sync::{mpsc, Semaphore};
 
+/// Spins of a waiting inbox between two yields to the runtime.
+const INBOX_SPINS_PER_YIELD: u32 = 64;
+
 /// One received message.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Message {
@@ -130,6 +133,8 @@ pub struct Inbox {
     next_ring: usize,
     /// Whether rings go before the channel next time (neither starves the other).
     rings_first: bool,
+    /// A ring read queued an acknowledgement: let the link task run before returning.
+    ack_queued: bool,
     /// Looks over rings and channel before sleeping, while there are rings.
     spins: u32,
     waker: InboxWaker,
@@ -153,6 +158,7 @@ pub(crate) fn inbox(limit_bytes: usize, spins: u32) -> (InboxSender, Inbox) {
             rings: Vec::new(),
             next_ring: 0,
             rings_first: false,
+            ack_queued: false,
             spins,
             waker,
         },
@@ -232,7 +238,8 @@ impl Inbox {
         for k in 0..n {
             let i = (self.next_ring + k) % n;
             match self.rings[i].poll() {
-                Polled::Batch(b) => {
+                Polled::Batch(b, ack_queued) => {
+                    self.ack_queued |= ack_queued;
                     self.next_ring = i + 1;
                     found = Some(b);
                     break;
@@ -284,13 +291,23 @@ impl Inbox {
         let mut spins = 0;
         loop {
             match self.poll_ready() {
-                Ok(Some(b)) => return Some(b),
+                Ok(Some(b)) => {
+                    if std::mem::take(&mut self.ack_queued) {
+                        // The link task may share this thread (`IoThreads::Current`).
+                        tokio::task::yield_now().await;
+                    }
+                    return Some(b);
+                }
                 Ok(None) => {}
                 Err(_) => return None,
             }
             if !self.rings.is_empty() && spins < self.spins {
                 spins += 1;
                 std::hint::spin_loop();
+                if spins % INBOX_SPINS_PER_YIELD == 0 {
+                    // Spinning must not starve tasks that share this thread.
+                    tokio::task::yield_now().await;
+                }
                 continue;
             }
             spins = 0;

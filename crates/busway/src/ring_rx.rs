@@ -23,7 +23,9 @@ use std::time::Duration;
 
 /// What one look at a ring found.
 pub(crate) enum Polled {
-    Batch(MessageBatch),
+    /// Messages, and whether an acknowledgement was queued for the link task (the caller
+    /// lets it run: on a shared thread it would otherwise wait for the application).
+    Batch(MessageBatch, bool),
     /// Nothing whole to deliver now.
     Empty,
     /// The ring is done with (its link ended, it was closed and read out, or it is corrupt):
@@ -144,13 +146,14 @@ impl InboundRing {
         // Acknowledge in steps: at once past RING_ACK_EVERY_BYTES (the sender's queue must not
         // fill with delivered messages), otherwise a little later from the link task.
         self.bytes_since_ack += chunk.len();
-        if self.bytes_since_ack >= RING_ACK_EVERY_BYTES {
+        let ack_now = self.bytes_since_ack >= RING_ACK_EVERY_BYTES;
+        if ack_now {
             self.bytes_since_ack = 0;
             self.link.peer.push_control(ack_frame(next));
         } else {
             self.link.ack_soon();
         }
-        Polled::Batch(MessageBatch::new(self.link.peer.id, chunk, spans))
+        Polled::Batch(MessageBatch::new(self.link.peer.id, chunk, spans), ack_now)
     }
 
     /// The inbox is about to sleep: `waker` is called once the ring has something to read (or
@@ -184,7 +187,7 @@ impl InboundRing {
             .name("busway-shm-discard".into())
             .spawn(move || loop {
                 match self.poll() {
-                    Polled::Batch(_) => {}
+                    Polled::Batch(..) => {}
                     Polled::Empty => {
                         waiter.wait_readable(Duration::from_millis(RING_WAIT_POLL_MS));
                     }

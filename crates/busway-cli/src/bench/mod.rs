@@ -46,9 +46,11 @@ pub(crate) struct BenchArgs {
     /// thread of its own beside the application's).
     #[arg(long, default_value = "current")]
     io: String,
-    /// How the sender hands messages to busway: `batch` (`send_batch`, 256 at a time) or
-    /// `single` (one `send` per message).
-    #[arg(long, default_value = "batch")]
+    /// How the sender hands messages to busway: `batch` (`send_batch`, 256 copied at a time),
+    /// `single` (one `send` per message, the payload shared as `Bytes`, no copy), or `auto`:
+    /// `batch` for rows whose messages fit the copy limit (2 KiB), `single` beyond (what an
+    /// application holding large payloads in `Bytes` does).
+    #[arg(long, default_value = "auto")]
     api: String,
     /// Print one JSON object per row instead of the table.
     #[arg(long)]
@@ -76,9 +78,18 @@ struct LatencyRow {
     p999_us: f64,
 }
 
-/// Spins of the shm reader in the latency modes: none, and enough (tens of milliseconds) that
-/// it does not sleep between two round trips.
-const LATENCY_MODES: [(&str, u32); 2] = [("blocking", 0), ("spinning", 10_000_000)];
+/// Spins of the shm reader (the application's inbox) in the latency modes: none (it sleeps at
+/// once: a futex wake-up and a runtime wake-up per message), the default (it spins a little
+/// while, then sleeps), and enough (tens of milliseconds) that it does not sleep between two
+/// round trips.
+const LATENCY_MODES: [(&str, u32); 3] = [
+    ("blocking", 0),
+    (
+        "spin-then-sleep",
+        busway_shm::ring::SPINS_BEFORE_SLEEP_DEFAULT,
+    ),
+    ("spinning", 10_000_000),
+];
 
 fn run_latency(args: &BenchArgs, specs: &[Spec]) -> Result<ExitCode, String> {
     let size = specs.first().map_or(64, |s| s.size_min);
@@ -129,17 +140,26 @@ fn run_latency(args: &BenchArgs, specs: &[Spec]) -> Result<ExitCode, String> {
         );
         println!("machine: {}", sysinfo::machine());
         println!(
-            "{:<6} {:<9} {:>9} {:>9} {:>9}",
+            "{:<6} {:<15} {:>9} {:>9} {:>9}",
             "link", "mode", "p50", "p99", "p99.9"
         );
         for r in &rows {
             println!(
-                "{:<6} {:<9} {:>9.1} {:>9.1} {:>9.1}",
+                "{:<6} {:<15} {:>9.1} {:>9.1} {:>9.1}",
                 r.transport, r.mode, r.p50_us, r.p99_us, r.p999_us
             );
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The sender api of a row (see `BenchArgs::api`).
+fn api_for<'a>(args: &'a BenchArgs, spec: &Spec) -> &'a str {
+    match args.api.as_str() {
+        "auto" if spec.size_max > busway::limits::COPY_PAYLOAD_BYTES_MAX => "single",
+        "auto" => "batch",
+        other => other,
+    }
 }
 
 /// One row of the table.
@@ -209,8 +229,11 @@ pub(crate) fn run(args: BenchArgs) -> Result<ExitCode, String> {
     if !(0.05..=600.0).contains(&args.duration) || args.rounds == 0 {
         return Err("--duration must be 0.05..=600 seconds and --rounds at least 1".into());
     }
-    if !matches!(args.api.as_str(), "batch" | "single") {
-        return Err(format!("--api {:?}: expected batch or single", args.api));
+    if !matches!(args.api.as_str(), "batch" | "single" | "auto") {
+        return Err(format!(
+            "--api {:?}: expected batch, single or auto",
+            args.api
+        ));
     }
     if !matches!(args.io.as_str(), "current" | "dedicated") {
         return Err(format!("--io {:?}: expected current or dedicated", args.io));
@@ -301,7 +324,7 @@ fn measure_row(args: &BenchArgs, spec: &Spec, bar: &ProgressBar) -> Result<Row, 
         size_min: spec.size_min,
         size_max: spec.size_max,
         io: args.io.clone(),
-        api: args.api.clone(),
+        api: api_for(args, spec).to_owned(),
         rounds: args.rounds,
         duration_secs: args.duration,
         msgs_per_sec: m,
@@ -367,7 +390,7 @@ fn worker_with(
         .args(["--size-max", &spec.size_max.to_string()])
         .args(["--duration", &args.duration.to_string()])
         .args(["--io", &args.io])
-        .args(["--api", &args.api])
+        .args(["--api", api_for(args, spec)])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     if raw {
@@ -485,7 +508,11 @@ fn print_table(args: &BenchArgs, rows: &[Row]) {
         "busway bench: throughput, 1 sender -> 1 receiver, 1 link; {} s x {} rounds per row, median [min-max]; sender api: {}; links on the {} thread; not pinned",
         args.duration,
         args.rounds,
-        args.api,
+        if args.api == "auto" {
+            "auto (send_batch for messages up to 2 KiB, send(Bytes) for larger)"
+        } else {
+            &args.api
+        },
         if args.io == "current" { "worker's own" } else { "a dedicated I/O" },
     );
     println!("machine: {}", sysinfo::machine());
