@@ -64,6 +64,7 @@ pub(crate) fn snapshot(node: &Node) -> Value {
             "events_dropped": s.events_dropped,
             "peers_up": s.peers_up,
             "shm_channels": s.shm_channels,
+            "mem_channels": s.mem_channels,
         },
     })
 }

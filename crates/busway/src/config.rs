@@ -44,6 +44,10 @@ pub struct NodeConfig {
     /// Whether a link to a node on the same host moves its data to shared-memory rings (both
     /// ends must allow it); the socket stays as the control link.
     pub shm_channels: bool,
+    /// Whether a link to a node of this same process (with `shm_channels` on both) takes the
+    /// peer's ring straight from this process's memory, an in-process channel, rather than
+    /// opening it through `/proc` as between processes. Counted in `Stats::mem_channels`.
+    pub mem_channels: bool,
     /// Spins a link's shared-memory reader makes on an empty ring before it sleeps on the futex:
     /// 0 sleeps at once (least CPU, a wake-up costs a few microseconds more), larger trades CPU
     /// for latency. Default `busway_shm::ring::SPINS_BEFORE_SLEEP_DEFAULT`.
@@ -86,6 +90,7 @@ impl NodeConfig {
             relay_grace_ms: DEFAULT_RELAY_GRACE_MS,
             direct_links: true,
             shm_channels: true,
+            mem_channels: true,
             shm_spins: busway_shm::ring::SPINS_BEFORE_SLEEP_DEFAULT,
             secret: None,
             io_threads: IoThreads::Dedicated(cores),

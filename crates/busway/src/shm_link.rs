@@ -19,7 +19,7 @@ use busway_shm::Segment;
 use bytes::Bytes;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 use tokio::sync::Notify;
 
@@ -58,6 +58,22 @@ pub(crate) struct ShmLink {
     /// The peer closed its ring and everything in it was read.
     drained: AtomicBool,
     drained_wake: Notify,
+    /// The peer runs in this process: its ring was taken from `IN_PROCESS_RINGS` (an
+    /// in-process channel, counted in `Stats::mem_channels`).
+    in_process: AtomicBool,
+}
+
+/// Rings this process offered, by (descriptor, inode): a peer in the same process takes its
+/// ring from here instead of opening `/proc/self/fd` (no second mapping, no file system: an
+/// in-process queue). Weak, so that an offer nobody took frees its ring with its link.
+type OfferedRings = Vec<(u32, u64, Weak<Ring>)>;
+static IN_PROCESS_RINGS: Mutex<OfferedRings> = Mutex::new(Vec::new());
+
+/// Takes the ring this process offered as (`fd`, `inode`), if it still exists.
+fn take_in_process_ring(fd: u32, inode: u64) -> Option<Arc<Ring>> {
+    let mut rings = lock(&IN_PROCESS_RINGS);
+    let i = rings.iter().position(|&(f, n, _)| (f, n) == (fd, inode))?;
+    rings.swap_remove(i).2.upgrade()
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -82,6 +98,7 @@ impl ShmLink {
             handed_over: Mutex::default(),
             drained: AtomicBool::new(false),
             drained_wake: Notify::new(),
+            in_process: AtomicBool::new(false),
         }
     }
 
@@ -97,6 +114,11 @@ impl ShmLink {
             capacity: capacity as u64,
         }
         .frame();
+        {
+            let mut offered = lock(&IN_PROCESS_RINGS);
+            offered.retain(|(_, _, r)| r.strong_count() > 0);
+            offered.push((seg.fd().as_raw_fd() as u32, inode, Arc::downgrade(&ring)));
+        }
         *lock(&self.outbound) = Some(ring.producer());
         Ok(frame)
     }
@@ -110,19 +132,26 @@ impl ShmLink {
                 inode,
                 capacity,
             } => {
-                let opened = Segment::open_from_process(pid, fd, inode)
-                    .map_err(|e| e.to_string())
-                    .and_then(|s| Ring::open(s).map_err(|e| e.to_string()))
-                    .and_then(|r| {
-                        if r.capacity() as u64 == capacity {
-                            Ok(r)
-                        } else {
-                            Err(format!(
-                                "ring of {} bytes, {capacity} announced",
-                                r.capacity()
-                            ))
-                        }
-                    });
+                let local = (self.shared.config.mem_channels && pid == std::process::id())
+                    .then(|| take_in_process_ring(fd, inode))
+                    .flatten();
+                self.in_process.store(local.is_some(), Relaxed);
+                let opened = match local {
+                    Some(ring) => Ok(ring),
+                    None => Segment::open_from_process(pid, fd, inode)
+                        .map_err(|e| e.to_string())
+                        .and_then(|s| Ring::open(s).map_err(|e| e.to_string())),
+                };
+                let opened = opened.and_then(|r| {
+                    if r.capacity() as u64 == capacity {
+                        Ok(r)
+                    } else {
+                        Err(format!(
+                            "ring of {} bytes, {capacity} announced",
+                            r.capacity()
+                        ))
+                    }
+                });
                 Some(match opened {
                     Ok(ring) => {
                         *lock(&self.inbound) = Some(ring.consumer());
@@ -145,7 +174,12 @@ impl ShmLink {
             }
             Channel::Switch => {
                 if lock(&self.inbound).is_some() {
-                    bump(&self.shared.counters.shm_channels);
+                    let counters = &self.shared.counters;
+                    bump(if self.in_process.load(Relaxed) {
+                        &counters.mem_channels
+                    } else {
+                        &counters.shm_channels
+                    });
                 }
                 None
             }

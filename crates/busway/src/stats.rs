@@ -19,6 +19,7 @@ pub(crate) struct Counters {
     pub(crate) relayed: AtomicU64,
     pub(crate) events_dropped: AtomicU64,
     pub(crate) shm_channels: AtomicU64,
+    pub(crate) mem_channels: AtomicU64,
 }
 
 pub(crate) fn bump(c: &AtomicU64) {
@@ -54,6 +55,8 @@ pub struct Stats {
     pub peers_up: u64,
     /// Links whose incoming data moved to a shared-memory ring (same host), ever.
     pub shm_channels: u64,
+    /// Links whose incoming data moved to an in-process ring (peer in this process), ever.
+    pub mem_channels: u64,
 }
 
 impl Counters {
@@ -74,6 +77,7 @@ impl Counters {
             events_dropped: self.events_dropped.load(Relaxed),
             peers_up: 0,
             shm_channels: self.shm_channels.load(Relaxed),
+            mem_channels: self.mem_channels.load(Relaxed),
         }
     }
 }

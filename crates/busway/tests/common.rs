@@ -9,10 +9,11 @@ use std::time::Duration;
 pub const WAIT: Duration = Duration::from_secs(10);
 
 /// The transports every conformance test runs over; tcp6 is left out where the machine has no
-/// IPv6 loopback. `shm` is a Unix link whose data moves to shared-memory rings; the others keep
-/// their data on the socket.
+/// IPv6 loopback. `shm` is a Unix link whose data moves to shared-memory rings, opened through
+/// `/proc` as between processes; `mem` is the same link between nodes of one process, whose
+/// rings are taken in-process; the others keep their data on the socket.
 pub fn transports() -> Vec<&'static str> {
-    let mut t = vec!["tcp4", "unix", "shm"];
+    let mut t = vec!["tcp4", "unix", "shm", "mem"];
     if std::net::TcpListener::bind("[::1]:0").is_ok() {
         t.push("tcp6");
     }
@@ -47,9 +48,16 @@ pub async fn start(config: NodeConfig) -> Node {
 
 /// A listening node and a node dialing it, with the link up.
 pub async fn pair(transport: &str, mut a: NodeConfig, mut b: NodeConfig) -> (Node, Node) {
-    if transport != "shm" {
-        a.shm_channels = false;
-        b.shm_channels = false;
+    match transport {
+        "shm" => {
+            a.mem_channels = false;
+            b.mem_channels = false;
+        }
+        "mem" => {}
+        _ => {
+            a.shm_channels = false;
+            b.shm_channels = false;
+        }
     }
     let a = start(a.listen(listen_addr(transport))).await;
     let addr = a.listen_addrs()[0].clone();

@@ -1,5 +1,6 @@
 //! Two nodes of one host, linked over TCP or a Unix socket, move their data to shared-memory
-//! rings by themselves; order and exactly-once hold across the switch and across a cut link.
+//! rings by themselves (in-process channels when they share a process); order and exactly-once
+//! hold across the switch and across a cut link.
 
 mod common;
 
@@ -26,10 +27,18 @@ async fn expect(inbox: &mut busway::Inbox, from: BusId, range: std::ops::Range<u
     expect_in_order(inbox, from, range, msg).await;
 }
 
+/// Nodes 1 and 2 of this process, with shared memory opened as between processes (no
+/// in-process channel).
+fn shm_config(id: u64) -> busway::NodeConfig {
+    let mut c = config(id);
+    c.mem_channels = false;
+    c
+}
+
 /// Like `common::pair`, with shared memory allowed on a link of `transport`.
 async fn shm_pair(transport: &str) -> (Node, Node) {
-    let a = start(config(1).listen(listen_addr(transport))).await;
-    let b = start(config(2).connect(a.listen_addrs()[0].clone())).await;
+    let a = start(shm_config(1).listen(listen_addr(transport))).await;
+    let b = start(shm_config(2).connect(a.listen_addrs()[0].clone())).await;
     assert!(b.wait_for_peer(a.id(), WAIT).await);
     assert!(a.wait_for_peer(b.id(), WAIT).await);
     (a, b)
@@ -70,6 +79,33 @@ async fn same_host_links_move_their_data_to_shared_memory_by_themselves() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_of_one_process_take_in_process_channels_by_themselves() {
+    let a = start(config(1).listen(listen_addr("tcp4"))).await;
+    let b = start(config(2).connect(a.listen_addrs()[0].clone())).await;
+    assert!(b.wait_for_peer(a.id(), WAIT).await);
+    let mut inbox = a.take_inbox().unwrap();
+    stream(&b, BusId(1), 0..100_000).await;
+    expect(&mut inbox, BusId(2), 0..100_000).await;
+    assert_eq!((a.stats().mem_channels, a.stats().shm_channels), (1, 0));
+    assert_eq!((b.stats().mem_channels, b.stats().shm_channels), (1, 0));
+    // A cut link: the next link takes new in-process channels; nothing lost or repeated.
+    let sender = {
+        let b = b.clone();
+        tokio::spawn(async move { stream(&b, BusId(1), 100_000..200_000).await })
+    };
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    b.disconnect(BusId(1));
+    expect(&mut inbox, BusId(2), 100_000..200_000).await;
+    sender.await.unwrap();
+    assert!(b.flush(WAIT).await, "all acknowledged");
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(inbox.try_recv_batch().is_none(), "no duplicate");
+    assert_eq!(a.stats().mem_channels, 2, "switched again");
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_that_forbids_shared_memory_stays_on_the_socket() {
     let mut c = config(2);
     c.shm_channels = false;
@@ -79,16 +115,16 @@ async fn a_node_that_forbids_shared_memory_stays_on_the_socket() {
     let mut inbox = a.take_inbox().unwrap();
     stream(&b, BusId(1), 0..10_000).await;
     expect(&mut inbox, BusId(2), 0..10_000).await;
-    assert_eq!(a.stats().shm_channels, 0);
-    assert_eq!(b.stats().shm_channels, 0);
+    assert_eq!(a.stats().shm_channels + a.stats().mem_channels, 0);
+    assert_eq!(b.stats().shm_channels + b.stats().mem_channels, 0);
     a.shutdown().await;
     b.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reader_that_dies_mid_stream_leaves_the_writer_a_peer_down_not_a_hang() {
-    let a = start(config(1).listen(listen_addr("unix"))).await;
-    let mut cb = config(2).connect(a.listen_addrs()[0].clone());
+    let a = start(shm_config(1).listen(listen_addr("unix"))).await;
+    let mut cb = shm_config(2).connect(a.listen_addrs()[0].clone());
     cb.peer_dead_after_ms = 300;
     cb.dial_backoff_min_ms = 50;
     let b = start(cb).await;
