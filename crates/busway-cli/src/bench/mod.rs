@@ -25,12 +25,13 @@ const WORKER_GRACE_SECS: f64 = 30.0;
 #[derive(Args, Debug)]
 pub(crate) struct BenchArgs {
     /// Transports to measure, comma-separated: tcp4, tcp6, unix, shm (a unix link whose data
-    /// moves to shared-memory rings; raw: the bare ring), and relay4 (sender -> relay ->
-    /// receiver over tcp4, three processes).
+    /// moves to shared-memory rings; raw: the bare ring between the two processes), mem (both
+    /// nodes in one process, on two threads: an in-process channel; raw: the bare ring between
+    /// the two threads), and relay4 (sender -> relay -> receiver over tcp4, three processes).
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "tcp4,tcp6,unix,shm,relay4"
+        default_value = "tcp4,tcp6,unix,shm,mem,relay4"
     )]
     transports: Vec<String>,
     /// Message size ranges in bytes, comma-separated MIN-MAX (sizes uniform in the range).
@@ -199,9 +200,12 @@ struct Spec {
 fn parse_specs(args: &BenchArgs) -> Result<Vec<Spec>, String> {
     let mut specs = Vec::new();
     for t in &args.transports {
-        if !matches!(t.as_str(), "tcp4" | "tcp6" | "unix" | "shm" | "relay4") {
+        if !matches!(
+            t.as_str(),
+            "tcp4" | "tcp6" | "unix" | "shm" | "mem" | "relay4"
+        ) {
             return Err(format!(
-                "unknown transport {t:?} (expected tcp4, tcp6, unix, shm or relay4)"
+                "unknown transport {t:?} (expected tcp4, tcp6, unix, shm, mem or relay4)"
             ));
         }
         for s in &args.sizes {
@@ -399,7 +403,7 @@ fn worker_with(
     if via_relay {
         cmd.arg("--via-relay");
     }
-    if spec.transport == "shm" {
+    if matches!(spec.transport.as_str(), "shm" | "mem") {
         cmd.arg("--shm");
     }
     cmd.args(extra);
@@ -480,7 +484,36 @@ fn run_pair(args: &BenchArgs, spec: &Spec, raw: bool, round: usize) -> Result<Pa
         finish(relay, &mut relay_lines, limit)?;
         return Ok((s, r));
     }
+    if spec.transport == "mem" {
+        return in_one_process(args, spec, raw, &addr, limit);
+    }
     receiver_then_sender(args, spec, raw, &addr, &[], limit)
+}
+
+/// Runs receiver and sender in one worker process (the `mem` row); returns their reports.
+fn in_one_process(
+    args: &BenchArgs,
+    spec: &Spec,
+    raw: bool,
+    addr: &str,
+    limit: Duration,
+) -> Result<Pair, String> {
+    let mut w = worker(args, spec, "pair", raw, addr, false)?;
+    let stdout = w.0.stdout.take().ok_or("worker has no stdout")?;
+    let mut seen = Vec::new();
+    let mut lines = BufReader::new(stdout)
+        .lines()
+        .map_while(Result::ok)
+        .inspect(|l| seen.push(l.clone()));
+    let r = finish(w, &mut lines, limit)?;
+    let sender_line = seen
+        .len()
+        .checked_sub(2)
+        .map(|i| seen[i].clone())
+        .ok_or("the worker printed one report, expected two")?;
+    let s = serde_json::from_str(&sender_line)
+        .map_err(|e| format!("bad worker report {sender_line:?}: {e}"))?;
+    Ok((s, r))
 }
 
 /// Starts a receiver listening at `addr`, then a sender dialing where it listens; returns their

@@ -34,6 +34,9 @@ pub(crate) enum Role {
     Recv,
     /// The relay between the two (with `--via-relay` on both).
     Relay,
+    /// Receiver and sender in this one process, on two threads (the `mem` row): prints the
+    /// sender's report, then the receiver's.
+    Pair,
 }
 
 #[derive(Args, Debug)]
@@ -92,12 +95,29 @@ pub(crate) struct Report {
 
 pub(crate) fn run(args: WorkerArgs) -> Result<ExitCode, String> {
     let born = Instant::now();
+    if args.role == Role::Pair {
+        let (mut send, mut recv) = if args.raw {
+            raw_mem_pair(&args)?
+        } else {
+            bus_pair(&args)?
+        };
+        for r in [&mut send, &mut recv] {
+            r.cpu_secs = sysinfo::cpu_seconds();
+            r.wall_secs = born.elapsed().as_secs_f64();
+            r.peak_rss_kib = sysinfo::peak_rss_kib();
+        }
+        for r in [send, recv] {
+            println!("{}", serde_json::to_string(&r).map_err(|e| e.to_string())?);
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
     let mut report = match (args.raw, args.role) {
         (true, Role::Send) if args.shm => raw_ring_send(&args)?,
         (true, Role::Recv) if args.shm => raw_ring_recv()?,
         (true, Role::Send) => raw_send(&args)?,
         (true, Role::Recv) => raw_recv(&args)?,
         (true, Role::Relay) => raw_relay(&args)?,
+        (true, Role::Pair) => unreachable!("handled above"),
         (false, role) => {
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -108,8 +128,9 @@ pub(crate) fn run(args: WorkerArgs) -> Result<ExitCode, String> {
                     Role::Send if args.round_trips.is_some() => bus_ping(&args).await,
                     Role::Recv if args.round_trips.is_some() => bus_echo(&args).await,
                     Role::Send => bus_send(&args).await,
-                    Role::Recv => bus_recv(&args).await,
+                    Role::Recv => bus_recv(&args, |a| announce(&a)).await,
                     Role::Relay => bus_relay(&args).await,
+                    Role::Pair => unreachable!("handled above"),
                 }
             })?
         }
@@ -315,16 +336,17 @@ async fn bus_relay(args: &WorkerArgs) -> Result<Report, String> {
     })
 }
 
-async fn bus_recv(args: &WorkerArgs) -> Result<Report, String> {
+/// The receiving node; `ready` gets its address once it listens (or "registered").
+async fn bus_recv(args: &WorkerArgs, ready: impl FnOnce(String)) -> Result<Report, String> {
     let node = if args.via_relay {
         let node = dialing_node(args, RECEIVER_ID).await?;
-        announce("registered");
+        ready("registered".into());
         node
     } else {
         let node = Node::start(node_config(args, RECEIVER_ID).listen(args.addr.clone()))
             .await
             .map_err(|e| e.to_string())?;
-        announce(&node.listen_addrs()[0].to_string());
+        ready(node.listen_addrs()[0].to_string());
         node
     };
     let mut inbox = node.take_inbox().expect("inbox is taken once");
@@ -379,6 +401,61 @@ async fn bus_recv(args: &WorkerArgs) -> Result<Report, String> {
         secs,
         ..Report::default()
     })
+}
+
+/// Both nodes in this process, each on a thread and runtime of its own (as two parts of one
+/// server would be): the receiver listens on `addr`, the sender dials it, and their link moves
+/// to an in-process channel by itself.
+fn bus_pair(args: &WorkerArgs) -> Result<(Report, Report), String> {
+    let runtime = || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| e.to_string())
+    };
+    let (addr_tx, addr_rx) = std::sync::mpsc::channel();
+    let recv_args = WorkerArgs {
+        addr: args.addr.clone(),
+        api: args.api.clone(),
+        io: args.io.clone(),
+        ..*args
+    };
+    let receiver = std::thread::spawn(move || {
+        runtime()?.block_on(bus_recv(&recv_args, move |a| {
+            let _ = addr_tx.send(a);
+        }))
+    });
+    let addr: Addr = addr_rx
+        .recv()
+        .map_err(|_| "the receiving node did not start".to_string())?
+        .parse()
+        .map_err(|e: busway::ParseAddrError| e.to_string())?;
+    let send_args = WorkerArgs {
+        addr,
+        api: args.api.clone(),
+        io: args.io.clone(),
+        ..*args
+    };
+    let sent = runtime()?.block_on(bus_send(&send_args))?;
+    let received = receiver
+        .join()
+        .map_err(|_| "the receiving thread panicked".to_string())??;
+    Ok((sent, received))
+}
+
+/// The bare ring between two threads of this process: the same pre-framed batches as
+/// `raw_ring_send`, read as `raw_ring_recv` reads them.
+fn raw_mem_pair(args: &WorkerArgs) -> Result<(Report, Report), String> {
+    use busway_shm::ring::{Ring, RING_CAPACITY_DEFAULT};
+    let ring =
+        Ring::create_unchecked("busway-bench", RING_CAPACITY_DEFAULT).map_err(|e| e.to_string())?;
+    let c = ring.consumer();
+    let receiver = std::thread::spawn(move || ring_recv_loop(c));
+    let sent = ring_send_loop(ring.producer(), args)?;
+    let received = receiver
+        .join()
+        .map_err(|_| "the receiving thread panicked".to_string())??;
+    Ok((sent, received))
 }
 
 fn announce(addr: &str) {
@@ -570,7 +647,7 @@ fn prebuilt_batch(args: &WorkerArgs) -> (BytesMut, u64, u64) {
 /// The bare ring's sender: opens the receiver's ring (`/proc/PID/fd/FD`) and writes the
 /// pre-framed batch into it in records of the size the bus uses, publishing once per batch.
 fn raw_ring_send(args: &WorkerArgs) -> Result<Report, String> {
-    use busway_shm::ring::{Ring, Wait};
+    use busway_shm::ring::Ring;
     let Addr::Unix(path) = &args.addr else {
         return Err("the bare ring is named by /proc/PID/fd/FD".into());
     };
@@ -581,7 +658,13 @@ fn raw_ring_send(args: &WorkerArgs) -> Result<Report, String> {
         .map_err(|e| format!("{}: {e}", path.display()))?;
     let seg = busway_shm::Segment::from_fd(file.into()).map_err(|e| e.to_string())?;
     let ring = Ring::open(seg).map_err(|e| e.to_string())?;
-    let mut p = ring.producer();
+    ring_send_loop(ring.producer(), args)
+}
+
+/// Writes the pre-framed batch into the ring in records of the size the bus uses, publishing
+/// once per batch, for `--duration`; then closes the ring.
+fn ring_send_loop(mut p: busway_shm::Producer, args: &WorkerArgs) -> Result<Report, String> {
+    use busway_shm::ring::Wait;
     let (batch, per_batch_msgs, per_batch_bytes) = prebuilt_batch(args);
     let (mut msgs, mut bytes) = (0u64, 0u64);
     let start = Instant::now();
@@ -612,7 +695,7 @@ fn raw_ring_send(args: &WorkerArgs) -> Result<Report, String> {
 /// The bare ring's receiver: creates the ring, names it for the sender, and walks the frame
 /// headers of every record to count messages until the sender closes.
 fn raw_ring_recv() -> Result<Report, String> {
-    use busway_shm::ring::{Ring, Wait, RING_CAPACITY_DEFAULT, SPINS_BEFORE_SLEEP_DEFAULT};
+    use busway_shm::ring::{Ring, RING_CAPACITY_DEFAULT};
     use std::os::fd::AsRawFd;
     let ring =
         Ring::create_unchecked("busway-bench", RING_CAPACITY_DEFAULT).map_err(|e| e.to_string())?;
@@ -621,7 +704,12 @@ fn raw_ring_recv() -> Result<Report, String> {
         std::process::id(),
         ring.segment().fd().as_raw_fd()
     ));
-    let mut c = ring.consumer();
+    ring_recv_loop(ring.consumer())
+}
+
+/// Walks the frame headers of every record to count messages until the producer closes.
+fn ring_recv_loop(mut c: busway_shm::Consumer) -> Result<Report, String> {
+    use busway_shm::ring::{Wait, SPINS_BEFORE_SLEEP_DEFAULT};
     let mut walker = FrameWalker::default();
     let (mut first, mut last) = (None, Instant::now());
     loop {
