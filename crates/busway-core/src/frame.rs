@@ -181,6 +181,40 @@ pub fn seal_in_place(kind: FrameKind, frame: &mut [u8]) {
     frame[..HEADER_LEN].copy_from_slice(&header);
 }
 
+/// The header of a frame of `kind` with a body of `body_len` bytes and a check of 0: for frames
+/// that go only where checks are not verified (a shared-memory ring, see `docs/PROTOCOL.md`).
+pub fn encode_header_unchecked(kind: FrameKind, body_len: usize) -> [u8; HEADER_LEN] {
+    assert!(body_len <= BODY_LEN_CEILING, "frame body over the ceiling");
+    let word0 = (kind as u32) | ((body_len as u32) << 8);
+    let mut h = [0u8; HEADER_LEN];
+    h[..4].copy_from_slice(&word0.to_le_bytes());
+    h
+}
+
+/// Like [`seal_in_place`], with a check of 0 (see [`encode_header_unchecked`]).
+pub fn seal_in_place_unchecked(kind: FrameKind, frame: &mut [u8]) {
+    let header = encode_header_unchecked(kind, frame.len() - HEADER_LEN);
+    frame[..HEADER_LEN].copy_from_slice(&header);
+}
+
+/// Computes the check of every frame in `frames` (whole frames, one after another, as a
+/// sender built them), in place.
+pub fn seal_frames_in_place(frames: &mut [u8]) {
+    let mut at = 0;
+    while at + HEADER_LEN <= frames.len() {
+        let word0 = u32::from_le_bytes([
+            frames[at],
+            frames[at + 1],
+            frames[at + 2],
+            frames[at + 3],
+        ]);
+        let end = (at + HEADER_LEN + (word0 >> 8) as usize).min(frames.len());
+        let check = checksum(word0, &frames[at + HEADER_LEN..end]);
+        frames[at + 4..at + HEADER_LEN].copy_from_slice(&check.to_le_bytes());
+        at = end;
+    }
+}
+
 /// Calls `f(start, len)` for each message of a DATA_BATCH body, in order (`start` relative to
 /// the body); an error names the entry and its offset in the body if the entries do not tile
 /// the body exactly.
@@ -248,6 +282,8 @@ pub struct FrameDecoder {
     body_len_max: usize,
     /// Bytes of the stream consumed so far, to name where an error is.
     offset: u64,
+    /// Whether checks are verified (off only for a shared-memory ring's stream).
+    verify_checks: bool,
 }
 
 impl FrameDecoder {
@@ -256,7 +292,16 @@ impl FrameDecoder {
         Self {
             body_len_max: body_len_max.min(BODY_LEN_CEILING),
             offset: 0,
+            verify_checks: true,
         }
+    }
+
+    /// Stops verifying checks: for a stream whose frames cannot be torn or altered in transit
+    /// (a shared-memory ring, written by the peer alone and published whole). Kinds, lengths
+    /// and everything inside bodies are still checked.
+    pub fn skip_checks(mut self) -> Self {
+        self.verify_checks = false;
+        self
     }
 
     /// Changes the body limit, e.g. from the handshake limit to the node's limit once the peer
@@ -310,7 +355,11 @@ impl FrameDecoder {
         let Some(body) = buf.get(HEADER_LEN..frame_len) else {
             return Ok(None);
         };
-        let actual = checksum(word0, body);
+        let actual = if self.verify_checks {
+            checksum(word0, body)
+        } else {
+            expected
+        };
         if actual != expected {
             return Err(DecodeError::ChecksumMismatch {
                 kind: kind_byte,

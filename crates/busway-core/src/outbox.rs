@@ -10,8 +10,8 @@
 //! against one limit: a full outbox refuses new messages until acknowledgements free room.
 
 use crate::frame::{
-    encode_header, seal_in_place, FrameDecoder, FrameKind, BATCH_ENTRY_HEADER_LEN,
-    BODY_LEN_CEILING, HEADER_LEN,
+    encode_header, encode_header_unchecked, seal_frames_in_place, seal_in_place_unchecked,
+    FrameDecoder, FrameKind, BATCH_ENTRY_HEADER_LEN, BODY_LEN_CEILING, HEADER_LEN,
 };
 use bytes::{Bytes, BytesMut};
 use std::collections::VecDeque;
@@ -66,6 +66,8 @@ struct Chunk {
     payload: Option<Bytes>,
     first_seq: u64,
     msgs: u64,
+    /// Every frame carries its check (a chunk sealed while checks were off has zeros).
+    checked: bool,
 }
 
 impl Chunk {
@@ -74,6 +76,26 @@ impl Chunk {
     }
     fn end(&self) -> u64 {
         self.first_seq + self.msgs
+    }
+
+    /// Computes the checks the chunk was sealed without (it goes to a link that verifies them
+    /// after all, e.g. a socket after a shared-memory ring's link dropped).
+    fn ensure_checked(&mut self) {
+        if self.checked {
+            return;
+        }
+        match &self.payload {
+            Some(p) => self.frames = Bytes::copy_from_slice(&encode_header(FrameKind::Data, p)),
+            None => {
+                let frames = std::mem::take(&mut self.frames);
+                let mut m = frames
+                    .try_into_mut()
+                    .unwrap_or_else(|shared| BytesMut::from(&shared[..]));
+                seal_frames_in_place(&mut m);
+                self.frames = m.freeze();
+            }
+        }
+        self.checked = true;
     }
 }
 
@@ -97,6 +119,9 @@ pub struct Outbox {
     acked: u64,
     bytes: usize,
     limit_bytes: usize,
+    /// Whether frames get their checks (off while the link's messages go through a
+    /// shared-memory ring, which does not verify them: one hash pass less per byte).
+    checks: bool,
 }
 
 impl Outbox {
@@ -116,7 +141,14 @@ impl Outbox {
             acked: first_seq,
             bytes: 0,
             limit_bytes,
+            checks: true,
         }
+    }
+
+    /// Turns checks off (the current link's messages go through a shared-memory ring) or back
+    /// on. Chunks sealed without checks get them when a link that verifies takes them.
+    pub fn set_checks(&mut self, on: bool) {
+        self.checks = on;
     }
 
     /// The number the next message will get.
@@ -194,11 +226,17 @@ impl Outbox {
         }
         self.seal_tail();
         let seq = self.next_seq;
+        let header = if self.checks {
+            encode_header(FrameKind::Data, payload)
+        } else {
+            encode_header_unchecked(FrameKind::Data, payload.len())
+        };
         self.chunks.push_back(Chunk {
-            frames: Bytes::copy_from_slice(&encode_header(FrameKind::Data, payload)),
+            frames: Bytes::copy_from_slice(&header),
             payload: Some(payload.clone()),
             first_seq: seq,
             msgs: 1,
+            checked: self.checks,
         });
         self.bytes += cost;
         self.next_seq += 1;
@@ -243,7 +281,11 @@ impl Outbox {
     pub fn take_messages(&mut self, out: &mut Vec<Bytes>) -> usize {
         let mut n = 0;
         self.seal_tail();
-        for chunk in self.chunks.range(self.unwritten..) {
+        let checks = self.checks;
+        for chunk in self.chunks.range_mut(self.unwritten..) {
+            if checks {
+                chunk.ensure_checked();
+            }
             n += chunk.len();
             out.push(chunk.frames.clone());
             if let Some(p) = &chunk.payload {
@@ -264,7 +306,11 @@ impl Outbox {
     /// of its DATA frame, if it was kept apart). Control frames are not included.
     pub fn take_chunks(&mut self, mut f: impl FnMut(u64, &Bytes, Option<&Bytes>)) {
         self.seal_tail();
-        for chunk in self.chunks.range(self.unwritten..) {
+        let checks = self.checks;
+        for chunk in self.chunks.range_mut(self.unwritten..) {
+            if checks {
+                chunk.ensure_checked();
+            }
             f(chunk.first_seq, &chunk.frames, chunk.payload.as_ref());
         }
         self.unwritten = self.chunks.len();
@@ -356,6 +402,7 @@ impl Outbox {
                     payload: None,
                     first_seq: start,
                     msgs: old.msgs - skip,
+                    checked: true,
                 });
             }
         }
@@ -407,8 +454,9 @@ impl Outbox {
         }
         if p.len() > COPY_PAYLOAD_BYTES_MAX {
             self.seal_batch();
+            // Checked with the whole chunk at `seal_tail`.
             self.tail
-                .extend_from_slice(&encode_header(FrameKind::Data, p));
+                .extend_from_slice(&encode_header_unchecked(FrameKind::Data, p.len()));
             self.tail.extend_from_slice(p);
         } else {
             if !self.batch_has_room(p.len()) {
@@ -432,7 +480,7 @@ impl Outbox {
 
     fn seal_batch(&mut self) {
         if let Some(start) = self.open_batch.take() {
-            seal_in_place(FrameKind::DataBatch, &mut self.tail[start..]);
+            seal_in_place_unchecked(FrameKind::DataBatch, &mut self.tail[start..]);
         }
     }
 
@@ -440,6 +488,10 @@ impl Outbox {
         self.seal_batch();
         if self.tail.is_empty() {
             return;
+        }
+        // One pass over the chunk for every frame's check, while it is still in cache.
+        if self.checks {
+            seal_frames_in_place(&mut self.tail);
         }
         let frames = self.tail.split().freeze();
         // The sealed bytes stay referenced until acknowledged, so the next messages need a
@@ -460,6 +512,7 @@ impl Outbox {
             payload: None,
             first_seq: self.tail_first_seq,
             msgs: self.tail_msgs,
+            checked: self.checks,
         });
         self.tail_msgs = 0;
         self.tail_first_seq = self.next_seq;
@@ -470,7 +523,8 @@ impl Outbox {
 /// `skip`, framed anew.
 fn reframe(frames: &Bytes, skip: u64) -> Bytes {
     let mut out = Outbox::new(usize::MAX, 0);
-    let mut dec = FrameDecoder::new(BODY_LEN_CEILING);
+    // Frames this module built, perhaps without checks.
+    let mut dec = FrameDecoder::new(BODY_LEN_CEILING).skip_checks();
     let mut rest: &[u8] = frames;
     let mut index = 0u64;
     while let Ok(Some((kind, len))) = dec.peek(rest) {
@@ -545,6 +599,40 @@ mod tests {
         assert_eq!(o.unacked(), 2);
         o.ack(13).unwrap();
         assert_eq!((o.unacked(), o.bytes()), (0, 0));
+    }
+
+    #[test]
+    fn frames_sealed_without_checks_get_them_when_a_checking_link_takes_them() {
+        let mut o = Outbox::new(1 << 20, 0);
+        o.set_checks(false);
+        let all: Vec<Vec<u8>> = (0..50).map(|i| msg(i, 20 + (i as usize % 3) * 2000)).collect();
+        o.push_copies(&all[..40]);
+        o.push_shared(&Bytes::from(vec![7u8; 5000])).unwrap();
+        let mut ring = Vec::new();
+        o.take_messages(&mut ring);
+        let mut wire = BytesMut::new();
+        ring.iter().for_each(|b| wire.extend_from_slice(b));
+        let mut strict = FrameDecoder::new(BODY_LEN_CEILING);
+        assert!(
+            matches!(
+                strict.decode(&mut wire.clone()),
+                Err(crate::DecodeError::ChecksumMismatch { .. })
+            ),
+            "no checks while they are off"
+        );
+        let mut lenient = FrameDecoder::new(BODY_LEN_CEILING).skip_checks();
+        while lenient.decode(&mut wire).unwrap().is_some() {}
+        // The ring's link drops; the next link verifies checks.
+        o.set_checks(true);
+        o.resume(10).unwrap();
+        o.push_copies(&all[40..]);
+        let mut out = Vec::new();
+        o.take_unwritten(&mut out);
+        let mut want: Vec<Vec<u8>> = all[10..40].to_vec();
+        want.push(vec![7u8; 5000]);
+        want.extend_from_slice(&all[40..]);
+        assert_eq!(payloads(&out), want, "every frame checked and in order");
+        o.check_accounting();
     }
 
     #[test]

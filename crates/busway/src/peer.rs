@@ -251,7 +251,10 @@ impl Peer {
     pub(crate) fn start_ring(&self, w: RingWriter) {
         let mut slot = self.ring_slot();
         *slot = Some(w);
-        self.lock().ring_mode = true;
+        let mut st = self.lock();
+        st.ring_mode = true;
+        // The ring's reader does not verify frame checks: do not compute them.
+        st.outbox.set_checks(false);
     }
 
     /// The attached link's ring is done with (its link ends): returns it. Messages taken from
@@ -259,7 +262,10 @@ impl Peer {
     /// acknowledged is.
     pub(crate) fn end_ring(&self) -> Option<RingWriter> {
         let mut slot = self.ring_slot();
-        self.lock().ring_mode = false;
+        let mut st = self.lock();
+        st.ring_mode = false;
+        st.outbox.set_checks(true);
+        drop(st);
         slot.take()
     }
 

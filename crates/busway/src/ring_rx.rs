@@ -48,7 +48,10 @@ pub(crate) struct InboundRing {
 
 impl InboundRing {
     pub(crate) fn new(consumer: Consumer, link: Arc<ShmLink>) -> Self {
-        let dec = FrameDecoder::new(link.shared.config.frame_body_max);
+        // Frames in a ring are published whole by the peer alone: nothing can tear or alter
+        // them in transit, so their checks are neither computed nor verified (see
+        // `docs/PROTOCOL.md`); kinds, lengths and batch entries still are.
+        let dec = FrameDecoder::new(link.shared.config.frame_body_max).skip_checks();
         Self {
             consumer,
             link,
