@@ -707,15 +707,23 @@ fn raw_ring_recv() -> Result<Report, String> {
     ring_recv_loop(ring.consumer())
 }
 
-/// Walks the frame headers of every record to count messages until the producer closes.
+/// Copies every record out and walks its frame headers to count messages, until the producer
+/// closes.
 fn ring_recv_loop(mut c: busway_shm::Consumer) -> Result<Report, String> {
     use busway_shm::ring::{Wait, SPINS_BEFORE_SLEEP_DEFAULT};
     let mut walker = FrameWalker::default();
     let (mut first, mut last) = (None, Instant::now());
+    // Each record is copied into the receiver's own buffer before it is walked, as a socket's
+    // `read` copies into the raw socket receiver's buffer: a receiver has the bytes in its own
+    // memory, as the bus's receiver has them in the batch it hands the application.
+    let mut own = Vec::with_capacity(busway::limits::RING_RECORD_BYTES_MAX);
+    let mut take = |m: &[u8]| {
+        own.clear();
+        own.extend_from_slice(m);
+        walker.walk(&own);
+    };
     loop {
-        let n = c
-            .read(usize::MAX, |m| walker.walk(m))
-            .map_err(|e| e.to_string())?;
+        let n = c.read(usize::MAX, &mut take).map_err(|e| e.to_string())?;
         if n > 0 {
             let now = Instant::now();
             first.get_or_insert(now);
@@ -723,8 +731,7 @@ fn ring_recv_loop(mut c: busway_shm::Consumer) -> Result<Report, String> {
             continue;
         }
         if c.wait_readable(SPINS_BEFORE_SLEEP_DEFAULT, CONNECT_WAIT) == Wait::Closed {
-            c.read(usize::MAX, |m| walker.walk(m))
-                .map_err(|e| e.to_string())?;
+            c.read(usize::MAX, &mut take).map_err(|e| e.to_string())?;
             break;
         }
     }
