@@ -11,7 +11,8 @@ pub(crate) struct NodeArgs {
     /// This node's bus id (decimal or 0x hex).
     #[arg(long)]
     pub(crate) id: BusId,
-    /// Address to listen on (repeatable): tcp://IP:PORT, tcp://[IPv6]:PORT, unix:///PATH.
+    /// Address to listen on (repeatable): tcp://IP:PORT, tcp://[IPv6]:PORT, unix:///PATH, or
+    /// shm://NAME (this host only; the link's data must go through shared memory).
     #[arg(long)]
     pub(crate) listen: Vec<Addr>,
     /// Address to dial and keep dialing (repeatable).

@@ -69,10 +69,15 @@ pub(crate) fn snapshot(node: &Node) -> Value {
     })
 }
 
+fn not_admin(addr: &Addr) -> String {
+    format!("{addr} is a link address; the admin endpoint is tcp:// or unix://")
+}
+
 /// Answers every connection to `addr` with a snapshot of `node`, until the task is dropped.
 pub(crate) async fn serve(node: Node, addr: Addr) -> Result<(), String> {
     let bind_err = |e: std::io::Error| format!("cannot listen for admin on {addr}: {e}");
     match &addr {
+        Addr::Shm(_) => Err(not_admin(&addr)),
         Addr::Tcp(a) => {
             let l = tokio::net::TcpListener::bind(a).await.map_err(bind_err)?;
             println!("admin on tcp://{}", l.local_addr().map_err(bind_err)?);
@@ -109,6 +114,10 @@ async fn fetch(addr: &Addr) -> Result<Vec<u8>, String> {
                 let s = tokio::net::UnixStream::connect(p).await?;
                 s.take(SNAPSHOT_BYTES_MAX).read_to_end(&mut body).await
             }
+            Addr::Shm(_) => Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                not_admin(addr),
+            )),
         }
     };
     match tokio::time::timeout(Duration::from_secs(STATUS_WAIT_SECS), read).await {

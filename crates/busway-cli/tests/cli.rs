@@ -124,6 +124,15 @@ fn a_million_sequenced_messages_over_shared_memory_behind_a_tcp_link() {
 }
 
 #[test]
+fn a_million_sequenced_messages_over_an_shm_address() {
+    let err = million_verified(
+        &format!("shm://busway-cli-test-{}", std::process::id()),
+        &[],
+    );
+    assert!(err.contains(&format!("1 {SHM_LINE}")), "{err}");
+}
+
+#[test]
 fn a_million_sequenced_messages_over_unix() {
     let path = std::env::temp_dir().join(format!("busway-cli-test-{}.sock", std::process::id()));
     let err = million_verified(&format!("unix://{}", path.display()), &["--no-shm"]);

@@ -202,12 +202,8 @@ pub fn seal_in_place_unchecked(kind: FrameKind, frame: &mut [u8]) {
 pub fn seal_frames_in_place(frames: &mut [u8]) {
     let mut at = 0;
     while at + HEADER_LEN <= frames.len() {
-        let word0 = u32::from_le_bytes([
-            frames[at],
-            frames[at + 1],
-            frames[at + 2],
-            frames[at + 3],
-        ]);
+        let word0 =
+            u32::from_le_bytes([frames[at], frames[at + 1], frames[at + 2], frames[at + 3]]);
         let end = (at + HEADER_LEN + (word0 >> 8) as usize).min(frames.len());
         let check = checksum(word0, &frames[at + HEADER_LEN..end]);
         frames[at + 4..at + HEADER_LEN].copy_from_slice(&check.to_le_bytes());

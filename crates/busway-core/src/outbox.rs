@@ -605,7 +605,9 @@ mod tests {
     fn frames_sealed_without_checks_get_them_when_a_checking_link_takes_them() {
         let mut o = Outbox::new(1 << 20, 0);
         o.set_checks(false);
-        let all: Vec<Vec<u8>> = (0..50).map(|i| msg(i, 20 + (i as usize % 3) * 2000)).collect();
+        let all: Vec<Vec<u8>> = (0..50)
+            .map(|i| msg(i, 20 + (i as usize % 3) * 2000))
+            .collect();
         o.push_copies(&all[..40]);
         o.push_shared(&Bytes::from(vec![7u8; 5000])).unwrap();
         let mut ring = Vec::new();

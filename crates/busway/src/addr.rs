@@ -1,4 +1,7 @@
-//! Link addresses: `tcp://HOST:PORT`, `tcp://[::1]:PORT`, `unix:///path/to.sock`.
+//! Link addresses: `tcp://HOST:PORT`, `tcp://[::1]:PORT`, `unix:///path/to.sock`, and
+//! `shm://NAME`: a link that must carry its data through shared memory, whose control socket
+//! is the abstract Unix socket `busway/NAME` (no file to leave behind; it vanishes with its
+//! process).
 
 use std::fmt;
 use std::net::SocketAddr;
@@ -10,13 +13,20 @@ use std::str::FromStr;
 pub enum Addr {
     Tcp(SocketAddr),
     Unix(PathBuf),
+    /// A shared-memory link to the node of this host listening under this name.
+    Shm(String),
 }
+
+/// Longest name in `shm://NAME`, in bytes (the abstract socket name is `busway/` + NAME, well
+/// inside the 107 bytes a Unix socket name may have).
+pub(crate) const SHM_NAME_BYTES_MAX: usize = 64;
 
 impl fmt::Display for Addr {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Addr::Tcp(a) => write!(f, "tcp://{a}"),
             Addr::Unix(p) => write!(f, "unix://{}", p.display()),
+            Addr::Shm(name) => write!(f, "shm://{name}"),
         }
     }
 }
@@ -32,7 +42,7 @@ impl fmt::Display for ParseAddrError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "invalid address {:?}: {} (expected tcp://IP:PORT, tcp://[IPv6]:PORT or unix:///PATH)",
+            "invalid address {:?}: {} (expected tcp://IP:PORT, tcp://[IPv6]:PORT, unix:///PATH or shm://NAME)",
             self.text, self.why
         )
     }
@@ -57,6 +67,19 @@ impl FromStr for Addr {
                 return Err(err("empty socket path"));
             }
             Ok(Addr::Unix(PathBuf::from(rest)))
+        } else if let Some(name) = s.strip_prefix("shm://") {
+            if name.is_empty() || name.len() > SHM_NAME_BYTES_MAX {
+                return Err(err("the name must be 1 to 64 bytes"));
+            }
+            if !name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+            {
+                return Err(err(
+                    "the name may hold only letters, digits, '-', '_' and '.'",
+                ));
+            }
+            Ok(Addr::Shm(name.to_owned()))
         } else {
             Err(err("unknown scheme"))
         }
@@ -73,6 +96,7 @@ mod tests {
             "tcp://127.0.0.1:7000",
             "tcp://[::1]:7000",
             "unix:///run/busway/a.sock",
+            "shm://lobby-1.eu_west",
         ] {
             assert_eq!(text.parse::<Addr>().unwrap().to_string(), text);
         }
@@ -87,5 +111,14 @@ mod tests {
         );
         assert!("tcp://localhost:80".parse::<Addr>().is_err());
         assert!("unix://".parse::<Addr>().is_err());
+        for bad in [
+            "shm://",
+            "shm://a/b",
+            "shm://with space",
+            &format!("shm://{}", "x".repeat(65)),
+        ] {
+            let e = bad.parse::<Addr>().unwrap_err().to_string();
+            assert!(e.contains("shm://") && e.contains("name"), "{e}");
+        }
     }
 }

@@ -151,6 +151,25 @@ where
             return Outcome::NeverUp;
         }
     }
+    let same_host = shared.config.shm_channels
+        && established.peer.capabilities & caps::SHM != 0
+        && !shared.host_id.is_empty()
+        && established.peer.host_id == shared.host_id;
+    let shm_only = remote.starts_with("shm://");
+    if shm_only && !same_host {
+        let why = if !shared.config.shm_channels {
+            "this node has shared memory turned off"
+        } else if established.peer.capabilities & caps::SHM == 0 {
+            "the peer does not allow shared memory"
+        } else {
+            "the peer runs on another host"
+        };
+        let reason = format!(
+            "{remote} carries its data only through shared memory, and {why} (bus id {id})"
+        );
+        reject(&shared, &mut w, &remote, &reason).await;
+        return Outcome::NeverUp;
+    }
     let link_id = shared.next_link_id();
     let peer = match shared.attach_peer(&established, &remote, link_id, role) {
         Ok(p) => p,
@@ -173,14 +192,18 @@ where
         addr: remote,
     });
     dec.set_body_len_max(shared.config.frame_body_max);
-    let same_host = shared.config.shm_channels
-        && established.peer.capabilities & caps::SHM != 0
-        && !shared.host_id.is_empty()
-        && established.peer.host_id == shared.host_id;
-    let shm = same_host.then(|| Arc::new(ShmLink::new(shared.clone(), peer.clone(), link_id)));
+    let shm = same_host.then(|| {
+        Arc::new(ShmLink::new(
+            shared.clone(),
+            peer.clone(),
+            link_id,
+            shm_only,
+        ))
+    });
     if let Some(shm) = &shm {
         match shm.offer(RING_CAPACITY_DEFAULT) {
             Ok(offer) => peer.push_control(offer),
+            Err(why) if shm_only => shm.raise_fault(format!("cannot make a ring: {why}")),
             Err(why) => tracing::warn!(%why, "no shared-memory ring; staying on the socket"),
         }
     }

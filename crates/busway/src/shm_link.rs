@@ -37,6 +37,9 @@ pub(crate) struct ShmLink {
     pub(crate) shared: Arc<Shared>,
     pub(crate) peer: Arc<Peer>,
     pub(crate) link_id: u64,
+    /// The link's address is `shm://NAME`: a refused ring ends it instead of leaving its data
+    /// on the socket.
+    required: bool,
     /// Our ring toward the peer, from the OFFER until the writer takes it.
     outbound: Mutex<Option<Producer>>,
     /// The peer accepted our ring: the writer switches.
@@ -82,11 +85,12 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl ShmLink {
-    pub(crate) fn new(shared: Arc<Shared>, peer: Arc<Peer>, link_id: u64) -> Self {
+    pub(crate) fn new(shared: Arc<Shared>, peer: Arc<Peer>, link_id: u64, required: bool) -> Self {
         Self {
             shared,
             peer,
             link_id,
+            required,
             outbound: Mutex::default(),
             accepted: AtomicBool::new(false),
             inbound: Mutex::default(),
@@ -159,6 +163,11 @@ impl ShmLink {
                     }
                     Err(why) => {
                         tracing::warn!(%why, "cannot open the peer's shared-memory ring");
+                        if self.required {
+                            self.raise_fault(format!(
+                                "shm:// link: cannot open the peer's ring: {why}"
+                            ));
+                        }
                         Channel::Refuse(why).frame()
                     }
                 })
@@ -168,8 +177,12 @@ impl ShmLink {
                 None
             }
             Channel::Refuse(why) => {
-                tracing::warn!(%why, "the peer refused our shared-memory ring; staying on the socket");
                 lock(&self.outbound).take();
+                if self.required {
+                    self.raise_fault(format!("shm:// link: the peer refused our ring: {why}"));
+                } else {
+                    tracing::warn!(%why, "the peer refused our shared-memory ring; staying on the socket");
+                }
                 None
             }
             Channel::Switch => {

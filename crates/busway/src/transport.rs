@@ -1,4 +1,5 @@
-//! Stream transports: TCP (IPv4/IPv6) and Unix stream sockets.
+//! Stream transports: TCP (IPv4/IPv6) and Unix stream sockets (by path, or abstract for
+//! `shm://NAME`, whose data then moves to shared memory; see `link`).
 //!
 //! The contract every transport keeps: `bind` gives a listener whose `accept` yields connected
 //! streams; `dial` gives a connected stream; a stream splits into an owned read half and an owned
@@ -45,11 +46,20 @@ impl Stream {
 pub(crate) enum StdListener {
     Tcp(std::net::TcpListener),
     Unix(std::os::unix::net::UnixListener),
+    /// The control socket of `shm://NAME`.
+    Shm(std::os::unix::net::UnixListener, String),
 }
 
 pub(crate) enum Listener {
     Tcp(TcpListener),
     Unix(UnixListener),
+    Shm(UnixListener, String),
+}
+
+/// The abstract socket behind `shm://NAME`.
+fn shm_socket(name: &str) -> io::Result<std::os::unix::net::SocketAddr> {
+    use std::os::linux::net::SocketAddrExt;
+    std::os::unix::net::SocketAddr::from_abstract_name(format!("busway/{name}"))
 }
 
 /// Binds `addr`; returns the listener and the address actually bound (port 0 resolved). A Unix
@@ -67,6 +77,19 @@ pub(crate) fn bind(addr: &Addr) -> io::Result<(StdListener, Addr)> {
             let l = std::os::unix::net::UnixListener::bind(path)?;
             l.set_nonblocking(true)?;
             Ok((StdListener::Unix(l), addr.clone()))
+        }
+        Addr::Shm(name) => {
+            let l = std::os::unix::net::UnixListener::bind_addr(&shm_socket(name)?).map_err(
+                |e| match e.kind() {
+                    io::ErrorKind::AddrInUse => io::Error::new(
+                        io::ErrorKind::AddrInUse,
+                        format!("{addr} is taken by another node of this host"),
+                    ),
+                    _ => e,
+                },
+            )?;
+            l.set_nonblocking(true)?;
+            Ok((StdListener::Shm(l, name.clone()), addr.clone()))
         }
     }
 }
@@ -89,6 +112,7 @@ impl StdListener {
         Ok(match self {
             StdListener::Tcp(l) => Listener::Tcp(TcpListener::from_std(l)?),
             StdListener::Unix(l) => Listener::Unix(UnixListener::from_std(l)?),
+            StdListener::Shm(l, name) => Listener::Shm(UnixListener::from_std(l)?, name),
         })
     }
 }
@@ -107,6 +131,10 @@ impl Listener {
                 let (s, _) = l.accept().await?;
                 Ok((Stream::Unix(s).into_std()?, "unix:(peer)".to_owned()))
             }
+            Listener::Shm(l, name) => {
+                let (s, _) = l.accept().await?;
+                Ok((Stream::Unix(s).into_std()?, format!("shm://{name}")))
+            }
         }
     }
 }
@@ -120,5 +148,11 @@ pub(crate) async fn dial(addr: &Addr) -> io::Result<Stream> {
             Ok(Stream::Tcp(s))
         }
         Addr::Unix(path) => Ok(Stream::Unix(UnixStream::connect(path).await?)),
+        Addr::Shm(name) => {
+            // Connecting to a local socket does not block beyond the kernel's own bookkeeping.
+            let s = std::os::unix::net::UnixStream::connect_addr(&shm_socket(name)?)?;
+            s.set_nonblocking(true)?;
+            Ok(Stream::Unix(UnixStream::from_std(s)?))
+        }
     }
 }

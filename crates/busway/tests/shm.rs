@@ -178,3 +178,58 @@ async fn a_reader_that_dies_mid_stream_leaves_the_writer_a_peer_down_not_a_hang(
     assert_eq!(err, busway::SendError::PeerDown(BusId(1)));
     b.shutdown().await;
 }
+
+fn shm_name(tag: &str) -> busway::Addr {
+    format!("shm://busway-test-{}-{tag}", std::process::id())
+        .parse()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_shm_address_links_two_nodes_through_shared_memory() {
+    let addr = shm_name("link");
+    let a = start(shm_config(1).listen(addr.clone())).await;
+    assert_eq!(a.listen_addrs(), vec![addr.clone()]);
+    let taken = Node::start(config(3).listen(addr.clone()))
+        .await
+        .err()
+        .unwrap();
+    assert!(
+        taken.to_string().contains("taken by another node"),
+        "{taken}"
+    );
+    let b = start(shm_config(2).connect(addr.clone())).await;
+    assert!(b.wait_for_peer(a.id(), WAIT).await);
+    let mut inbox = a.take_inbox().unwrap();
+    stream(&b, BusId(1), 0..50_000).await;
+    expect(&mut inbox, BusId(2), 0..50_000).await;
+    assert_eq!(a.stats().shm_channels, 1);
+    assert_eq!(b.stats().shm_channels, 1);
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_shm_address_refuses_a_peer_that_cannot_share_memory() {
+    let addr = shm_name("refuse");
+    let a = start(config(1).listen(addr.clone())).await;
+    let mut c = config(2).connect(addr);
+    c.shm_channels = false;
+    let b = start(c).await;
+    let mut events = b.take_events().unwrap();
+    let reason = wait_event(&mut events, |e| match e {
+        busway::Event::Rejected { reason, .. } => Some(reason.clone()),
+        _ => None,
+    })
+    .await;
+    assert!(
+        reason.contains("only through shared memory") && reason.contains("turned off"),
+        "{reason}"
+    );
+    assert!(
+        a.peers().is_empty() && b.peers().is_empty(),
+        "no link came up"
+    );
+    a.shutdown().await;
+    b.shutdown().await;
+}

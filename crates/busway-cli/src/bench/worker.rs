@@ -469,6 +469,13 @@ enum RawStream {
     Unix(std::os::unix::net::UnixStream),
 }
 
+fn not_a_socket(addr: &Addr) -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::InvalidInput,
+        format!("{addr}: the raw baselines run over tcp:// or unix://"),
+    )
+}
+
 impl RawStream {
     fn connect(addr: &Addr) -> std::io::Result<Self> {
         match addr {
@@ -478,6 +485,7 @@ impl RawStream {
                 Ok(RawStream::Tcp(s))
             }
             Addr::Unix(p) => Ok(RawStream::Unix(std::os::unix::net::UnixStream::connect(p)?)),
+            Addr::Shm(_) => Err(not_a_socket(addr)),
         }
     }
 
@@ -498,6 +506,7 @@ impl RawStream {
                 let _ = std::fs::remove_file(p);
                 Ok(RawStream::Unix(s))
             }
+            Addr::Shm(_) => Err(not_a_socket(addr)),
         }
     }
 
