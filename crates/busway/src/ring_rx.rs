@@ -116,17 +116,15 @@ impl InboundRing {
                 Ok(Some(f)) => f,
                 Ok(None) => break,
                 Err(e) => {
-                    let counters = &self.link.shared.counters;
-                    bump(&counters.protocol_errors);
-                    if let DecodeError::ChecksumMismatch { .. } = e {
-                        bump(&counters.checksum_failures);
+                    // (The link counts the protocol error when it closes.)
+                    if let DecodeError::BodyTooLong { .. } = e {
+                        bump(&self.link.shared.counters.oversize_frames);
                     }
                     return self.fail(e.to_string());
                 }
             };
             let body = &self.buf[pos + HEADER_LEN..pos + frame_len];
             if let Err(what) = message_spans(kind, body, pos + HEADER_LEN, &mut spans) {
-                bump(&self.link.shared.counters.protocol_errors);
                 return self.fail(format!(
                     "{what} (frame at ring stream offset {})",
                     self.dec.offset() - frame_len as u64

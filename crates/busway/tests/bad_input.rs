@@ -366,6 +366,74 @@ async fn a_bogus_shared_memory_offer_is_refused_with_its_reason_and_the_link_sta
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ring_holding_something_else_than_messages_closes_only_that_link() {
+    use busway_core::channel::Channel;
+    use busway_core::handshake::caps;
+    use busway_shm::ring::{Ring, RING_CAPACITY_MIN};
+    use std::os::fd::AsRawFd;
+    let mut fx = fixture().await;
+    let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
+    let mut s = authenticated_as(fx.addr, 9, Some(SECRET), |h| {
+        h.capabilities |= caps::SHM;
+        h.host_id = boot_id.trim().as_bytes().to_vec();
+    })
+    .await;
+    assert!(fx.node.wait_for_peer(BusId(9), WAIT).await);
+    // A real ring of ours, offered as a peer would, that the node opens and reads.
+    let ring = Ring::create_unchecked("evil-peer", RING_CAPACITY_MIN).unwrap();
+    let offer = Channel::Offer {
+        pid: std::process::id(),
+        fd: ring.segment().fd().as_raw_fd() as u32,
+        inode: ring.segment().inode().unwrap(),
+        capacity: RING_CAPACITY_MIN as u64,
+    };
+    s.write_all(&offer.frame()).await.unwrap();
+    let mut buf = BytesMut::new();
+    let mut dec = FrameDecoder::new(1 << 20);
+    tokio::time::timeout(WAIT, async {
+        loop {
+            while let Some(f) = dec.decode(&mut buf).unwrap() {
+                if f.kind == FrameKind::Channel && Channel::decode(&f.body) == Ok(Channel::Accept) {
+                    return;
+                }
+            }
+            assert!(s.read_buf(&mut buf).await.unwrap() > 0, "link closed");
+        }
+    })
+    .await
+    .expect("an ACCEPT");
+    s.write_all(&Channel::Switch.frame()).await.unwrap();
+    // A PING where only messages may be.
+    let mut p = ring.producer();
+    assert!(p.try_push(&frame_bytes(FrameKind::Ping, &[0; 8])).unwrap());
+    p.publish();
+    // The application reads the ring; that is where the bad frame is found.
+    let Fixture { events, inbox, .. } = &mut fx;
+    let reading = async {
+        loop {
+            let _ = inbox.recv().await;
+        }
+    };
+    let reason = tokio::select! {
+        r = wait_event(events, |e| match e {
+            Event::PeerDown { peer, reason: DownReason::ProtocolError(r), .. } if peer.0 == 9 => {
+                Some(r.clone())
+            }
+            _ => None,
+        }) => r,
+        _ = reading => unreachable!(),
+    };
+    assert!(
+        reason.contains("shared-memory ring from bus id 9")
+            && reason.contains("Ping frame where only messages may be")
+            && reason.contains("ring stream offset 0"),
+        "{reason}"
+    );
+    assert_eq!(fx.stats().protocol_errors, 1);
+    fx.still_works().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_malformed_hint_closes_only_that_link() {
     use busway_core::routed::{routed_frame, RoutedHeader, RoutedType};
     let mut fx = fixture().await;
