@@ -104,3 +104,44 @@ fn a_consumer_sleeps_again_between_two_publishes() {
         producer.join().unwrap();
     });
 }
+
+#[test]
+fn a_waiter_thread_is_woken_for_a_record_its_consumer_has_not_read() {
+    model(|| {
+        let ring = Ring::in_heap(32).unwrap();
+        let mut p = ring.producer();
+        let mut c = ring.consumer();
+        let waiter = c.waiter();
+        let producer = loom::thread::spawn(move || {
+            p.try_push(b"x").unwrap();
+            p.publish();
+        });
+        // The application's thread reads; another thread sleeps for it.
+        let sleeper = loom::thread::spawn(move || waiter.wait_readable(LONG));
+        assert_eq!(sleeper.join().unwrap(), Wait::Ready);
+        assert_eq!(c.read(9, |_| {}).unwrap(), 1);
+        producer.join().unwrap();
+    });
+}
+
+#[test]
+fn a_room_waiter_is_woken_when_the_consumer_frees_space() {
+    model(|| {
+        let ring = Ring::in_heap(32).unwrap();
+        let mut p = ring.producer();
+        let mut c = ring.consumer();
+        // 16 + 16 bytes fill the ring; the third record must wait for room.
+        assert!(p.try_push(&[1; 8]).unwrap());
+        assert!(p.try_push(&[2; 8]).unwrap());
+        assert!(!p.try_push(&[3; 8]).unwrap());
+        p.publish();
+        let room = p.room_waiter(8);
+        let consumer = loom::thread::spawn(move || {
+            assert_eq!(c.read(1, |_| {}).unwrap(), 1);
+            c
+        });
+        assert_eq!(room.wait(LONG), Wait::Ready);
+        assert!(p.try_push(&[3; 8]).unwrap());
+        consumer.join().unwrap();
+    });
+}
