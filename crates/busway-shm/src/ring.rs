@@ -693,6 +693,11 @@ impl Consumer {
             })
     }
 
+    /// Whether the producer closed the ring (what it published before stays readable).
+    pub fn is_closed(&self) -> bool {
+        self.ring.closed() & CLOSED_BY_PRODUCER != 0
+    }
+
     /// Tells the producer that nothing more is read: its waits end.
     pub fn close(&mut self) {
         self.ring.close(CLOSED_BY_CONSUMER);

@@ -21,6 +21,9 @@ use std::sync::mpsc as std_mpsc;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// Most message places a batch reserves room for before it walks the bytes read.
+const RING_SPANS_PREALLOC_MAX: usize = 4096;
+
 /// What one look at a ring found.
 pub(crate) enum Polled {
     /// Messages, and whether an acknowledgement was queued for the link task (the caller
@@ -96,7 +99,7 @@ impl InboundRing {
         {
             Err(e) => return self.fail(e.to_string()),
             // Closed (Acquire: everything published before the close is seen) and read out.
-            Ok(0) if self.consumer.waiter().is_closed() && !self.consumer.is_readable() => {
+            Ok(0) if self.consumer.is_closed() && !self.consumer.is_readable() => {
                 if !self.buf.is_empty() {
                     return self.fail(format!(
                         "closed in the middle of a frame ({} bytes of it read)",
@@ -109,7 +112,10 @@ impl InboundRing {
             Ok(0) if self.buf.is_empty() => return Polled::Empty,
             Ok(_) => {}
         }
-        let mut spans = Vec::new();
+        // Room for as many messages as small ones would make (no growth on the common path),
+        // bounded for large ones.
+        let mut spans =
+            Vec::with_capacity((self.buf.len() / 32).clamp(16, RING_SPANS_PREALLOC_MAX));
         let mut pos = 0;
         loop {
             let (kind, frame_len) = match self.dec.peek(&self.buf[pos..]) {
