@@ -471,15 +471,27 @@ fn bench_latency_rows_give_percentiles_for_each_shm_mode() {
         "--latency",
         "--json",
         "--transports",
-        "shm",
+        "shm,mem",
         "--sizes",
         "64-64",
         "--round-trips",
         "300",
     ]);
     let rows = json_rows(p);
-    let modes: Vec<&str> = rows.iter().map(|r| r["mode"].as_str().unwrap()).collect();
-    assert_eq!(modes, ["blocking", "spin-then-sleep", "spinning"]);
+    let modes: Vec<(&str, &str)> = rows
+        .iter()
+        .map(|r| {
+            (
+                r["transport"].as_str().unwrap(),
+                r["mode"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    let want: Vec<(&str, &str)> = ["shm", "mem"]
+        .iter()
+        .flat_map(|t| ["blocking", "spin-then-sleep", "spinning"].map(|m| (*t, m)))
+        .collect();
+    assert_eq!(modes, want);
     for r in &rows {
         assert_eq!(r["workload"], "latency");
         let (p50, p99, p999) = (

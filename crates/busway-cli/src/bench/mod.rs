@@ -58,7 +58,8 @@ pub(crate) struct BenchArgs {
     json: bool,
     /// Round-trip latency instead of throughput: one message of the smallest size of the
     /// first range out, its echo back, `--round-trips` times; p50/p99/p99.9 per transport, and
-    /// for shm with the reader sleeping at once (blocking) and spinning.
+    /// for shm and mem with the reader sleeping at once (blocking), spinning a little first
+    /// (spin-then-sleep, the default), and never sleeping (spinning).
     #[arg(long)]
     latency: bool,
     /// Round trips measured per row with `--latency` (after a tenth as many to warm up).
@@ -101,7 +102,7 @@ fn run_latency(args: &BenchArgs, specs: &[Spec]) -> Result<ExitCode, String> {
         if t == "relay4" {
             continue;
         }
-        let modes: &[(&str, u32)] = if t == "shm" {
+        let modes: &[(&str, u32)] = if matches!(t, "shm" | "mem") {
             &LATENCY_MODES
         } else {
             &[("socket", 0)]
@@ -117,7 +118,11 @@ fn run_latency(args: &BenchArgs, specs: &[Spec]) -> Result<ExitCode, String> {
             let sp = spins.to_string();
             let extra = ["--round-trips", rt.as_str(), "--shm-spins", sp.as_str()];
             let addr = listen_addr(t, 1000 + i * 4 + j);
-            let (r, _) = receiver_then_sender(args, &spec, false, &addr, &extra, limit)?;
+            let (r, _) = if t == "mem" {
+                in_one_process(args, &spec, false, &addr, &extra, limit)?
+            } else {
+                receiver_then_sender(args, &spec, false, &addr, &extra, limit)?
+            };
             let row = LatencyRow {
                 workload: "latency",
                 transport: t.to_owned(),
@@ -485,7 +490,7 @@ fn run_pair(args: &BenchArgs, spec: &Spec, raw: bool, round: usize) -> Result<Pa
         return Ok((s, r));
     }
     if spec.transport == "mem" {
-        return in_one_process(args, spec, raw, &addr, limit);
+        return in_one_process(args, spec, raw, &addr, &[], limit);
     }
     receiver_then_sender(args, spec, raw, &addr, &[], limit)
 }
@@ -496,9 +501,10 @@ fn in_one_process(
     spec: &Spec,
     raw: bool,
     addr: &str,
+    extra: &[&str],
     limit: Duration,
 ) -> Result<Pair, String> {
-    let mut w = worker(args, spec, "pair", raw, addr, false)?;
+    let mut w = worker_with(args, spec, "pair", raw, addr, false, extra)?;
     let stdout = w.0.stdout.take().ok_or("worker has no stdout")?;
     let mut seen = Vec::new();
     let mut lines = BufReader::new(stdout)

@@ -126,7 +126,9 @@ pub(crate) fn run(args: WorkerArgs) -> Result<ExitCode, String> {
             rt.block_on(async {
                 match role {
                     Role::Send if args.round_trips.is_some() => bus_ping(&args).await,
-                    Role::Recv if args.round_trips.is_some() => bus_echo(&args).await,
+                    Role::Recv if args.round_trips.is_some() => {
+                        bus_echo(&args, |a| announce(&a)).await
+                    }
                     Role::Send => bus_send(&args).await,
                     Role::Recv => bus_recv(&args, |a| announce(&a)).await,
                     Role::Relay => bus_relay(&args).await,
@@ -197,12 +199,13 @@ async fn bus_ping(args: &WorkerArgs) -> Result<Report, String> {
     })
 }
 
-/// Echoes every message back to its source until the link goes down.
-async fn bus_echo(args: &WorkerArgs) -> Result<Report, String> {
+/// Echoes every message back to its source until the link goes down; `ready` gets the address
+/// it listens on.
+async fn bus_echo(args: &WorkerArgs, ready: impl FnOnce(String)) -> Result<Report, String> {
     let node = Node::start(node_config(args, RECEIVER_ID).listen(args.addr.clone()))
         .await
         .map_err(|e| e.to_string())?;
-    announce(&node.listen_addrs()[0].to_string());
+    ready(node.listen_addrs()[0].to_string());
     let mut inbox = node.take_inbox().expect("inbox is taken once");
     let mut events = node.take_events().expect("events are taken once");
     let mut msgs = 0u64;
@@ -405,7 +408,8 @@ async fn bus_recv(args: &WorkerArgs, ready: impl FnOnce(String)) -> Result<Repor
 
 /// Both nodes in this process, each on a thread and runtime of its own (as two parts of one
 /// server would be): the receiver listens on `addr`, the sender dials it, and their link moves
-/// to an in-process channel by itself.
+/// to an in-process channel by itself. With `--round-trips`, the receiver echoes and the sender
+/// measures round trips.
 fn bus_pair(args: &WorkerArgs) -> Result<(Report, Report), String> {
     let runtime = || {
         tokio::runtime::Builder::new_current_thread()
@@ -421,9 +425,14 @@ fn bus_pair(args: &WorkerArgs) -> Result<(Report, Report), String> {
         ..*args
     };
     let receiver = std::thread::spawn(move || {
-        runtime()?.block_on(bus_recv(&recv_args, move |a| {
+        let ready = move |a| {
             let _ = addr_tx.send(a);
-        }))
+        };
+        if recv_args.round_trips.is_some() {
+            runtime()?.block_on(bus_echo(&recv_args, ready))
+        } else {
+            runtime()?.block_on(bus_recv(&recv_args, ready))
+        }
     });
     let addr: Addr = addr_rx
         .recv()
@@ -436,7 +445,11 @@ fn bus_pair(args: &WorkerArgs) -> Result<(Report, Report), String> {
         io: args.io.clone(),
         ..*args
     };
-    let sent = runtime()?.block_on(bus_send(&send_args))?;
+    let sent = if send_args.round_trips.is_some() {
+        runtime()?.block_on(bus_ping(&send_args))?
+    } else {
+        runtime()?.block_on(bus_send(&send_args))?
+    };
     let received = receiver
         .join()
         .map_err(|_| "the receiving thread panicked".to_string())??;
