@@ -35,6 +35,14 @@ pub const CHUNK_BYTES_MAX: usize = 1 << 20;
 const TAIL_BUSY_BYTES: usize =
     CHUNK_BYTES_MAX + HEADER_LEN + BATCH_ENTRY_HEADER_LEN + COPY_PAYLOAD_BYTES_MAX;
 
+/// Room left in the copy buffer below which a new one is taken after sealing a small chunk,
+/// in bytes: one copied message in a new DATA_BATCH frame.
+const TAIL_ROOM_MIN: usize = HEADER_LEN + BATCH_ENTRY_HEADER_LEN + COPY_PAYLOAD_BYTES_MAX;
+/// Size of the buffer the headers of large DATA frames (payload kept apart) are cut from, in
+/// bytes: one allocation per `HEADER_ARENA_BYTES / HEADER_LEN` such messages, not one each
+/// (and their clones for the writer share it without allocating).
+const HEADER_ARENA_BYTES: usize = 4 << 10;
+
 const _: () = assert!(COPY_PAYLOAD_BYTES_MAX <= u16::MAX as usize);
 const _: () = assert!(BATCH_ENTRY_HEADER_LEN + COPY_PAYLOAD_BYTES_MAX <= BATCH_BODY_BYTES_MAX);
 const _: () = assert!(BATCH_BODY_BYTES_MAX <= BODY_LEN_CEILING);
@@ -115,6 +123,8 @@ pub struct Outbox {
     /// A busy-size buffer recovered from an acknowledged chunk, for the next tail: reusing it
     /// saves the allocator a fresh mapping (and the kernel the page faults) per chunk.
     spare: Option<BytesMut>,
+    /// Where headers of large DATA frames are cut from (see `HEADER_ARENA_BYTES`).
+    headers: BytesMut,
     next_seq: u64,
     acked: u64,
     bytes: usize,
@@ -137,6 +147,7 @@ impl Outbox {
             tail_msgs: 0,
             control: Vec::new(),
             spare: None,
+            headers: BytesMut::new(),
             next_seq: first_seq,
             acked: first_seq,
             bytes: 0,
@@ -189,6 +200,7 @@ impl Outbox {
                 if p.len() <= COPY_PAYLOAD_BYTES_MAX
                     && self.tail.len() - start - HEADER_LEN + entry <= BATCH_BODY_BYTES_MAX
                     && self.tail.len() < CHUNK_BYTES_MAX
+                    && self.tail.len() + entry <= self.tail.capacity()
                 {
                     if self.bytes + entry > self.limit_bytes {
                         break;
@@ -202,6 +214,7 @@ impl Outbox {
                     continue;
                 }
             }
+            self.seal_if_full(p.len());
             let cost = self.copy_cost(p.len());
             if self.bytes + cost > self.limit_bytes && self.bytes > 0 {
                 break;
@@ -231,8 +244,9 @@ impl Outbox {
         } else {
             encode_header_unchecked(FrameKind::Data, payload.len())
         };
+        let frames = self.header_bytes(&header);
         self.chunks.push_back(Chunk {
-            frames: Bytes::copy_from_slice(&header),
+            frames,
             payload: Some(payload.clone()),
             first_seq: seq,
             msgs: 1,
@@ -445,6 +459,15 @@ impl Outbox {
             })
     }
 
+    /// Seals the copy buffer if a message of `len` bytes might not fit in what is left of it:
+    /// growing it would copy what it holds. Called before the message's cost is counted.
+    fn seal_if_full(&mut self, len: usize) {
+        let room = self.tail.capacity() - self.tail.len();
+        if !self.tail.is_empty() && room < HEADER_LEN + BATCH_ENTRY_HEADER_LEN + len {
+            self.seal_tail();
+        }
+    }
+
     fn append_copy(&mut self, p: &[u8]) {
         if self.tail.len() >= CHUNK_BYTES_MAX {
             self.seal_tail();
@@ -478,6 +501,15 @@ impl Outbox {
         assert_eq!(self.bytes, held, "bytes counted vs held");
     }
 
+    /// `header` in a buffer shared with other headers.
+    fn header_bytes(&mut self, header: &[u8]) -> Bytes {
+        if self.headers.capacity() - self.headers.len() < header.len() {
+            self.headers = BytesMut::with_capacity(HEADER_ARENA_BYTES);
+        }
+        self.headers.extend_from_slice(header);
+        self.headers.split().freeze()
+    }
+
     fn seal_batch(&mut self) {
         if let Some(start) = self.open_batch.take() {
             seal_in_place_unchecked(FrameKind::DataBatch, &mut self.tail[start..]);
@@ -495,17 +527,18 @@ impl Outbox {
         }
         let frames = self.tail.split().freeze();
         // The sealed bytes stay referenced until acknowledged, so the next messages need a
-        // new buffer once this one is used up: size it now rather than grow it by copying.
-        let want = if frames.len() >= TAIL_INITIAL_BYTES {
-            TAIL_BUSY_BYTES
-        } else {
-            TAIL_INITIAL_BYTES
-        };
-        if self.tail.capacity() < want {
+        // new buffer once this one is used up: size it now rather than grow it by copying. A
+        // small chunk (a few messages before a large one) leaves the rest of its buffer to
+        // the next messages while a whole copied message still fits there: one allocation
+        // per buffer, not one per chunk.
+        let busy = frames.len() >= TAIL_INITIAL_BYTES;
+        if busy && self.tail.capacity() < TAIL_BUSY_BYTES {
             match self.spare.take() {
                 Some(spare) => self.tail = spare,
-                None => self.tail.reserve(want),
+                None => self.tail.reserve(TAIL_BUSY_BYTES),
             }
+        } else if !busy && self.tail.capacity() < TAIL_ROOM_MIN {
+            self.tail.reserve(TAIL_INITIAL_BYTES);
         }
         self.chunks.push_back(Chunk {
             frames,
@@ -634,6 +667,37 @@ mod tests {
         want.push(vec![7u8; 5000]);
         want.extend_from_slice(&all[40..]);
         assert_eq!(payloads(&out), want, "every frame checked and in order");
+        o.check_accounting();
+    }
+
+    #[test]
+    fn small_chunks_and_large_headers_share_buffers() {
+        let mut o = Outbox::new(1 << 20, 0);
+        let big = Bytes::from(vec![9u8; 5000]);
+        // Small, large, small, large: each large message seals the small one before it.
+        o.push_copies(&[msg(0, 10)]);
+        o.push_shared(&big).unwrap();
+        o.push_copies(&[msg(2, 10)]);
+        o.push_shared(&big).unwrap();
+        o.push_copies(&[msg(4, 10)]);
+        let mut out = Vec::new();
+        o.take_messages(&mut out);
+        let c = &o.chunks;
+        let end = |b: &Bytes| b.as_ptr() as usize + b.len();
+        // The second small chunk was copied right after the first, in the same buffer.
+        assert_eq!(end(&c[0].frames), c[2].frames.as_ptr() as usize);
+        // The two headers of large messages were cut from one buffer.
+        assert_eq!(end(&c[1].frames), c[3].frames.as_ptr() as usize);
+        assert_eq!(
+            payloads(&out),
+            vec![
+                msg(0, 10),
+                vec![9; 5000],
+                msg(2, 10),
+                vec![9; 5000],
+                msg(4, 10)
+            ]
+        );
         o.check_accounting();
     }
 

@@ -74,6 +74,9 @@ pub const REROUTES_MAX: u32 = 4;
 /// Largest record the writer puts in a shared-memory ring, in bytes: frames are cut into
 /// records of at most this (the reader reassembles the byte stream).
 pub const RING_RECORD_BYTES_MAX: usize = 64 << 10;
+/// Pieces (frame headers, payloads, chunks of frames) gathered into one ring record at most:
+/// bounds the gather list, which lives on the stack.
+pub const RING_RECORD_PARTS_MAX: usize = 64;
 /// Records the application reads from a ring into one batch (each at most
 /// `RING_RECORD_BYTES_MAX`): bounds a batch at 1 MiB.
 pub const RING_READ_RECORDS_MAX: usize = 16;

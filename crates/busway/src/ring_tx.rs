@@ -5,7 +5,7 @@
 //! once when nobody else is writing there, so a message crosses no task hand-off on its way
 //! out; the link's writer task takes over only when the ring is full.
 
-use crate::limits::RING_RECORD_BYTES_MAX;
+use crate::limits::{RING_RECORD_BYTES_MAX, RING_RECORD_PARTS_MAX};
 use busway_shm::ring::{Producer, RingError, RoomWaiter, Wait};
 use bytes::{Buf, Bytes};
 
@@ -48,20 +48,41 @@ impl RingWriter {
     }
 
     /// Writes pending bytes into the ring in records of at most `RING_RECORD_BYTES_MAX`,
-    /// publishing each record at once (the reader may start on it while the next is copied).
+    /// gathering consecutive pieces (a frame header and its payload, small chunks) into one
+    /// record, and publishing each record at once (the reader may start on it while the next
+    /// is copied).
     pub(crate) fn push_pending(&mut self) -> Result<Flush, RingError> {
         while self.first < self.pending.len() {
-            let piece = &mut self.pending[self.first];
-            while !piece.is_empty() {
-                let n = piece.len().min(RING_RECORD_BYTES_MAX);
-                if !self.producer.try_push(&piece[..n])? {
+            let mut parts: [&[u8]; RING_RECORD_PARTS_MAX] = [&[]; RING_RECORD_PARTS_MAX];
+            let (mut n, mut len) = (0, 0);
+            for piece in &self.pending[self.first..] {
+                if n == RING_RECORD_PARTS_MAX || len == RING_RECORD_BYTES_MAX {
+                    break;
+                }
+                let take = piece.len().min(RING_RECORD_BYTES_MAX - len);
+                parts[n] = &piece[..take];
+                n += 1;
+                len += take;
+            }
+            if len > 0 {
+                if !self.producer.try_push_parts(&parts[..n])? {
                     self.producer.publish();
-                    return Ok(Flush::Full(self.producer.room_waiter(n)));
+                    return Ok(Flush::Full(self.producer.room_waiter(len)));
                 }
                 self.producer.publish();
-                piece.advance(n);
             }
-            self.first += 1;
+            // Drop what went into the record (whole pieces and the front of the last one),
+            // and empty pieces after it.
+            let mut left = len;
+            while let Some(piece) = self.pending.get_mut(self.first) {
+                let take = piece.len().min(left);
+                piece.advance(take);
+                left -= take;
+                if !piece.is_empty() {
+                    break;
+                }
+                self.first += 1;
+            }
         }
         self.pending.clear();
         self.first = 0;
