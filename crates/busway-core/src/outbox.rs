@@ -38,6 +38,9 @@ const TAIL_BUSY_BYTES: usize =
 /// Room left in the copy buffer below which a new one is taken after sealing a small chunk,
 /// in bytes: one copied message in a new DATA_BATCH frame.
 const TAIL_ROOM_MIN: usize = HEADER_LEN + BATCH_ENTRY_HEADER_LEN + COPY_PAYLOAD_BYTES_MAX;
+/// A chunk sealed with at least this many bytes marks a busy link, which gets copy buffers of
+/// `TAIL_BUSY_BYTES` from then on.
+const BUSY_CHUNK_BYTES: usize = TAIL_INITIAL_BYTES / 2;
 /// Size of the buffer the headers of large DATA frames (payload kept apart) are cut from, in
 /// bytes: one allocation per `HEADER_ARENA_BYTES / HEADER_LEN` such messages, not one each
 /// (and their clones for the writer share it without allocating).
@@ -531,7 +534,7 @@ impl Outbox {
         // small chunk (a few messages before a large one) leaves the rest of its buffer to
         // the next messages while a whole copied message still fits there: one allocation
         // per buffer, not one per chunk.
-        let busy = frames.len() >= TAIL_INITIAL_BYTES;
+        let busy = frames.len() >= BUSY_CHUNK_BYTES;
         if busy && self.tail.capacity() < TAIL_BUSY_BYTES {
             match self.spare.take() {
                 Some(spare) => self.tail = spare,
