@@ -23,7 +23,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run a node until Ctrl-C (a standalone relay/hub), logging its peers.
+    /// Run a node until Ctrl-C (a standalone relay/hub), logging its peers; messages addressed
+    /// to the node itself are counted and discarded (`listen` shows them).
     Node(NodeCmd),
     /// Receive messages and print them (or check their sequence numbers with --verify).
     Listen(listen::ListenArgs),
@@ -77,6 +78,9 @@ struct NodeCmd {
 async fn run_node(args: NodeCmd) -> Result<ExitCode, String> {
     let node = args.node.start().await?;
     let mut events = node.take_events().expect("events are taken once");
+    // A standalone node relays; messages addressed to it are counted and discarded (its
+    // senders get their acknowledgements). `busway listen` is the node that reads them.
+    drop(node.take_inbox());
     common::print_listening(&node);
     let _admin = match args.admin {
         Some(addr) => {

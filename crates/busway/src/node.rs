@@ -454,7 +454,11 @@ impl Node {
         self.shared().listen_addrs.clone()
     }
 
-    /// The receive side; `None` if it was taken already.
+    /// The receive side; `None` if it was taken already. Messages for this node wait in it
+    /// until the application reads them; a node that reads none (a pure relay) should take it
+    /// and drop it, so that messages sent to it are counted, acknowledged and discarded:
+    /// messages that came through a shared-memory ring are acknowledged only once read, and
+    /// their senders' `flush` would wait on an inbox nobody reads.
     pub fn take_inbox(&self) -> Option<Inbox> {
         self.owner.inbox.lock().ok()?.take()
     }

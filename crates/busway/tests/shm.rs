@@ -79,6 +79,29 @@ async fn same_host_links_move_their_data_to_shared_memory_by_themselves() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_dropped_its_inbox_acknowledges_and_discards_ring_messages() {
+    for transport in ["shm", "mem"] {
+        let (a, b) = pair(transport, config(1), config(2)).await;
+        // A pure relay: it reads nothing.
+        drop(a.take_inbox());
+        let switched = || a.stats().shm_channels + a.stats().mem_channels >= 1;
+        let deadline = std::time::Instant::now() + WAIT;
+        while !switched() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{transport}: no switch"
+            );
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        stream(&b, BusId(1), 0..50_000).await;
+        assert!(b.flush(WAIT).await, "{transport}: all acknowledged");
+        assert_eq!(a.stats().msgs_in, 50_000, "{transport}");
+        a.shutdown().await;
+        b.shutdown().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nodes_of_one_process_take_in_process_channels_by_themselves() {
     let a = start(config(1).listen(listen_addr("tcp4"))).await;
     let b = start(config(2).connect(a.listen_addrs()[0].clone())).await;

@@ -6,6 +6,7 @@
 //! Rounds alternate busway and raw, so both see the same noise; the table reports the median
 //! with min-max.
 
+mod round_trips;
 mod sizes;
 mod sysinfo;
 pub(crate) mod worker;
@@ -78,6 +79,12 @@ struct LatencyRow {
     p50_us: f64,
     p99_us: f64,
     p999_us: f64,
+    /// The same round trips with no bus: bare rings (shm, mem) or a bare socket.
+    raw_p50_us: f64,
+    raw_p99_us: f64,
+    raw_p999_us: f64,
+    /// `p50_us / raw_p50_us`.
+    p50_ratio_to_raw: f64,
 }
 
 /// Spins of the shm reader (the application's inbox) in the latency modes: none (it sleeps at
@@ -117,12 +124,17 @@ fn run_latency(args: &BenchArgs, specs: &[Spec]) -> Result<ExitCode, String> {
             let rt = args.round_trips.to_string();
             let sp = spins.to_string();
             let extra = ["--round-trips", rt.as_str(), "--shm-spins", sp.as_str()];
-            let addr = listen_addr(t, 1000 + i * 4 + j);
-            let (r, _) = if t == "mem" {
-                in_one_process(args, &spec, false, &addr, &extra, limit)?
-            } else {
-                receiver_then_sender(args, &spec, false, &addr, &extra, limit)?
+            let measure = |raw: bool| {
+                let addr = listen_addr(t, 1000 + i * 8 + j * 2 + usize::from(raw));
+                // The bare rings' round trips run between two threads of one worker.
+                if t == "mem" || (raw && t == "shm") {
+                    in_one_process(args, &spec, raw, &addr, &extra, limit)
+                } else {
+                    receiver_then_sender(args, &spec, raw, &addr, &extra, limit)
+                }
             };
+            let (r, _) = measure(false)?;
+            let (raw, _) = measure(true)?;
             let row = LatencyRow {
                 workload: "latency",
                 transport: t.to_owned(),
@@ -132,6 +144,10 @@ fn run_latency(args: &BenchArgs, specs: &[Spec]) -> Result<ExitCode, String> {
                 p50_us: r.rtt_us[0],
                 p99_us: r.rtt_us[1],
                 p999_us: r.rtt_us[2],
+                raw_p50_us: raw.rtt_us[0],
+                raw_p99_us: raw.rtt_us[1],
+                raw_p999_us: raw.rtt_us[2],
+                p50_ratio_to_raw: r.rtt_us[0] / raw.rtt_us[0],
             };
             if args.json {
                 println!("{}", serde_json::to_string(&row).unwrap_or_default());
@@ -141,18 +157,26 @@ fn run_latency(args: &BenchArgs, specs: &[Spec]) -> Result<ExitCode, String> {
     }
     if !args.json {
         println!(
-            "busway bench --latency: round trips of one {size}-byte message and its echo, {} per row; microseconds",
+            "busway bench --latency: round trips of one {size}-byte message and its echo, {} per row; microseconds; raw: bare rings between two threads (shm, mem: readers spinning as the bus's do), a bare blocking socket between two processes (unix, tcp)",
             args.round_trips
         );
         println!("machine: {}", sysinfo::machine());
         println!(
-            "{:<6} {:<15} {:>9} {:>9} {:>9}",
-            "link", "mode", "p50", "p99", "p99.9"
+            "{:<6} {:<15} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>6}",
+            "link", "mode", "p50", "p99", "p99.9", "raw p50", "raw p99", "raw p99.9", "ratio"
         );
         for r in &rows {
             println!(
-                "{:<6} {:<15} {:>9.1} {:>9.1} {:>9.1}",
-                r.transport, r.mode, r.p50_us, r.p99_us, r.p999_us
+                "{:<6} {:<15} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>6.2}",
+                r.transport,
+                r.mode,
+                r.p50_us,
+                r.p99_us,
+                r.p999_us,
+                r.raw_p50_us,
+                r.raw_p99_us,
+                r.raw_p999_us,
+                r.p50_ratio_to_raw
             );
         }
     }

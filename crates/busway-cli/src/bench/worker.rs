@@ -1,6 +1,7 @@
 //! One side of one benchmark run, in its own process so that its CPU time and memory are its
 //! own. The receiver prints `ready ADDR` once it listens; both print one JSON report at the end.
 
+use super::round_trips;
 use super::sizes::Sizes;
 use super::sysinfo;
 use busway::{Addr, BusId, Event, IoThreads, Node, NodeConfig};
@@ -96,7 +97,9 @@ pub(crate) struct Report {
 pub(crate) fn run(args: WorkerArgs) -> Result<ExitCode, String> {
     let born = Instant::now();
     if args.role == Role::Pair {
-        let (mut send, mut recv) = if args.raw {
+        let (mut send, mut recv) = if args.raw && args.round_trips.is_some() {
+            raw_ring_round_trips(&args)?
+        } else if args.raw {
             raw_mem_pair(&args)?
         } else {
             bus_pair(&args)?
@@ -112,6 +115,8 @@ pub(crate) fn run(args: WorkerArgs) -> Result<ExitCode, String> {
         return Ok(ExitCode::SUCCESS);
     }
     let mut report = match (args.raw, args.role) {
+        (true, Role::Send) if args.round_trips.is_some() => raw_ping(&args)?,
+        (true, Role::Recv) if args.round_trips.is_some() => raw_echo(&args)?,
         (true, Role::Send) if args.shm => raw_ring_send(&args)?,
         (true, Role::Recv) if args.shm => raw_ring_recv()?,
         (true, Role::Send) => raw_send(&args)?,
@@ -171,7 +176,7 @@ async fn bus_ping(args: &WorkerArgs) -> Result<Report, String> {
     let n = args.round_trips.unwrap_or(0);
     let payload = Bytes::from(vec![0x5Au8; args.size_min]);
     // Until the link settled (on shm: switched to the ring), then measured.
-    let warmup = n / 10 + 100;
+    let warmup = round_trips::warmup(n);
     let mut samples = Vec::with_capacity(n);
     let start = Instant::now();
     for i in 0..warmup + n {
@@ -189,12 +194,10 @@ async fn bus_ping(args: &WorkerArgs) -> Result<Report, String> {
     }
     let secs = start.elapsed().as_secs_f64();
     node.shutdown().await;
-    samples.sort_by(|a, b| a.total_cmp(b));
-    let pct = |p: f64| samples[((samples.len() as f64 * p) as usize).min(samples.len() - 1)];
     Ok(Report {
         msgs: n as u64,
         secs,
-        rtt_us: [pct(0.5), pct(0.99), pct(0.999)],
+        rtt_us: round_trips::percentiles(&mut samples),
         ..Report::default()
     })
 }
@@ -456,6 +459,50 @@ fn bus_pair(args: &WorkerArgs) -> Result<(Report, Report), String> {
     Ok((sent, received))
 }
 
+/// The round-trip baseline of the shm and mem rows: two bare rings between two threads of
+/// this process, readers spinning as the bus's reader does (`--shm-spins`). The futex calls
+/// that wake a sleeping reader are the same between two processes.
+fn raw_ring_round_trips(args: &WorkerArgs) -> Result<(Report, Report), String> {
+    let n = args.round_trips.unwrap_or(0);
+    let spins = args
+        .shm_spins
+        .unwrap_or(busway_shm::ring::SPINS_BEFORE_SLEEP_DEFAULT);
+    let start = Instant::now();
+    let rtt_us = round_trips::over_rings(n, args.size_min, spins)?;
+    let sent = Report {
+        msgs: n as u64,
+        secs: start.elapsed().as_secs_f64(),
+        rtt_us,
+        ..Report::default()
+    };
+    Ok((sent.clone(), sent))
+}
+
+/// The round-trip baseline of a socket row: a blocking socket, one `write` out and `read`s
+/// until the echo is whole.
+fn raw_ping(args: &WorkerArgs) -> Result<Report, String> {
+    let mut stream = RawStream::connect_within(&args.addr, CONNECT_WAIT)?;
+    let n = args.round_trips.unwrap_or(0);
+    let start = Instant::now();
+    let rtt_us = round_trips::ping(&mut stream, n, args.size_min)?;
+    Ok(Report {
+        msgs: n as u64,
+        secs: start.elapsed().as_secs_f64(),
+        rtt_us,
+        ..Report::default()
+    })
+}
+
+/// The other end of [`raw_ping`]: echoes until the pinger closes.
+fn raw_echo(args: &WorkerArgs) -> Result<Report, String> {
+    let mut stream = RawStream::accept_one(&args.addr).map_err(|e| e.to_string())?;
+    let msgs = round_trips::echo(&mut stream, args.size_min)?;
+    Ok(Report {
+        msgs,
+        ..Report::default()
+    })
+}
+
 /// The bare ring between two threads of this process: the same pre-framed batches as
 /// `raw_ring_send`, read as `raw_ring_recv` reads them.
 fn raw_mem_pair(args: &WorkerArgs) -> Result<(Report, Report), String> {
@@ -499,6 +546,19 @@ impl RawStream {
             }
             Addr::Unix(p) => Ok(RawStream::Unix(std::os::unix::net::UnixStream::connect(p)?)),
             Addr::Shm(_) => Err(not_a_socket(addr)),
+        }
+    }
+
+    /// Connects, trying again every few milliseconds until `wait` has passed (the other side
+    /// may not listen yet).
+    fn connect_within(addr: &Addr, wait: Duration) -> Result<Self, String> {
+        let deadline = Instant::now() + wait;
+        loop {
+            match RawStream::connect(addr) {
+                Ok(s) => return Ok(s),
+                Err(e) if Instant::now() > deadline => return Err(format!("connect {addr}: {e}")),
+                Err(_) => std::thread::sleep(Duration::from_millis(5)),
+            }
         }
     }
 
@@ -555,16 +615,7 @@ impl Write for RawStream {
 /// The raw baseline's sender: the same frames busway would send (header, checksum, payload),
 /// built once, then written batch after batch with one call each. No queue, no bus.
 fn raw_send(args: &WorkerArgs) -> Result<Report, String> {
-    let deadline = Instant::now() + CONNECT_WAIT;
-    let mut stream = loop {
-        match RawStream::connect(&args.addr) {
-            Ok(s) => break s,
-            Err(e) if Instant::now() > deadline => {
-                return Err(format!("connect {}: {e}", args.addr))
-            }
-            Err(_) => std::thread::sleep(Duration::from_millis(5)),
-        }
-    };
+    let mut stream = RawStream::connect_within(&args.addr, CONNECT_WAIT)?;
     let (batch, per_batch_msgs, per_batch_bytes) = prebuilt_batch(args);
     let (mut msgs, mut bytes) = (0u64, 0u64);
     let start = Instant::now();
