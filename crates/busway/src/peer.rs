@@ -474,6 +474,14 @@ impl Peer {
         st.dead = false;
         st.link_closing = false;
         st.writer_idle = false;
+        // The peer's AUTH acknowledged messages (those it got before the last link dropped,
+        // and whose ACK was lost with it): senders waiting for that room must hear of it, as
+        // no ACK frame will come for them.
+        let wake = std::mem::take(&mut st.senders_waiting);
+        drop(st);
+        if wake {
+            self.room.notify_waiters();
+        }
         Ok(())
     }
 
@@ -558,6 +566,46 @@ mod tests {
         let p = Peer::new(hello, "tcp://127.0.0.1:1".into(), 1 << 20, true);
         p.lock().link = Some(1);
         p
+    }
+
+    #[tokio::test]
+    async fn room_acknowledged_by_a_new_links_handshake_wakes_waiting_senders() {
+        let hello = local_hello(BusId(2), 9, 0, [0; 16], vec![]);
+        let p = std::sync::Arc::new(Peer::new(
+            hello.clone(),
+            "tcp://127.0.0.1:1".into(),
+            100,
+            true,
+        ));
+        p.lock().link = Some(1);
+        // The queue fills, is written, and the link drops before the peer's ACK arrives.
+        let queued = p.push_copies(&[[0u8; 30]; 5]).unwrap();
+        assert_eq!(queued, 0..2, "two fit");
+        let mut batch = Vec::new();
+        p.take(&mut batch);
+        p.detach(1).unwrap();
+        let waiter = {
+            let p = p.clone();
+            tokio::spawn(async move { p.wait_for_room(30).await })
+        };
+        tokio::task::yield_now().await;
+        assert!(!waiter.is_finished(), "no room yet");
+        // The next link's handshake says the peer got both.
+        let auth = |next_send_seq, next_expected_seq| busway_core::handshake::Auth {
+            next_send_seq,
+            next_expected_seq,
+            proof: None,
+        };
+        let est = Established {
+            peer: hello,
+            peer_auth: auth(0, 2),
+            own_auth: auth(0, 0),
+        };
+        p.attach(2, &est, "tcp://127.0.0.1:1").unwrap();
+        tokio::time::timeout(std::time::Duration::from_secs(5), waiter)
+            .await
+            .expect("the waiting sender wakes")
+            .unwrap();
     }
 
     #[test]

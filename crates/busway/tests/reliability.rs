@@ -5,6 +5,8 @@ mod common;
 
 use busway::{BusId, Event};
 use common::*;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Messages in the stream; each carries its number in its first 8 bytes.
@@ -21,8 +23,11 @@ async fn a_link_cut_a_thousand_times_loses_and_repeats_nothing() {
     let (a, b) = pair("tcp4", ca, cb).await;
     let mut inbox = a.take_inbox().unwrap();
 
+    // Progress of the sender and the cutter, shown if the stream stalls.
+    let sent = Arc::new(AtomicU64::new(0));
+    let cut = Arc::new(AtomicUsize::new(0));
     let sender = {
-        let b = b.clone();
+        let (b, sent) = (b.clone(), sent.clone());
         tokio::spawn(async move {
             let mut next = 0u64;
             while next < MESSAGES {
@@ -36,6 +41,7 @@ async fn a_link_cut_a_thousand_times_loses_and_repeats_nothing() {
                 let seqs = b.send_batch(BusId(1), &batch).await.unwrap();
                 assert_eq!(seqs, next..next + batch.len() as u64);
                 next = seqs.end;
+                sent.store(next, Relaxed);
                 if next % 1000 == 0 {
                     tokio::task::yield_now().await;
                 }
@@ -43,10 +49,11 @@ async fn a_link_cut_a_thousand_times_loses_and_repeats_nothing() {
         })
     };
     let cutter = {
-        let (a, b) = (a.clone(), b.clone());
+        let (a, b, cut) = (a.clone(), b.clone(), cut.clone());
         tokio::spawn(async move {
             let mut cuts = 0;
             while cuts < CUTS {
+                cut.store(cuts, Relaxed);
                 // Cut from either end, after a varying little while of traffic.
                 let node = if cuts % 2 == 0 { &a } else { &b };
                 let peer = if cuts % 2 == 0 { BusId(2) } else { BusId(1) };
@@ -80,7 +87,16 @@ async fn a_link_cut_a_thousand_times_loses_and_repeats_nothing() {
         }
     })
     .await;
-    assert!(received.is_ok(), "stream stalled at {expected}");
+    assert!(
+        received.is_ok(),
+        "stream stalled at {expected}: sent {}, cuts {}; receiver {:?} {:?}; sender {:?} {:?}",
+        sent.load(Relaxed),
+        cut.load(Relaxed),
+        a.stats(),
+        a.peers(),
+        b.stats(),
+        b.peers()
+    );
     let cuts = cutter.await.unwrap();
     sender.await.unwrap();
     assert_eq!(cuts, CUTS);
