@@ -40,6 +40,8 @@ pub(crate) async fn run(args: SendArgs) -> Result<ExitCode, String> {
         ));
     }
     let node = args.node.start().await?;
+    // A sender reads nothing: what others send it is acknowledged and discarded.
+    drop(node.take_inbox());
     let wait = Duration::from_secs(PEER_WAIT_SECS);
     let reachable = if args.node.upstream.is_some() && args.node.connect.is_empty() {
         // Through the upstream: its link is what must be up.

@@ -465,13 +465,13 @@ fn a_process_killed_mid_stream_over_shared_memory_leaves_nothing_behind() {
 }
 
 #[test]
-fn bench_latency_rows_give_percentiles_for_each_shm_mode() {
+fn bench_latency_rows_give_percentiles_for_each_shm_mode_beside_the_raw_round_trip() {
     let p = spawn(&[
         "bench",
         "--latency",
         "--json",
         "--transports",
-        "shm,mem",
+        "shm,mem,unix",
         "--sizes",
         "64-64",
         "--round-trips",
@@ -490,15 +490,21 @@ fn bench_latency_rows_give_percentiles_for_each_shm_mode() {
     let want: Vec<(&str, &str)> = ["shm", "mem"]
         .iter()
         .flat_map(|t| ["blocking", "spin-then-sleep", "spinning"].map(|m| (*t, m)))
+        .chain([("unix", "socket")])
         .collect();
     assert_eq!(modes, want);
     for r in &rows {
         assert_eq!(r["workload"], "latency");
-        let (p50, p99, p999) = (
-            r["p50_us"].as_f64().unwrap(),
-            r["p99_us"].as_f64().unwrap(),
-            r["p999_us"].as_f64().unwrap(),
-        );
-        assert!(0.0 < p50 && p50 <= p99 && p99 <= p999, "{r}");
+        // The bus's round trips, then the bare ring's or bare socket's beside them.
+        for prefix in ["", "raw_"] {
+            let (p50, p99, p999) = (
+                r[format!("{prefix}p50_us")].as_f64().unwrap(),
+                r[format!("{prefix}p99_us")].as_f64().unwrap(),
+                r[format!("{prefix}p999_us")].as_f64().unwrap(),
+            );
+            assert!(0.0 < p50 && p50 <= p99 && p99 <= p999, "{prefix}: {r}");
+        }
+        let ratio = r["p50_ratio_to_raw"].as_f64().unwrap();
+        assert!(ratio > 0.0 && ratio.is_finite(), "{r}");
     }
 }
