@@ -243,6 +243,9 @@ fn bad_arguments_get_clear_errors() {
     );
     assert!(!ok);
     assert!(err.contains("no link to bus id 2"), "{err}");
+    let (ok, _, _, err) = finish(spawn(&["bench", "--latency", "--round-trips", "0"]), None);
+    assert!(!ok);
+    assert!(err.contains("--round-trips must be at least 1"), "{err}");
 }
 
 /// The JSON rows a successful `busway bench --json` printed.

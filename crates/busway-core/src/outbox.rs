@@ -38,8 +38,8 @@ const TAIL_BUSY_BYTES: usize =
 /// Room left in the copy buffer below which a new one is taken after sealing a small chunk,
 /// in bytes: one copied message in a new DATA_BATCH frame.
 const TAIL_ROOM_MIN: usize = HEADER_LEN + BATCH_ENTRY_HEADER_LEN + COPY_PAYLOAD_BYTES_MAX;
-/// A chunk sealed with at least this many bytes marks a busy link, which gets copy buffers of
-/// `TAIL_BUSY_BYTES` from then on.
+/// A chunk sealed with at least this many bytes marks a busy link: the next copy buffer is
+/// one of `TAIL_BUSY_BYTES` (a smaller chunk sealed later goes back to `TAIL_INITIAL_BYTES`).
 const BUSY_CHUNK_BYTES: usize = TAIL_INITIAL_BYTES / 2;
 /// Size of the buffer the headers of large DATA frames (payload kept apart) are cut from, in
 /// bytes: one allocation per `HEADER_ARENA_BYTES / HEADER_LEN` such messages, not one each

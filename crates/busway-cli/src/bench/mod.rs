@@ -262,6 +262,9 @@ pub(crate) fn run(args: BenchArgs) -> Result<ExitCode, String> {
     if !(0.05..=600.0).contains(&args.duration) || args.rounds == 0 {
         return Err("--duration must be 0.05..=600 seconds and --rounds at least 1".into());
     }
+    if args.round_trips == 0 {
+        return Err("--round-trips must be at least 1".into());
+    }
     if !matches!(args.api.as_str(), "batch" | "single" | "auto") {
         return Err(format!(
             "--api {:?}: expected batch, single or auto",

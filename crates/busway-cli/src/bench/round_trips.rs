@@ -6,9 +6,9 @@ use busway_shm::ring::{Ring, Wait};
 use std::io::{Read, Write};
 use std::time::{Duration, Instant};
 
-/// Capacity of each bare ring of the round-trip baseline, in bytes: one message at a time
-/// crosses it, so the smallest ring that holds the largest record the bench sends does.
-const ROUND_TRIP_RING_BYTES: usize = 1 << 20;
+/// Smallest capacity of each bare ring of the round-trip baseline, in bytes; larger messages
+/// get a ring that holds one of them (one message at a time crosses it).
+const ROUND_TRIP_RING_BYTES_MIN: usize = 1 << 16;
 /// How long either side of a bare round trip waits for the other before it gives up.
 const ECHO_WAIT: Duration = Duration::from_secs(10);
 
@@ -35,8 +35,12 @@ pub(crate) fn percentiles(samples: &mut [f64]) -> [f64; 3] {
 /// reader does with the same `shm_spins`).
 pub(crate) fn over_rings(n: usize, size: usize, spins: u32) -> Result<[f64; 3], String> {
     let err = |e: busway_shm::ring::RingError| e.to_string();
-    let there = Ring::create_unchecked("busway-bench-rtt", ROUND_TRIP_RING_BYTES).map_err(err)?;
-    let back = Ring::create_unchecked("busway-bench-rtt", ROUND_TRIP_RING_BYTES).map_err(err)?;
+    // A record may take at most half a ring (with its header and padding).
+    let capacity = (2 * (size + 64))
+        .next_power_of_two()
+        .max(ROUND_TRIP_RING_BYTES_MIN);
+    let there = Ring::create_unchecked("busway-bench-rtt", capacity).map_err(err)?;
+    let back = Ring::create_unchecked("busway-bench-rtt", capacity).map_err(err)?;
     let (mut tx, mut far_rx) = (there.producer(), there.consumer());
     let (mut far_tx, mut rx) = (back.producer(), back.consumer());
     let echo = std::thread::spawn(move || -> Result<(), String> {
@@ -139,9 +143,9 @@ mod tests {
     }
 
     #[test]
-    fn bare_rings_make_round_trips_in_both_modes() {
-        for spins in [0, 1_000] {
-            let [p50, p99, p999] = over_rings(200, 64, spins).unwrap();
+    fn bare_rings_make_round_trips_in_both_modes_and_any_size() {
+        for (spins, size) in [(0, 64), (1_000, 64), (1_000, 1 << 20)] {
+            let [p50, p99, p999] = over_rings(50, size, spins).unwrap();
             assert!(0.0 < p50 && p50 <= p99 && p99 <= p999, "{p50} {p99} {p999}");
         }
     }
