@@ -363,6 +363,19 @@ impl Drop for Inbox {
     fn drop(&mut self) {
         // Wake links waiting for room: their batches now have nowhere to go.
         self.budget.close();
+        // Rings handed to the application that it will not read: read and discard them on
+        // threads of their own, so that their messages are acknowledged (as on a socket) and
+        // their writers do not wait on a reader that is gone. A ring handed over after the
+        // close is refused and goes to such a thread by itself (`ShmLink::switch_in`).
+        self.rx.close();
+        while let Ok(d) = self.rx.try_recv() {
+            if let Delivery::Ring(r) = d {
+                self.rings.push(r);
+            }
+        }
+        for r in self.rings.drain(..) {
+            r.discard_on_a_thread();
+        }
     }
 }
 

@@ -189,6 +189,8 @@ impl InboundRing {
     /// With no inbox to read it (the application dropped it), reads and discards on a thread
     /// of its own until the link ends, as the socket path discards.
     pub(crate) fn discard_on_a_thread(mut self) {
+        // The inbox's waiter thread, if any, ends (its arming channel closes).
+        self.arm = None;
         let waiter = self.consumer.waiter();
         let _ = std::thread::Builder::new()
             .name("busway-shm-discard".into())
