@@ -15,6 +15,8 @@
 mod sync;
 mod wait;
 
+#[cfg(not(feature = "loom"))]
+pub mod fuzzing;
 pub mod pass;
 pub mod ring;
 pub mod segment;

@@ -412,6 +412,15 @@ impl Ring {
         }
     }
 
+    /// Writes `data` at the start of the data area and `tail` as the published end, as a
+    /// faulty or hostile peer could (for the `ring_reader` fuzz target).
+    #[cfg(not(feature = "loom"))]
+    pub(crate) fn scribble_for_fuzzing(&self, data: &[u8], tail: u64) {
+        self.memory.write(0, data);
+        // Release pairs with the consumer's Acquire load of `tail`, as in `publish`.
+        self.header().tail.0.store(tail, Release);
+    }
+
     /// The reading side, from the last record consumed.
     pub fn consumer(self: &Arc<Self>) -> Consumer {
         let head = self.header().head.0.load(Relaxed);
