@@ -3,6 +3,8 @@
 //!
 //! `cargo run --release -p busway-shm --example ring_throughput -- [MIN MAX [SECONDS]]`
 
+mod common;
+
 use busway_shm::ring::{Ring, Wait, RING_CAPACITY_DEFAULT};
 use std::time::{Duration, Instant};
 
@@ -10,28 +12,11 @@ use std::time::{Duration, Instant};
 const PUBLISH_EVERY: usize = 64;
 
 fn main() {
-    let args: Vec<u64> = std::env::args()
-        .skip(1)
-        .map(|a| a.parse().unwrap())
-        .collect();
-    let (min, max) = (
-        args.first().copied().unwrap_or(8),
-        args.get(1).copied().unwrap_or(128),
-    );
-    let secs = args.get(2).copied().unwrap_or(3);
+    let (min, max, secs) = common::size_args(3);
     let ring = Ring::create("busway-bench", RING_CAPACITY_DEFAULT).unwrap();
     let mut p = ring.producer();
     let mut c = ring.consumer();
-    // Sizes drawn before the clock starts.
-    let mut x = 0x9E37_79B9_7F4A_7C15u64;
-    let sizes: Vec<usize> = (0..4096)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (min + x % (max - min + 1)) as usize
-        })
-        .collect();
+    let sizes = common::sizes(min, max, 0);
     let buf = vec![7u8; max as usize];
     let stop = Instant::now() + Duration::from_secs(secs);
     let producer = std::thread::spawn(move || {
