@@ -68,6 +68,8 @@ impl MultiWriterRing {
     fn push(&self, payload: &[u8]) -> bool {
         let size = (MW_HEADER_BYTES + payload.len()).next_multiple_of(MW_HEADER_BYTES) as u64;
         loop {
+            // Relaxed, here and in the compare-and-swap: the reservation orders no data; the
+            // record's bytes are published by the Release store of its stamp.
             let cur = self.tail.load(Relaxed);
             let to_end = self.capacity as u64 - (cur & (self.capacity as u64 - 1));
             let pad = if to_end < size { to_end } else { 0 };
@@ -124,6 +126,7 @@ fn single_writer_rings(w: usize, min: u64, max: u64, secs: f64, publish_every: u
     let rings: Vec<_> = (0..w)
         .map(|_| Ring::create_unchecked("busway-design", RING_CAPACITY_DEFAULT).unwrap())
         .collect();
+    // Relaxed, here and below: `stop` is a flag that orders no data.
     let stop = Arc::new(AtomicBool::new(false));
     let writers: Vec<_> = rings
         .iter()
@@ -169,6 +172,7 @@ fn single_writer_rings(w: usize, min: u64, max: u64, secs: f64, publish_every: u
 /// Records per second through one multi-writer ring.
 fn multi_writer_ring(w: usize, min: u64, max: u64, secs: f64) -> f64 {
     let ring = Arc::new(MultiWriterRing::new(RING_CAPACITY_DEFAULT));
+    // Relaxed, here and below: `stop` is a flag that orders no data.
     let stop = Arc::new(AtomicBool::new(false));
     let writers: Vec<_> = (0..w)
         .map(|k| {
