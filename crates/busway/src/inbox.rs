@@ -292,11 +292,18 @@ impl Inbox {
         loop {
             match self.poll_ready() {
                 Ok(Some(b)) => {
-                    if std::mem::take(&mut self.ack_queued) {
-                        // The link task may share this thread (`IoThreads::Current`).
-                        tokio::task::yield_now().await;
+                    if !std::mem::take(&mut self.ack_queued) {
+                        return Some(b);
                     }
-                    return Some(b);
+                    // The link task may share this thread (`IoThreads::Current`): let it send
+                    // the ACK. The batch waits in `current` meanwhile, so that a caller that
+                    // drops this future at the yield (`select!`, `timeout`) loses nothing: its
+                    // messages are counted and acknowledged already.
+                    self.current = Some((b, 0));
+                    tokio::task::yield_now().await;
+                    if let Some(b) = self.take_current() {
+                        return Some(b);
+                    }
                 }
                 Ok(None) => {}
                 Err(_) => return None,

@@ -207,6 +207,10 @@ where
             Err(why) => tracing::warn!(%why, "no shared-memory ring; staying on the socket"),
         }
     }
+    let end_rings = EndRings {
+        shm: shm.as_ref(),
+        peer: &peer,
+    };
     let reason = run_up(
         &shared,
         &peer,
@@ -217,14 +221,28 @@ where
         shm.as_ref(),
     )
     .await;
-    if let Some(shm) = &shm {
-        shm.end();
-        if let Some(mut ring) = peer.end_ring() {
-            ring.close();
-        }
-    }
+    drop(end_rings);
     shared.detach_peer(&peer, link_id, reason);
     Outcome::WasUp
+}
+
+/// Ends a link's shared-memory rings when its task ends, however it ends: returned, or dropped
+/// with the I/O loop when the node goes (the application's inbox then stops reading the peer's
+/// ring, instead of waiting on it for good, and the peer's reader sees ours closed).
+struct EndRings<'a> {
+    shm: Option<&'a Arc<ShmLink>>,
+    peer: &'a Peer,
+}
+
+impl Drop for EndRings<'_> {
+    fn drop(&mut self) {
+        if let Some(shm) = self.shm {
+            shm.end();
+            if let Some(mut ring) = self.peer.end_ring() {
+                ring.close();
+            }
+        }
+    }
 }
 
 /// Runs the reader, the writer and the heartbeat of an established link until the link is

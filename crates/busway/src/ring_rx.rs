@@ -44,7 +44,7 @@ pub(crate) struct InboundRing {
     dec: FrameDecoder,
     bytes_since_ack: usize,
     /// Arms the waiter thread (started at the first sleep).
-    arm: Option<std_mpsc::Sender<()>>,
+    arm: Option<std_mpsc::SyncSender<()>>,
     /// `poll` returned `Gone`.
     gone: bool,
 }
@@ -89,6 +89,10 @@ impl InboundRing {
     }
 
     fn read_messages(&mut self) -> Polled {
+        // Held from the read to the count: the link's `wait_drained` must not see the ring
+        // read out before what was read is counted (its ACK would miss it).
+        let link = &*self.link;
+        let _reading = link.reading();
         if self.link.is_gone() {
             return Polled::Gone;
         }
@@ -142,6 +146,10 @@ impl InboundRing {
             return Polled::Empty;
         }
         let chunk = self.buf.split_to(pos).freeze();
+        if spans.is_empty() {
+            // Whole frames that carried no message (an empty DATA_BATCH): nothing to hand over.
+            return Polled::Empty;
+        }
         let n = spans.len() as u64;
         let Some(next) = self.link.peer.delivered_on(self.link.link_id, n) else {
             return Polled::Gone;
@@ -167,7 +175,9 @@ impl InboundRing {
     /// was closed). Starts the ring's waiter thread the first time.
     pub(crate) fn arm(&mut self, waker: &InboxWaker) {
         if self.arm.is_none() {
-            let (tx, rx) = std_mpsc::channel();
+            // One arming at most waits: an inbox woken often by other peers while this ring
+            // stays idle arms it again and again, and those must not pile up.
+            let (tx, rx) = std_mpsc::sync_channel(1);
             let waiter = self.consumer.waiter();
             let waker = waker.clone();
             let spawned = std::thread::Builder::new()
@@ -182,7 +192,8 @@ impl InboundRing {
             self.arm = Some(tx);
         }
         if let Some(tx) = &self.arm {
-            let _ = tx.send(());
+            // Full: the waiter is armed already.
+            let _ = tx.try_send(());
         }
     }
 

@@ -58,6 +58,8 @@ pub(crate) struct ShmLink {
     ack_wake: Notify,
     /// The peer's ring went to the application's inbox: whether it holds unread records.
     handed_over: Mutex<Option<ReadWaiter>>,
+    /// Held by the reader from a read of the ring to the count of what it read.
+    reading: Mutex<()>,
     /// The peer closed its ring and everything in it was read.
     drained: AtomicBool,
     drained_wake: Notify,
@@ -100,6 +102,7 @@ impl ShmLink {
             ack_due: AtomicBool::new(false),
             ack_wake: Notify::new(),
             handed_over: Mutex::default(),
+            reading: Mutex::default(),
             drained: AtomicBool::new(false),
             drained_wake: Notify::new(),
             in_process: AtomicBool::new(false),
@@ -267,6 +270,11 @@ impl ShmLink {
         }
     }
 
+    /// Held by the application's reader from a read of the ring to the count of what it read.
+    pub(crate) fn reading(&self) -> std::sync::MutexGuard<'_, ()> {
+        lock(&self.reading)
+    }
+
     /// The reader read everything up to the peer's close of the ring.
     pub(crate) fn mark_drained(&self) {
         self.drained.store(true, Relaxed);
@@ -277,9 +285,13 @@ impl ShmLink {
     /// it all before its CLOSE); at once if there is no ring or nothing unread.
     pub(crate) async fn wait_drained(&self) {
         loop {
-            let unread = lock(&self.handed_over)
-                .as_ref()
-                .is_some_and(ReadWaiter::is_readable);
+            let unread = {
+                // No read in progress: whatever was read is counted.
+                let _reading = self.reading();
+                lock(&self.handed_over)
+                    .as_ref()
+                    .is_some_and(ReadWaiter::is_readable)
+            };
             if !unread || self.drained.load(Relaxed) {
                 return;
             }

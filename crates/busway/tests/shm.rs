@@ -35,6 +35,15 @@ fn shm_config(id: u64) -> busway::NodeConfig {
     c
 }
 
+/// Waits until `node` reads a peer's ring (shared memory or in-process).
+async fn wait_for_ring(node: &Node) {
+    let deadline = std::time::Instant::now() + WAIT;
+    while node.stats().shm_channels + node.stats().mem_channels == 0 {
+        assert!(std::time::Instant::now() < deadline, "no switch to a ring");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
 /// Like `common::pair`, with shared memory allowed on a link of `transport`.
 async fn shm_pair(transport: &str) -> (Node, Node) {
     let a = start(shm_config(1).listen(listen_addr(transport))).await;
@@ -87,12 +96,7 @@ async fn a_node_that_dropped_its_inbox_acknowledges_and_discards_ring_messages()
         if !drop_after_switch {
             drop(inbox.take());
         }
-        let switched = || a.stats().shm_channels + a.stats().mem_channels >= 1;
-        let deadline = std::time::Instant::now() + WAIT;
-        while !switched() {
-            assert!(std::time::Instant::now() < deadline, "{what}: no switch");
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
+        wait_for_ring(&a).await;
         // A pure relay: it reads nothing. Dropped after the switch, the inbox held the ring
         // already; the messages fit in the ring, so no writer waits for room.
         drop(inbox);
@@ -100,6 +104,56 @@ async fn a_node_that_dropped_its_inbox_acknowledges_and_discards_ring_messages()
         assert!(b.flush(WAIT).await, "{what}: all acknowledged");
         assert_eq!(a.stats().msgs_in, 10_000, "{what}");
         a.shutdown().await;
+        b.shutdown().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_receive_dropped_mid_way_loses_no_ring_message() {
+    let (a, b) = pair("shm", config(1), config(2)).await;
+    let mut inbox = a.take_inbox().unwrap();
+    let sender = {
+        let b = b.clone();
+        tokio::spawn(async move { stream(&b, BusId(1), 0..300_000).await })
+    };
+    // Every receive gets one poll and is dropped if it did not finish there, as a `select!`
+    // or a `timeout` drops it: batches read (and acknowledged) must not go with it.
+    let mut next = 0u64;
+    let deadline = std::time::Instant::now() + WAIT;
+    while next < 300_000 {
+        assert!(std::time::Instant::now() < deadline, "stalled at {next}");
+        match tokio::time::timeout(Duration::ZERO, inbox.recv_batch()).await {
+            Ok(Some(batch)) => {
+                for m in batch.iter() {
+                    assert_eq!(m, &msg(next)[..], "message {next}");
+                    next += 1;
+                }
+            }
+            Ok(None) => panic!("inbox closed at {next}"),
+            Err(_) => tokio::task::yield_now().await,
+        }
+    }
+    sender.await.unwrap();
+    assert!(a.stats().shm_channels >= 1, "through a ring");
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_node_ends_its_inbox_even_while_reading_a_ring() {
+    for transport in ["shm", "mem"] {
+        let (a, b) = pair(transport, config(1), config(2)).await;
+        let mut inbox = a.take_inbox().unwrap();
+        wait_for_ring(&a).await;
+        stream(&b, BusId(1), 0..1000).await;
+        expect(&mut inbox, BusId(2), 0..1000).await;
+        // The node goes without a shutdown; its peer stays.
+        drop(a);
+        let end = tokio::time::timeout(WAIT, inbox.recv()).await;
+        assert!(
+            matches!(end, Ok(None)),
+            "{transport}: the inbox ends, got {end:?}"
+        );
         b.shutdown().await;
     }
 }
