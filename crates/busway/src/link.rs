@@ -678,8 +678,8 @@ async fn write_loop<W: AsyncWrite + Unpin>(
 }
 
 /// Moves the peer's queued messages into its ring, waiting (on a blocking thread, on the
-/// ring's futex) while the ring is full. Gives up on a full ring once the link is closing (its
-/// reader saw the peer close: nobody will free the ring).
+/// ring's futex) while the ring is full. Gives up on a full ring once the peer closed the link
+/// (nobody will free the ring); our own node closing waits on, bounded by its linger time.
 async fn flush_ring(peer: &Peer) -> io::Result<()> {
     loop {
         let waiter = match peer.flush_ring(true) {
@@ -687,10 +687,10 @@ async fn flush_ring(peer: &Peer) -> io::Result<()> {
             Some(Err(e)) => return Err(io::Error::new(io::ErrorKind::InvalidInput, e)),
             Some(Ok(Flush::Full(waiter))) => waiter,
         };
-        if peer.is_link_closing() {
+        if peer.is_closed_by_peer() {
             return Err(io::Error::new(
                 io::ErrorKind::BrokenPipe,
-                "the link is closing and its shared-memory ring is full",
+                "the peer closed the link and its shared-memory ring is full",
             ));
         }
         let closed = tokio::task::spawn_blocking(move || wait_for_room(&waiter))

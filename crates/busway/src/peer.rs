@@ -300,8 +300,14 @@ impl Peer {
     /// For the writer of a link whose messages go through a ring: moves the control frames
     /// into `batch`. `Data` also when messages wait (the caller flushes the ring again).
     pub(crate) fn take_control(&self, batch: &mut Vec<Bytes>) -> Take {
+        // The ring first (the lock order), held while the queue is looked at: frames an
+        // application thread took from the queue and could not fit in the ring wait in the
+        // writer's pending list, and count as messages waiting.
+        let slot = self.ring_slot();
         let mut st = self.lock();
-        let messages_wait = !st.held && st.outbox.has_unwritten_messages();
+        let messages_wait = (!st.held && st.outbox.has_unwritten_messages())
+            || slot.as_ref().is_some_and(RingWriter::has_pending);
+        drop(slot);
         let had_control = st.outbox.take_control(batch) > 0;
         if !had_control && !messages_wait {
             if st.closing || st.link_closing {
@@ -531,10 +537,11 @@ impl Peer {
         self.room.notify_waiters();
     }
 
-    /// Whether the attached link is closing (see `close_link`).
-    pub(crate) fn is_link_closing(&self) -> bool {
-        let st = self.lock();
-        st.link_closing || st.closing
+    /// Whether the attached link is closing because its peer closed (see `close_link`): its
+    /// reader will not free room in a ring any more. (Our own node closing is not that: the
+    /// peer still reads, and what is queued goes out within the linger time.)
+    pub(crate) fn is_closed_by_peer(&self) -> bool {
+        self.lock().link_closing
     }
 
     /// The attached link's writer drains what is queued, sends CLOSE and finishes.
