@@ -12,7 +12,7 @@ use busway_core::handshake::{local_hello, Handshake, NonceCache, Role, Secret, S
 use busway_core::FrameDecoder;
 use bytes::{Bytes, BytesMut};
 use common::*;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -365,13 +365,14 @@ async fn a_bogus_shared_memory_offer_is_refused_with_its_reason_and_the_link_sta
     fx.still_works().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_ring_holding_something_else_than_messages_closes_only_that_link() {
+/// Peer 9 on the same host, authenticated on a socket to `fx`'s node, whose data moved to a
+/// real ring of ours (offered as a peer would; the node opened it and read SWITCH): whatever we
+/// write in the ring, the node's application reads.
+async fn peer_writing_a_ring(fx: &Fixture) -> (TcpStream, std::sync::Arc<busway_shm::Ring>) {
     use busway_core::channel::Channel;
     use busway_core::handshake::caps;
     use busway_shm::ring::{Ring, RING_CAPACITY_MIN};
     use std::os::fd::AsRawFd;
-    let mut fx = fixture().await;
     let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
     let mut s = authenticated_as(fx.addr, 9, Some(SECRET), |h| {
         h.capabilities |= caps::SHM;
@@ -379,7 +380,6 @@ async fn a_ring_holding_something_else_than_messages_closes_only_that_link() {
     })
     .await;
     assert!(fx.node.wait_for_peer(BusId(9), WAIT).await);
-    // A real ring of ours, offered as a peer would, that the node opens and reads.
     let ring = Ring::create_unchecked("evil-peer", RING_CAPACITY_MIN).unwrap();
     let offer = Channel::Offer {
         pid: std::process::id(),
@@ -403,6 +403,13 @@ async fn a_ring_holding_something_else_than_messages_closes_only_that_link() {
     .await
     .expect("an ACCEPT");
     s.write_all(&Channel::Switch.frame()).await.unwrap();
+    (s, ring)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ring_holding_something_else_than_messages_closes_only_that_link() {
+    let mut fx = fixture().await;
+    let (_s, ring) = peer_writing_a_ring(&fx).await;
     // A PING where only messages may be.
     let mut p = ring.producer();
     assert!(p.try_push(&frame_bytes(FrameKind::Ping, &[0; 8])).unwrap());
@@ -431,6 +438,27 @@ async fn a_ring_holding_something_else_than_messages_closes_only_that_link() {
     );
     assert_eq!(fx.stats().protocol_errors, 1);
     fx.still_works().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ring_frame_without_messages_hands_the_application_nothing() {
+    let mut fx = fixture().await;
+    let (_s, ring) = peer_writing_a_ring(&fx).await;
+    // An empty DATA_BATCH (well formed, no message), then a message.
+    let mut p = ring.producer();
+    assert!(p.try_push(&frame_bytes(FrameKind::DataBatch, &[])).unwrap());
+    p.publish();
+    let early = tokio::time::timeout(Duration::from_millis(300), fx.inbox.recv_batch()).await;
+    assert!(early.is_err(), "nothing to hand over yet");
+    assert!(p.try_push(&frame_bytes(FrameKind::Data, b"after")).unwrap());
+    p.publish();
+    let batch = tokio::time::timeout(WAIT, fx.inbox.recv_batch())
+        .await
+        .expect("a batch")
+        .expect("the inbox is open");
+    let got: Vec<&[u8]> = batch.iter().collect();
+    assert_eq!(got, vec![&b"after"[..]], "no empty batch first");
+    assert_eq!(fx.stats().protocol_errors, 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
