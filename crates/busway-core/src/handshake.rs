@@ -470,7 +470,7 @@ pub enum Step {
 }
 
 /// The result of a successful handshake.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Established {
     pub peer: Hello,
     pub peer_auth: Auth,

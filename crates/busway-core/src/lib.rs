@@ -9,6 +9,7 @@
 //! - [`channel`]: the CHANNEL frame that moves a link's data to shared memory.
 //! - [`control`]: bodies of the small control frames (close, ping/pong).
 //! - [`handshake`]: the HELLO/AUTH exchange, shared-secret proofs and the replay cache.
+//! - [`link`]: one link's protocol as a state machine (handshake, frame rules, heartbeats, rings).
 //! - [`outbox`], [`e2e`]: numbering, holding and resending messages on a link and end to end.
 //! - [`routed`], [`relay`]: the ROUTED frame and routing decisions.
 //! - [`fuzzing`]: entry points shared by the fuzz targets and the property tests.
@@ -20,6 +21,7 @@ pub mod frame;
 pub mod fuzzing;
 pub mod handshake;
 pub mod id;
+pub mod link;
 pub mod outbox;
 pub mod relay;
 pub mod routed;
