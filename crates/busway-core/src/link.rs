@@ -268,6 +268,12 @@ impl Link {
         }
     }
 
+    /// Whether this up link moves its data to shared memory (both ends share a host and
+    /// allow it): the driver prepares for [`LinkEvent::OfferRing`] and [`LinkEvent::OpenRing`].
+    pub fn uses_rings(&self) -> bool {
+        matches!(self.phase, Phase::Up { rings: true, .. })
+    }
+
     /// Whether the link is over.
     pub fn is_closed(&self) -> bool {
         matches!(self.phase, Phase::Closed)

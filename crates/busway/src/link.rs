@@ -1,8 +1,11 @@
-//! One connection's life: handshake, then a reader and a writer, then teardown.
+//! One connection's life, driven by its protocol state machine ([`busway_core::link::Link`]):
+//! handshake, then a reader, a writer and the machine's timers, then teardown.
 //!
-//! A link task runs on one I/O loop and owns both halves of its socket. The reader cuts frames
-//! out of reads of at least `READ_CHUNK_MIN_BYTES` and hands DATA payloads to the inbox a batch
-//! per read; the writer takes everything the send queue holds and writes it in one `writev`.
+//! A link task runs on one I/O loop and owns both halves of its socket. The reader feeds the
+//! machine reads of at least `READ_CHUNK_MIN_BYTES`, acts on what it reports (acknowledgements,
+//! relayed frames, ring negotiation) and hands DATA payloads to the inbox a batch per read,
+//! cut out of the read without a copy; the writer takes everything the send queue holds and
+//! writes it in one `writev`. The machine decides; this file moves bytes and runs timers.
 
 use crate::event::{DownReason, Event};
 use crate::inbox::MessageBatch;
@@ -16,19 +19,20 @@ use crate::shm_link::ShmLink;
 use crate::stats::bump;
 use crate::transport::{StdStream, Stream};
 use busway_core::channel::Channel;
-use busway_core::control::{ack_frame, decode_token, ping_frame, Close, CloseCode};
-use busway_core::frame::{message_spans, HANDSHAKE_BODY_LEN_MAX, HEADER_LEN};
-use busway_core::handshake::{caps, Established, Handshake, HandshakeError, Role, Step};
+use busway_core::control::{ack_frame, Close, CloseCode};
+use busway_core::handshake::{Established, HandshakeError, Role};
+use busway_core::link::{Link, LinkConfig, LinkError, LinkEvent, Spans};
 use busway_core::routed::{RoutedHeader, RoutedType};
-use busway_core::{BusId, DecodeError, FrameDecoder, FrameKind};
+use busway_core::{BusId, DecodeError};
 use busway_shm::ring::RING_CAPACITY_DEFAULT;
 use bytes::{Buf, Bytes, BytesMut};
 use std::io::{self, IoSlice};
-use std::sync::atomic::AtomicU64;
-use std::sync::atomic::Ordering::Relaxed;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+/// How long a refused connection may take to receive the CLOSE that says why, in ms.
+const REJECT_WRITE_MS: u64 = 100;
 
 /// How a connection ended, for the dialer's backoff.
 #[derive(PartialEq, Eq, Debug)]
@@ -106,15 +110,29 @@ enum ReadEnd {
     Close(Close),
 }
 
-enum LinkError {
-    Decode(DecodeError),
-    Protocol(String),
-    Io(io::Error),
+fn lock(link: &Mutex<Link>) -> MutexGuard<'_, Link> {
+    // A panic while holding this lock leaves the machine as it was; keep going.
+    link.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-impl From<io::Error> for LinkError {
-    fn from(e: io::Error) -> Self {
-        LinkError::Io(e)
+/// The state machine's settings for a connection of this node.
+fn link_config(shared: &Shared, role: Dial, remote: &str) -> LinkConfig {
+    let c = &shared.config;
+    LinkConfig {
+        role: role.role(),
+        secret: c.secret.clone(),
+        clock_skew_max_ms: c.clock_skew_max_ms,
+        handshake_timeout_ms: c.handshake_timeout_ms,
+        frame_body_max: c.frame_body_max,
+        heartbeat_interval_ms: c.heartbeat_interval_ms,
+        heartbeat_misses_max: HEARTBEAT_MISSES_MAX,
+        shm: c.shm_channels,
+        ring_required: remote.starts_with("shm://"),
+        expect_peer: match role {
+            Dial::Direct(id) => Some(id),
+            _ => None,
+        },
+        remote: remote.to_owned(),
     }
 }
 
@@ -124,64 +142,27 @@ where
     W: AsyncWrite + Unpin,
 {
     let mut buf = BytesMut::with_capacity(2 * READ_CHUNK_MIN_BYTES);
-    let mut dec = FrameDecoder::new(HANDSHAKE_BODY_LEN_MAX);
-    let timeout = Duration::from_millis(shared.config.handshake_timeout_ms);
-    let established = match tokio::time::timeout(
-        timeout,
-        handshake(&shared, &mut r, &mut w, role, &mut buf, &mut dec),
-    )
-    .await
-    {
-        Ok(Ok(e)) => e,
-        Ok(Err(reason)) => {
-            reject(&shared, &mut w, &remote, &reason).await;
-            return Outcome::NeverUp;
-        }
-        Err(_) => {
-            let reason = format!("handshake not complete within {} ms", timeout.as_millis());
-            reject(&shared, &mut w, &remote, &reason).await;
+    let mut hello = shared.local_hello();
+    if role == Dial::Upstream {
+        let me = shared.config.id;
+        hello.downstream_of_you = Some(shared.config.subtree.unwrap_or((me, me)));
+    }
+    let config = link_config(&shared, role, &remote);
+    let mut machine = Link::new(config, hello, shared.nonces.clone(), shared.now());
+    let established = match handshake(&shared, &mut r, &mut w, &mut machine, &mut buf).await {
+        Ok(e) => e,
+        Err(reason) => {
+            reject(&shared, &mut w, &mut machine, &remote, &reason).await;
             return Outcome::NeverUp;
         }
     };
     let id = established.peer.bus_id;
-    if let Dial::Direct(expected) = role {
-        if id != expected {
-            let reason = format!("dialed {remote} to reach bus id {expected}, found bus id {id}");
-            reject(&shared, &mut w, &remote, &reason).await;
-            return Outcome::NeverUp;
-        }
-    }
-    let same_host = shared.config.shm_channels
-        && established.peer.capabilities & caps::SHM != 0
-        && !shared.host_id.is_empty()
-        && established.peer.host_id == shared.host_id;
-    let shm_only = remote.starts_with("shm://");
-    if shm_only && !same_host {
-        let why = if !shared.config.shm_channels {
-            "this node has shared memory turned off"
-        } else if established.peer.capabilities & caps::SHM == 0 {
-            "the peer does not allow shared memory"
-        } else {
-            "the peer runs on another host"
-        };
-        let reason = format!(
-            "{remote} carries its data only through shared memory, and {why} (bus id {id})"
-        );
-        reject(&shared, &mut w, &remote, &reason).await;
-        return Outcome::NeverUp;
-    }
     let link_id = shared.next_link_id();
     let peer = match shared.attach_peer(&established, &remote, link_id, role) {
         Ok(p) => p,
         Err(reason) => {
-            bump(&shared.counters.handshake_failures);
-            let _ = w
-                .write_all(&Close::frame(CloseCode::Duplicate, &reason))
-                .await;
-            shared.emit(Event::Rejected {
-                addr: remote,
-                reason,
-            });
+            machine.reject(CloseCode::Duplicate, &reason);
+            reject(&shared, &mut w, &mut machine, &remote, &reason).await;
             return Outcome::NeverUp;
         }
     };
@@ -191,22 +172,11 @@ where
         incarnation: established.peer.incarnation,
         addr: remote,
     });
-    dec.set_body_len_max(shared.config.frame_body_max);
-    let shm = same_host.then(|| {
-        Arc::new(ShmLink::new(
-            shared.clone(),
-            peer.clone(),
-            link_id,
-            shm_only,
-        ))
-    });
-    if let Some(shm) = &shm {
-        match shm.offer(RING_CAPACITY_DEFAULT) {
-            Ok(offer) => peer.push_control(offer),
-            Err(why) if shm_only => shm.raise_fault(format!("cannot make a ring: {why}")),
-            Err(why) => tracing::warn!(%why, "no shared-memory ring; staying on the socket"),
-        }
-    }
+    // The machine asks for rings (LinkEvent::OfferRing) when both ends share a host.
+    let shm = machine
+        .uses_rings()
+        .then(|| Arc::new(ShmLink::new(shared.clone(), peer.clone(), link_id)));
+    let machine = Mutex::new(machine);
     let end_rings = EndRings {
         shm: shm.as_ref(),
         peer: &peer,
@@ -217,7 +187,7 @@ where
         &mut r,
         &mut w,
         &mut buf,
-        &mut dec,
+        &machine,
         shm.as_ref(),
     )
     .await;
@@ -245,15 +215,15 @@ impl Drop for EndRings<'_> {
     }
 }
 
-/// Runs the reader, the writer and the heartbeat of an established link until the link is
-/// done; returns why it went down.
+/// Runs the reader, the writer and the machine's timers of an established link until the link
+/// is done; returns why it went down.
 async fn run_up<R, W>(
     shared: &Shared,
     peer: &Peer,
     r: &mut R,
     w: &mut W,
     buf: &mut BytesMut,
-    dec: &mut FrameDecoder,
+    machine: &Mutex<Link>,
     shm: Option<&Arc<ShmLink>>,
 ) -> DownReason
 where
@@ -261,10 +231,9 @@ where
     W: AsyncWrite + Unpin,
 {
     let linger = Duration::from_millis(shared.config.linger_ms);
-    let last_rx_ms = AtomicU64::new(shared.clock_ms());
-    let reader = read_loop(shared, peer, r, buf, dec, &last_rx_ms, shm);
-    let writer = write_loop(w, peer, shm.map(|s| &**s));
-    let heartbeat = heartbeat(shared, peer, &last_rx_ms);
+    let reader = read_loop(shared, peer, r, buf, machine, shm);
+    let writer = write_loop(w, peer, machine, shm.map(|s| &**s));
+    let timers = timers(shared, peer, machine);
     // The application reads the peer's ring (see `ring_rx`); the link task sends its
     // acknowledgements and ends the link if the ring turns out bad.
     let ring_fault = async {
@@ -276,7 +245,7 @@ where
             None => std::future::pending().await,
         }
     };
-    tokio::pin!(reader, writer, heartbeat, ring_fault);
+    tokio::pin!(reader, writer, timers, ring_fault);
     tokio::select! {
         why = &mut ring_fault => {
             bump(&shared.counters.protocol_errors);
@@ -287,7 +256,7 @@ where
             let reason = match end {
                 Ok(ReadEnd::Close(c)) => DownReason::ClosedByPeer(c.reason),
                 Ok(ReadEnd::Eof) => DownReason::ClosedByPeer("connection closed".into()),
-                Err(e) => return link_error(shared, peer.id, e),
+                Err(reason) => return reason,
             };
             if let Some(shm) = shm {
                 // What the peer put in its ring before closing is delivered first (its
@@ -306,125 +275,277 @@ where
             }
             // Our CLOSE is out: read what the peer still sends until it closes too.
             match tokio::time::timeout(linger, &mut reader).await {
-                Ok(Err(e)) => link_error(shared, peer.id, e),
+                Ok(Err(reason)) => reason,
                 _ => DownReason::Shutdown,
             }
         }
-        silent = &mut heartbeat => silent,
+        silent = &mut timers => silent,
         _ = peer.cut.notified() => DownReason::Io("link cut by Node::disconnect".into()),
     }
 }
 
-/// Sends a PING every heartbeat interval; returns when the peer has been silent for
-/// `HEARTBEAT_MISSES_MAX` intervals.
-async fn heartbeat(shared: &Shared, peer: &Peer, last_rx_ms: &AtomicU64) -> DownReason {
-    let interval_ms = shared.config.heartbeat_interval_ms;
-    let mut tick = tokio::time::interval(Duration::from_millis(interval_ms));
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    tick.tick().await;
+/// Runs the machine's timers (a PING each heartbeat interval, the end of a silent peer);
+/// returns why the link must end.
+async fn timers(shared: &Shared, peer: &Peer, machine: &Mutex<Link>) -> DownReason {
     loop {
-        tick.tick().await;
-        let now = shared.clock_ms();
-        let silent_ms = now.saturating_sub(last_rx_ms.load(Relaxed));
-        if silent_ms >= HEARTBEAT_MISSES_MAX * interval_ms {
-            bump(&shared.counters.heartbeat_timeouts);
-            return DownReason::Timeout(format!(
-                "nothing received for {silent_ms} ms ({HEARTBEAT_MISSES_MAX} heartbeat intervals of {interval_ms} ms)"
-            ));
+        let Some(at_us) = lock(machine).poll_timeout() else {
+            return std::future::pending().await;
+        };
+        tokio::time::sleep_until(shared.instant_at(at_us).into()).await;
+        let mut m = lock(machine);
+        m.handle_timeout(shared.now());
+        while let Some(frame) = m.poll_transmit() {
+            peer.push_control(frame);
         }
-        peer.push_control(ping_frame(FrameKind::Ping, shared.clock_us()));
+        // The reader takes every other event under the lock it feeds input with: what is
+        // left here came from the timeout.
+        while let Some(e) = m.poll_event() {
+            if let LinkEvent::Lost(error) = e {
+                return down_reason(shared, peer.id, error);
+            }
+        }
     }
 }
 
-fn link_error(shared: &Shared, peer: BusId, e: LinkError) -> DownReason {
+/// Why a link went down, from what its machine reported; counts it.
+fn down_reason(shared: &Shared, peer: BusId, e: LinkError) -> DownReason {
+    let c = &shared.counters;
     match e {
-        LinkError::Io(e) => DownReason::Io(e.to_string()),
-        LinkError::Protocol(what) => {
-            bump(&shared.counters.protocol_errors);
-            tracing::warn!(%peer, %what, "closing link: protocol error");
-            DownReason::ProtocolError(what)
+        LinkError::Silent { .. } => {
+            bump(&c.heartbeat_timeouts);
+            DownReason::Timeout(e.to_string())
         }
-        LinkError::Decode(d) => {
-            bump(&shared.counters.protocol_errors);
+        LinkError::Frame(d) => {
+            bump(&c.protocol_errors);
             match d {
-                DecodeError::ChecksumMismatch { .. } => bump(&shared.counters.checksum_failures),
-                DecodeError::BodyTooLong { .. } => bump(&shared.counters.oversize_frames),
+                DecodeError::ChecksumMismatch { .. } => bump(&c.checksum_failures),
+                DecodeError::BodyTooLong { .. } => bump(&c.oversize_frames),
                 DecodeError::UnknownKind { .. } => {}
             }
             tracing::warn!(%peer, error = %d, "closing link: bad frame");
             DownReason::ProtocolError(d.to_string())
         }
+        other => {
+            bump(&c.protocol_errors);
+            let what = other.to_string();
+            tracing::warn!(%peer, %what, "closing link: protocol error");
+            DownReason::ProtocolError(what)
+        }
     }
 }
 
-async fn reject<W: AsyncWrite + Unpin>(shared: &Shared, w: &mut W, remote: &str, reason: &str) {
+/// Writes the machine's last frames (a CLOSE that says why) to a refused connection, briefly,
+/// and reports the refusal.
+async fn reject<W: AsyncWrite + Unpin>(
+    shared: &Shared,
+    w: &mut W,
+    machine: &mut Link,
+    remote: &str,
+    reason: &str,
+) {
     bump(&shared.counters.handshake_failures);
     tracing::warn!(%remote, %reason, "handshake failed");
-    let _ = tokio::time::timeout(
-        Duration::from_millis(100),
-        w.write_all(&Close::frame(CloseCode::ProtocolError, reason)),
-    )
-    .await;
+    let mut out = Vec::new();
+    while let Some(frame) = machine.poll_transmit() {
+        out.extend_from_slice(&frame);
+    }
+    let _ = tokio::time::timeout(Duration::from_millis(REJECT_WRITE_MS), w.write_all(&out)).await;
     shared.emit(Event::Rejected {
         addr: remote.to_owned(),
         reason: reason.to_owned(),
     });
 }
 
+/// Writes what the machine has to send, straight to the socket (before the link is up).
+async fn write_transmits<W: AsyncWrite + Unpin>(w: &mut W, machine: &mut Link) -> io::Result<()> {
+    while let Some(frame) = machine.poll_transmit() {
+        w.write_all(&frame).await?;
+    }
+    Ok(())
+}
+
+/// Drives the handshake to its end: the peer authenticated, or why not (the machine then
+/// holds the CLOSE to send).
 async fn handshake<R, W>(
     shared: &Shared,
     r: &mut R,
     w: &mut W,
-    role: Dial,
+    machine: &mut Link,
     buf: &mut BytesMut,
-    dec: &mut FrameDecoder,
 ) -> Result<Established, String>
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
-    let mut hello = shared.local_hello();
-    if role == Dial::Upstream {
-        let me = shared.config.id;
-        hello.downstream_of_you = Some(shared.config.subtree.unwrap_or((me, me)));
-    }
-    let mut hs = Handshake::new(role.role(), hello, shared.config.secret.clone());
-    hs.set_clock_skew_max_ms(shared.config.clock_skew_max_ms);
-    w.write_all(&hs.hello_frame())
-        .await
-        .map_err(|e| format!("sending HELLO: {e}"))?;
+    let mut spans = Spans::new();
     loop {
-        let frame = match dec.decode(buf) {
-            Ok(Some(f)) => f,
-            Ok(None) => {
-                let n = r
-                    .read_buf(buf)
-                    .await
-                    .map_err(|e| format!("reading the handshake: {e}"))?;
-                if n == 0 {
-                    return Err("the peer closed the connection during the handshake".into());
+        if let Err(e) = write_transmits(w, machine).await {
+            machine.fail(LinkError::Refused(format!("sending the handshake: {e}")));
+        }
+        let n = machine.handle_input(buf, shared.now(), &mut spans);
+        buf.advance(n);
+        let mut progressed = n > 0;
+        while let Some(event) = machine.poll_event() {
+            match event {
+                LinkEvent::PeerHello(hello) => {
+                    let (next_send, next_expected) = shared.resume_point(&hello);
+                    machine.send_auth(next_send, next_expected);
+                    progressed = true;
                 }
-                continue;
-            }
-            Err(e) => return Err(format!("bad frame in the handshake: {e}")),
-        };
-        let step = hs.handle_frame(&frame, crate::node::now_ms(), &mut shared.nonces());
-        match step {
-            Ok(Step::PeerHello(hello)) => {
-                let (next_send, next_expected) = shared.resume_point(&hello);
-                w.write_all(&hs.auth_frame(next_send, next_expected))
-                    .await
-                    .map_err(|e| format!("sending AUTH: {e}"))?
-            }
-            Ok(Step::Established(e)) => return Ok(*e),
-            Err(e) => {
-                if matches!(e, HandshakeError::BadProof) {
-                    bump(&shared.counters.auth_failures);
+                LinkEvent::Established(e) => return Ok(*e),
+                LinkEvent::Lost(e) => {
+                    if matches!(e, LinkError::Handshake(HandshakeError::BadProof)) {
+                        bump(&shared.counters.auth_failures);
+                    }
+                    return Err(e.to_string());
                 }
-                return Err(e.to_string());
+                // Nothing else comes before the peer is authenticated.
+                _ => {}
             }
         }
+        if progressed {
+            continue;
+        }
+        let deadline = machine.poll_timeout().unwrap_or_default();
+        let read = tokio::time::timeout_at(shared.instant_at(deadline).into(), r.read_buf(buf));
+        match read.await {
+            Ok(Ok(0)) => {
+                machine.fail(LinkError::Refused(
+                    "the peer closed the connection during the handshake".into(),
+                ));
+            }
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => {
+                machine.fail(LinkError::Refused(format!("reading the handshake: {e}")));
+            }
+            Err(_) => machine.handle_timeout(shared.now()),
+        }
     }
+}
+
+/// What one read asks of the link besides delivering its direct messages.
+#[derive(Default)]
+struct ReadWork {
+    routed: Vec<RoutedIn>,
+    forwards: Vec<(RoutedHeader, std::ops::Range<usize>)>,
+    switch_seen: bool,
+    end: Option<Result<ReadEnd, DownReason>>,
+}
+
+/// Acts on one event of the machine (the read's buffer is `buf`).
+fn act_on(
+    shared: &Shared,
+    peer: &Peer,
+    machine: &Mutex<Link>,
+    shm: Option<&Arc<ShmLink>>,
+    buf: &[u8],
+    event: LinkEvent,
+    work: &mut ReadWork,
+) {
+    match event {
+        LinkEvent::Acked(next) => {
+            if let Err(e) = peer.ack(next) {
+                let at = lock(machine).offset();
+                lock(machine).fail(LinkError::Protocol(format!(
+                    "{e} (ACK before stream offset {at})"
+                )));
+            }
+        }
+        LinkEvent::Rtt(us) => peer.rtt_us.store(us, std::sync::atomic::Ordering::Relaxed),
+        LinkEvent::Routed(body) => {
+            let at = lock(machine).offset();
+            if let Err(what) = routed_in(shared, buf, body, work) {
+                lock(machine).fail(LinkError::Protocol(format!(
+                    "{what} (ROUTED frame before stream offset {at})"
+                )));
+            }
+        }
+        LinkEvent::OfferRing => match shm.map(|s| s.offer(RING_CAPACITY_DEFAULT)) {
+            Some(Ok((pid, fd, inode))) => {
+                lock(machine).offer_ring(pid, fd, inode, RING_CAPACITY_DEFAULT as u64)
+            }
+            Some(Err(why)) => {
+                tracing::warn!(%why, "no shared-memory ring; staying on the socket");
+                lock(machine).ring_unavailable(&why);
+            }
+            None => lock(machine).ring_unavailable("no ring on this link"),
+        },
+        LinkEvent::OpenRing {
+            pid,
+            fd,
+            inode,
+            capacity,
+        } => {
+            let opened = shm.map_or(Err("no ring on this link".into()), |s| {
+                s.open_offered(pid, fd, inode, capacity)
+            });
+            lock(machine).ring_opened(opened);
+        }
+        LinkEvent::RingAccepted => {
+            if let Some(shm) = shm {
+                shm.accepted();
+            }
+            // The writer switches at its next turn.
+            peer.writer_wake.notify_one();
+        }
+        LinkEvent::RingRefused(why) => {
+            if let Some(shm) = shm {
+                shm.refused(&why);
+            }
+        }
+        LinkEvent::SwitchIn => work.switch_seen = true,
+        LinkEvent::PeerClosed(c) => work.end = Some(Ok(ReadEnd::Close(c))),
+        LinkEvent::Lost(e) => work.end = Some(Err(down_reason(shared, peer.id, e))),
+        // Handshake events: the link is up already.
+        LinkEvent::PeerHello(_) | LinkEvent::Established(_) => {}
+    }
+}
+
+/// A ROUTED frame whose body is `buf[body]`: queued to be passed on, or to be delivered here
+/// (data), or handled now (end-to-end control).
+fn routed_in(
+    shared: &Shared,
+    buf: &[u8],
+    body: std::ops::Range<usize>,
+    work: &mut ReadWork,
+) -> Result<(), String> {
+    let base = body.start;
+    let body = &buf[body];
+    let (h, inner_at) = RoutedHeader::decode(body)?;
+    let inner = &body[inner_at..];
+    if h.dst != shared.config.id {
+        let inner_at = base + inner_at;
+        work.forwards.push((h, inner_at..base + body.len()));
+        return Ok(());
+    }
+    if h.kind != RoutedType::Data {
+        return shared.routed_control(&h, inner);
+    }
+    let spans = inner_spans(inner)?;
+    let pending = work
+        .routed
+        .iter()
+        .rev()
+        .find(|r| r.src == h.src)
+        .map(|r| r.next);
+    match shared.check_routed(h.src, h.src_incarnation, h.seq, pending) {
+        Err(expected) => shared.report_gap(h.src, expected),
+        Ok(skip) => {
+            let base = base + inner_at;
+            let fresh: Vec<(u32, u32)> = spans
+                .iter()
+                .skip(skip as usize)
+                .map(|&(s, n)| ((base + s) as u32, n as u32))
+                .collect();
+            work.routed.push(RoutedIn {
+                src: h.src,
+                incarnation: h.src_incarnation,
+                next: h.seq + spans.len() as u64,
+                spans: fresh,
+            });
+        }
+    }
+    Ok(())
 }
 
 async fn read_loop<R: AsyncRead + Unpin>(
@@ -432,148 +553,51 @@ async fn read_loop<R: AsyncRead + Unpin>(
     peer: &Peer,
     r: &mut R,
     buf: &mut BytesMut,
-    dec: &mut FrameDecoder,
-    last_rx_ms: &AtomicU64,
+    machine: &Mutex<Link>,
     shm: Option<&Arc<ShmLink>>,
-) -> Result<ReadEnd, LinkError> {
+) -> Result<ReadEnd, DownReason> {
     let mut read_size = READ_CHUNK_MIN_BYTES;
+    let mut events = Vec::new();
     loop {
-        let mut switch_seen = false;
-        // Walk every whole frame in the buffer, then cut the buffer once: the DATA payloads
-        // go to the application as one batch sharing that cut.
-        let mut spans = Vec::new();
-        let mut routed: Vec<RoutedIn> = Vec::new();
-        let mut forwards: Vec<(RoutedHeader, std::ops::Range<usize>)> = Vec::new();
-        let mut pos = 0usize;
-        let mut end = None;
-        while end.is_none() {
-            let (kind, frame_len) = match dec.peek(&buf[pos..]) {
-                Ok(Some(f)) => f,
-                Ok(None) => break,
-                Err(e) => {
-                    end = Some(Err(LinkError::Decode(e)));
-                    break;
-                }
-            };
-            let body = &buf[pos + HEADER_LEN..pos + frame_len];
-            match kind {
-                FrameKind::Data | FrameKind::DataBatch => {
-                    if let Err(what) = message_spans(kind, body, pos + HEADER_LEN, &mut spans) {
-                        end = Some(Err(LinkError::Protocol(format!(
-                            "{what} (frame at stream offset {})",
-                            dec.offset() - frame_len as u64
-                        ))));
-                    }
-                }
-                FrameKind::Ping | FrameKind::Pong | FrameKind::Ack => {
-                    let at = dec.offset() - frame_len as u64;
-                    let Some(value) = decode_token(body) else {
-                        end = Some(Err(LinkError::Protocol(format!(
-                            "{kind:?} body of {} bytes (expected 8) at stream offset {at}",
-                            body.len()
-                        ))));
-                        continue;
-                    };
-                    match kind {
-                        FrameKind::Ping => peer.push_control(ping_frame(FrameKind::Pong, value)),
-                        FrameKind::Pong => {
-                            let rtt = shared.clock_us().saturating_sub(value);
-                            peer.rtt_us.store(rtt.max(1), Relaxed);
-                        }
-                        _ => {
-                            if let Err(e) = peer.ack(value) {
-                                end = Some(Err(LinkError::Protocol(format!(
-                                    "{e} (ACK at stream offset {at})"
-                                ))));
-                            }
-                        }
-                    }
-                }
-                FrameKind::Close => end = Some(Ok(ReadEnd::Close(Close::decode(body)))),
-                kind @ (FrameKind::Hello | FrameKind::Auth) => {
-                    end = Some(Err(LinkError::Protocol(format!(
-                        "{kind:?} frame after the handshake, at stream offset {}",
-                        dec.offset() - frame_len as u64
-                    ))));
-                }
-                FrameKind::Routed => {
-                    let at = dec.offset() - frame_len as u64;
-                    let handled = RoutedHeader::decode(body).and_then(|(h, inner_at)| {
-                        let inner = &body[inner_at..];
-                        if h.dst != shared.config.id {
-                            let inner_at = pos + HEADER_LEN + inner_at;
-                            forwards.push((h, inner_at..pos + frame_len));
-                            return Ok(());
-                        }
-                        if h.kind != RoutedType::Data {
-                            return shared.routed_control(&h, inner);
-                        }
-                        let spans = inner_spans(inner)?;
-                        let pending = routed.iter().rev().find(|r| r.src == h.src).map(|r| r.next);
-                        match shared.check_routed(h.src, h.src_incarnation, h.seq, pending) {
-                            Err(expected) => shared.report_gap(h.src, expected),
-                            Ok(skip) => {
-                                let base = pos + HEADER_LEN + inner_at;
-                                let fresh: Vec<(u32, u32)> = spans
-                                    .iter()
-                                    .skip(skip as usize)
-                                    .map(|&(s, n)| ((base + s) as u32, n as u32))
-                                    .collect();
-                                routed.push(RoutedIn {
-                                    src: h.src,
-                                    incarnation: h.src_incarnation,
-                                    next: h.seq + spans.len() as u64,
-                                    spans: fresh,
-                                });
-                            }
-                        }
-                        Ok(())
-                    });
-                    if let Err(what) = handled {
-                        end = Some(Err(LinkError::Protocol(format!(
-                            "{what} (ROUTED frame at stream offset {at})"
-                        ))));
-                    }
-                }
-                kind @ FrameKind::Channel => {
-                    let at = dec.offset() - frame_len as u64;
-                    let Some(shm) = shm else {
-                        end = Some(Err(LinkError::Protocol(format!(
-                            "{kind:?} frame, a capability this node did not advertise or not on this stream, at stream offset {at}"
-                        ))));
-                        continue;
-                    };
-                    match Channel::decode(body) {
-                        Ok(msg) => {
-                            switch_seen |= msg == Channel::Switch;
-                            if let Some(answer) = shm.on_channel(msg) {
-                                peer.push_control(answer);
-                            }
-                            // An ACCEPT lets the writer switch.
-                            peer.writer_wake.notify_one();
-                        }
-                        Err(what) => {
-                            end = Some(Err(LinkError::Protocol(format!(
-                                "{what} (at stream offset {at})"
-                            ))))
-                        }
-                    }
-                }
+        // The machine walks every whole frame in the buffer; the buffer is then cut once: the
+        // DATA payloads go to the application as one batch sharing that cut.
+        let mut spans = Spans::new();
+        let mut work = ReadWork::default();
+        let pos = {
+            let mut m = lock(machine);
+            let pos = m.handle_input(buf, shared.now(), &mut spans);
+            events.extend(std::iter::from_fn(|| m.poll_event()));
+            pos
+        };
+        // Acting on an event may make more (a ring that cannot be opened ends a link that
+        // must use one).
+        while !events.is_empty() {
+            for event in events.drain(..) {
+                act_on(shared, peer, machine, shm, buf, event, &mut work);
             }
-            pos += frame_len;
+            let mut m = lock(machine);
+            events.extend(std::iter::from_fn(|| m.poll_event()));
         }
-        last_rx_ms.store(shared.clock_ms(), Relaxed);
+        {
+            let mut m = lock(machine);
+            while let Some(frame) = m.poll_transmit() {
+                peer.push_control(frame);
+            }
+        }
         if pos > 0 {
             let chunk = buf.split_to(pos).freeze();
-            for (h, inner) in forwards {
+            for (h, inner) in work.forwards {
                 bump(&shared.counters.relayed);
                 shared.forward(peer.id, h, &chunk[inner]).await;
             }
-            for r in routed {
+            for r in work.routed {
                 // Even a frame of duplicates is acknowledged: the sender may be waiting for it.
                 if !r.spans.is_empty() {
                     let n = r.spans.len() as u64;
-                    shared.counters.msgs_in.fetch_add(n, Relaxed);
+                    shared
+                        .counters
+                        .msgs_in
+                        .fetch_add(n, std::sync::atomic::Ordering::Relaxed);
                     shared
                         .inbox
                         .deliver(MessageBatch::new(r.src, chunk.clone(), r.spans))
@@ -584,11 +608,11 @@ async fn read_loop<R: AsyncRead + Unpin>(
             }
             if !spans.is_empty() {
                 let bytes: u64 = spans.iter().map(|&(_, len)| u64::from(len)).sum();
-                shared
-                    .counters
-                    .msgs_in
-                    .fetch_add(spans.len() as u64, Relaxed);
-                shared.counters.bytes_in.fetch_add(bytes, Relaxed);
+                let c = &shared.counters;
+                c.msgs_in
+                    .fetch_add(spans.len() as u64, std::sync::atomic::Ordering::Relaxed);
+                c.bytes_in
+                    .fetch_add(bytes, std::sync::atomic::Ordering::Relaxed);
                 let n = spans.len() as u64;
                 shared
                     .inbox
@@ -599,27 +623,31 @@ async fn read_loop<R: AsyncRead + Unpin>(
                 peer.push_control(ack_frame(next));
             }
         }
-        if switch_seen {
+        if work.switch_seen {
             // Everything the peer wrote on the socket before its SWITCH is delivered: its ring
             // may be read now.
             if let Some(shm) = shm {
                 shm.switch_in();
             }
         }
-        if let Some(end) = end {
+        if let Some(end) = work.end {
             return end;
         }
-        buf.reserve(dec.bytes_needed(buf).max(read_size));
-        let n = r.read_buf(buf).await?;
+        buf.reserve(lock(machine).bytes_needed(buf).max(read_size));
+        let n = r
+            .read_buf(buf)
+            .await
+            .map_err(|e| DownReason::Io(e.to_string()))?;
         if n == 0 {
             if buf.is_empty() {
                 return Ok(ReadEnd::Eof);
             }
-            return Err(LinkError::Protocol(format!(
-                "connection closed in the middle of a frame ({} bytes of it received) at stream offset {}",
-                buf.len(),
-                dec.offset()
-            )));
+            let at = lock(machine).offset();
+            let what = format!(
+                "connection closed in the middle of a frame ({} bytes of it received) at stream offset {at}",
+                buf.len()
+            );
+            return Err(down_reason(shared, peer.id, LinkError::Protocol(what)));
         }
         // Grow the read while reads come back full, shrink it when they come back mostly empty.
         if n >= read_size {
@@ -633,6 +661,7 @@ async fn read_loop<R: AsyncRead + Unpin>(
 async fn write_loop<W: AsyncWrite + Unpin>(
     w: &mut W,
     peer: &Peer,
+    machine: &Mutex<Link>,
     shm: Option<&ShmLink>,
 ) -> io::Result<()> {
     let mut batch: Vec<Bytes> = Vec::with_capacity(WRITEV_SEGMENTS_MAX);
@@ -643,6 +672,7 @@ async fn write_loop<W: AsyncWrite + Unpin>(
                 // Everything taken so far is on the socket: from here on, messages go into
                 // the ring, and the peer reads it once it read this.
                 w.write_all(&Channel::Switch.frame()).await?;
+                lock(machine).switched_out();
                 peer.start_ring(RingWriter::new(p));
                 switched = true;
             }

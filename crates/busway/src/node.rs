@@ -17,13 +17,14 @@ use crate::stats::{bump, Counters, Stats};
 use crate::transport::{self, StdListener};
 use busway_core::e2e::Arrivals;
 use busway_core::handshake::{caps, local_hello, Established, Hello, NonceCache, NONCE_LEN};
+use busway_core::link::Now;
 use busway_core::BusId;
 use bytes::Bytes;
 use std::collections::HashMap;
 use std::fmt;
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio::sync::{mpsc, watch, Notify};
 
@@ -134,7 +135,8 @@ pub(crate) struct Shared {
     /// The bus id behind the `upstream` address, once a link to it was up.
     upstream: Mutex<Option<BusId>>,
     peers_changed: Notify,
-    nonces: Mutex<NonceCache>,
+    /// The replay cache of handshakes, shared by every link's state machine.
+    pub(crate) nonces: Arc<Mutex<NonceCache>>,
     events: mpsc::Sender<Event>,
     pub(crate) inbox: InboxSender,
     pub(crate) counters: Counters,
@@ -186,17 +188,22 @@ impl Shared {
         h
     }
 
-    pub(crate) fn nonces(&self) -> MutexGuard<'_, NonceCache> {
-        self.nonces.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
     /// Milliseconds and microseconds of the node's monotonic clock.
     pub(crate) fn clock_ms(&self) -> u64 {
         self.epoch.elapsed().as_millis() as u64
     }
 
-    pub(crate) fn clock_us(&self) -> u64 {
-        self.epoch.elapsed().as_micros() as u64
+    /// Now, as the link state machines see it.
+    pub(crate) fn now(&self) -> Now {
+        Now {
+            mono_us: self.epoch.elapsed().as_micros() as u64,
+            wall_ms: now_ms(),
+        }
+    }
+
+    /// The instant of the node's monotonic clock at `mono_us` (a state machine's timeout).
+    pub(crate) fn instant_at(&self, mono_us: u64) -> Instant {
+        self.epoch + Duration::from_micros(mono_us)
     }
 
     pub(crate) fn next_link_id(&self) -> u64 {
@@ -402,7 +409,7 @@ impl Node {
             pump_wake: Notify::new(),
             direct: Direct::default(),
             peers_changed: Notify::new(),
-            nonces: Mutex::new(NonceCache::default()),
+            nonces: Arc::default(),
             events: events_tx,
             inbox: inbox_tx,
             counters: Counters::default(),

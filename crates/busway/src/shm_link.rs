@@ -12,11 +12,9 @@ use crate::node::Shared;
 use crate::peer::Peer;
 use crate::ring_rx::InboundRing;
 use crate::stats::bump;
-use busway_core::channel::Channel;
 use busway_core::control::ack_frame;
 use busway_shm::ring::{Consumer, Producer, ReadWaiter, Ring};
 use busway_shm::Segment;
-use bytes::Bytes;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, Weak};
@@ -37,9 +35,6 @@ pub(crate) struct ShmLink {
     pub(crate) shared: Arc<Shared>,
     pub(crate) peer: Arc<Peer>,
     pub(crate) link_id: u64,
-    /// The link's address is `shm://NAME`: a refused ring ends it instead of leaving its data
-    /// on the socket.
-    required: bool,
     /// Our ring toward the peer, from the OFFER until the writer takes it.
     outbound: Mutex<Option<Producer>>,
     /// The peer accepted our ring: the writer switches.
@@ -87,12 +82,11 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl ShmLink {
-    pub(crate) fn new(shared: Arc<Shared>, peer: Arc<Peer>, link_id: u64, required: bool) -> Self {
+    pub(crate) fn new(shared: Arc<Shared>, peer: Arc<Peer>, link_id: u64) -> Self {
         Self {
             shared,
             peer,
             link_id,
-            required,
             outbound: Mutex::default(),
             accepted: AtomicBool::new(false),
             inbound: Mutex::default(),
@@ -109,97 +103,68 @@ impl ShmLink {
         }
     }
 
-    /// Creates our ring toward the peer and returns the OFFER to send, or why not.
-    pub(crate) fn offer(&self, capacity: usize) -> Result<Bytes, String> {
+    /// Creates our ring toward the peer and returns what the OFFER names (pid, descriptor,
+    /// inode), or why not.
+    pub(crate) fn offer(&self, capacity: usize) -> Result<(u32, u32, u64), String> {
         let ring = Ring::create_unchecked("busway-link", capacity).map_err(|e| e.to_string())?;
         let seg = ring.segment();
         let inode = seg.inode().map_err(|e| e.to_string())?;
-        let frame = Channel::Offer {
-            pid: std::process::id(),
-            fd: seg.fd().as_raw_fd() as u32,
-            inode,
-            capacity: capacity as u64,
-        }
-        .frame();
+        let offer = (std::process::id(), seg.fd().as_raw_fd() as u32, inode);
         {
             let mut offered = lock(&IN_PROCESS_RINGS);
             offered.retain(|(_, _, r)| r.strong_count() > 0);
             offered.push((seg.fd().as_raw_fd() as u32, inode, Arc::downgrade(&ring)));
         }
         *lock(&self.outbound) = Some(ring.producer());
-        Ok(frame)
+        Ok(offer)
     }
 
-    /// A CHANNEL frame from the peer: what to answer on the socket, if anything.
-    pub(crate) fn on_channel(&self, msg: Channel) -> Option<Bytes> {
-        match msg {
-            Channel::Offer {
-                pid,
-                fd,
-                inode,
-                capacity,
-            } => {
-                let local = (self.shared.config.mem_channels && pid == std::process::id())
-                    .then(|| take_in_process_ring(fd, inode))
-                    .flatten();
-                self.in_process.store(local.is_some(), Relaxed);
-                let opened = match local {
-                    Some(ring) => Ok(ring),
-                    None => Segment::open_from_process(pid, fd, inode)
-                        .map_err(|e| e.to_string())
-                        .and_then(|s| Ring::open(s).map_err(|e| e.to_string())),
-                };
-                let opened = opened.and_then(|r| {
-                    if r.capacity() as u64 == capacity {
-                        Ok(r)
-                    } else {
-                        Err(format!(
-                            "ring of {} bytes, {capacity} announced",
-                            r.capacity()
-                        ))
-                    }
-                });
-                Some(match opened {
-                    Ok(ring) => {
-                        *lock(&self.inbound) = Some(ring.consumer());
-                        Channel::Accept.frame()
-                    }
-                    Err(why) => {
-                        tracing::warn!(%why, "cannot open the peer's shared-memory ring");
-                        if self.required {
-                            self.raise_fault(format!(
-                                "shm:// link: cannot open the peer's ring: {why}"
-                            ));
-                        }
-                        Channel::Refuse(why).frame()
-                    }
-                })
-            }
-            Channel::Accept => {
-                self.accepted.store(true, Relaxed);
-                None
-            }
-            Channel::Refuse(why) => {
-                lock(&self.outbound).take();
-                if self.required {
-                    self.raise_fault(format!("shm:// link: the peer refused our ring: {why}"));
+    /// The peer offered its ring (CHANNEL OFFER): opens it, from this process's own offers
+    /// when the peer runs here (an in-process channel), else through `/proc/PID/fd/FD`, and
+    /// keeps it for `switch_in`. An error says why it cannot be read (the link's state machine
+    /// answers REFUSE).
+    pub(crate) fn open_offered(
+        &self,
+        pid: u32,
+        fd: u32,
+        inode: u64,
+        capacity: u64,
+    ) -> Result<(), String> {
+        let local = (self.shared.config.mem_channels && pid == std::process::id())
+            .then(|| take_in_process_ring(fd, inode))
+            .flatten();
+        self.in_process.store(local.is_some(), Relaxed);
+        let opened = match local {
+            Some(ring) => Ok(ring),
+            None => Segment::open_from_process(pid, fd, inode)
+                .map_err(|e| e.to_string())
+                .and_then(|s| Ring::open(s).map_err(|e| e.to_string())),
+        };
+        let ring = opened
+            .and_then(|r| {
+                if r.capacity() as u64 == capacity {
+                    Ok(r)
                 } else {
-                    tracing::warn!(%why, "the peer refused our shared-memory ring; staying on the socket");
+                    Err(format!(
+                        "ring of {} bytes, {capacity} announced",
+                        r.capacity()
+                    ))
                 }
-                None
-            }
-            Channel::Switch => {
-                if lock(&self.inbound).is_some() {
-                    let counters = &self.shared.counters;
-                    bump(if self.in_process.load(Relaxed) {
-                        &counters.mem_channels
-                    } else {
-                        &counters.shm_channels
-                    });
-                }
-                None
-            }
-        }
+            })
+            .inspect_err(|why| tracing::warn!(%why, "cannot open the peer's shared-memory ring"))?;
+        *lock(&self.inbound) = Some(ring.consumer());
+        Ok(())
+    }
+
+    /// The peer mapped our ring (CHANNEL ACCEPT): the writer switches.
+    pub(crate) fn accepted(&self) {
+        self.accepted.store(true, Relaxed);
+    }
+
+    /// The peer could not map our ring (CHANNEL REFUSE): our data stays on the socket.
+    pub(crate) fn refused(&self, why: &str) {
+        lock(&self.outbound).take();
+        tracing::warn!(%why, "the peer refused our shared-memory ring; staying on the socket");
     }
 
     /// Whether the writer should switch now; if so, the producer it writes with from now on.
@@ -217,6 +182,12 @@ impl ShmLink {
         let Some(c) = lock(&self.inbound).take() else {
             return;
         };
+        let counters = &self.shared.counters;
+        bump(if self.in_process.load(Relaxed) {
+            &counters.mem_channels
+        } else {
+            &counters.shm_channels
+        });
         *lock(&self.handed_over) = Some(c.waiter());
         let ring = InboundRing::new(c, self.clone());
         if let Err(ring) = self.shared.inbox.add_ring(ring) {
