@@ -365,6 +365,40 @@ async fn a_bogus_shared_memory_offer_is_refused_with_its_reason_and_the_link_sta
     fx.still_works().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_switch_to_a_ring_never_offered_closes_only_that_link() {
+    use busway_core::handshake::caps;
+    let mut fx = fixture().await;
+    let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
+    let mut s = authenticated_as(fx.addr, 9, Some(SECRET), |h| {
+        h.capabilities |= caps::SHM;
+        h.host_id = boot_id.trim().as_bytes().to_vec();
+    })
+    .await;
+    assert!(fx.node.wait_for_peer(BusId(9), WAIT).await);
+    s.write_all(&busway_core::channel::Channel::Switch.frame())
+        .await
+        .unwrap();
+    closed_by_node(&mut s).await;
+    let reason = fx.down(9).await;
+    assert!(reason.contains("CHANNEL SWITCH out of turn"), "{reason}");
+    assert_eq!(fx.stats().protocol_errors, 1);
+    fx.still_works().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_on_the_socket_after_a_switch_close_only_that_link() {
+    let mut fx = fixture().await;
+    let (mut s, _ring) = peer_writing_a_ring(&fx).await;
+    s.write_all(&frame_bytes(FrameKind::Data, b"not in the ring"))
+        .await
+        .unwrap();
+    closed_by_node(&mut s).await;
+    let reason = fx.down(9).await;
+    assert!(reason.contains("after the peer switched"), "{reason}");
+    fx.still_works().await;
+}
+
 /// Peer 9 on the same host, authenticated on a socket to `fx`'s node, whose data moved to a
 /// real ring of ours (offered as a peer would; the node opened it and read SWITCH): whatever we
 /// write in the ring, the node's application reads.
