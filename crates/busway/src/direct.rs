@@ -10,40 +10,14 @@
 
 use crate::addr::Addr;
 use crate::backoff::Backoff;
-use crate::limits::{DIRECT_DIALS_MAX, DIRECT_HINTS_TRACKED_MAX, DIRECT_HINT_INTERVAL_MS};
-use crate::link::{self, Dial, Outcome};
-use crate::node::Shared;
+use crate::dial::{Dial, Outcome};
+use crate::link;
 use crate::peer::Peer;
+use crate::shared::Shared;
 use crate::transport;
 use busway_core::routed::{encode_hint, RoutedType};
 use busway_core::BusId;
-use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex, MutexGuard};
-use tokio::sync::Notify;
-
-#[derive(Default)]
-struct DirectState {
-    /// Relay side: when each (source, destination) pair was last hinted, in ms.
-    hinted: HashMap<(BusId, BusId), u64>,
-    /// Source side: hints waiting for the discovery task.
-    hints: Vec<(BusId, Vec<String>)>,
-    /// Destinations being dialed (or whose direct link a dial task keeps up).
-    dialing: HashSet<BusId>,
-}
-
-/// A node's on-demand direct link state.
-#[derive(Default)]
-pub(crate) struct Direct {
-    state: Mutex<DirectState>,
-    wake: Notify,
-}
-
-impl Direct {
-    fn lock(&self) -> MutexGuard<'_, DirectState> {
-        // A panic while holding this lock leaves plain data behind; keep going.
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-}
+use std::sync::Arc;
 
 /// `addr` with an unspecified IP (0.0.0.0, [::]) replaced by the IP the relay sees the peer at
 /// (`seen_at`, the remote address of its link), so that others can dial it.
@@ -67,17 +41,8 @@ impl Shared {
         if !dst_peer.accepts_direct() {
             return;
         }
-        let now = self.clock_ms();
-        {
-            let mut st = self.direct.lock();
-            if st.hinted.len() >= DIRECT_HINTS_TRACKED_MAX {
-                st.hinted.clear();
-            }
-            let last = st.hinted.entry((src, dst_peer.id)).or_insert(0);
-            if *last != 0 && now.saturating_sub(*last) < DIRECT_HINT_INTERVAL_MS {
-                return;
-            }
-            *last = now.max(1);
+        if !self.direct.due(src, dst_peer.id, self.clock_ms()) {
+            return;
         }
         let snap = dst_peer.snapshot();
         let addrs: Vec<String> = snap
@@ -98,31 +63,24 @@ impl Shared {
         if self.peer(dst).is_some_and(|p| !p.is_dead()) {
             return;
         }
-        let mut st = self.direct.lock();
-        if st.dialing.contains(&dst) || st.dialing.len() + st.hints.len() >= DIRECT_DIALS_MAX {
-            return;
-        }
-        st.hints.push((dst, addrs));
-        drop(st);
-        self.direct.wake.notify_one();
+        self.direct.queue(dst, addrs);
     }
 
     /// Starts a dial task for each hint.
     pub(crate) async fn discovery_loop(self: Arc<Self>) {
         loop {
-            self.direct.wake.notified().await;
+            let hints = self.direct.next_hints().await;
             if self.is_shutting_down() {
                 return;
             }
-            let hints = std::mem::take(&mut self.direct.lock().hints);
             for (dst, addrs) in hints {
-                if !self.direct.lock().dialing.insert(dst) {
+                if !self.direct.start_dial(dst) {
                     continue;
                 }
                 let shared = self.clone();
                 self.loops.pick().spawn(async move {
                     shared.dial_direct(dst, &addrs).await;
-                    shared.direct.lock().dialing.remove(&dst);
+                    shared.direct.end_dial(dst);
                 });
             }
         }

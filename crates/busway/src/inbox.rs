@@ -12,84 +12,14 @@
 //! then sleeps until a ring's waiter thread or a link wakes it. A ring that fills stops its
 //! sender the same way a full inbox does.
 
-use crate::ring_rx::{InboundRing, Polled};
-use busway_core::BusId;
-use bytes::Bytes;
+use crate::message::{Message, MessageBatch};
+use crate::ring_rx::{InboundRing, Polled, WakeInbox};
 use std::sync::Arc;
 use tokio::sync::mpsc::error::TryRecvError;
 use tokio::sync::{mpsc, Semaphore};
 
 /// Spins of a waiting inbox between two yields to the runtime.
 const INBOX_SPINS_PER_YIELD: u32 = 64;
-
-/// One received message.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Message {
-    /// The node that sent it.
-    pub src: BusId,
-    /// The payload, sharing the receive buffer (no copy).
-    pub payload: Bytes,
-}
-
-/// Messages from one sender, in the order sent, sharing one buffer.
-#[derive(Clone, Debug)]
-pub struct MessageBatch {
-    src: BusId,
-    buf: Bytes,
-    /// (start, length) of each payload in `buf`.
-    spans: Vec<(u32, u32)>,
-}
-
-impl MessageBatch {
-    pub(crate) fn new(src: BusId, buf: Bytes, spans: Vec<(u32, u32)>) -> Self {
-        Self { src, buf, spans }
-    }
-
-    pub(crate) fn single(src: BusId, payload: Bytes) -> Self {
-        let len = payload.len() as u32;
-        Self::new(src, payload, vec![(0, len)])
-    }
-
-    /// The node that sent every message of the batch.
-    pub fn src(&self) -> BusId {
-        self.src
-    }
-
-    pub fn len(&self) -> usize {
-        self.spans.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.spans.is_empty()
-    }
-
-    /// The payload of message `i`, borrowed from the batch.
-    pub fn payload(&self, i: usize) -> &[u8] {
-        let (start, len) = self.spans[i];
-        &self.buf[start as usize..(start + len) as usize]
-    }
-
-    /// Every payload, in order.
-    pub fn iter(&self) -> impl Iterator<Item = &[u8]> + '_ {
-        self.spans
-            .iter()
-            .map(|&(start, len)| &self.buf[start as usize..(start + len) as usize])
-    }
-
-    /// Message `i` as an owned [`Message`] (shares the buffer; no copy).
-    pub fn message(&self, i: usize) -> Message {
-        let (start, len) = self.spans[i];
-        Message {
-            src: self.src,
-            payload: self.buf.slice(start as usize..(start + len) as usize),
-        }
-    }
-
-    /// Bytes of buffer the batch holds (what it counts against the inbox limit).
-    fn footprint(&self) -> usize {
-        self.buf.len()
-    }
-}
 
 pub(crate) enum Delivery {
     /// Messages from a socket link, holding `permits` of the inbox's byte budget.
@@ -104,9 +34,8 @@ pub(crate) enum Delivery {
 #[derive(Clone)]
 pub(crate) struct InboxWaker(mpsc::WeakUnboundedSender<Delivery>);
 
-impl InboxWaker {
-    /// False once the inbox is gone.
-    pub(crate) fn wake(&self) -> bool {
+impl WakeInbox for InboxWaker {
+    fn wake(&self) -> bool {
         self.0
             .upgrade()
             .is_some_and(|tx| tx.send(Delivery::Wake).is_ok())
@@ -226,7 +155,7 @@ impl Inbox {
     /// The rest of a batch that `recv` had started on, if any.
     fn take_current(&mut self) -> Option<MessageBatch> {
         let (mut batch, next) = self.current.take()?;
-        batch.spans.drain(..next);
+        batch.skip(next);
         (!batch.is_empty()).then_some(batch)
     }
 
@@ -389,6 +318,8 @@ impl Drop for Inbox {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use busway_core::BusId;
+    use bytes::Bytes;
 
     #[tokio::test]
     async fn recv_and_recv_batch_see_every_message_once_in_order() {

@@ -7,63 +7,32 @@
 //! cut out of the read without a copy; the writer takes everything the send queue holds and
 //! writes it in one `writev`. The machine decides; this file moves bytes and runs timers.
 
+mod machine;
+mod read;
+mod write;
+
+use crate::dial::{Dial, Outcome};
 use crate::event::{DownReason, Event};
-use crate::inbox::MessageBatch;
-use crate::limits::HEARTBEAT_MISSES_MAX;
-use crate::limits::{READ_CHUNK_MAX_BYTES, READ_CHUNK_MIN_BYTES, WRITEV_SEGMENTS_MAX};
-use crate::node::Shared;
-use crate::peer::{Peer, Take};
-use crate::ring_tx::{wait_for_room, Flush, RingWriter};
-use crate::routing::inner_spans;
+use crate::limits::{HEARTBEAT_MISSES_MAX, READ_CHUNK_MIN_BYTES};
+use crate::peer::Peer;
+use crate::shared::Shared;
 use crate::shm_link::ShmLink;
 use crate::stats::bump;
 use crate::transport::{StdStream, Stream};
-use busway_core::channel::Channel;
-use busway_core::control::{ack_frame, Close, CloseCode};
-use busway_core::handshake::{Established, HandshakeError, Role};
+use busway_core::control::{ack_frame, CloseCode};
+use busway_core::handshake::{Established, HandshakeError};
 use busway_core::link::{Link, LinkConfig, LinkError, LinkEvent, Spans};
-use busway_core::routed::{RoutedHeader, RoutedType};
-use busway_core::{BusId, DecodeError};
-use busway_shm::ring::RING_CAPACITY_DEFAULT;
-use bytes::{Buf, Bytes, BytesMut};
-use std::io::{self, IoSlice};
-use std::sync::{Arc, Mutex, MutexGuard};
+use bytes::{Buf, BytesMut};
+use machine::{down_reason, lock};
+use read::{read_loop, ReadEnd};
+use std::io;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use write::write_loop;
 
 /// How long a refused connection may take to receive the CLOSE that says why, in ms.
 const REJECT_WRITE_MS: u64 = 100;
-
-/// How a connection ended, for the dialer's backoff.
-#[derive(PartialEq, Eq, Debug)]
-pub(crate) enum Outcome {
-    /// The handshake never completed.
-    NeverUp,
-    /// The link was up, then went down.
-    WasUp,
-}
-
-/// How a connection came to be.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub(crate) enum Dial {
-    /// Accepted by a listener.
-    Accepted,
-    /// Dialed to a `connect` address.
-    Peer,
-    /// Dialed to the `upstream` address: this node registers as its downstream.
-    Upstream,
-    /// Dialed on a relay's hint to reach this bus id directly.
-    Direct(BusId),
-}
-
-impl Dial {
-    fn role(self) -> Role {
-        match self {
-            Dial::Accepted => Role::Listener,
-            Dial::Peer | Dial::Upstream | Dial::Direct(_) => Role::Dialer,
-        }
-    }
-}
 
 /// Runs an accepted connection from handshake to close on the calling loop.
 pub(crate) async fn serve_std(shared: Arc<Shared>, stream: StdStream, remote: String) -> Outcome {
@@ -93,26 +62,6 @@ pub(crate) async fn serve(
             run(shared, r, w, role, remote).await
         }
     }
-}
-
-/// Relayed messages from one source found in one read, to deliver once the read is cut.
-struct RoutedIn {
-    src: BusId,
-    incarnation: u64,
-    /// The number expected from `src` once these are delivered.
-    next: u64,
-    spans: Vec<(u32, u32)>,
-}
-
-/// What ended a link's read side.
-enum ReadEnd {
-    Eof,
-    Close(Close),
-}
-
-fn lock(link: &Mutex<Link>) -> MutexGuard<'_, Link> {
-    // A panic while holding this lock leaves the machine as it was; keep going.
-    link.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// The state machine's settings for a connection of this node.
@@ -166,6 +115,12 @@ where
             return Outcome::NeverUp;
         }
     };
+    // Before anyone hears of the link: what went to this id through relays first must be
+    // acknowledged before the link carries messages (order across the switch).
+    shared.switch_to_direct(&peer);
+    shared.peer_ready(&peer, role);
+    // Relayed messages held for want of a path may have one now.
+    shared.relink_remotes();
     tracing::debug!(peer = %id, %remote, "link up");
     shared.emit(Event::PeerUp {
         peer: id,
@@ -239,8 +194,8 @@ where
     let ring_fault = async {
         match shm {
             Some(shm) => tokio::select! {
-                why = shm.fault() => why,
-                never = shm.ack_loop() => match never {},
+                why = shm.ring.fault() => why,
+                never = shm.ring.ack_loop() => match never {},
             },
             None => std::future::pending().await,
         }
@@ -261,7 +216,7 @@ where
             if let Some(shm) = shm {
                 // What the peer put in its ring before closing is delivered first (its
                 // acknowledgement goes out with our CLOSE).
-                let _ = tokio::time::timeout(linger, shm.wait_drained()).await;
+                let _ = tokio::time::timeout(linger, shm.ring.wait_drained()).await;
                 peer.push_control(ack_frame(peer.inbound_expected()));
             }
             // The peer is going: send it what is already queued, then our CLOSE.
@@ -303,33 +258,6 @@ async fn timers(shared: &Shared, peer: &Peer, machine: &Mutex<Link>) -> DownReas
             if let LinkEvent::Lost(error) = e {
                 return down_reason(shared, peer.id, error);
             }
-        }
-    }
-}
-
-/// Why a link went down, from what its machine reported; counts it.
-fn down_reason(shared: &Shared, peer: BusId, e: LinkError) -> DownReason {
-    let c = &shared.counters;
-    match e {
-        LinkError::Silent { .. } => {
-            bump(&c.heartbeat_timeouts);
-            DownReason::Timeout(e.to_string())
-        }
-        LinkError::Frame(d) => {
-            bump(&c.protocol_errors);
-            match d {
-                DecodeError::ChecksumMismatch { .. } => bump(&c.checksum_failures),
-                DecodeError::BodyTooLong { .. } => bump(&c.oversize_frames),
-                DecodeError::UnknownKind { .. } => {}
-            }
-            tracing::warn!(%peer, error = %d, "closing link: bad frame");
-            DownReason::ProtocolError(d.to_string())
-        }
-        other => {
-            bump(&c.protocol_errors);
-            let what = other.to_string();
-            tracing::warn!(%peer, %what, "closing link: protocol error");
-            DownReason::ProtocolError(what)
         }
     }
 }
@@ -421,349 +349,4 @@ where
             Err(_) => machine.handle_timeout(shared.now()),
         }
     }
-}
-
-/// What one read asks of the link besides delivering its direct messages.
-#[derive(Default)]
-struct ReadWork {
-    routed: Vec<RoutedIn>,
-    forwards: Vec<(RoutedHeader, std::ops::Range<usize>)>,
-    switch_seen: bool,
-    end: Option<Result<ReadEnd, DownReason>>,
-}
-
-/// Acts on one event of the machine (the read's buffer is `buf`).
-fn act_on(
-    shared: &Shared,
-    peer: &Peer,
-    machine: &Mutex<Link>,
-    shm: Option<&Arc<ShmLink>>,
-    buf: &[u8],
-    event: LinkEvent,
-    work: &mut ReadWork,
-) {
-    match event {
-        LinkEvent::Acked(next) => {
-            if let Err(e) = peer.ack(next) {
-                let at = lock(machine).offset();
-                lock(machine).fail(LinkError::Protocol(format!(
-                    "{e} (ACK before stream offset {at})"
-                )));
-            }
-        }
-        LinkEvent::Rtt(us) => peer.rtt_us.store(us, std::sync::atomic::Ordering::Relaxed),
-        LinkEvent::Routed(body) => {
-            let at = lock(machine).offset();
-            if let Err(what) = routed_in(shared, buf, body, work) {
-                lock(machine).fail(LinkError::Protocol(format!(
-                    "{what} (ROUTED frame before stream offset {at})"
-                )));
-            }
-        }
-        LinkEvent::OfferRing => match shm.map(|s| s.offer(RING_CAPACITY_DEFAULT)) {
-            Some(Ok((pid, fd, inode))) => {
-                lock(machine).offer_ring(pid, fd, inode, RING_CAPACITY_DEFAULT as u64)
-            }
-            Some(Err(why)) => {
-                tracing::warn!(%why, "no shared-memory ring; staying on the socket");
-                lock(machine).ring_unavailable(&why);
-            }
-            None => lock(machine).ring_unavailable("no ring on this link"),
-        },
-        LinkEvent::OpenRing {
-            pid,
-            fd,
-            inode,
-            capacity,
-        } => {
-            let opened = shm.map_or(Err("no ring on this link".into()), |s| {
-                s.open_offered(pid, fd, inode, capacity)
-            });
-            lock(machine).ring_opened(opened);
-        }
-        LinkEvent::RingAccepted => {
-            if let Some(shm) = shm {
-                shm.accepted();
-            }
-            // The writer switches at its next turn.
-            peer.writer_wake.notify_one();
-        }
-        LinkEvent::RingRefused(why) => {
-            if let Some(shm) = shm {
-                shm.refused(&why);
-            }
-        }
-        LinkEvent::SwitchIn => work.switch_seen = true,
-        LinkEvent::PeerClosed(c) => work.end = Some(Ok(ReadEnd::Close(c))),
-        LinkEvent::Lost(e) => work.end = Some(Err(down_reason(shared, peer.id, e))),
-        // Handshake events: the link is up already.
-        LinkEvent::PeerHello(_) | LinkEvent::Established(_) => {}
-    }
-}
-
-/// A ROUTED frame whose body is `buf[body]`: queued to be passed on, or to be delivered here
-/// (data), or handled now (end-to-end control).
-fn routed_in(
-    shared: &Shared,
-    buf: &[u8],
-    body: std::ops::Range<usize>,
-    work: &mut ReadWork,
-) -> Result<(), String> {
-    let base = body.start;
-    let body = &buf[body];
-    let (h, inner_at) = RoutedHeader::decode(body)?;
-    let inner = &body[inner_at..];
-    if h.dst != shared.config.id {
-        let inner_at = base + inner_at;
-        work.forwards.push((h, inner_at..base + body.len()));
-        return Ok(());
-    }
-    if h.kind != RoutedType::Data {
-        return shared.routed_control(&h, inner);
-    }
-    let spans = inner_spans(inner)?;
-    let pending = work
-        .routed
-        .iter()
-        .rev()
-        .find(|r| r.src == h.src)
-        .map(|r| r.next);
-    match shared.check_routed(h.src, h.src_incarnation, h.seq, pending) {
-        Err(expected) => shared.report_gap(h.src, expected),
-        Ok(skip) => {
-            let base = base + inner_at;
-            let fresh: Vec<(u32, u32)> = spans
-                .iter()
-                .skip(skip as usize)
-                .map(|&(s, n)| ((base + s) as u32, n as u32))
-                .collect();
-            work.routed.push(RoutedIn {
-                src: h.src,
-                incarnation: h.src_incarnation,
-                next: h.seq + spans.len() as u64,
-                spans: fresh,
-            });
-        }
-    }
-    Ok(())
-}
-
-async fn read_loop<R: AsyncRead + Unpin>(
-    shared: &Shared,
-    peer: &Peer,
-    r: &mut R,
-    buf: &mut BytesMut,
-    machine: &Mutex<Link>,
-    shm: Option<&Arc<ShmLink>>,
-) -> Result<ReadEnd, DownReason> {
-    let mut read_size = READ_CHUNK_MIN_BYTES;
-    let mut events = Vec::new();
-    loop {
-        // The machine walks every whole frame in the buffer; the buffer is then cut once: the
-        // DATA payloads go to the application as one batch sharing that cut.
-        let mut spans = Spans::new();
-        let mut work = ReadWork::default();
-        let pos = {
-            let mut m = lock(machine);
-            let pos = m.handle_input(buf, shared.now(), &mut spans);
-            events.extend(std::iter::from_fn(|| m.poll_event()));
-            pos
-        };
-        // Acting on an event may make more (a ring that cannot be opened ends a link that
-        // must use one).
-        while !events.is_empty() {
-            for event in events.drain(..) {
-                act_on(shared, peer, machine, shm, buf, event, &mut work);
-            }
-            let mut m = lock(machine);
-            events.extend(std::iter::from_fn(|| m.poll_event()));
-        }
-        {
-            let mut m = lock(machine);
-            while let Some(frame) = m.poll_transmit() {
-                peer.push_control(frame);
-            }
-        }
-        if pos > 0 {
-            let chunk = buf.split_to(pos).freeze();
-            for (h, inner) in work.forwards {
-                bump(&shared.counters.relayed);
-                shared.forward(peer.id, h, &chunk[inner]).await;
-            }
-            for r in work.routed {
-                // Even a frame of duplicates is acknowledged: the sender may be waiting for it.
-                if !r.spans.is_empty() {
-                    let n = r.spans.len() as u64;
-                    shared
-                        .counters
-                        .msgs_in
-                        .fetch_add(n, std::sync::atomic::Ordering::Relaxed);
-                    shared
-                        .inbox
-                        .deliver(MessageBatch::new(r.src, chunk.clone(), r.spans))
-                        .await;
-                }
-                shared.routed_delivered(r.src, r.incarnation, r.next);
-                shared.send_routed_ack(r.src, r.next);
-            }
-            if !spans.is_empty() {
-                let bytes: u64 = spans.iter().map(|&(_, len)| u64::from(len)).sum();
-                let c = &shared.counters;
-                c.msgs_in
-                    .fetch_add(spans.len() as u64, std::sync::atomic::Ordering::Relaxed);
-                c.bytes_in
-                    .fetch_add(bytes, std::sync::atomic::Ordering::Relaxed);
-                let n = spans.len() as u64;
-                shared
-                    .inbox
-                    .deliver(MessageBatch::new(peer.id, chunk, spans))
-                    .await;
-                // Acknowledge once the application has them (one ACK per read, not per message).
-                let next = peer.delivered(n);
-                peer.push_control(ack_frame(next));
-            }
-        }
-        if work.switch_seen {
-            // Everything the peer wrote on the socket before its SWITCH is delivered: its ring
-            // may be read now.
-            if let Some(shm) = shm {
-                shm.switch_in();
-            }
-        }
-        if let Some(end) = work.end {
-            return end;
-        }
-        buf.reserve(lock(machine).bytes_needed(buf).max(read_size));
-        let n = r
-            .read_buf(buf)
-            .await
-            .map_err(|e| DownReason::Io(e.to_string()))?;
-        if n == 0 {
-            if buf.is_empty() {
-                return Ok(ReadEnd::Eof);
-            }
-            let at = lock(machine).offset();
-            let what = format!(
-                "connection closed in the middle of a frame ({} bytes of it received) at stream offset {at}",
-                buf.len()
-            );
-            return Err(down_reason(shared, peer.id, LinkError::Protocol(what)));
-        }
-        // Grow the read while reads come back full, shrink it when they come back mostly empty.
-        if n >= read_size {
-            read_size = (read_size * 2).min(READ_CHUNK_MAX_BYTES);
-        } else if n < read_size / 4 {
-            read_size = (read_size / 2).max(READ_CHUNK_MIN_BYTES);
-        }
-    }
-}
-
-async fn write_loop<W: AsyncWrite + Unpin>(
-    w: &mut W,
-    peer: &Peer,
-    machine: &Mutex<Link>,
-    shm: Option<&ShmLink>,
-) -> io::Result<()> {
-    let mut batch: Vec<Bytes> = Vec::with_capacity(WRITEV_SEGMENTS_MAX);
-    let mut switched = false;
-    loop {
-        if !switched {
-            if let Some(p) = shm.and_then(ShmLink::take_producer) {
-                // Everything taken so far is on the socket: from here on, messages go into
-                // the ring, and the peer reads it once it read this.
-                w.write_all(&Channel::Switch.frame()).await?;
-                lock(machine).switched_out();
-                peer.start_ring(RingWriter::new(p));
-                switched = true;
-            }
-        }
-        if switched {
-            flush_ring(peer).await?;
-            match peer.take_control(&mut batch) {
-                Take::Idle => peer.writer_wake.notified().await,
-                Take::Drained => {
-                    if let Some(mut ring) = peer.end_ring() {
-                        ring.close();
-                    }
-                    w.write_all(&Close::frame(CloseCode::Normal, "closing"))
-                        .await?;
-                    w.shutdown().await?;
-                    return Ok(());
-                }
-                Take::Data => write_batch(w, &mut batch).await?,
-            }
-            continue;
-        }
-        match peer.take(&mut batch) {
-            Take::Idle => peer.writer_wake.notified().await,
-            Take::Drained => {
-                w.write_all(&Close::frame(CloseCode::Normal, "closing"))
-                    .await?;
-                w.shutdown().await?;
-                return Ok(());
-            }
-            Take::Data => write_batch(w, &mut batch).await?,
-        }
-    }
-}
-
-/// Moves the peer's queued messages into its ring, waiting (on a blocking thread, on the
-/// ring's futex) while the ring is full. Gives up on a full ring once the peer closed the link
-/// (nobody will free the ring); our own node closing waits on, bounded by its linger time.
-async fn flush_ring(peer: &Peer) -> io::Result<()> {
-    loop {
-        let waiter = match peer.flush_ring(true) {
-            None | Some(Ok(Flush::Done)) => return Ok(()),
-            Some(Err(e)) => return Err(io::Error::new(io::ErrorKind::InvalidInput, e)),
-            Some(Ok(Flush::Full(waiter))) => waiter,
-        };
-        if peer.is_closed_by_peer() {
-            return Err(io::Error::new(
-                io::ErrorKind::BrokenPipe,
-                "the peer closed the link and its shared-memory ring is full",
-            ));
-        }
-        let closed = tokio::task::spawn_blocking(move || wait_for_room(&waiter))
-            .await
-            .unwrap_or(false);
-        if closed {
-            return Err(io::Error::new(
-                io::ErrorKind::BrokenPipe,
-                "the peer closed its end of the shared-memory ring",
-            ));
-        }
-    }
-}
-
-/// Writes every buffer of `batch`, in order, with as few `writev` calls as the kernel allows.
-async fn write_batch<W: AsyncWrite + Unpin>(w: &mut W, batch: &mut Vec<Bytes>) -> io::Result<()> {
-    let mut first = 0;
-    while first < batch.len() {
-        let n = if batch.len() - first == 1 {
-            w.write(&batch[first]).await?
-        } else {
-            let iov: Vec<IoSlice<'_>> = batch[first..]
-                .iter()
-                .take(WRITEV_SEGMENTS_MAX)
-                .map(|b| IoSlice::new(b))
-                .collect();
-            w.write_vectored(&iov).await?
-        };
-        if n == 0 {
-            return Err(io::ErrorKind::WriteZero.into());
-        }
-        let mut left = n;
-        while left > 0 {
-            let seg = &mut batch[first];
-            if left >= seg.len() {
-                left -= seg.len();
-                first += 1;
-            } else {
-                seg.advance(left);
-                left = 0;
-            }
-        }
-    }
-    batch.clear();
-    Ok(())
 }

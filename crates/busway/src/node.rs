@@ -1,23 +1,21 @@
 //! The public face of busway: a node with a bus id that sends to and receives from peers.
 
 use crate::addr::Addr;
-use crate::backoff::Backoff;
 use crate::config::NodeConfig;
-use crate::direct::Direct;
-use crate::event::DownReason;
+use crate::connector::{accept_loop, dial_loop};
 use crate::event::Event;
-use crate::inbox::{inbox, Inbox, InboxSender, MessageBatch};
+use crate::hints::Hints;
+use crate::inbox::{inbox, Inbox};
 use crate::io_loops::IoLoops;
 use crate::limits::{EVENT_QUEUE_LEN_MAX, REROUTES_MAX, ROUTED_OVERHEAD_BYTES_MAX};
-use crate::link::{self, Outcome};
+use crate::message::MessageBatch;
 use crate::peer::{Peer, PushError};
 use crate::remote::Remote;
 use crate::routing::Route;
-use crate::stats::{bump, Counters, Stats};
-use crate::transport::{self, StdListener};
+use crate::shared::{random_bytes, Shared};
+use crate::stats::Stats;
+use crate::transport;
 use busway_core::e2e::Arrivals;
-use busway_core::handshake::{caps, local_hello, Established, Hello, NonceCache, NONCE_LEN};
-use busway_core::link::Now;
 use busway_core::BusId;
 use bytes::Bytes;
 use std::collections::HashMap;
@@ -25,7 +23,7 @@ use std::fmt;
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, watch, Notify};
 
 /// How often `Node::flush` looks at what is still unacknowledged, in milliseconds.
@@ -116,232 +114,6 @@ pub struct RelayedInfo {
     pub msgs_sent: u64,
 }
 
-/// State shared by the node's handle, its listeners, dialers and links.
-pub(crate) struct Shared {
-    pub(crate) config: NodeConfig,
-    pub(crate) incarnation: u64,
-    /// This host's identity (HELLO tag 2): equal on both ends of a link within one host.
-    pub(crate) host_id: Vec<u8>,
-    listen_addrs: Vec<Addr>,
-    peers: RwLock<HashMap<BusId, Arc<Peer>>>,
-    /// Destinations reached through relays.
-    pub(crate) remotes: RwLock<HashMap<BusId, Arc<Remote>>>,
-    /// Where each source of relayed messages stands.
-    pub(crate) arrivals: Mutex<Arrivals>,
-    /// On-demand direct links: hints given and taken, dials running.
-    pub(crate) direct: Direct,
-    /// Wakes the pump task: relayed messages were queued.
-    pub(crate) pump_wake: Notify,
-    /// The bus id behind the `upstream` address, once a link to it was up.
-    upstream: Mutex<Option<BusId>>,
-    peers_changed: Notify,
-    /// The replay cache of handshakes, shared by every link's state machine.
-    pub(crate) nonces: Arc<Mutex<NonceCache>>,
-    events: mpsc::Sender<Event>,
-    pub(crate) inbox: InboxSender,
-    pub(crate) counters: Counters,
-    pub(crate) loops: IoLoops,
-    next_link_id: AtomicU64,
-    /// Start of the node's monotonic clock (heartbeats, round trips).
-    epoch: Instant,
-    shutting_down: AtomicBool,
-    shutdown_tx: watch::Sender<bool>,
-}
-
-/// Milliseconds since the Unix epoch (the handshake's clock).
-pub(crate) fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
-
-fn random_bytes<const N: usize>() -> [u8; N] {
-    let mut b = [0u8; N];
-    // The OS random source failing is not recoverable in any useful way; mix in the clock so
-    // the value still differs between processes.
-    if getrandom::getrandom(&mut b).is_err() {
-        let t = now_ms().to_le_bytes();
-        for (i, x) in b.iter_mut().enumerate() {
-            *x = t[i % 8] ^ (std::process::id() >> (i % 4)) as u8;
-        }
-    }
-    b
-}
-
-impl Shared {
-    pub(crate) fn local_hello(&self) -> Hello {
-        let mut h = local_hello(
-            self.config.id,
-            self.incarnation,
-            now_ms(),
-            random_bytes::<NONCE_LEN>(),
-            self.listen_addrs.iter().map(ToString::to_string).collect(),
-        );
-        h.capabilities = caps::RELIABLE | caps::RELAY;
-        if self.config.direct_links {
-            h.capabilities |= caps::DIRECT;
-        }
-        if self.config.shm_channels {
-            h.capabilities |= caps::SHM;
-        }
-        h.host_id = self.host_id.clone();
-        h
-    }
-
-    /// Milliseconds and microseconds of the node's monotonic clock.
-    pub(crate) fn clock_ms(&self) -> u64 {
-        self.epoch.elapsed().as_millis() as u64
-    }
-
-    /// Now, as the link state machines see it.
-    pub(crate) fn now(&self) -> Now {
-        Now {
-            mono_us: self.epoch.elapsed().as_micros() as u64,
-            wall_ms: now_ms(),
-        }
-    }
-
-    /// The instant of the node's monotonic clock at `mono_us` (a state machine's timeout).
-    pub(crate) fn instant_at(&self, mono_us: u64) -> Instant {
-        self.epoch + Duration::from_micros(mono_us)
-    }
-
-    pub(crate) fn next_link_id(&self) -> u64 {
-        self.next_link_id.fetch_add(1, Relaxed)
-    }
-
-    pub(crate) fn emit(&self, event: Event) {
-        if self.events.try_send(event).is_err() {
-            bump(&self.counters.events_dropped);
-        }
-    }
-
-    pub(crate) fn peers_snapshot(&self) -> Vec<Arc<Peer>> {
-        self.peers
-            .read()
-            .map(|p| p.values().cloned().collect())
-            .unwrap_or_default()
-    }
-
-    pub(crate) fn upstream_id(&self) -> Option<BusId> {
-        *self.upstream.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    pub(crate) fn is_shutting_down(&self) -> bool {
-        self.shutting_down.load(Relaxed)
-    }
-
-    pub(crate) fn peer(&self, id: BusId) -> Option<Arc<Peer>> {
-        self.peers
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&id)
-            .cloned()
-    }
-
-    /// Where sequence numbers resume with this (not yet authenticated) peer: read only, so an
-    /// unauthenticated HELLO changes nothing.
-    pub(crate) fn resume_point(&self, hello: &Hello) -> (u64, u64) {
-        match self.peer(hello.bus_id) {
-            Some(p) if p.incarnation() == hello.incarnation => p.resume_point(),
-            _ => (0, 0),
-        }
-    }
-
-    /// Attaches an authenticated link to its peer, creating the peer or replacing a previous
-    /// incarnation (whose unacknowledged messages are then reported undeliverable). Refuses a
-    /// second link to an id that is up, naming both incarnations.
-    pub(crate) fn attach_peer(
-        &self,
-        est: &Established,
-        addr: &str,
-        link: u64,
-        dial: link::Dial,
-    ) -> Result<Arc<Peer>, String> {
-        if self.shutting_down.load(Relaxed) {
-            return Err("this node is shutting down".into());
-        }
-        let id = est.peer.bus_id;
-        let mut peers = self.peers.write().unwrap_or_else(|p| p.into_inner());
-        let peer = match peers.get(&id) {
-            Some(old) if old.incarnation() == est.peer.incarnation => old.clone(),
-            Some(old) if old.is_up() => {
-                let s = old.snapshot();
-                return Err(format!(
-                    "bus id {id} is already connected from another incarnation ({:#x} via {}; this one is {:#x})",
-                    s.hello.incarnation, s.addr, est.peer.incarnation
-                ));
-            }
-            previous => {
-                if let Some(old) = previous {
-                    let seqs = old.fail_all();
-                    if !seqs.is_empty() {
-                        self.emit(Event::Undeliverable {
-                            peer: id,
-                            seqs,
-                            reason: format!(
-                                "bus id {id} restarted (incarnation {:#x} replaced by {:#x})",
-                                old.incarnation(),
-                                est.peer.incarnation
-                            ),
-                        });
-                    }
-                }
-                let fresh = Arc::new(Peer::new(
-                    est.peer.clone(),
-                    addr.to_owned(),
-                    self.config.send_queue_bytes_max,
-                    matches!(dial, link::Dial::Direct(_)),
-                ));
-                peers.insert(id, fresh.clone());
-                fresh
-            }
-        };
-        peer.attach(link, est, addr)?;
-        drop(peers);
-        self.switch_to_direct(&peer);
-        if dial == link::Dial::Upstream {
-            *self.upstream.lock().unwrap_or_else(|p| p.into_inner()) = Some(id);
-        }
-        self.peers_changed.notify_waiters();
-        self.relink_remotes();
-        Ok(peer)
-    }
-
-    /// Detaches a link that went down, reports it, and arms the peer's deadline.
-    pub(crate) fn detach_peer(self: &Arc<Self>, peer: &Arc<Peer>, link: u64, reason: DownReason) {
-        let Some((epoch, unacked)) = peer.detach(link) else {
-            return;
-        };
-        tracing::debug!(peer = %peer.id, %reason, unacked, "link down");
-        self.emit(Event::PeerDown {
-            peer: peer.id,
-            reason,
-            unacked,
-        });
-        self.peers_changed.notify_waiters();
-        let shared = self.clone();
-        let peer = peer.clone();
-        let deadline = Duration::from_millis(self.config.peer_dead_after_ms);
-        tokio::spawn(async move {
-            tokio::time::sleep(deadline).await;
-            if let Some(seqs) = peer.expire(epoch) {
-                if !seqs.is_empty() {
-                    shared.emit(Event::Undeliverable {
-                        peer: peer.id,
-                        seqs,
-                        reason: format!(
-                            "bus id {} stayed down for {} ms",
-                            peer.id,
-                            deadline.as_millis()
-                        ),
-                    });
-                }
-            }
-        });
-    }
-}
-
 /// A running node. Cheap to clone; every clone is the same node. Safe to use from any thread
 /// and any tokio runtime. Dropping the last clone stops the node abruptly; call
 /// [`Node::shutdown`] to close links cleanly.
@@ -407,12 +179,12 @@ impl Node {
             arrivals: Mutex::new(Arrivals::default()),
             upstream: Mutex::new(None),
             pump_wake: Notify::new(),
-            direct: Direct::default(),
+            direct: Hints::default(),
             peers_changed: Notify::new(),
             nonces: Arc::default(),
             events: events_tx,
             inbox: inbox_tx,
-            counters: Counters::default(),
+            counters: Arc::default(),
             loops,
             next_link_id: AtomicU64::new(1),
             epoch: Instant::now(),
@@ -785,81 +557,4 @@ impl Node {
         }
         drop(self);
     }
-}
-
-async fn accept_loop(shared: Arc<Shared>, listener: StdListener) {
-    let listener = match listener.register() {
-        Ok(l) => l,
-        Err(e) => {
-            tracing::error!(error = %e, "cannot register a listener");
-            return;
-        }
-    };
-    let mut shutdown = shared.shutdown_tx.subscribe();
-    loop {
-        tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok((stream, remote)) => {
-                    let shared2 = shared.clone();
-                    shared
-                        .loops
-                        .pick()
-                        .spawn(link::serve_std(shared2, stream, remote));
-                }
-                Err(e) => {
-                    // Out of descriptors or a connection reset before accept: wait a little so
-                    // a persistent error does not spin.
-                    tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(10)).await;
-                }
-            },
-            _ = stopped(&mut shutdown) => return,
-        }
-    }
-}
-
-/// Keeps a link to `addr` up: dials, runs the link, and dials again after it goes down, with an
-/// exponential backoff (jittered from the node id so that many nodes do not dial in step).
-async fn dial_loop(shared: Arc<Shared>, addr: Addr, upstream: bool) {
-    let mut shutdown = shared.shutdown_tx.subscribe();
-    let mut backoff = Backoff::new(
-        shared.config.dial_backoff_min_ms,
-        shared.config.id.0 ^ shared.incarnation,
-    );
-    let mut reported = false;
-    while !shared.shutting_down.load(Relaxed) {
-        let outcome = match transport::dial(&addr).await {
-            Ok(stream) => {
-                reported = false;
-                let role = if upstream {
-                    link::Dial::Upstream
-                } else {
-                    link::Dial::Peer
-                };
-                link::serve(shared.clone(), stream, role, addr.to_string()).await
-            }
-            Err(e) => {
-                if !reported {
-                    shared.emit(Event::DialFailed {
-                        addr: addr.to_string(),
-                        reason: e.to_string(),
-                    });
-                    reported = true;
-                }
-                Outcome::NeverUp
-            }
-        };
-        if outcome == Outcome::WasUp {
-            backoff.reset();
-        }
-        tokio::select! {
-            _ = tokio::time::sleep(backoff.next_delay()) => {}
-            _ = stopped(&mut shutdown) => return,
-        }
-    }
-}
-
-/// Resolves once the node is shutting down.
-async fn stopped(rx: &mut watch::Receiver<bool>) {
-    let _ = rx.wait_for(|stop| *stop).await;
 }

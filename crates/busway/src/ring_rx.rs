@@ -7,9 +7,9 @@
 //! DATA_BATCH frames with good checks; anything else ends the link with a reason (the node and
 //! its other links go on).
 
-use crate::inbox::{InboxWaker, MessageBatch};
 use crate::limits::{RING_ACK_EVERY_BYTES, RING_READ_RECORDS_MAX, RING_WAIT_POLL_MS};
-use crate::shm_link::ShmLink;
+use crate::message::MessageBatch;
+use crate::ring_link::RingLink;
 use crate::stats::bump;
 use busway_core::control::ack_frame;
 use busway_core::frame::{message_spans, HEADER_LEN};
@@ -36,9 +36,15 @@ pub(crate) enum Polled {
     Gone,
 }
 
+/// Wakes the application's sleeping inbox (implemented by the inbox).
+pub(crate) trait WakeInbox: Clone + Send + 'static {
+    /// Wakes it; false once the inbox is gone.
+    fn wake(&self) -> bool;
+}
+
 pub(crate) struct InboundRing {
     consumer: Consumer,
-    link: Arc<ShmLink>,
+    link: Arc<RingLink>,
     /// Bytes read from the ring and not yet cut into a batch (at most a partial frame).
     buf: BytesMut,
     dec: FrameDecoder,
@@ -50,11 +56,11 @@ pub(crate) struct InboundRing {
 }
 
 impl InboundRing {
-    pub(crate) fn new(consumer: Consumer, link: Arc<ShmLink>) -> Self {
+    pub(crate) fn new(consumer: Consumer, link: Arc<RingLink>) -> Self {
         // Frames in a ring are published whole by the peer alone: nothing can tear or alter
         // them in transit, so their checks are neither computed nor verified (see
         // `docs/PROTOCOL.md`); kinds, lengths and batch entries still are.
-        let dec = FrameDecoder::new(link.shared.config.frame_body_max).skip_checks();
+        let dec = FrameDecoder::new(link.frame_body_max).skip_checks();
         Self {
             consumer,
             link,
@@ -128,7 +134,7 @@ impl InboundRing {
                 Err(e) => {
                     // (The link counts the protocol error when it closes.)
                     if let DecodeError::BodyTooLong { .. } = e {
-                        bump(&self.link.shared.counters.oversize_frames);
+                        bump(&self.link.counters.oversize_frames);
                     }
                     return self.fail(e.to_string());
                 }
@@ -154,7 +160,7 @@ impl InboundRing {
         let Some(next) = self.link.peer.delivered_on(self.link.link_id, n) else {
             return Polled::Gone;
         };
-        let counters = &self.link.shared.counters;
+        let counters = &self.link.counters;
         counters.msgs_in.fetch_add(n, Relaxed);
         let bytes: u64 = spans.iter().map(|&(_, len)| u64::from(len)).sum();
         counters.bytes_in.fetch_add(bytes, Relaxed);
@@ -173,7 +179,7 @@ impl InboundRing {
 
     /// The inbox is about to sleep: `waker` is called once the ring has something to read (or
     /// was closed). Starts the ring's waiter thread the first time.
-    pub(crate) fn arm(&mut self, waker: &InboxWaker) {
+    pub(crate) fn arm<W: WakeInbox>(&mut self, waker: &W) {
         if self.arm.is_none() {
             // One arming at most waits: an inbox woken often by other peers while this ring
             // stays idle arms it again and again, and those must not pile up.
@@ -226,7 +232,7 @@ impl Drop for InboundRing {
 
 /// The waiter thread: each time it is armed, sleeps until the ring is readable or closed, then
 /// wakes the inbox. Ends when its ring is dropped.
-fn wait_for_records(waiter: ReadWaiter, arm: std_mpsc::Receiver<()>, waker: InboxWaker) {
+fn wait_for_records<W: WakeInbox>(waiter: ReadWaiter, arm: std_mpsc::Receiver<()>, waker: W) {
     while arm.recv().is_ok() {
         loop {
             match waiter.wait_readable(Duration::from_millis(RING_WAIT_POLL_MS)) {

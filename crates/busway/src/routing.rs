@@ -9,9 +9,9 @@ use crate::event::Event;
 use crate::limits::{
     FORWARD_QUEUE_BYTES_MAX, FORWARD_WAIT_MS, ROUTED_RESEND_AFTER_MS, ROUTED_RETRY_INTERVAL_MS,
 };
-use crate::node::Shared;
 use crate::peer::Peer;
 use crate::remote::Remote;
+use crate::shared::Shared;
 use busway_core::e2e::{Check, Verdict};
 use busway_core::frame::{FrameDecoder, FrameKind, BODY_LEN_CEILING, HEADER_LEN};
 use busway_core::relay::{self, Neighbor};

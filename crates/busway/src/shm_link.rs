@@ -7,19 +7,15 @@
 //! holds, and the application reads the ring itself (see `ring_rx`). A ring lives and dies with
 //! its link: what it held unacknowledged is written again on the next link, like anything else.
 
-use crate::limits::{RING_ACK_DELAY_MS, RING_DRAIN_POLL_MS};
-use crate::node::Shared;
 use crate::peer::Peer;
-use crate::ring_rx::InboundRing;
+use crate::ring_link::RingLink;
+use crate::shared::Shared;
 use crate::stats::bump;
-use busway_core::control::ack_frame;
-use busway_shm::ring::{Consumer, Producer, ReadWaiter, Ring};
+use busway_shm::ring::{Consumer, Producer, Ring};
 use busway_shm::Segment;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, Weak};
-use std::time::Duration;
-use tokio::sync::Notify;
 
 /// This host's identity for HELLO: the kernel's boot id (the same for every process of one
 /// boot of one machine, and container-independent); empty if it cannot be read.
@@ -32,32 +28,15 @@ pub(crate) fn host_identity() -> Vec<u8> {
 /// One link's shared-memory state, shared by the link task and the application's reader of
 /// the peer's ring.
 pub(crate) struct ShmLink {
-    pub(crate) shared: Arc<Shared>,
-    pub(crate) peer: Arc<Peer>,
-    pub(crate) link_id: u64,
+    shared: Arc<Shared>,
+    /// What the application's reader of the peer's ring shares with the link.
+    pub(crate) ring: Arc<RingLink>,
     /// Our ring toward the peer, from the OFFER until the writer takes it.
     outbound: Mutex<Option<Producer>>,
     /// The peer accepted our ring: the writer switches.
     accepted: AtomicBool,
     /// The peer's ring, opened at its OFFER, handed to the inbox once its SWITCH was read.
     inbound: Mutex<Option<Consumer>>,
-    /// The link ended: its ring is not read any more (what was not acknowledged is written
-    /// again on the next link).
-    gone: AtomicBool,
-    /// Why the peer's ring cannot be read; the link ends with it.
-    fault: Mutex<Option<String>>,
-    fault_raised: Notify,
-    /// Messages read from the ring wait for an acknowledgement, which the link task sends
-    /// `RING_ACK_DELAY_MS` later (one per delay, not one per read).
-    ack_due: AtomicBool,
-    ack_wake: Notify,
-    /// The peer's ring went to the application's inbox: whether it holds unread records.
-    handed_over: Mutex<Option<ReadWaiter>>,
-    /// Held by the reader from a read of the ring to the count of what it read.
-    reading: Mutex<()>,
-    /// The peer closed its ring and everything in it was read.
-    drained: AtomicBool,
-    drained_wake: Notify,
     /// The peer runs in this process: its ring was taken from `IN_PROCESS_RINGS` (an
     /// in-process channel, counted in `Stats::mem_channels`).
     in_process: AtomicBool,
@@ -83,22 +62,18 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 impl ShmLink {
     pub(crate) fn new(shared: Arc<Shared>, peer: Arc<Peer>, link_id: u64) -> Self {
-        Self {
-            shared,
+        let ring = RingLink::new(
             peer,
             link_id,
+            shared.counters.clone(),
+            shared.config.frame_body_max,
+        );
+        Self {
+            shared,
+            ring: Arc::new(ring),
             outbound: Mutex::default(),
             accepted: AtomicBool::new(false),
             inbound: Mutex::default(),
-            gone: AtomicBool::new(false),
-            fault: Mutex::default(),
-            fault_raised: Notify::new(),
-            ack_due: AtomicBool::new(false),
-            ack_wake: Notify::new(),
-            handed_over: Mutex::default(),
-            reading: Mutex::default(),
-            drained: AtomicBool::new(false),
-            drained_wake: Notify::new(),
             in_process: AtomicBool::new(false),
         }
     }
@@ -175,103 +150,24 @@ impl ShmLink {
         lock(&self.outbound).take()
     }
 
-    /// Everything the peer wrote on the socket before its SWITCH is delivered: hands its ring
-    /// to the application's inbox (after those messages, so order holds). With no inbox left
-    /// (the application dropped it), a thread reads and discards, as the socket path does.
-    pub(crate) fn switch_in(self: &Arc<Self>) {
-        let Some(c) = lock(&self.inbound).take() else {
-            return;
-        };
+    /// Everything the peer wrote on the socket before its SWITCH is delivered: returns its
+    /// ring, for the application's inbox (after those messages, so order holds).
+    pub(crate) fn switch_in(&self) -> Option<Consumer> {
+        let c = lock(&self.inbound).take()?;
         let counters = &self.shared.counters;
         bump(if self.in_process.load(Relaxed) {
             &counters.mem_channels
         } else {
             &counters.shm_channels
         });
-        *lock(&self.handed_over) = Some(c.waiter());
-        let ring = InboundRing::new(c, self.clone());
-        if let Err(ring) = self.shared.inbox.add_ring(ring) {
-            ring.discard_on_a_thread();
-        }
+        self.ring.hand_over(c.waiter());
+        Some(c)
     }
 
     /// The link ended: the application stops reading its ring.
     pub(crate) fn end(&self) {
-        self.gone.store(true, Relaxed);
+        self.ring.set_gone();
         // A sleeping inbox drops the ring at once (and with it this link's state).
         self.shared.inbox.wake();
-    }
-
-    pub(crate) fn is_gone(&self) -> bool {
-        self.gone.load(Relaxed)
-    }
-
-    /// The application could not read the ring: the link ends with `why`.
-    pub(crate) fn raise_fault(&self, why: String) {
-        lock(&self.fault).get_or_insert(why);
-        self.fault_raised.notify_one();
-    }
-
-    /// Waits until the reader raises a fault; returns it.
-    pub(crate) async fn fault(&self) -> String {
-        loop {
-            if let Some(why) = lock(&self.fault).clone() {
-                return why;
-            }
-            self.fault_raised.notified().await;
-        }
-    }
-
-    /// Messages were read from the ring: an acknowledgement is due soon.
-    pub(crate) fn ack_soon(&self) {
-        if !self.ack_due.swap(true, Relaxed) {
-            self.ack_wake.notify_one();
-        }
-    }
-
-    /// Sends the acknowledgements that `ack_soon` asked for, `RING_ACK_DELAY_MS` after the
-    /// first read since the last one. Never returns.
-    pub(crate) async fn ack_loop(&self) -> std::convert::Infallible {
-        loop {
-            self.ack_wake.notified().await;
-            tokio::time::sleep(Duration::from_millis(RING_ACK_DELAY_MS)).await;
-            self.ack_due.store(false, Relaxed);
-            self.peer
-                .push_control(ack_frame(self.peer.inbound_expected()));
-        }
-    }
-
-    /// Held by the application's reader from a read of the ring to the count of what it read.
-    pub(crate) fn reading(&self) -> std::sync::MutexGuard<'_, ()> {
-        lock(&self.reading)
-    }
-
-    /// The reader read everything up to the peer's close of the ring.
-    pub(crate) fn mark_drained(&self) {
-        self.drained.store(true, Relaxed);
-        self.drained_wake.notify_one();
-    }
-
-    /// Waits until the application read everything the peer put in its ring (the peer wrote
-    /// it all before its CLOSE); at once if there is no ring or nothing unread.
-    pub(crate) async fn wait_drained(&self) {
-        loop {
-            let unread = {
-                // No read in progress: whatever was read is counted.
-                let _reading = self.reading();
-                lock(&self.handed_over)
-                    .as_ref()
-                    .is_some_and(ReadWaiter::is_readable)
-            };
-            if !unread || self.drained.load(Relaxed) {
-                return;
-            }
-            // The application may read the last record and not look again: poll as well.
-            let _ = tokio::time::timeout(
-                Duration::from_millis(RING_DRAIN_POLL_MS),
-                self.drained_wake.notified(),
-            )
-            .await;
-        }
     }
 }

@@ -1,0 +1,87 @@
+//! The tasks that make connections: a listener's accept loop and a configured address's dial
+//! loop (redialed with backoff), each handing its connections to `link`.
+
+use crate::addr::Addr;
+use crate::backoff::Backoff;
+use crate::dial::{Dial, Outcome};
+use crate::event::Event;
+use crate::link;
+use crate::shared::Shared;
+use crate::transport::{self, StdListener};
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+
+pub(crate) async fn accept_loop(shared: Arc<Shared>, listener: StdListener) {
+    let listener = match listener.register() {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot register a listener");
+            return;
+        }
+    };
+    let mut shutdown = shared.shutdown_tx.subscribe();
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, remote)) => {
+                    let shared2 = shared.clone();
+                    shared
+                        .loops
+                        .pick()
+                        .spawn(link::serve_std(shared2, stream, remote));
+                }
+                Err(e) => {
+                    // Out of descriptors or a connection reset before accept: wait a little so
+                    // a persistent error does not spin.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            },
+            _ = stopped(&mut shutdown) => return,
+        }
+    }
+}
+
+/// Keeps a link to `addr` up: dials, runs the link, and dials again after it goes down, with an
+/// exponential backoff (jittered from the node id so that many nodes do not dial in step).
+pub(crate) async fn dial_loop(shared: Arc<Shared>, addr: Addr, upstream: bool) {
+    let mut shutdown = shared.shutdown_tx.subscribe();
+    let mut backoff = Backoff::new(
+        shared.config.dial_backoff_min_ms,
+        shared.config.id.0 ^ shared.incarnation,
+    );
+    let mut reported = false;
+    while !shared.shutting_down.load(Relaxed) {
+        let outcome = match transport::dial(&addr).await {
+            Ok(stream) => {
+                reported = false;
+                let role = if upstream { Dial::Upstream } else { Dial::Peer };
+                link::serve(shared.clone(), stream, role, addr.to_string()).await
+            }
+            Err(e) => {
+                if !reported {
+                    shared.emit(Event::DialFailed {
+                        addr: addr.to_string(),
+                        reason: e.to_string(),
+                    });
+                    reported = true;
+                }
+                Outcome::NeverUp
+            }
+        };
+        if outcome == Outcome::WasUp {
+            backoff.reset();
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(backoff.next_delay()) => {}
+            _ = stopped(&mut shutdown) => return,
+        }
+    }
+}
+
+/// Resolves once the node is shutting down.
+async fn stopped(rx: &mut watch::Receiver<bool>) {
+    let _ = rx.wait_for(|stop| *stop).await;
+}

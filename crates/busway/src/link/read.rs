@@ -1,0 +1,272 @@
+//! A link's read side: feeds the link's state machine what the socket gives, acts on what it
+//! reports, and hands the messages of each read to the inbox as one batch cut out of the read.
+
+use super::machine::{down_reason, lock};
+use crate::event::DownReason;
+use crate::limits::{READ_CHUNK_MAX_BYTES, READ_CHUNK_MIN_BYTES};
+use crate::message::MessageBatch;
+use crate::peer::Peer;
+use crate::ring_rx::InboundRing;
+use crate::routing::inner_spans;
+use crate::shared::Shared;
+use crate::shm_link::ShmLink;
+use crate::stats::bump;
+use busway_core::control::{ack_frame, Close};
+use busway_core::link::{Link, LinkError, LinkEvent, Spans};
+use busway_core::routed::{RoutedHeader, RoutedType};
+use busway_core::BusId;
+use busway_shm::ring::RING_CAPACITY_DEFAULT;
+use bytes::BytesMut;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::{Arc, Mutex};
+use tokio::io::{AsyncRead, AsyncReadExt};
+
+/// Relayed messages from one source found in one read, to deliver once the read is cut.
+struct RoutedIn {
+    src: BusId,
+    incarnation: u64,
+    /// The number expected from `src` once these are delivered.
+    next: u64,
+    spans: Vec<(u32, u32)>,
+}
+
+/// What ended a link's read side.
+pub(super) enum ReadEnd {
+    Eof,
+    Close(Close),
+}
+
+/// What one read asks of the link besides delivering its direct messages.
+#[derive(Default)]
+struct ReadWork {
+    routed: Vec<RoutedIn>,
+    forwards: Vec<(RoutedHeader, std::ops::Range<usize>)>,
+    switch_seen: bool,
+    end: Option<Result<ReadEnd, DownReason>>,
+}
+
+/// Acts on one event of the machine (the read's buffer is `buf`).
+fn act_on(
+    shared: &Shared,
+    peer: &Peer,
+    machine: &Mutex<Link>,
+    shm: Option<&Arc<ShmLink>>,
+    buf: &[u8],
+    event: LinkEvent,
+    work: &mut ReadWork,
+) {
+    match event {
+        LinkEvent::Acked(next) => {
+            if let Err(e) = peer.ack(next) {
+                let at = lock(machine).offset();
+                lock(machine).fail(LinkError::Protocol(format!(
+                    "{e} (ACK before stream offset {at})"
+                )));
+            }
+        }
+        LinkEvent::Rtt(us) => peer.rtt_us.store(us, Relaxed),
+        LinkEvent::Routed(body) => {
+            let at = lock(machine).offset();
+            if let Err(what) = routed_in(shared, buf, body, work) {
+                lock(machine).fail(LinkError::Protocol(format!(
+                    "{what} (ROUTED frame before stream offset {at})"
+                )));
+            }
+        }
+        LinkEvent::OfferRing => match shm.map(|s| s.offer(RING_CAPACITY_DEFAULT)) {
+            Some(Ok((pid, fd, inode))) => {
+                lock(machine).offer_ring(pid, fd, inode, RING_CAPACITY_DEFAULT as u64)
+            }
+            Some(Err(why)) => {
+                tracing::warn!(%why, "no shared-memory ring; staying on the socket");
+                lock(machine).ring_unavailable(&why);
+            }
+            None => lock(machine).ring_unavailable("no ring on this link"),
+        },
+        LinkEvent::OpenRing {
+            pid,
+            fd,
+            inode,
+            capacity,
+        } => {
+            let opened = shm.map_or(Err("no ring on this link".into()), |s| {
+                s.open_offered(pid, fd, inode, capacity)
+            });
+            lock(machine).ring_opened(opened);
+        }
+        LinkEvent::RingAccepted => {
+            if let Some(shm) = shm {
+                shm.accepted();
+            }
+            // The writer switches at its next turn.
+            peer.writer_wake.notify_one();
+        }
+        LinkEvent::RingRefused(why) => {
+            if let Some(shm) = shm {
+                shm.refused(&why);
+            }
+        }
+        LinkEvent::SwitchIn => work.switch_seen = true,
+        LinkEvent::PeerClosed(c) => work.end = Some(Ok(ReadEnd::Close(c))),
+        LinkEvent::Lost(e) => work.end = Some(Err(down_reason(shared, peer.id, e))),
+        // Handshake events: the link is up already.
+        LinkEvent::PeerHello(_) | LinkEvent::Established(_) => {}
+    }
+}
+
+/// A ROUTED frame whose body is `buf[body]`: queued to be passed on, or to be delivered here
+/// (data), or handled now (end-to-end control).
+fn routed_in(
+    shared: &Shared,
+    buf: &[u8],
+    body: std::ops::Range<usize>,
+    work: &mut ReadWork,
+) -> Result<(), String> {
+    let base = body.start;
+    let body = &buf[body];
+    let (h, inner_at) = RoutedHeader::decode(body)?;
+    let inner = &body[inner_at..];
+    if h.dst != shared.config.id {
+        let inner_at = base + inner_at;
+        work.forwards.push((h, inner_at..base + body.len()));
+        return Ok(());
+    }
+    if h.kind != RoutedType::Data {
+        return shared.routed_control(&h, inner);
+    }
+    let spans = inner_spans(inner)?;
+    let pending = work
+        .routed
+        .iter()
+        .rev()
+        .find(|r| r.src == h.src)
+        .map(|r| r.next);
+    match shared.check_routed(h.src, h.src_incarnation, h.seq, pending) {
+        Err(expected) => shared.report_gap(h.src, expected),
+        Ok(skip) => {
+            let base = base + inner_at;
+            let fresh: Vec<(u32, u32)> = spans
+                .iter()
+                .skip(skip as usize)
+                .map(|&(s, n)| ((base + s) as u32, n as u32))
+                .collect();
+            work.routed.push(RoutedIn {
+                src: h.src,
+                incarnation: h.src_incarnation,
+                next: h.seq + spans.len() as u64,
+                spans: fresh,
+            });
+        }
+    }
+    Ok(())
+}
+
+pub(super) async fn read_loop<R: AsyncRead + Unpin>(
+    shared: &Shared,
+    peer: &Peer,
+    r: &mut R,
+    buf: &mut BytesMut,
+    machine: &Mutex<Link>,
+    shm: Option<&Arc<ShmLink>>,
+) -> Result<ReadEnd, DownReason> {
+    let mut read_size = READ_CHUNK_MIN_BYTES;
+    let mut events = Vec::new();
+    loop {
+        // The machine walks every whole frame in the buffer; the buffer is then cut once: the
+        // DATA payloads go to the application as one batch sharing that cut.
+        let mut spans = Spans::new();
+        let mut work = ReadWork::default();
+        let pos = {
+            let mut m = lock(machine);
+            let pos = m.handle_input(buf, shared.now(), &mut spans);
+            events.extend(std::iter::from_fn(|| m.poll_event()));
+            pos
+        };
+        // Acting on an event may make more (a ring that cannot be opened ends a link that
+        // must use one).
+        while !events.is_empty() {
+            for event in events.drain(..) {
+                act_on(shared, peer, machine, shm, buf, event, &mut work);
+            }
+            let mut m = lock(machine);
+            events.extend(std::iter::from_fn(|| m.poll_event()));
+        }
+        {
+            let mut m = lock(machine);
+            while let Some(frame) = m.poll_transmit() {
+                peer.push_control(frame);
+            }
+        }
+        if pos > 0 {
+            let chunk = buf.split_to(pos).freeze();
+            for (h, inner) in work.forwards {
+                bump(&shared.counters.relayed);
+                shared.forward(peer.id, h, &chunk[inner]).await;
+            }
+            for r in work.routed {
+                // Even a frame of duplicates is acknowledged: the sender may be waiting for it.
+                if !r.spans.is_empty() {
+                    let n = r.spans.len() as u64;
+                    shared.counters.msgs_in.fetch_add(n, Relaxed);
+                    shared
+                        .inbox
+                        .deliver(MessageBatch::new(r.src, chunk.clone(), r.spans))
+                        .await;
+                }
+                shared.routed_delivered(r.src, r.incarnation, r.next);
+                shared.send_routed_ack(r.src, r.next);
+            }
+            if !spans.is_empty() {
+                let bytes: u64 = spans.iter().map(|&(_, len)| u64::from(len)).sum();
+                let c = &shared.counters;
+                c.msgs_in.fetch_add(spans.len() as u64, Relaxed);
+                c.bytes_in.fetch_add(bytes, Relaxed);
+                let n = spans.len() as u64;
+                shared
+                    .inbox
+                    .deliver(MessageBatch::new(peer.id, chunk, spans))
+                    .await;
+                // Acknowledge once the application has them (one ACK per read, not per message).
+                let next = peer.delivered(n);
+                peer.push_control(ack_frame(next));
+            }
+        }
+        if work.switch_seen {
+            // Everything the peer wrote on the socket before its SWITCH is delivered: its ring
+            // may be read now.
+            // With no inbox left (the application dropped it), a thread reads and discards,
+            // as the socket path does.
+            if let Some((shm, c)) = shm.and_then(|s| Some((s, s.switch_in()?))) {
+                let ring = InboundRing::new(c, shm.ring.clone());
+                if let Err(ring) = shared.inbox.add_ring(ring) {
+                    ring.discard_on_a_thread();
+                }
+            }
+        }
+        if let Some(end) = work.end {
+            return end;
+        }
+        buf.reserve(lock(machine).bytes_needed(buf).max(read_size));
+        let n = r
+            .read_buf(buf)
+            .await
+            .map_err(|e| DownReason::Io(e.to_string()))?;
+        if n == 0 {
+            if buf.is_empty() {
+                return Ok(ReadEnd::Eof);
+            }
+            let at = lock(machine).offset();
+            let what = format!(
+                "connection closed in the middle of a frame ({} bytes of it received) at stream offset {at}",
+                buf.len()
+            );
+            return Err(down_reason(shared, peer.id, LinkError::Protocol(what)));
+        }
+        // Grow the read while reads come back full, shrink it when they come back mostly empty.
+        if n >= read_size {
+            read_size = (read_size * 2).min(READ_CHUNK_MAX_BYTES);
+        } else if n < read_size / 4 {
+            read_size = (read_size / 2).max(READ_CHUNK_MIN_BYTES);
+        }
+    }
+}

@@ -1,0 +1,125 @@
+//! A link's write side: what the send queue holds goes out in one `writev`, or into the
+//! link's shared-memory ring once it switched.
+
+use super::machine::lock;
+use crate::limits::WRITEV_SEGMENTS_MAX;
+use crate::peer::{Peer, Take};
+use crate::ring_tx::{wait_for_room, Flush, RingWriter};
+use crate::shm_link::ShmLink;
+use busway_core::channel::Channel;
+use busway_core::control::{Close, CloseCode};
+use busway_core::link::Link;
+use bytes::{Buf, Bytes};
+use std::io::{self, IoSlice};
+use std::sync::Mutex;
+use tokio::io::{AsyncWrite, AsyncWriteExt};
+
+pub(super) async fn write_loop<W: AsyncWrite + Unpin>(
+    w: &mut W,
+    peer: &Peer,
+    machine: &Mutex<Link>,
+    shm: Option<&ShmLink>,
+) -> io::Result<()> {
+    let mut batch: Vec<Bytes> = Vec::with_capacity(WRITEV_SEGMENTS_MAX);
+    let mut switched = false;
+    loop {
+        if !switched {
+            if let Some(p) = shm.and_then(ShmLink::take_producer) {
+                // Everything taken so far is on the socket: from here on, messages go into
+                // the ring, and the peer reads it once it read this.
+                w.write_all(&Channel::Switch.frame()).await?;
+                lock(machine).switched_out();
+                peer.start_ring(RingWriter::new(p));
+                switched = true;
+            }
+        }
+        if switched {
+            flush_ring(peer).await?;
+            match peer.take_control(&mut batch) {
+                Take::Idle => peer.writer_wake.notified().await,
+                Take::Drained => {
+                    if let Some(mut ring) = peer.end_ring() {
+                        ring.close();
+                    }
+                    w.write_all(&Close::frame(CloseCode::Normal, "closing"))
+                        .await?;
+                    w.shutdown().await?;
+                    return Ok(());
+                }
+                Take::Data => write_batch(w, &mut batch).await?,
+            }
+            continue;
+        }
+        match peer.take(&mut batch) {
+            Take::Idle => peer.writer_wake.notified().await,
+            Take::Drained => {
+                w.write_all(&Close::frame(CloseCode::Normal, "closing"))
+                    .await?;
+                w.shutdown().await?;
+                return Ok(());
+            }
+            Take::Data => write_batch(w, &mut batch).await?,
+        }
+    }
+}
+
+/// Moves the peer's queued messages into its ring, waiting (on a blocking thread, on the
+/// ring's futex) while the ring is full. Gives up on a full ring once the peer closed the link
+/// (nobody will free the ring); our own node closing waits on, bounded by its linger time.
+async fn flush_ring(peer: &Peer) -> io::Result<()> {
+    loop {
+        let waiter = match peer.flush_ring(true) {
+            None | Some(Ok(Flush::Done)) => return Ok(()),
+            Some(Err(e)) => return Err(io::Error::new(io::ErrorKind::InvalidInput, e)),
+            Some(Ok(Flush::Full(waiter))) => waiter,
+        };
+        if peer.is_closed_by_peer() {
+            return Err(io::Error::new(
+                io::ErrorKind::BrokenPipe,
+                "the peer closed the link and its shared-memory ring is full",
+            ));
+        }
+        let closed = tokio::task::spawn_blocking(move || wait_for_room(&waiter))
+            .await
+            .unwrap_or(false);
+        if closed {
+            return Err(io::Error::new(
+                io::ErrorKind::BrokenPipe,
+                "the peer closed its end of the shared-memory ring",
+            ));
+        }
+    }
+}
+
+/// Writes every buffer of `batch`, in order, with as few `writev` calls as the kernel allows.
+async fn write_batch<W: AsyncWrite + Unpin>(w: &mut W, batch: &mut Vec<Bytes>) -> io::Result<()> {
+    let mut first = 0;
+    while first < batch.len() {
+        let n = if batch.len() - first == 1 {
+            w.write(&batch[first]).await?
+        } else {
+            let iov: Vec<IoSlice<'_>> = batch[first..]
+                .iter()
+                .take(WRITEV_SEGMENTS_MAX)
+                .map(|b| IoSlice::new(b))
+                .collect();
+            w.write_vectored(&iov).await?
+        };
+        if n == 0 {
+            return Err(io::ErrorKind::WriteZero.into());
+        }
+        let mut left = n;
+        while left > 0 {
+            let seg = &mut batch[first];
+            if left >= seg.len() {
+                left -= seg.len();
+                first += 1;
+            } else {
+                seg.advance(left);
+                left = 0;
+            }
+        }
+    }
+    batch.clear();
+    Ok(())
+}

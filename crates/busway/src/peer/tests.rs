@@ -1,0 +1,66 @@
+//! The peer's queue rules: holding, taking, acknowledging.
+use super::*;
+use busway_core::handshake::local_hello;
+
+fn peer() -> Peer {
+    let hello = local_hello(BusId(2), 9, 0, [0; 16], vec![]);
+    let p = Peer::new(hello, "tcp://127.0.0.1:1".into(), 1 << 20, true);
+    p.lock().link = Some(1);
+    p
+}
+
+#[tokio::test]
+async fn room_acknowledged_by_a_new_links_handshake_wakes_waiting_senders() {
+    let hello = local_hello(BusId(2), 9, 0, [0; 16], vec![]);
+    let p = std::sync::Arc::new(Peer::new(
+        hello.clone(),
+        "tcp://127.0.0.1:1".into(),
+        100,
+        true,
+    ));
+    p.lock().link = Some(1);
+    // The queue fills, is written, and the link drops before the peer's ACK arrives.
+    let queued = p.push_copies(&[[0u8; 30]; 5]).unwrap();
+    assert_eq!(queued, 0..2, "two fit");
+    let mut batch = Vec::new();
+    p.take(&mut batch);
+    p.detach(1).unwrap();
+    let waiter = {
+        let p = p.clone();
+        tokio::spawn(async move { p.wait_for_room(30).await })
+    };
+    tokio::task::yield_now().await;
+    assert!(!waiter.is_finished(), "no room yet");
+    // The next link's handshake says the peer got both.
+    let auth = |next_send_seq, next_expected_seq| busway_core::handshake::Auth {
+        next_send_seq,
+        next_expected_seq,
+        proof: None,
+    };
+    let est = Established {
+        peer: hello,
+        peer_auth: auth(0, 2),
+        own_auth: auth(0, 0),
+    };
+    p.attach(2, &est, "tcp://127.0.0.1:1").unwrap();
+    tokio::time::timeout(std::time::Duration::from_secs(5), waiter)
+        .await
+        .expect("the waiting sender wakes")
+        .unwrap();
+}
+
+#[test]
+fn a_held_peer_writes_control_frames_and_keeps_messages_until_released() {
+    let p = peer();
+    p.hold();
+    p.push_copies(&[b"m0", b"m1"]).unwrap();
+    p.push_forward(Bytes::from_static(b"routed"), None);
+    let mut batch = Vec::new();
+    assert!(matches!(p.take(&mut batch), Take::Data));
+    assert_eq!(batch, vec![Bytes::from_static(b"routed")], "control only");
+    batch.clear();
+    assert!(matches!(p.take(&mut batch), Take::Idle), "messages wait");
+    p.release();
+    assert!(matches!(p.take(&mut batch), Take::Data));
+    assert!(!batch.is_empty(), "the messages go once released");
+}

@@ -1,0 +1,252 @@
+//! What a node's handle, listeners, dialers and links share: its configuration and identity,
+//! the table of peers and relayed destinations, the event queue, the inbox's sending half and
+//! the counters. Other modules add what they do with it (`routing`, `direct`); this one only
+//! keeps the tables and attaches and detaches links.
+
+use crate::addr::Addr;
+use crate::config::NodeConfig;
+use crate::dial::Dial;
+use crate::event::{DownReason, Event};
+use crate::hints::Hints;
+use crate::inbox::InboxSender;
+use crate::io_loops::IoLoops;
+use crate::peer::Peer;
+use crate::remote::Remote;
+use crate::stats::{bump, Counters};
+use busway_core::e2e::Arrivals;
+use busway_core::handshake::{caps, local_hello, Established, Hello, NonceCache, NONCE_LEN};
+use busway_core::link::Now;
+use busway_core::BusId;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use tokio::sync::{mpsc, watch, Notify};
+
+/// State shared by the node's handle, its listeners, dialers and links.
+pub(crate) struct Shared {
+    pub(crate) config: NodeConfig,
+    pub(crate) incarnation: u64,
+    /// This host's identity (HELLO tag 2): equal on both ends of a link within one host.
+    pub(crate) host_id: Vec<u8>,
+    pub(crate) listen_addrs: Vec<Addr>,
+    pub(crate) peers: RwLock<HashMap<BusId, Arc<Peer>>>,
+    /// Destinations reached through relays.
+    pub(crate) remotes: RwLock<HashMap<BusId, Arc<Remote>>>,
+    /// Where each source of relayed messages stands.
+    pub(crate) arrivals: Mutex<Arrivals>,
+    /// On-demand direct links: hints given and taken, dials running.
+    pub(crate) direct: Hints,
+    /// Wakes the pump task: relayed messages were queued.
+    pub(crate) pump_wake: Notify,
+    /// The bus id behind the `upstream` address, once a link to it was up.
+    pub(crate) upstream: Mutex<Option<BusId>>,
+    pub(crate) peers_changed: Notify,
+    /// The replay cache of handshakes, shared by every link's state machine.
+    pub(crate) nonces: Arc<Mutex<NonceCache>>,
+    pub(crate) events: mpsc::Sender<Event>,
+    pub(crate) inbox: InboxSender,
+    pub(crate) counters: Arc<Counters>,
+    pub(crate) loops: IoLoops,
+    pub(crate) next_link_id: AtomicU64,
+    /// Start of the node's monotonic clock (heartbeats, round trips).
+    pub(crate) epoch: Instant,
+    pub(crate) shutting_down: AtomicBool,
+    pub(crate) shutdown_tx: watch::Sender<bool>,
+}
+
+/// Milliseconds since the Unix epoch (the handshake's clock).
+pub(crate) fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+pub(crate) fn random_bytes<const N: usize>() -> [u8; N] {
+    let mut b = [0u8; N];
+    // The OS random source failing is not recoverable in any useful way; mix in the clock so
+    // the value still differs between processes.
+    if getrandom::getrandom(&mut b).is_err() {
+        let t = now_ms().to_le_bytes();
+        for (i, x) in b.iter_mut().enumerate() {
+            *x = t[i % 8] ^ (std::process::id() >> (i % 4)) as u8;
+        }
+    }
+    b
+}
+
+impl Shared {
+    pub(crate) fn local_hello(&self) -> Hello {
+        let mut h = local_hello(
+            self.config.id,
+            self.incarnation,
+            now_ms(),
+            random_bytes::<NONCE_LEN>(),
+            self.listen_addrs.iter().map(ToString::to_string).collect(),
+        );
+        h.capabilities = caps::RELIABLE | caps::RELAY;
+        if self.config.direct_links {
+            h.capabilities |= caps::DIRECT;
+        }
+        if self.config.shm_channels {
+            h.capabilities |= caps::SHM;
+        }
+        h.host_id = self.host_id.clone();
+        h
+    }
+
+    /// Milliseconds and microseconds of the node's monotonic clock.
+    pub(crate) fn clock_ms(&self) -> u64 {
+        self.epoch.elapsed().as_millis() as u64
+    }
+
+    /// Now, as the link state machines see it.
+    pub(crate) fn now(&self) -> Now {
+        Now {
+            mono_us: self.epoch.elapsed().as_micros() as u64,
+            wall_ms: now_ms(),
+        }
+    }
+
+    /// The instant of the node's monotonic clock at `mono_us` (a state machine's timeout).
+    pub(crate) fn instant_at(&self, mono_us: u64) -> Instant {
+        self.epoch + Duration::from_micros(mono_us)
+    }
+
+    pub(crate) fn next_link_id(&self) -> u64 {
+        self.next_link_id.fetch_add(1, Relaxed)
+    }
+
+    pub(crate) fn emit(&self, event: Event) {
+        if self.events.try_send(event).is_err() {
+            bump(&self.counters.events_dropped);
+        }
+    }
+
+    pub(crate) fn peers_snapshot(&self) -> Vec<Arc<Peer>> {
+        self.peers
+            .read()
+            .map(|p| p.values().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    pub(crate) fn upstream_id(&self) -> Option<BusId> {
+        *self.upstream.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(crate) fn is_shutting_down(&self) -> bool {
+        self.shutting_down.load(Relaxed)
+    }
+
+    pub(crate) fn peer(&self, id: BusId) -> Option<Arc<Peer>> {
+        self.peers
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&id)
+            .cloned()
+    }
+
+    /// Where sequence numbers resume with this (not yet authenticated) peer: read only, so an
+    /// unauthenticated HELLO changes nothing.
+    pub(crate) fn resume_point(&self, hello: &Hello) -> (u64, u64) {
+        match self.peer(hello.bus_id) {
+            Some(p) if p.incarnation() == hello.incarnation => p.resume_point(),
+            _ => (0, 0),
+        }
+    }
+
+    /// Attaches an authenticated link to its peer, creating the peer or replacing a previous
+    /// incarnation (whose unacknowledged messages are then reported undeliverable). Refuses a
+    /// second link to an id that is up, naming both incarnations.
+    pub(crate) fn attach_peer(
+        &self,
+        est: &Established,
+        addr: &str,
+        link: u64,
+        dial: Dial,
+    ) -> Result<Arc<Peer>, String> {
+        if self.shutting_down.load(Relaxed) {
+            return Err("this node is shutting down".into());
+        }
+        let id = est.peer.bus_id;
+        let mut peers = self.peers.write().unwrap_or_else(|p| p.into_inner());
+        let peer = match peers.get(&id) {
+            Some(old) if old.incarnation() == est.peer.incarnation => old.clone(),
+            Some(old) if old.is_up() => {
+                let s = old.snapshot();
+                return Err(format!(
+                    "bus id {id} is already connected from another incarnation ({:#x} via {}; this one is {:#x})",
+                    s.hello.incarnation, s.addr, est.peer.incarnation
+                ));
+            }
+            previous => {
+                if let Some(old) = previous {
+                    let seqs = old.fail_all();
+                    if !seqs.is_empty() {
+                        self.emit(Event::Undeliverable {
+                            peer: id,
+                            seqs,
+                            reason: format!(
+                                "bus id {id} restarted (incarnation {:#x} replaced by {:#x})",
+                                old.incarnation(),
+                                est.peer.incarnation
+                            ),
+                        });
+                    }
+                }
+                let fresh = Arc::new(Peer::new(
+                    est.peer.clone(),
+                    addr.to_owned(),
+                    self.config.send_queue_bytes_max,
+                    matches!(dial, Dial::Direct(_)),
+                ));
+                peers.insert(id, fresh.clone());
+                fresh
+            }
+        };
+        peer.attach(link, est, addr)?;
+        Ok(peer)
+    }
+
+    /// A link attached by `attach_peer` is ready for traffic (see `link::run`): it becomes
+    /// the upstream if dialed so, and waiters for peers hear of it.
+    pub(crate) fn peer_ready(&self, peer: &Peer, dial: Dial) {
+        if dial == Dial::Upstream {
+            *self.upstream.lock().unwrap_or_else(|p| p.into_inner()) = Some(peer.id);
+        }
+        self.peers_changed.notify_waiters();
+    }
+
+    /// Detaches a link that went down, reports it, and arms the peer's deadline.
+    pub(crate) fn detach_peer(self: &Arc<Self>, peer: &Arc<Peer>, link: u64, reason: DownReason) {
+        let Some((epoch, unacked)) = peer.detach(link) else {
+            return;
+        };
+        tracing::debug!(peer = %peer.id, %reason, unacked, "link down");
+        self.emit(Event::PeerDown {
+            peer: peer.id,
+            reason,
+            unacked,
+        });
+        self.peers_changed.notify_waiters();
+        let shared = self.clone();
+        let peer = peer.clone();
+        let deadline = Duration::from_millis(self.config.peer_dead_after_ms);
+        tokio::spawn(async move {
+            tokio::time::sleep(deadline).await;
+            if let Some(seqs) = peer.expire(epoch) {
+                if !seqs.is_empty() {
+                    shared.emit(Event::Undeliverable {
+                        peer: peer.id,
+                        seqs,
+                        reason: format!(
+                            "bus id {} stayed down for {} ms",
+                            peer.id,
+                            deadline.as_millis()
+                        ),
+                    });
+                }
+            }
+        });
+    }
+}
