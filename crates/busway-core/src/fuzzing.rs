@@ -121,6 +121,111 @@ pub fn peer_bodies(data: &[u8]) {
     }
 }
 
+/// Feeds arbitrary frames, each with a valid check so that it reaches the rules behind it, to
+/// an up link's state machine (sharing a host with its peer when the first byte is odd, so that
+/// CHANNEL frames are allowed). Each frame is a kind byte, a u16 LE body length and the body,
+/// taken from the data (a kind byte of 0xf0 or more sends the body as raw bytes). Must never
+/// panic; message places must lie inside the input; nothing
+/// is taken once the link is lost or the peer closed it.
+pub fn link(data: &[u8]) {
+    use crate::handshake::caps;
+    use crate::link::{Link, LinkConfig, LinkEvent, Now, Spans};
+    let Some((&mode, mut rest)) = data.split_first() else {
+        return;
+    };
+    let now = Now {
+        mono_us: 0,
+        wall_ms: 1_000_000,
+    };
+    let end = |role, id: u64| {
+        let config = LinkConfig {
+            role,
+            secret: None,
+            clock_skew_max_ms: 30_000,
+            handshake_timeout_ms: 1_000,
+            frame_body_max: 1 << 16,
+            heartbeat_interval_ms: 100,
+            heartbeat_misses_max: 3,
+            shm: true,
+            ring_required: false,
+            expect_peer: None,
+            remote: "fuzz://peer".into(),
+        };
+        let mut hello = local_hello(BusId(id), id, 1_000_000, [id as u8; NONCE_LEN], vec![]);
+        hello.capabilities = caps::SHM;
+        hello.host_id = if mode & 1 == 1 || id == 1 {
+            b"h".to_vec()
+        } else {
+            b"other".to_vec()
+        };
+        Link::new(config, hello, Default::default(), now)
+    };
+    let (mut a, mut b) = (end(Role::Dialer, 1), end(Role::Listener, 2));
+    // The handshake, over two in-memory pipes.
+    let (mut to_a, mut to_b) = (Vec::new(), Vec::new());
+    let mut spans = Spans::new();
+    for _ in 0..8 {
+        while let Some(f) = a.poll_transmit() {
+            to_b.extend_from_slice(&f);
+        }
+        while let Some(f) = b.poll_transmit() {
+            to_a.extend_from_slice(&f);
+        }
+        for (link, pipe) in [(&mut a, &mut to_a), (&mut b, &mut to_b)] {
+            let n = link.handle_input(pipe, now, &mut spans);
+            pipe.drain(..n);
+            while let Some(e) = link.poll_event() {
+                if let LinkEvent::PeerHello(_) = e {
+                    link.send_auth(0, 0);
+                }
+            }
+        }
+    }
+    assert!(b.uses_rings() || mode & 1 == 0 || b.is_closed());
+    let mut stream = Vec::new();
+    while rest.len() >= 3 {
+        let kind = rest[0];
+        let len = usize::from(u16::from_le_bytes([rest[1], rest[2]])).min(rest.len() - 3);
+        let body = &rest[3..3 + len];
+        rest = &rest[3 + len..];
+        // Most kind bytes pick a valid kind (so the frame reaches the rules); a few send the
+        // body as raw bytes (whatever it makes of a header).
+        const KINDS: [u8; 10] = [0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x10, 0x11, 0x20];
+        match crate::frame::FrameKind::from_u8(KINDS[usize::from(kind) % KINDS.len()]) {
+            Some(k) if kind < 0xf0 => stream.extend_from_slice(&crate::frame::frame_bytes(k, body)),
+            _ => stream.extend_from_slice(body),
+        }
+    }
+    let mut pos = 0;
+    while pos < stream.len() {
+        spans.clear();
+        let n = b.handle_input(&stream[pos..], now, &mut spans);
+        for &(s, l) in &spans {
+            assert!(
+                (s + l) as usize <= stream.len() - pos,
+                "a message outside the input"
+            );
+        }
+        let mut over = false;
+        while let Some(e) = b.poll_event() {
+            match e {
+                LinkEvent::OpenRing { fd, .. } => b.ring_opened(if fd % 2 == 0 {
+                    Ok(())
+                } else {
+                    Err("odd".into())
+                }),
+                LinkEvent::Lost(_) | LinkEvent::PeerClosed(_) => over = true,
+                _ => {}
+            }
+        }
+        if over || n == 0 {
+            assert_eq!(b.handle_input(&stream[pos + n..], now, &mut spans), 0);
+            return;
+        }
+        pos += n;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;
@@ -134,6 +239,11 @@ mod tests {
         #[test]
         fn peer_bodies_never_panic(data in prop::collection::vec(any::<u8>(), 0..512)) {
             super::peer_bodies(&data);
+        }
+
+        #[test]
+        fn link_never_panics(data in prop::collection::vec(any::<u8>(), 0..2048)) {
+            super::link(&data);
         }
 
         #[test]
