@@ -365,7 +365,7 @@ impl Sim {
             }
         }
         // The application sends a few more messages.
-        let want = (self.rng.below(4) as u64).min(MSGS_PER_DIRECTION - peer.sent);
+        let want = self.rng.below(4).min(MSGS_PER_DIRECTION - peer.sent);
         for _ in 0..want {
             let n = peer.sent + 1;
             if peer.outbox.push_copies(&[n.to_le_bytes()]) == 0 {
