@@ -9,11 +9,10 @@
 //! frame that starts past what it expects. Time comes in as an argument (milliseconds of any
 //! monotonic clock). The runtime (`busway::Remote`) wraps a `Departures` in a lock.
 
-use crate::frame::{frame_bytes, FrameKind};
 use crate::id::BusId;
 use crate::outbox::Outbox;
-use crate::routed::{RoutedHeader, RoutedType};
-use bytes::{Bytes, BytesMut};
+use crate::routed::{routed_frame_parts, RoutedHeader, RoutedType};
+use bytes::Bytes;
 use std::collections::HashMap;
 use std::ops::Range;
 
@@ -82,15 +81,17 @@ impl Departures {
         self.incarnation
     }
 
-    /// Every unwritten message as ROUTED DATA frames from `src` to `dst`, one per chunk.
-    pub fn take_frames(
+    /// Every unwritten message as ROUTED DATA frames from `src` to `dst`, one per chunk, each
+    /// as the buffers it is written from (see [`routed_frame_parts`]: the chunks' frames are
+    /// shared with the outbox, not copied).
+    pub fn take_frame_parts(
         &mut self,
         src: BusId,
         src_incarnation: u64,
         dst: BusId,
         ttl: u8,
         now_ms: u64,
-    ) -> Vec<Bytes> {
+    ) -> Vec<Vec<Bytes>> {
         let had_in_flight = self.outbox.has_written_unacked();
         let mut frames = Vec::new();
         self.outbox.take_chunks(|first_seq, inner, payload| {
@@ -103,20 +104,32 @@ impl Departures {
                 seq: first_seq,
                 route: Vec::new(),
             };
-            let extra = payload.map_or(0, Bytes::len);
-            let mut body = BytesMut::with_capacity(header.len() + inner.len() + extra);
-            header.encode(&mut body);
-            body.extend_from_slice(inner);
-            if let Some(p) = payload {
-                body.extend_from_slice(p);
-            }
-            frames.push(frame_bytes(FrameKind::Routed, &body));
+            let inner = match payload {
+                Some(p) => vec![inner.clone(), p.clone()],
+                None => vec![inner.clone()],
+            };
+            frames.push(routed_frame_parts(&header, &inner));
         });
         if !frames.is_empty() && !had_in_flight {
             // Nothing was awaiting acknowledgement: the wait for one starts now.
             self.last_progress_ms = now_ms;
         }
         frames
+    }
+
+    /// Like [`Departures::take_frame_parts`], each frame in one buffer (for simulations).
+    pub fn take_frames(
+        &mut self,
+        src: BusId,
+        src_incarnation: u64,
+        dst: BusId,
+        ttl: u8,
+        now_ms: u64,
+    ) -> Vec<Bytes> {
+        self.take_frame_parts(src, src_incarnation, dst, ttl, now_ms)
+            .into_iter()
+            .map(|parts| Bytes::from(parts.concat()))
+            .collect()
     }
 
     /// No path now, or a transient failure: remember since when.
@@ -253,6 +266,7 @@ mod tests {
     use super::*;
     use crate::frame::{FrameDecoder, BODY_LEN_CEILING};
     use crate::sim::{inner_messages, SimRng};
+    use bytes::BytesMut;
     use std::collections::VecDeque;
 
     const SRC: BusId = BusId(1);

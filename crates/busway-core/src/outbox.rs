@@ -123,6 +123,8 @@ pub struct Outbox {
     tail_msgs: u64,
     /// Control frames for the current link; written before data, never kept for a resend.
     control: Vec<Bytes>,
+    /// Bytes of `control` (kept, not summed: a relay asks at every frame it queues).
+    control_bytes: usize,
     /// A busy-size buffer recovered from an acknowledged chunk, for the next tail: reusing it
     /// saves the allocator a fresh mapping (and the kernel the page faults) per chunk.
     spare: Option<BytesMut>,
@@ -149,6 +151,7 @@ impl Outbox {
             tail_first_seq: first_seq,
             tail_msgs: 0,
             control: Vec::new(),
+            control_bytes: 0,
             spare: None,
             headers: BytesMut::new(),
             next_seq: first_seq,
@@ -263,6 +266,7 @@ impl Outbox {
 
     /// Queues a control frame for the current link, ahead of any data not yet written.
     pub fn push_control(&mut self, frame: Bytes) {
+        self.control_bytes += frame.len();
         self.control.push(frame);
     }
 
@@ -286,6 +290,7 @@ impl Outbox {
     /// Appends only the control frames to `out` (messages wait); returns how many bytes.
     pub fn take_control(&mut self, out: &mut Vec<Bytes>) -> usize {
         let mut n = 0;
+        self.control_bytes = 0;
         for c in self.control.drain(..) {
             n += c.len();
             out.push(c);
@@ -335,7 +340,7 @@ impl Outbox {
 
     /// Bytes of control frames waiting.
     pub fn control_bytes(&self) -> usize {
-        self.control.iter().map(Bytes::len).sum()
+        self.control_bytes
     }
 
     /// Whether messages handed to a link still await acknowledgement.
@@ -406,6 +411,7 @@ impl Outbox {
             });
         }
         self.control.clear();
+        self.control_bytes = 0;
         self.drop_below(peer_next_expected);
         let start = self.acked;
         if let Some(front) = self.chunks.front() {
@@ -438,6 +444,7 @@ impl Outbox {
         self.tail_msgs = 0;
         self.tail_first_seq = self.next_seq;
         self.control.clear();
+        self.control_bytes = 0;
         self.acked = self.next_seq;
         self.bytes = 0;
         range

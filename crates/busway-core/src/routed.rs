@@ -267,6 +267,24 @@ pub fn decode_hint(inner: &[u8]) -> Result<(BusId, Vec<String>), String> {
     Ok((about, addrs))
 }
 
+/// A ROUTED frame as the buffers it is written from, in order: one small buffer with the frame
+/// header and `header`, then `inner`'s buffers, shared, not copied (what a relay passes on and
+/// a source sends from its outbox). The frame check covers them all.
+pub fn routed_frame_parts(header: &RoutedHeader, inner: &[Bytes]) -> Vec<Bytes> {
+    let mut head = BytesMut::with_capacity(crate::frame::HEADER_LEN + header.len());
+    head.put_bytes(0, crate::frame::HEADER_LEN);
+    header.encode(&mut head);
+    let mut body: Vec<&[u8]> = Vec::with_capacity(1 + inner.len());
+    body.push(&head[crate::frame::HEADER_LEN..]);
+    body.extend(inner.iter().map(|b| &b[..]));
+    let frame_header = crate::frame::encode_header_gathered(crate::frame::FrameKind::Routed, &body);
+    head[..crate::frame::HEADER_LEN].copy_from_slice(&frame_header);
+    let mut parts = Vec::with_capacity(1 + inner.len());
+    parts.push(head.freeze());
+    parts.extend(inner.iter().filter(|b| !b.is_empty()).cloned());
+    parts
+}
+
 /// A whole ROUTED frame: `header`, then `inner`.
 pub fn routed_frame(header: &RoutedHeader, inner: &[u8]) -> Bytes {
     let mut body = BytesMut::with_capacity(header.len() + inner.len());

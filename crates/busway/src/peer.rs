@@ -176,15 +176,19 @@ impl Peer {
         self.lock().dead
     }
 
-    /// Queues a ROUTED frame for the attached link (relayed, or this node's own end-to-end
-    /// traffic), within `limit` bytes of such frames if given. False if it was not queued (no
-    /// link, or the limit): the frame is dropped, and end-to-end resending covers it.
-    pub(crate) fn push_forward(&self, frame: Bytes, limit: Option<usize>) -> bool {
+    /// Queues a ROUTED frame, given as the buffers it is written from, for the attached link
+    /// (relayed, or this node's own end-to-end traffic), within `limit` bytes of such frames if
+    /// given. False if it was not queued (no link, or the limit): the frame is dropped, and
+    /// end-to-end resending covers it.
+    pub(crate) fn push_forward(&self, parts: Vec<Bytes>, limit: Option<usize>) -> bool {
+        let len: usize = parts.iter().map(Bytes::len).sum();
         let mut st = self.lock();
-        if st.link.is_none() || limit.is_some_and(|l| st.outbox.control_bytes() + frame.len() > l) {
+        if st.link.is_none() || limit.is_some_and(|l| st.outbox.control_bytes() + len > l) {
             return false;
         }
-        st.outbox.push_control(frame);
+        for p in parts {
+            st.outbox.push_control(p);
+        }
         self.wake_writer(st);
         true
     }
@@ -193,10 +197,12 @@ impl Peer {
     /// it reads from rather than drop what it relays. False if there was no room in time.
     pub(crate) async fn push_forward_wait(
         &self,
-        frame: Bytes,
+        parts: Vec<Bytes>,
         limit: usize,
         wait: std::time::Duration,
     ) -> bool {
+        let len: usize = parts.iter().map(Bytes::len).sum();
+        let mut parts = Some(parts);
         let deadline = tokio::time::Instant::now() + wait;
         loop {
             let notified = self.forward_room.notified();
@@ -207,8 +213,10 @@ impl Peer {
                 if st.link.is_none() {
                     return false;
                 }
-                if st.outbox.control_bytes() + frame.len() <= limit {
-                    st.outbox.push_control(frame);
+                if st.outbox.control_bytes() + len <= limit {
+                    for p in parts.take().into_iter().flatten() {
+                        st.outbox.push_control(p);
+                    }
                     self.wake_writer(st);
                     return true;
                 }

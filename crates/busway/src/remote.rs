@@ -134,17 +134,18 @@ impl Remote {
         std::mem::take(&mut self.lock().pump_pending)
     }
 
-    /// Every unwritten message as ROUTED DATA frames from `src`.
-    pub(crate) fn take_frames(
+    /// Every unwritten message as ROUTED DATA frames from `src`, each as the buffers it is
+    /// written from.
+    pub(crate) fn take_frame_parts(
         &self,
         src: BusId,
         src_incarnation: u64,
         ttl: u8,
         now_ms: u64,
-    ) -> Vec<Bytes> {
+    ) -> Vec<Vec<Bytes>> {
         self.lock()
             .departures
-            .take_frames(src, src_incarnation, self.id, ttl, now_ms)
+            .take_frame_parts(src, src_incarnation, self.id, ttl, now_ms)
     }
 
     pub(crate) fn stall(&self, now_ms: u64) {
@@ -218,7 +219,7 @@ mod tests {
         );
         assert_eq!(r.push_copies(&[b"c"]), Err(PushError::Rerouted));
         assert_eq!(
-            r.take_frames(BusId(1), 1, 16, 0).len(),
+            r.take_frame_parts(BusId(1), 1, 16, 0).len(),
             1,
             "held ones still go"
         );

@@ -201,7 +201,7 @@ pub(super) async fn read_loop<R: AsyncRead + Unpin>(
             let chunk = buf.split_to(pos).freeze();
             for (h, inner) in work.forwards {
                 bump(&shared.counters.relayed);
-                shared.forward(peer.id, h, &chunk[inner]).await;
+                shared.forward(peer.id, h, chunk.slice(inner)).await;
             }
             for r in work.routed {
                 // Even a frame of duplicates is acknowledged: the sender may be waiting for it.

@@ -54,7 +54,7 @@ fn a_held_peer_writes_control_frames_and_keeps_messages_until_released() {
     let p = peer();
     p.hold();
     p.push_copies(&[b"m0", b"m1"]).unwrap();
-    p.push_forward(Bytes::from_static(b"routed"), None);
+    p.push_forward(vec![Bytes::from_static(b"routed")], None);
     let mut batch = Vec::new();
     assert!(matches!(p.take(&mut batch), Take::Data));
     assert_eq!(batch, vec![Bytes::from_static(b"routed")], "control only");
