@@ -7,6 +7,9 @@ use std::time::Duration;
 
 /// Longest any single wait in these tests may take.
 pub const WAIT: Duration = Duration::from_secs(10);
+/// How often a test looks at a node's state while it waits for that state (always bounded by
+/// `WAIT`), in ms.
+pub const POLL_MS: u64 = 2;
 
 /// The transports every conformance test runs over; tcp6 is left out where the machine has no
 /// IPv6 loopback. `shm` is a Unix link whose data moves to shared-memory rings, opened through
@@ -144,6 +147,18 @@ pub async fn expect_in_order(
     range: std::ops::Range<u64>,
     msg: fn(u64) -> Vec<u8>,
 ) {
+    expect_in_order_and(inbox, from, range, msg, |_| {}).await;
+}
+
+/// Like `expect_in_order`, calling `progress` with the next number expected after each batch
+/// (to act while the stream flows, e.g. cut the link once part of it is in).
+pub async fn expect_in_order_and(
+    inbox: &mut busway::Inbox,
+    from: BusId,
+    range: std::ops::Range<u64>,
+    msg: fn(u64) -> Vec<u8>,
+    mut progress: impl FnMut(u64),
+) {
     let mut expected = range.start;
     let done = tokio::time::timeout(Duration::from_secs(30), async {
         while expected < range.end {
@@ -155,8 +170,30 @@ pub async fn expect_in_order(
                 assert_eq!(p, msg(seq).as_slice());
                 expected += 1;
             }
+            progress(expected);
         }
     })
     .await;
     assert!(done.is_ok(), "stream stalled at {expected}");
+}
+
+/// The marker `nothing_more_from` sends: no numbered message of the tests looks like it.
+const END_MARKER: &[u8] = b"end of the stream: nothing after this";
+
+/// Asserts that `inbox` holds nothing more from `from` (no duplicate after the end of a
+/// stream): `from` sends a marker, and the next message must be it. No quiet period to wait
+/// out: messages of a pair arrive in the order sent, so a duplicate would come first.
+pub async fn nothing_more_from(from: &busway::Node, inbox: &mut busway::Inbox, to: BusId) {
+    from.send(to, bytes::Bytes::from_static(END_MARKER))
+        .await
+        .unwrap();
+    let next = tokio::time::timeout(WAIT, inbox.recv())
+        .await
+        .expect("the marker arrives")
+        .unwrap();
+    assert_eq!(
+        (next.src, next.payload.as_ref()),
+        (from.id(), END_MARKER),
+        "nothing between the end of the stream and the marker"
+    );
 }

@@ -108,11 +108,7 @@ async fn messages_cross_a_relay_in_order_and_a_restarted_relay_loses_nothing() {
     let routed = a.relayed_peers();
     assert_eq!(routed[0].id, BusId(2));
     assert_eq!(routed[0].incarnation, Some(b.incarnation()));
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    assert!(
-        inbox.try_recv_batch().is_none(),
-        "no duplicate after the end"
-    );
+    nothing_more_from(&a, &mut inbox, BusId(2)).await;
     for n in [a, b, relay.unwrap()] {
         n.shutdown().await;
     }
@@ -192,7 +188,13 @@ async fn a_relayed_receiver_killed_for_good_is_reported_at_the_deadline() {
     );
     drop(ib);
     drop(b);
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    // The relay sees 2 gone before 1 sends again.
+    let gone = tokio::time::timeout(WAIT, async {
+        while r.peers().iter().any(|p| p.id == BusId(2) && p.up) {
+            tokio::time::sleep(Duration::from_millis(POLL_MS)).await;
+        }
+    });
+    assert!(gone.await.is_ok(), "the relay saw 2 go");
     for i in 0..10u8 {
         a.send(BusId(2), bytes::Bytes::from(vec![i])).await.unwrap();
     }

@@ -71,16 +71,17 @@ async fn same_host_links_move_their_data_to_shared_memory_by_themselves() {
             let b = b.clone();
             tokio::spawn(async move { stream(&b, BusId(1), 200_000..300_000).await })
         };
-        tokio::time::sleep(Duration::from_millis(5)).await;
-        b.disconnect(BusId(1));
-        expect(&mut inbox, BusId(2), 200_000..300_000).await;
+        // Cut once part of the stream is in, while the rest flows.
+        let mut cut = false;
+        expect_in_order_and(&mut inbox, BusId(2), 200_000..300_000, msg, |next| {
+            if next >= 210_000 && !std::mem::replace(&mut cut, true) {
+                assert!(b.disconnect(BusId(1)), "{transport}: a link to cut");
+            }
+        })
+        .await;
         sender.await.unwrap();
         assert!(b.flush(WAIT).await, "{transport}: all acknowledged");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        assert!(
-            inbox.try_recv_batch().is_none(),
-            "{transport}: no duplicate"
-        );
+        nothing_more_from(&b, &mut inbox, BusId(1)).await;
         assert_eq!(a.stats().shm_channels, 2, "{transport}: switched again");
         a.shutdown().await;
         b.shutdown().await;
@@ -173,13 +174,17 @@ async fn nodes_of_one_process_take_in_process_channels_by_themselves() {
         let b = b.clone();
         tokio::spawn(async move { stream(&b, BusId(1), 100_000..200_000).await })
     };
-    tokio::time::sleep(Duration::from_millis(5)).await;
-    b.disconnect(BusId(1));
-    expect(&mut inbox, BusId(2), 100_000..200_000).await;
+    // Cut once part of the stream is in, while the rest flows.
+    let mut cut = false;
+    expect_in_order_and(&mut inbox, BusId(2), 100_000..200_000, msg, |next| {
+        if next >= 110_000 && !std::mem::replace(&mut cut, true) {
+            assert!(b.disconnect(BusId(1)), "a link to cut");
+        }
+    })
+    .await;
     sender.await.unwrap();
     assert!(b.flush(WAIT).await, "all acknowledged");
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    assert!(inbox.try_recv_batch().is_none(), "no duplicate");
+    nothing_more_from(&b, &mut inbox, BusId(1)).await;
     assert_eq!(a.stats().mem_channels, 2, "switched again");
     a.shutdown().await;
     b.shutdown().await;
