@@ -11,13 +11,13 @@
 
 use crate::id::BusId;
 use crate::outbox::Outbox;
-use crate::routed::{routed_frame_parts, RoutedHeader, RoutedType};
+use crate::routed::{routed_frame_parts, FailReason, RoutedHeader, RoutedType};
 use bytes::Bytes;
 use std::collections::HashMap;
 use std::ops::Range;
 
 /// What an acknowledgement or a gap report changed.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Verdict {
     Nothing,
     /// The destination restarted: these messages to its previous incarnation (given) are lost.
@@ -32,6 +32,19 @@ pub enum Check {
     Retry,
     /// Give up on everything held (nothing moved for the deadline).
     Expire,
+}
+
+/// What a FAIL did to a destination's departures.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FailOutcome {
+    /// A gap: everything from the number the destination expects is unwritten again (write
+    /// it); the verdict says whether the destination restarted.
+    Resend(Verdict),
+    /// A transient failure (the destination down for now, a congested relay): the messages
+    /// wait for a path; the deadline counts from now.
+    Stalled,
+    /// A failure for good (unknown id, TTL, loop): these messages are given up; report them.
+    GaveUp(Range<u64>),
 }
 
 /// The sender's side for one destination.
@@ -130,6 +143,25 @@ impl Departures {
             .into_iter()
             .map(|parts| Bytes::from(parts.concat()))
             .collect()
+    }
+
+    /// A FAIL from a relay or the destination about the messages from `seq` on (the FAIL's
+    /// source incarnation is `incarnation`, meaningful for a gap only): what this end does.
+    pub fn on_fail(
+        &mut self,
+        reason: FailReason,
+        incarnation: u64,
+        seq: u64,
+        now_ms: u64,
+    ) -> FailOutcome {
+        if reason == FailReason::Gap {
+            FailOutcome::Resend(self.gap(incarnation, seq))
+        } else if reason.is_transient() {
+            self.stall(now_ms);
+            FailOutcome::Stalled
+        } else {
+            FailOutcome::GaveUp(self.fail_all())
+        }
     }
 
     /// No path now, or a transient failure: remember since when.

@@ -16,7 +16,7 @@
 //! and in order per (source, destination), and end with everything acknowledged.
 //! `BUSWAY_SIM_SEEDS=N` runs N schedules (default 200); `BUSWAY_SIM_SEED=S` runs one.
 
-use busway_core::e2e::{Arrivals, Check, Departures, Verdict};
+use busway_core::e2e::{Arrivals, Check, Departures, FailOutcome, Verdict};
 use busway_core::frame::BODY_LEN_CEILING;
 use busway_core::relay::{self, Neighbor};
 use busway_core::routed::{
@@ -269,12 +269,10 @@ impl Cluster {
                 let (reason, about, text) = decode_fail(&inner).unwrap();
                 let now = self.now;
                 let d = self.departure(at, about.0);
-                match reason {
-                    FailReason::Gap => {
-                        d.gap(h.src_incarnation, h.seq);
-                    }
-                    r if r.is_transient() => d.stall(now),
-                    r => panic!("a relay gave up on messages: {r}: {text}"),
+                match d.on_fail(reason, h.src_incarnation, h.seq, now) {
+                    FailOutcome::Resend(v) => assert_eq!(v, Verdict::Nothing),
+                    FailOutcome::Stalled => {}
+                    FailOutcome::GaveUp(_) => panic!("gave up on messages: {reason}: {text}"),
                 }
             }
             RoutedType::Hint => unreachable!("the simulated relays do not hint"),
@@ -303,16 +301,24 @@ impl Cluster {
         encode_fail(&h, reason, BusId(about), "simulated")
     }
 
-    /// Relay `at` passes a frame on, or reports the destination down to its source.
+    /// Relay `at` passes a frame on, or reports why not to its source: the relay's decision is
+    /// busway-core's (`relay::forward`), as in the runtime.
     fn relay(&mut self, at: u64, from: u64, mut h: RoutedHeader, inner: &[u8]) {
-        relay::pass_on(&mut h, BusId(at)).expect("no TTL or loop in a tree");
-        match self.hop(at, h.dst.0, Some(from)) {
-            Some(hop) => self.put(at, hop, routed_frame(&h, inner)),
-            None if h.kind == RoutedType::Data => {
-                let f = self.fail_frame(at, h.src.0, h.seq, FailReason::PeerDown, h.dst.0);
+        let neighbors = self.neighbors(at);
+        let view = relay::RelayView {
+            me: BusId(at),
+            neighbors: &neighbors,
+            upstream: parent_of(at).map(BusId),
+            uptime_ms: self.now,
+            grace_ms: 0,
+        };
+        match relay::forward(&mut h, BusId(from), &view) {
+            Ok(hop) => self.put(at, hop.0, routed_frame(&h, inner)),
+            Err(refusal) if refusal.report => {
+                let f = self.fail_frame(at, h.src.0, h.seq, refusal.reason, h.dst.0);
                 self.control(at, RoutedType::Fail, h.src.0, h.seq, Some(f));
             }
-            None => {}
+            Err(_) => {}
         }
     }
 

@@ -6,7 +6,8 @@
 //! and the links' readers (`ack`, `gap`, `stall`).
 
 use crate::peer::PushError;
-use busway_core::e2e::{Check, Departures, Verdict};
+use busway_core::e2e::{Check, Departures, FailOutcome, Verdict};
+use busway_core::routed::FailReason;
 use busway_core::BusId;
 use bytes::Bytes;
 use std::ops::Range;
@@ -168,9 +169,23 @@ impl Remote {
         verdict
     }
 
-    /// The destination reported a gap: it expects `next_expected` next.
-    pub(crate) fn gap(&self, incarnation: u64, next_expected: u64) -> Verdict {
-        self.lock().departures.gap(incarnation, next_expected)
+    /// A FAIL about the messages from `seq` on (see `Departures::on_fail`); senders waiting
+    /// for room hear of messages given up.
+    pub(crate) fn on_fail(
+        &self,
+        reason: FailReason,
+        incarnation: u64,
+        seq: u64,
+        now_ms: u64,
+    ) -> FailOutcome {
+        let outcome = self
+            .lock()
+            .departures
+            .on_fail(reason, incarnation, seq, now_ms);
+        if let FailOutcome::GaveUp(_) = outcome {
+            self.room.notify_waiters();
+        }
+        outcome
     }
 
     /// Gives up on every message held; later sends fail until `revive`.

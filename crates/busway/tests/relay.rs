@@ -213,3 +213,58 @@ async fn a_relayed_receiver_killed_for_good_is_reported_at_the_deadline() {
     a.shutdown().await;
     r.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_destination_behind_a_mid_tier_relay_whose_link_is_down_waits_rather_than_fails() {
+    // 1 below the top relay 100; 7 below the mid-tier relay 50, which serves 5..=9 for 100.
+    let top = strict_relay().await;
+    let top_addr = top.listen_addrs()[0].clone();
+    let mut mc = config(50)
+        .listen(listen_addr("tcp4"))
+        .upstream(top_addr.clone());
+    mc.subtree = Some((BusId(5), BusId(9)));
+    // It comes back late: messages for 7 reach the top while its way down is cut.
+    mc.dial_backoff_min_ms = 300;
+    let mid = start(mc).await;
+    assert!(mid.wait_for_peer(RELAY, WAIT).await);
+    let a = below(1, &top_addr, |_| {}).await;
+    let mut b = config(7).upstream(mid.listen_addrs()[0].clone());
+    b.direct_links = false;
+    let b = start(b).await;
+    assert!(b.wait_for_peer(BusId(50), WAIT).await);
+    let mut inbox = b.take_inbox().unwrap();
+    let mut events = a.take_events().unwrap();
+    a.send(BusId(7), bytes::Bytes::from_static(b"before"))
+        .await
+        .unwrap();
+    assert_eq!(inbox.recv().await.unwrap().payload.as_ref(), b"before");
+    // Cut 50's link to the top and wait until the top sees it down.
+    assert!(mid.disconnect(RELAY));
+    let down = tokio::time::timeout(WAIT, async {
+        while top.peers().iter().any(|p| p.id == BusId(50) && p.up) {
+            tokio::time::sleep(Duration::from_millis(POLL_MS)).await;
+        }
+    });
+    assert!(down.await.is_ok(), "the top relay saw 50 go");
+    a.send(BusId(7), bytes::Bytes::from_static(b"while cut"))
+        .await
+        .unwrap();
+    let got = tokio::time::timeout(WAIT, inbox.recv()).await;
+    assert_eq!(
+        got.expect("delivered once 50 is back")
+            .unwrap()
+            .payload
+            .as_ref(),
+        b"while cut"
+    );
+    assert!(a.flush(WAIT).await, "acknowledged end to end");
+    while let Ok(Some(e)) = tokio::time::timeout(Duration::ZERO, events.recv()).await {
+        assert!(
+            !matches!(e, Event::Undeliverable { .. }),
+            "nothing given up: {e:?}"
+        );
+    }
+    for n in [a, b, mid, top] {
+        n.shutdown().await;
+    }
+}
