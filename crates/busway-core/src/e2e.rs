@@ -61,6 +61,9 @@ pub struct Departures {
     last_progress_ms: u64,
     last_retry_ms: u64,
     dead: bool,
+    /// A direct link to the destination came up: new messages go there, and what is held
+    /// here is acknowledged first (see [`Departures::supersede`]).
+    superseded: bool,
 }
 
 impl Departures {
@@ -73,7 +76,28 @@ impl Departures {
             last_progress_ms: now_ms,
             last_retry_ms: 0,
             dead: false,
+            superseded: false,
         }
+    }
+
+    /// A direct link to the destination came up: later messages must take it (the caller
+    /// checks [`Departures::is_superseded`] before queueing here). Returns how many messages
+    /// sent through relays are still unacknowledged: the direct link holds its own messages
+    /// until these are acknowledged (or given up), so that order holds across the switch.
+    pub fn supersede(&mut self) -> u64 {
+        self.superseded = true;
+        self.outbox.unacked()
+    }
+
+    /// Whether new messages go by a direct link instead (see [`Departures::supersede`]).
+    pub fn is_superseded(&self) -> bool {
+        self.superseded
+    }
+
+    /// The direct link was given up (down past its deadline): traffic goes through relays
+    /// again, numbered on from where it was.
+    pub fn resume_relaying(&mut self) {
+        self.superseded = false;
     }
 
     pub fn outbox(&self) -> &Outbox {

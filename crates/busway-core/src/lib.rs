@@ -11,7 +11,7 @@
 //! - [`handshake`]: the HELLO/AUTH exchange, shared-secret proofs and the replay cache.
 //! - [`link`]: one link's protocol as a state machine (handshake, frame rules, heartbeats, rings).
 //! - [`outbox`], [`e2e`]: numbering, holding and resending messages on a link and end to end.
-//! - [`routed`], [`relay`]: the ROUTED frame and routing decisions.
+//! - [`routed`], [`relay`], [`hints`]: the ROUTED frame, routing decisions, direct-link hints.
 //! - [`fuzzing`]: entry points shared by the fuzz targets and the property tests.
 
 pub mod channel;
@@ -20,6 +20,7 @@ pub mod e2e;
 pub mod frame;
 pub mod fuzzing;
 pub mod handshake;
+pub mod hints;
 pub mod id;
 pub mod link;
 pub mod outbox;

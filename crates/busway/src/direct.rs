@@ -69,14 +69,11 @@ impl Shared {
     /// Starts a dial task for each hint.
     pub(crate) async fn discovery_loop(self: Arc<Self>) {
         loop {
-            let hints = self.direct.next_hints().await;
+            let dials = self.direct.next_dials().await;
             if self.is_shutting_down() {
                 return;
             }
-            for (dst, addrs) in hints {
-                if !self.direct.start_dial(dst) {
-                    continue;
-                }
+            for (dst, addrs) in dials {
                 let shared = self.clone();
                 self.loops.pick().spawn(async move {
                     shared.dial_direct(dst, &addrs).await;

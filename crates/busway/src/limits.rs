@@ -60,13 +60,13 @@ const _: () = assert!(busway_core::frame::DEFAULT_BODY_LEN_MAX <= DEFAULT_SEND_Q
 const _: () = assert!(busway_core::frame::DEFAULT_BODY_LEN_MAX <= DEFAULT_INBOX_BYTES_MAX);
 
 /// A relay hints a source at most this often per (source, destination), in milliseconds.
-pub const DIRECT_HINT_INTERVAL_MS: u64 = 1_000;
+pub const DIRECT_HINT_INTERVAL_MS: u64 = busway_core::hints::HINT_INTERVAL_MS;
 /// (source, destination) pairs a relay remembers hinting; past it the memory is cleared (at
 /// worst a few extra hints).
-pub const DIRECT_HINTS_TRACKED_MAX: usize = 4_096;
+pub const DIRECT_HINTS_TRACKED_MAX: usize = busway_core::hints::HINTS_TRACKED_MAX;
 /// Destinations a node dials at once on relays' hints; past it hints are ignored until a dial
 /// ends (traffic keeps flowing through relays).
-pub const DIRECT_DIALS_MAX: usize = 256;
+pub const DIRECT_DIALS_MAX: usize = busway_core::hints::DIRECT_DIALS_MAX;
 /// Times `try_send` routes again when the route changes under it (a direct link replacing
 /// relays) before it reports `Full`.
 pub const REROUTES_MAX: u32 = 4;

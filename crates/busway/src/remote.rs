@@ -19,8 +19,6 @@ struct RemoteState {
     senders_waiting: bool,
     /// New messages wait for the node's pump task.
     pump_pending: bool,
-    /// A direct link to the destination came up: new messages go there (see `supersede`).
-    superseded: bool,
     msgs_total: u64,
 }
 
@@ -39,7 +37,6 @@ impl Remote {
                 departures: Departures::new(limit_bytes, now_ms),
                 senders_waiting: false,
                 pump_pending: false,
-                superseded: false,
                 msgs_total: 0,
             }),
             room: Notify::new(),
@@ -52,7 +49,7 @@ impl Remote {
     }
 
     fn check_open(st: &RemoteState) -> Result<(), PushError> {
-        if st.superseded {
+        if st.departures.is_superseded() {
             Err(PushError::Rerouted)
         } else if st.departures.is_dead() {
             Err(PushError::Dead)
@@ -92,7 +89,7 @@ impl Remote {
             notified.as_mut().enable();
             {
                 let mut st = self.lock();
-                if st.superseded
+                if st.departures.is_superseded()
                     || st.departures.is_dead()
                     || st.departures.outbox().has_room(payload_len)
                 {
@@ -108,17 +105,14 @@ impl Remote {
     /// `Rerouted` here). Returns how many messages are still unacknowledged: the direct link
     /// holds its messages until these are acknowledged, so order holds across the switch.
     pub(crate) fn supersede(&self) -> u64 {
-        let mut st = self.lock();
-        st.superseded = true;
-        let unacked = st.departures.outbox().unacked();
-        drop(st);
+        let unacked = self.lock().departures.supersede();
         self.room.notify_waiters();
         unacked
     }
 
     /// Traffic goes through relays again (the direct link was given up).
     pub(crate) fn resume_relaying(&self) {
-        self.lock().superseded = false;
+        self.lock().departures.resume_relaying();
     }
 
     pub(crate) fn unacked(&self) -> u64 {
