@@ -12,15 +12,24 @@
 //!
 //! Every leaf streams numbered messages to the other leaves. A seeded schedule cuts and restores
 //! links (what they carried is lost), delays them, makes them reorder, restarts relays (what they
-//! queued is lost) and jumps the clock. Every schedule must deliver every message exactly once
-//! and in order per (source, destination), and end with everything acknowledged.
+//! queued is lost) and jumps the clock. Relays hint sources where a destination is
+//! ([`HintBook`]); a source dials on a hint, and from then on the pair talks over a direct link
+//! (numbered by its own [`Outbox`], resumed after the schedule cuts it), switching in order:
+//! later messages wait until everything sent through relays is acknowledged
+//! ([`Departures::supersede`]). Every schedule must deliver every message exactly once and in
+//! order per (source, destination), whatever path it took, and end with everything
+//! acknowledged.
 //! `BUSWAY_SIM_SEEDS=N` runs N schedules (default 200); `BUSWAY_SIM_SEED=S` runs one.
 
+use busway_core::control::{ack_frame, decode_token};
 use busway_core::e2e::{Arrivals, Check, Departures, FailOutcome, Verdict};
-use busway_core::frame::BODY_LEN_CEILING;
+use busway_core::frame::{message_spans, FrameKind, BODY_LEN_CEILING, HEADER_LEN};
+use busway_core::hints::HintBook;
+use busway_core::outbox::Outbox;
 use busway_core::relay::{self, Neighbor};
 use busway_core::routed::{
-    decode_fail, encode_fail, routed_frame, FailReason, RoutedHeader, RoutedType, DEFAULT_TTL,
+    decode_fail, decode_hint, encode_fail, encode_hint, routed_frame, FailReason, RoutedHeader,
+    RoutedType, DEFAULT_TTL,
 };
 use busway_core::sim::{inner_messages, SimRng};
 use busway_core::{BusId, FrameDecoder};
@@ -42,6 +51,8 @@ const RESEND_AFTER_MS: u64 = 40;
 /// Never reached: the schedules always heal, so nothing may be given up.
 const DEAD_AFTER_MS: u64 = u64::MAX / 2;
 const STEPS_MAX: usize = 60_000;
+/// Time a dial takes, from a hint (or a cut) to the direct link being up, in virtual ms.
+const DIAL_MS: u64 = 5;
 
 /// One direction of a link: frames in flight with the time they arrive.
 #[derive(Default)]
@@ -78,9 +89,29 @@ impl Link {
     }
 }
 
+/// A direct link between two leaves: what is in flight each way, by (dialer, other).
+#[derive(Default)]
+struct DirectLink {
+    up: bool,
+    /// When the dialer has it up again (after a hint or a cut).
+    dial_at: Option<u64>,
+    /// To the higher id, to the lower id.
+    lanes: [Lane; 2],
+}
+
+/// What a leaf keeps about a leaf it has a direct link to (the runtime's `Peer`).
+struct DirectPeer {
+    outbox: Outbox,
+    inbound_expected: u64,
+    /// Messages wait (ACKs still flow) until everything sent through relays is acknowledged.
+    held: bool,
+}
+
 #[derive(Default)]
 struct Node {
     departures: BTreeMap<u64, Departures>,
+    direct: BTreeMap<u64, DirectPeer>,
+    hints: HintBook,
     arrivals: Arrivals,
     /// Per source: the numbers delivered, in delivery order.
     delivered: HashMap<u64, Vec<u64>>,
@@ -91,6 +122,11 @@ struct Node {
 struct Cluster {
     now: u64,
     links: BTreeMap<(u64, u64), Link>,
+    /// By (lower id, higher id).
+    direct_links: BTreeMap<(u64, u64), DirectLink>,
+    /// How many direct links came up, and how many switches held messages back.
+    direct_ups: u64,
+    held_switches: u64,
     nodes: BTreeMap<u64, Node>,
     incarnation: HashMap<u64, u64>,
 }
@@ -134,6 +170,9 @@ impl Cluster {
         Self {
             now: 0,
             links: EDGES.iter().map(|&(c, p)| ((c, p), Link::new())).collect(),
+            direct_links: BTreeMap::new(),
+            direct_ups: 0,
+            held_switches: 0,
             nodes,
             incarnation,
         }
@@ -275,7 +314,13 @@ impl Cluster {
                     FailOutcome::GaveUp(_) => panic!("gave up on messages: {reason}: {text}"),
                 }
             }
-            RoutedType::Hint => unreachable!("the simulated relays do not hint"),
+            RoutedType::Hint => {
+                let (about, addrs) = decode_hint(&inner).unwrap();
+                let node = self.nodes.get_mut(&at).unwrap();
+                if !node.direct.contains_key(&about.0) {
+                    node.hints.take_hint(about, addrs);
+                }
+            }
         }
     }
 
@@ -313,7 +358,32 @@ impl Cluster {
             grace_ms: 0,
         };
         match relay::forward(&mut h, BusId(from), &view) {
-            Ok(hop) => self.put(at, hop.0, routed_frame(&h, inner)),
+            Ok(hop) => {
+                let now = self.now;
+                let last_hop = hop == h.dst && h.kind == RoutedType::Data;
+                if last_hop
+                    && self
+                        .nodes
+                        .get_mut(&at)
+                        .unwrap()
+                        .hints
+                        .due(h.src, h.dst, now)
+                {
+                    let hint = RoutedHeader {
+                        kind: RoutedType::Hint,
+                        ttl: DEFAULT_TTL,
+                        src: BusId(at),
+                        src_incarnation: self.incarnation[&at],
+                        dst: h.src,
+                        seq: 0,
+                        route: Vec::new(),
+                    };
+                    let addr = vec![format!("sim://{}", h.dst)];
+                    let f = encode_hint(&hint, h.dst, &addr);
+                    self.control(at, RoutedType::Hint, h.src.0, 0, Some(f));
+                }
+                self.put(at, hop.0, routed_frame(&h, inner));
+            }
             Err(refusal) if refusal.report => {
                 let f = self.fail_frame(at, h.src.0, h.seq, refusal.reason, h.dst.0);
                 self.control(at, RoutedType::Fail, h.src.0, h.seq, Some(f));
@@ -347,15 +417,166 @@ impl Cluster {
         }
     }
 
+    /// Leaves dial the hints they took; dials that are due come up (both ends switch).
+    fn dial(&mut self) {
+        let now = self.now;
+        for leaf in LEAVES {
+            let dials = self.nodes.get_mut(&leaf).unwrap().hints.dials_to_start();
+            for (dst, _) in dials {
+                let key = (leaf.min(dst.0), leaf.max(dst.0));
+                let d = self.direct_links.entry(key).or_default();
+                if !d.up && d.dial_at.is_none() {
+                    d.dial_at = Some(now + DIAL_MS);
+                }
+            }
+        }
+        let due: Vec<(u64, u64)> = self
+            .direct_links
+            .iter()
+            .filter(|(_, d)| !d.up && d.dial_at.is_some_and(|t| t <= now))
+            .map(|(k, _)| *k)
+            .collect();
+        for (a, b) in due {
+            let d = self.direct_links.get_mut(&(a, b)).unwrap();
+            d.up = true;
+            d.dial_at = None;
+            self.direct_ups += 1;
+            // The handshake: each end says what it expects next; the other resumes from there.
+            let expects = |c: &Cluster, at: u64, from: u64| {
+                c.nodes[&at]
+                    .direct
+                    .get(&from)
+                    .map_or(0, |p| p.inbound_expected)
+            };
+            let (a_expects, b_expects) = (expects(self, a, b), expects(self, b, a));
+            for (me, other, other_expects) in [(a, b, b_expects), (b, a, a_expects)] {
+                let node = self.nodes.get_mut(&me).unwrap();
+                if let Some(p) = node.direct.get_mut(&other) {
+                    p.outbox.resume(other_expects).expect("resume");
+                    continue;
+                }
+                // First time up: the switch. What went through relays is acknowledged first.
+                let relayed = node.departures.get_mut(&other).unwrap().supersede();
+                if relayed > 0 {
+                    self.held_switches += 1;
+                }
+                node.direct.insert(
+                    other,
+                    DirectPeer {
+                        outbox: Outbox::new(1 << 20, 0),
+                        inbound_expected: 0,
+                        held: relayed > 0,
+                    },
+                );
+            }
+        }
+    }
+
+    /// Direct links: release what was held, write what is queued, deliver what arrived.
+    fn run_direct(&mut self) {
+        let now = self.now;
+        for leaf in LEAVES {
+            let node = self.nodes.get_mut(&leaf).unwrap();
+            for (&other, p) in node.direct.iter_mut() {
+                if p.held && node.departures[&other].outbox().unacked() == 0 {
+                    p.held = false;
+                }
+            }
+        }
+        let keys: Vec<(u64, u64)> = self.direct_links.keys().copied().collect();
+        for (a, b) in keys {
+            if !self.direct_links[&(a, b)].up {
+                continue;
+            }
+            for (from, to, lane) in [(a, b, 0), (b, a, 1)] {
+                let mut out = Vec::new();
+                let p = self
+                    .nodes
+                    .get_mut(&from)
+                    .unwrap()
+                    .direct
+                    .get_mut(&to)
+                    .unwrap();
+                if p.held {
+                    p.outbox.take_control(&mut out);
+                } else {
+                    p.outbox.take_unwritten(&mut out);
+                }
+                let d = self.direct_links.get_mut(&(a, b)).unwrap();
+                for f in out {
+                    d.lanes[lane].in_flight.push((now + 1, f));
+                }
+            }
+            for (to, from, lane) in [(b, a, 0), (a, b, 1)] {
+                let d = self.direct_links.get_mut(&(a, b)).unwrap();
+                let (due, later): (Vec<_>, Vec<_>) = d.lanes[lane]
+                    .in_flight
+                    .drain(..)
+                    .partition(|(t, _)| *t <= now);
+                d.lanes[lane].in_flight = later;
+                let mut bytes = Vec::new();
+                for (_, f) in due {
+                    bytes.extend_from_slice(&f);
+                }
+                self.direct_receive(to, from, &bytes);
+            }
+        }
+    }
+
+    /// Leaf `at` reads `bytes` (whole frames) from its direct link to `from`.
+    fn direct_receive(&mut self, at: u64, from: u64, bytes: &[u8]) {
+        let node = self.nodes.get_mut(&at).unwrap();
+        let mut dec = FrameDecoder::new(BODY_LEN_CEILING);
+        let mut pos = 0;
+        let mut spans = Vec::new();
+        let mut acked = None;
+        while let Some((kind, len)) = dec.peek(&bytes[pos..]).expect("whole, checked frames") {
+            let body = &bytes[pos + HEADER_LEN..pos + len];
+            if kind == FrameKind::Ack {
+                acked = decode_token(body);
+            } else {
+                message_spans(kind, body, pos + HEADER_LEN, &mut spans).unwrap();
+            }
+            pos += len;
+        }
+        let p = node.direct.get_mut(&from).expect("a peer on each end");
+        if let Some(next) = acked {
+            p.outbox.ack(next).expect("a good ACK");
+        }
+        if !spans.is_empty() {
+            p.inbound_expected += spans.len() as u64;
+            p.outbox.push_control(ack_frame(p.inbound_expected));
+            let got = node.delivered.entry(from).or_default();
+            for (s, l) in spans {
+                let m = &bytes[s as usize..(s + l) as usize];
+                got.push(u64::from_le_bytes(m[..8].try_into().unwrap()));
+            }
+        }
+    }
+
+    /// The schedule cuts a direct link: what it carried is lost; the dialer dials again.
+    fn cut_direct(&mut self, key: (u64, u64), redial_ms: u64) {
+        let now = self.now;
+        if let Some(d) = self.direct_links.get_mut(&key) {
+            if d.up {
+                d.up = false;
+                d.lanes = Default::default();
+                d.dial_at = Some(now + redial_ms);
+            }
+        }
+    }
+
     fn all_sent_and_acknowledged(&self, total: u64) -> bool {
         self.nodes.values().all(|n| {
             n.sent.values().all(|&s| s == total)
                 && n.departures.values().all(|d| d.outbox().unacked() == 0)
+                && n.direct.values().all(|p| p.outbox.unacked() == 0)
         })
     }
 }
 
-fn run(seed: u64) {
+/// Runs one schedule; returns (direct links brought up, switches that held messages back).
+fn run(seed: u64) -> (u64, u64) {
     let mut rng = SimRng::new(seed);
     let total = 100 + rng.below(400);
     let mut c = Cluster::new();
@@ -374,6 +595,12 @@ fn run(seed: u64) {
         if !calm {
             // The schedule writes the links' fields: cut, restore, delay, reorder, and restarts
             // a relay (its links drop what they carried).
+            if rng.chance(2) && !c.direct_links.is_empty() {
+                let keys: Vec<(u64, u64)> = c.direct_links.keys().copied().collect();
+                let key = keys[rng.below(keys.len() as u64) as usize];
+                let redial_ms = 1 + rng.below(50);
+                c.cut_direct(key, redial_ms);
+            }
             if rng.chance(4) {
                 let key = EDGES[rng.below(EDGES.len() as u64) as usize];
                 let link = c.links.get_mut(&key).unwrap();
@@ -421,16 +648,22 @@ fn run(seed: u64) {
             let batch: Vec<Vec<u8>> = (*next..*next + n)
                 .map(|i| i.to_le_bytes().to_vec())
                 .collect();
-            *next += node
-                .departures
-                .get_mut(&dst)
-                .unwrap()
-                .outbox_mut()
-                .push_copies(&batch) as u64;
+            let relayed = node.departures.get_mut(&dst).unwrap();
+            *next += if relayed.is_superseded() {
+                let p = node
+                    .direct
+                    .get_mut(&dst)
+                    .expect("switched to a direct link");
+                p.outbox.push_copies(&batch) as u64
+            } else {
+                relayed.outbox_mut().push_copies(&batch) as u64
+            };
         }
         for leaf in LEAVES {
             c.pump(leaf);
         }
+        c.dial();
+        c.run_direct();
         c.deliver_due(&mut rng);
         let now = c.now;
         for n in c.nodes.values_mut() {
@@ -446,6 +679,9 @@ fn run(seed: u64) {
             && c.links
                 .values()
                 .all(|l| l.up_lane.in_flight.is_empty() && l.down_lane.in_flight.is_empty())
+            && c.direct_links
+                .values()
+                .all(|d| d.lanes.iter().all(|l| l.in_flight.is_empty()))
         {
             break;
         }
@@ -470,6 +706,7 @@ fn run(seed: u64) {
         c.all_sent_and_acknowledged(total),
         "seed {seed}: everything acknowledged"
     );
+    (c.direct_ups, c.held_switches)
 }
 
 #[test]
@@ -478,13 +715,21 @@ fn seeded_schedules_deliver_every_message_once_in_order_through_relays() {
         .ok()
         .and_then(|s| s.parse().ok())
     {
-        return run(seed);
+        run(seed);
+        return;
     }
     let seeds: u64 = std::env::var("BUSWAY_SIM_SEEDS")
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(200);
+    let (mut ups, mut held) = (0, 0);
     for seed in 0..seeds {
-        run(seed);
+        let (u, h) = run(seed);
+        ups += u;
+        held += h;
+    }
+    eprintln!("{seeds} schedules: {ups} direct links up, {held} switches held messages back");
+    if seeds >= 20 {
+        assert!(ups > 0 && held > 0, "the switch to direct links is taken");
     }
 }
