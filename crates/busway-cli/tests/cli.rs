@@ -46,14 +46,25 @@ fn listener(args: &[&str]) -> (Proc, String, BufReader<std::process::ChildStdout
 
 /// Waits for the process within `LIMIT`; returns (exit success, exit code, stdout rest, stderr).
 fn finish(
+    p: Proc,
+    out: Option<BufReader<std::process::ChildStdout>>,
+) -> (bool, Option<i32>, String, String) {
+    finish_with(p, out, None)
+}
+
+/// Like `finish`, with the rest of a stderr the test already read from.
+fn finish_with(
     mut p: Proc,
     out: Option<BufReader<std::process::ChildStdout>>,
+    err: Option<BufReader<std::process::ChildStderr>>,
 ) -> (bool, Option<i32>, String, String) {
     let (tx, rx) = mpsc::channel();
     let mut stdout = out
         .map(|o| Box::new(o) as Box<dyn Read + Send>)
         .unwrap_or_else(|| Box::new(p.0.stdout.take().unwrap()));
-    let mut stderr = p.0.stderr.take().unwrap();
+    let mut stderr = err
+        .map(|e| Box::new(e) as Box<dyn Read + Send>)
+        .unwrap_or_else(|| Box::new(p.0.stderr.take().unwrap()));
     std::thread::spawn(move || {
         let mut o = String::new();
         let mut e = String::new();
@@ -327,7 +338,17 @@ fn a_million_messages_cross_a_relay_killed_three_times() {
         "--idle-timeout",
         "60",
     ]);
-    std::thread::sleep(Duration::from_millis(200));
+    // The listener is registered with the relay once it reports the relay up.
+    let mut l = l;
+    let mut l_err = BufReader::new(l.0.stderr.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("peer 100 up") {
+        line.clear();
+        assert!(
+            l_err.read_line(&mut line).unwrap() > 0,
+            "listen ended early"
+        );
+    }
     let s = spawn(&[
         "send",
         "--id",
@@ -342,6 +363,7 @@ fn a_million_messages_cross_a_relay_killed_three_times() {
         "64",
     ]);
     for _ in 0..3 {
+        // Pacing, not synchronization: the stream flows a while between kills.
         std::thread::sleep(Duration::from_millis(120));
         // SIGKILL: whatever the relay held is gone.
         r.0.kill().unwrap();
@@ -350,7 +372,7 @@ fn a_million_messages_cross_a_relay_killed_three_times() {
     }
     let (ok, _, _, err) = finish(s, None);
     assert!(ok, "send failed: {err}");
-    let (ok, _, stdout, err) = finish(l, None);
+    let (ok, _, stdout, err) = finish_with(l, None, Some(l_err));
     assert!(ok, "listen failed: {stdout} {err}");
     assert_eq!(
         stdout.lines().last().unwrap_or_default(),
