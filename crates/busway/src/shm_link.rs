@@ -154,14 +154,23 @@ impl ShmLink {
     /// ring, for the application's inbox (after those messages, so order holds).
     pub(crate) fn switch_in(&self) -> Option<Consumer> {
         let c = lock(&self.inbound).take()?;
+        self.ring.hand_over(c.waiter());
+        Some(c)
+    }
+
+    /// The peer's SWITCH was read: counts the channel (as soon as it is read, before the
+    /// messages that came with it are delivered, so that an application that has them sees
+    /// the count).
+    pub(crate) fn count_switch(&self) {
+        if lock(&self.inbound).is_none() {
+            return;
+        }
         let counters = &self.shared.counters;
         bump(if self.in_process.load(Relaxed) {
             &counters.mem_channels
         } else {
             &counters.shm_channels
         });
-        self.ring.hand_over(c.waiter());
-        Some(c)
     }
 
     /// The link ended: the application stops reading its ring.

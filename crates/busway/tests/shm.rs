@@ -37,10 +37,19 @@ fn shm_config(id: u64) -> busway::NodeConfig {
 
 /// Waits until `node` reads a peer's ring (shared memory or in-process).
 async fn wait_for_ring(node: &Node) {
+    wait_for_rings(node, 1).await;
+}
+
+/// Waits until `node` has switched to `n` rings of its peers so far (a link's SWITCH may come
+/// after the last message a test waits for).
+async fn wait_for_rings(node: &Node, n: u64) {
     let deadline = std::time::Instant::now() + WAIT;
-    while node.stats().shm_channels + node.stats().mem_channels == 0 {
-        assert!(std::time::Instant::now() < deadline, "no switch to a ring");
-        tokio::time::sleep(Duration::from_millis(1)).await;
+    while node.stats().shm_channels + node.stats().mem_channels < n {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no switch to ring {n}"
+        );
+        tokio::time::sleep(Duration::from_millis(POLL_MS)).await;
     }
 }
 
@@ -64,6 +73,8 @@ async fn same_host_links_move_their_data_to_shared_memory_by_themselves() {
         };
         expect(&mut inbox, BusId(2), 0..200_000).await;
         sender.await.unwrap();
+        wait_for_ring(&a).await;
+        wait_for_ring(&b).await;
         assert_eq!(a.stats().shm_channels, 1, "{transport}: 1 reads 2's ring");
         assert_eq!(b.stats().shm_channels, 1, "{transport}: 2 reads 1's ring");
         // A cut link: the next link switches again and nothing is lost or repeated.
@@ -82,6 +93,7 @@ async fn same_host_links_move_their_data_to_shared_memory_by_themselves() {
         sender.await.unwrap();
         assert!(b.flush(WAIT).await, "{transport}: all acknowledged");
         nothing_more_from(&b, &mut inbox, BusId(1)).await;
+        wait_for_rings(&a, 2).await;
         assert_eq!(a.stats().shm_channels, 2, "{transport}: switched again");
         a.shutdown().await;
         b.shutdown().await;
@@ -167,6 +179,9 @@ async fn nodes_of_one_process_take_in_process_channels_by_themselves() {
     let mut inbox = a.take_inbox().unwrap();
     stream(&b, BusId(1), 0..100_000).await;
     expect(&mut inbox, BusId(2), 0..100_000).await;
+    // The SWITCH may come after the last of these messages on a fast machine.
+    wait_for_ring(&a).await;
+    wait_for_ring(&b).await;
     assert_eq!((a.stats().mem_channels, a.stats().shm_channels), (1, 0));
     assert_eq!((b.stats().mem_channels, b.stats().shm_channels), (1, 0));
     // A cut link: the next link takes new in-process channels; nothing lost or repeated.
@@ -185,6 +200,7 @@ async fn nodes_of_one_process_take_in_process_channels_by_themselves() {
     sender.await.unwrap();
     assert!(b.flush(WAIT).await, "all acknowledged");
     nothing_more_from(&b, &mut inbox, BusId(1)).await;
+    wait_for_rings(&a, 2).await;
     assert_eq!(a.stats().mem_channels, 2, "switched again");
     a.shutdown().await;
     b.shutdown().await;

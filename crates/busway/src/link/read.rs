@@ -106,7 +106,12 @@ fn act_on(
                 shm.refused(&why);
             }
         }
-        LinkEvent::SwitchIn => work.switch_seen = true,
+        LinkEvent::SwitchIn => {
+            if let Some(shm) = shm {
+                shm.count_switch();
+            }
+            work.switch_seen = true;
+        }
         LinkEvent::PeerClosed(c) => work.end = Some(Ok(ReadEnd::Close(c))),
         LinkEvent::Lost(e) => work.end = Some(Err(down_reason(shared, peer.id, e))),
         // Handshake events: the link is up already.
