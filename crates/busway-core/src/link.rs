@@ -17,7 +17,7 @@
 //! itself, the machine being told only that the link switched.
 //!
 //! ```text
-//!   Handshaking ──HELLO/AUTH──▶ Up { out ring, in ring } ──CLOSE (either side)──▶ Draining
+//!   Handshaking ──HELLO/AUTH──▶ Up { out ring, in ring } ──the peer's CLOSE──▶ Draining
 //!        │                          │                                               │
 //!        └────── bad handshake ─────┴── bad frame, silence past the heartbeat ──────┴─▶ Closed
 //! ```
@@ -80,7 +80,8 @@ pub enum LinkState {
     Handshaking,
     /// Authenticated; messages flow. `out` is where ours go, `inbound` where the peer's come.
     Up { out: Carrier, inbound: Carrier },
-    /// A CLOSE was sent or received: what is queued drains, nothing new starts.
+    /// The peer sent CLOSE: nothing after it is taken; the driver sends what is queued, then
+    /// its own CLOSE (our own closing is the driver's: it writes CLOSE after its queue).
     Draining,
     /// Done; the driver drops the connection.
     Closed,
@@ -177,7 +178,9 @@ pub enum LinkEvent {
     Routed(Range<usize>),
     /// The peer closed the link with this reason: send what is queued, then our CLOSE.
     PeerClosed(Close),
-    /// The link is over: close the connection (after writing what `poll_transmit` has).
+    /// The link is over: close the connection. A driver that can still write sends what
+    /// `poll_transmit` has first (a CLOSE naming the reason, when the machine made one);
+    /// busway's runtime does so during the handshake, and drops the socket once up.
     Lost(LinkError),
 }
 
@@ -197,10 +200,8 @@ enum Phase {
         /// The peer and we share a host and both allow shared memory.
         rings: bool,
     },
-    /// `peer_closed`: the CLOSE came from the peer, and nothing may follow it.
-    Draining {
-        peer_closed: bool,
-    },
+    /// The peer sent CLOSE: nothing may follow it.
+    Draining,
     Closed,
 }
 
@@ -263,7 +264,7 @@ impl Link {
                 out: *out,
                 inbound: *inbound,
             },
-            Phase::Draining { .. } => LinkState::Draining,
+            Phase::Draining => LinkState::Draining,
             Phase::Closed => LinkState::Closed,
         }
     }
@@ -303,7 +304,7 @@ impl Link {
     pub fn poll_timeout(&self) -> Option<u64> {
         match &self.phase {
             Phase::Handshaking { deadline_us, .. } => Some(*deadline_us),
-            Phase::Up { .. } | Phase::Draining { .. } => Some(self.next_ping_us),
+            Phase::Up { .. } | Phase::Draining => Some(self.next_ping_us),
             Phase::Closed => None,
         }
     }
@@ -316,7 +317,7 @@ impl Link {
                 let ms = self.config.handshake_timeout_ms;
                 self.lose_with_close(LinkError::HandshakeTimeout { ms });
             }
-            Phase::Up { .. } | Phase::Draining { .. } if now.mono_us >= self.next_ping_us => {
+            Phase::Up { .. } | Phase::Draining if now.mono_us >= self.next_ping_us => {
                 let interval_ms = self.config.heartbeat_interval_ms;
                 let misses = self.config.heartbeat_misses_max;
                 let silent_ms = ms(now.mono_us.saturating_sub(self.last_rx_us));
@@ -347,8 +348,8 @@ impl Link {
         }
         match self.phase {
             Phase::Handshaking { .. } => self.handshake_input(buf, now),
-            Phase::Up { .. } | Phase::Draining { peer_closed: false } => self.up_input(buf, spans),
-            Phase::Draining { peer_closed: true } | Phase::Closed => 0,
+            Phase::Up { .. } => self.up_input(buf, spans),
+            Phase::Draining | Phase::Closed => 0,
         }
     }
 
@@ -531,13 +532,6 @@ impl Link {
         }
     }
 
-    /// This side starts closing (its writer sends CLOSE once what is queued is out).
-    pub fn close(&mut self) {
-        if let Phase::Up { .. } = self.phase {
-            self.phase = Phase::Draining { peer_closed: false };
-        }
-    }
-
     /// The link ends now for a reason outside the protocol (a failed ring, a cut): later input
     /// is ignored.
     pub fn fail(&mut self, error: LinkError) {
@@ -634,7 +628,7 @@ impl Link {
                 self.events.push_back(event);
             }
             FrameKind::Close => {
-                self.phase = Phase::Draining { peer_closed: true };
+                self.phase = Phase::Draining;
                 self.events
                     .push_back(LinkEvent::PeerClosed(Close::decode(body)));
                 return false;

@@ -118,12 +118,15 @@ pub fn forward(
     let down = |id: BusId| view.neighbors.iter().all(|n| n.id != id || !n.up);
     // The upstream takes what nobody below serves, unless that is where the frame came from.
     let upstream_down = view.upstream.filter(|&u| u != from && down(u));
-    let (reason, text) = if view.neighbors.iter().any(|n| n.id == dst) {
+    // The neighbor the frame came from does not count: it sent the frame up for want of a
+    // route itself.
+    let others = || view.neighbors.iter().filter(|n| n.id != from);
+    let (reason, text) = if others().any(|n| n.id == dst) {
         (
             FailReason::PeerDown,
             format!("bus id {dst} is down (at relay {me})"),
         )
-    } else if let Some(n) = view.neighbors.iter().find(|n| n.serves(dst)) {
+    } else if let Some(n) = others().find(|n| !n.up && n.serves(dst)) {
         (
             FailReason::PeerDown,
             format!(
@@ -217,6 +220,14 @@ mod tests {
         );
         let from_above = forward(&mut data_for(8), BusId(3), &v).unwrap_err();
         assert_eq!(from_above.reason, FailReason::UnknownId, "not sent back up");
+        // A downstream that serves the id but sent the frame up (the id never came): unknown.
+        let serving = [n(5, true, Some((7, 9)))];
+        let v = RelayView {
+            neighbors: &serving,
+            ..view(5_000)
+        };
+        let e = forward(&mut data_for(8), BusId(5), &v).unwrap_err();
+        assert_eq!(e.reason, FailReason::UnknownId, "{}", e.text);
         let mut ack = data_for(7);
         ack.kind = RoutedType::Ack;
         assert!(

@@ -252,11 +252,13 @@ async fn timers(shared: &Shared, peer: &Peer, machine: &Mutex<Link>) -> DownReas
         while let Some(frame) = m.poll_transmit() {
             peer.push_control(frame);
         }
-        // The reader takes every other event under the lock it feeds input with: what is
-        // left here came from the timeout.
-        while let Some(e) = m.poll_event() {
-            if let LinkEvent::Lost(error) = e {
-                return down_reason(shared, peer.id, error);
+        // A timeout makes no event but `Lost`; events the reader has yet to take (one left
+        // from the handshake, e.g. `OfferRing`) stay for it unless the link is over.
+        if m.is_closed() {
+            while let Some(e) = m.poll_event() {
+                if let LinkEvent::Lost(error) = e {
+                    return down_reason(shared, peer.id, error);
+                }
             }
         }
     }
@@ -307,8 +309,12 @@ where
 {
     let mut spans = Spans::new();
     loop {
-        if let Err(e) = write_transmits(w, machine).await {
-            machine.fail(LinkError::Refused(format!("sending the handshake: {e}")));
+        // Bounded by the handshake's deadline too: a peer that reads nothing cannot hold it.
+        let deadline = shared.instant_at(machine.poll_timeout().unwrap_or_default());
+        match tokio::time::timeout_at(deadline.into(), write_transmits(w, machine)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => machine.fail(LinkError::Refused(format!("sending the handshake: {e}"))),
+            Err(_) => machine.handle_timeout(shared.now()),
         }
         let n = machine.handle_input(buf, shared.now(), &mut spans);
         buf.advance(n);

@@ -21,6 +21,10 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex};
 use tokio::io::{AsyncRead, AsyncReadExt};
 
+/// A relayed frame's inner part is passed on as a slice of the read it came in when it is at
+/// least this fraction (1/N) of the read; smaller parts are copied (see `read_loop`).
+const FORWARD_SHARE_MIN_FRACTION: usize = 8;
+
 /// Relayed messages from one source found in one read, to deliver once the read is cut.
 struct RoutedIn {
     src: BusId,
@@ -43,6 +47,8 @@ struct ReadWork {
     forwards: Vec<(RoutedHeader, std::ops::Range<usize>)>,
     switch_seen: bool,
     end: Option<Result<ReadEnd, DownReason>>,
+    /// A frame of this read was refused after the machine took it (see `read_loop`).
+    refused_mid_read: bool,
 }
 
 /// Acts on one event of the machine (the read's buffer is `buf`).
@@ -58,6 +64,7 @@ fn act_on(
     match event {
         LinkEvent::Acked(next) => {
             if let Err(e) = peer.ack(next) {
+                work.refused_mid_read = true;
                 let at = lock(machine).offset();
                 lock(machine).fail(LinkError::Protocol(format!(
                     "{e} (ACK before stream offset {at})"
@@ -68,6 +75,7 @@ fn act_on(
         LinkEvent::Routed(body) => {
             let at = lock(machine).offset();
             if let Err(what) = routed_in(shared, buf, body, work) {
+                work.refused_mid_read = true;
                 lock(machine).fail(LinkError::Protocol(format!(
                     "{what} (ROUTED frame before stream offset {at})"
                 )));
@@ -191,7 +199,10 @@ pub(super) async fn read_loop<R: AsyncRead + Unpin>(
         // must use one).
         while !events.is_empty() {
             for event in events.drain(..) {
-                act_on(shared, peer, machine, shm, buf, event, &mut work);
+                // Nothing after the end counts (the rest of the read included).
+                if work.end.is_none() {
+                    act_on(shared, peer, machine, shm, buf, event, &mut work);
+                }
             }
             let mut m = lock(machine);
             events.extend(std::iter::from_fn(|| m.poll_event()));
@@ -202,11 +213,27 @@ pub(super) async fn read_loop<R: AsyncRead + Unpin>(
                 peer.push_control(frame);
             }
         }
+        if work.refused_mid_read {
+            // A frame the machine took was refused here (a bad ACK, a bad ROUTED body): where
+            // it stood in the read is not known, so nothing of this read is delivered or
+            // passed on. Nothing of it was counted either: the peer writes it again.
+            spans.clear();
+            work.forwards.clear();
+            work.routed.clear();
+        }
         if pos > 0 {
             let chunk = buf.split_to(pos).freeze();
             for (h, inner) in work.forwards {
                 bump(&shared.counters.relayed);
-                shared.forward(peer.id, h, chunk.slice(inner)).await;
+                // Shared with the read when it is a good part of it; a small part is copied,
+                // so that a queue of relayed frames (bounded by their own bytes) does not hold
+                // whole reads.
+                let inner = if inner.len() * FORWARD_SHARE_MIN_FRACTION >= chunk.len() {
+                    chunk.slice(inner)
+                } else {
+                    bytes::Bytes::copy_from_slice(&chunk[inner])
+                };
+                shared.forward(peer.id, h, inner).await;
             }
             for r in work.routed {
                 // Even a frame of duplicates is acknowledged: the sender may be waiting for it.
