@@ -23,7 +23,8 @@ impl Neighbor {
 
 /// The neighbor that takes a frame for `dst`, in order: `dst` itself; a downstream whose
 /// subtree holds `dst`; the upstream. Only neighbors whose link is up count, and never
-/// `except` (the neighbor the frame came from).
+/// `except` (the neighbor the frame came from). A destination in the subtree of a downstream
+/// whose link is down has no hop for now: the upstream would only send it back down here.
 pub fn next_hop(
     dst: BusId,
     neighbors: &[Neighbor],
@@ -37,6 +38,12 @@ pub fn next_hop(
     }
     if let Some(n) = candidates.clone().find(|n| n.serves(dst)) {
         return Some(n.id);
+    }
+    if neighbors
+        .iter()
+        .any(|n| !n.up && Some(n.id) != except && n.serves(dst))
+    {
+        return None;
     }
     let up = upstream?;
     candidates.find(|n| n.id == up).map(|n| n.id)
@@ -175,6 +182,17 @@ mod tests {
             seq: 0,
             route: vec![],
         }
+    }
+
+    #[test]
+    fn a_destination_below_a_cut_downstream_is_not_looked_for_above() {
+        let neighbors = [n(9, true, None), n(5, false, Some((7, 9)))];
+        assert_eq!(next_hop(BusId(8), &neighbors, Some(BusId(9)), None), None);
+        assert_eq!(
+            next_hop(BusId(3), &neighbors, Some(BusId(9)), None),
+            Some(BusId(9)),
+            "an id nobody below serves goes up"
+        );
     }
 
     #[test]

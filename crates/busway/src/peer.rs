@@ -148,7 +148,9 @@ impl Peer {
         Neighbor {
             id: self.id,
             up: st.link.is_some(),
-            serves: st.hello.downstream_of_you,
+            // A downstream given up (down past its deadline) no longer claims its subtree:
+            // its ids may be reached another way.
+            serves: st.hello.downstream_of_you.filter(|_| !st.dead),
         }
     }
 
