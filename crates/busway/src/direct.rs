@@ -4,7 +4,8 @@
 //! messages queued on it wait until everything sent through relays before is acknowledged
 //! (`Remote::supersede`, `Peer::hold`).
 //!
-//! The dialer owns the link: it redials it with backoff while the peer is not given up, and
+//! Hints are ROUTED traffic: a relay sends them and a source takes them in `routing`; this
+//! module dials and switches. The dialer owns the link: it redials it with backoff while the peer is not given up, and
 //! once the peer stays down past `peer_dead_after_ms`, traffic to it goes back through relays
 //! (a later hint may bring the direct link back).
 
@@ -15,57 +16,10 @@ use crate::link;
 use crate::peer::Peer;
 use crate::shared::Shared;
 use crate::transport;
-use busway_core::routed::{encode_hint, RoutedType};
 use busway_core::BusId;
 use std::sync::Arc;
 
-/// `addr` with an unspecified IP (0.0.0.0, [::]) replaced by the IP the relay sees the peer at
-/// (`seen_at`, the remote address of its link), so that others can dial it.
-fn dialable(addr: &str, seen_at: &str) -> Option<String> {
-    let parsed: Addr = addr.parse().ok()?;
-    match parsed {
-        Addr::Tcp(mut sa) if sa.ip().is_unspecified() => {
-            let seen: Addr = seen_at.parse().ok()?;
-            let Addr::Tcp(seen) = seen else { return None };
-            sa.set_ip(seen.ip());
-            Some(Addr::Tcp(sa).to_string())
-        }
-        _ => Some(addr.to_owned()),
-    }
-}
-
 impl Shared {
-    /// Relay side: data from `src` is being passed to `dst_peer`, its final hop. Hints `src`
-    /// (at most every `DIRECT_HINT_INTERVAL_MS`) if the destination accepts direct links.
-    pub(crate) fn maybe_hint(&self, src: BusId, dst_peer: &Peer) {
-        if !dst_peer.accepts_direct() {
-            return;
-        }
-        if !self.direct.due(src, dst_peer.id, self.clock_ms()) {
-            return;
-        }
-        let snap = dst_peer.snapshot();
-        let addrs: Vec<String> = snap
-            .hello
-            .listen_addrs
-            .iter()
-            .filter_map(|a| dialable(a, &snap.addr))
-            .collect();
-        let h = self.control_header(RoutedType::Hint, src, 0);
-        self.send_routed_control(src, encode_hint(&h, dst_peer.id, &addrs));
-    }
-
-    /// Source side: a relay says `dst` listens at `addrs`.
-    pub(crate) fn hint_received(&self, dst: BusId, addrs: Vec<String>) {
-        if !self.config.direct_links || dst == self.config.id || addrs.is_empty() {
-            return;
-        }
-        if self.peer(dst).is_some_and(|p| !p.is_dead()) {
-            return;
-        }
-        self.direct.queue(dst, addrs);
-    }
-
     /// Starts a dial task for each hint.
     pub(crate) async fn discovery_loop(self: Arc<Self>) {
         loop {
@@ -130,37 +84,5 @@ impl Shared {
                 self.release_if_drained(peer.id);
             }
         }
-    }
-
-    /// Lets a held direct link go once nothing sent to `id` through relays is unacknowledged.
-    pub(crate) fn release_if_drained(&self, id: BusId) {
-        let drained = self.remote_of(id).is_none_or(|r| r.unacked() == 0);
-        if drained {
-            if let Some(p) = self.peer(id) {
-                p.release();
-            }
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::dialable;
-
-    #[test]
-    fn unspecified_hosts_become_the_address_the_relay_sees() {
-        assert_eq!(
-            dialable("tcp://0.0.0.0:7000", "tcp://10.1.2.3:5555").as_deref(),
-            Some("tcp://10.1.2.3:7000")
-        );
-        assert_eq!(
-            dialable("tcp://127.0.0.1:7000", "tcp://10.1.2.3:5555").as_deref(),
-            Some("tcp://127.0.0.1:7000")
-        );
-        assert_eq!(
-            dialable("unix:///tmp/a.sock", "unix://").as_deref(),
-            Some("unix:///tmp/a.sock")
-        );
-        assert_eq!(dialable("tcp://[::]:7000", "unix://x"), None);
     }
 }

@@ -3,8 +3,11 @@
 //!
 //! Routing for a destination, in order: a direct link to it; a downstream whose registered
 //! range holds it; the upstream. A relay adds itself to the route, drops what passed its TTL or
-//! loops, and reports failures to the source; it keeps no state about what it passed.
+//! loops, and reports failures to the source; it keeps no state about what it passed. HINTs
+//! are ROUTED traffic too: a relay sends them here, and a source queues what it hears for
+//! `direct`, which dials (and calls back into nothing here but `release_if_drained`).
 
+use crate::addr::Addr;
 use crate::event::Event;
 use crate::limits::{
     FORWARD_QUEUE_BYTES_MAX, FORWARD_WAIT_MS, ROUTED_RESEND_AFTER_MS, ROUTED_RETRY_INTERVAL_MS,
@@ -16,8 +19,8 @@ use busway_core::e2e::{Check, FailOutcome, Verdict};
 use busway_core::frame::{FrameDecoder, FrameKind, BODY_LEN_CEILING, HEADER_LEN};
 use busway_core::relay::{self, Neighbor};
 use busway_core::routed::{
-    decode_fail, decode_hint, encode_fail, routed_frame, routed_frame_parts, FailReason,
-    RoutedHeader, RoutedType,
+    decode_fail, decode_hint, encode_fail, encode_hint, routed_frame, routed_frame_parts,
+    FailReason, RoutedHeader, RoutedType,
 };
 use busway_core::BusId;
 use bytes::Bytes;
@@ -297,6 +300,47 @@ impl Shared {
         Ok(())
     }
 
+    /// Relay side: data from `src` is being passed to `dst_peer`, its final hop. Hints `src`
+    /// (at most every `DIRECT_HINT_INTERVAL_MS`) if the destination accepts direct links.
+    fn maybe_hint(&self, src: BusId, dst_peer: &Peer) {
+        if !dst_peer.accepts_direct() {
+            return;
+        }
+        if !self.direct.due(src, dst_peer.id, self.clock_ms()) {
+            return;
+        }
+        let snap = dst_peer.snapshot();
+        let addrs: Vec<String> = snap
+            .hello
+            .listen_addrs
+            .iter()
+            .filter_map(|a| dialable(a, &snap.addr))
+            .collect();
+        let h = self.control_header(RoutedType::Hint, src, 0);
+        self.send_routed_control(src, encode_hint(&h, dst_peer.id, &addrs));
+    }
+
+    /// Source side: a relay says `dst` listens at `addrs`.
+    fn hint_received(&self, dst: BusId, addrs: Vec<String>) {
+        if !self.config.direct_links || dst == self.config.id || addrs.is_empty() {
+            return;
+        }
+        if self.peer(dst).is_some_and(|p| !p.is_dead()) {
+            return;
+        }
+        self.direct.queue(dst, addrs);
+    }
+
+    /// Lets a held direct link go once nothing sent to `id` through relays is unacknowledged.
+    pub(crate) fn release_if_drained(&self, id: BusId) {
+        let drained = self.remote_of(id).is_none_or(|r| r.unacked() == 0);
+        if drained {
+            if let Some(p) = self.peer(id) {
+                p.release();
+            }
+        }
+    }
+
     fn report_verdict(&self, r: &Remote, v: Verdict) {
         if let Verdict::Restarted(seqs, old) = v {
             if !seqs.is_empty() {
@@ -345,6 +389,21 @@ impl Shared {
     }
 }
 
+/// `addr` with an unspecified IP (0.0.0.0, [::]) replaced by the IP the relay sees the peer at
+/// (`seen_at`, the remote address of its link), so that others can dial it.
+fn dialable(addr: &str, seen_at: &str) -> Option<String> {
+    let parsed: Addr = addr.parse().ok()?;
+    match parsed {
+        Addr::Tcp(mut sa) if sa.ip().is_unspecified() => {
+            let seen: Addr = seen_at.parse().ok()?;
+            let Addr::Tcp(seen) = seen else { return None };
+            sa.set_ip(seen.ip());
+            Some(Addr::Tcp(sa).to_string())
+        }
+        _ => Some(addr.to_owned()),
+    }
+}
+
 fn bumped_congestion(shared: &Shared) {
     crate::stats::bump(&shared.counters.relay_congested);
 }
@@ -375,4 +434,26 @@ pub(crate) fn inner_spans(inner: &[u8]) -> Result<Vec<(usize, usize)>, String> {
         pos += len;
     }
     Ok(spans)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::dialable;
+
+    #[test]
+    fn unspecified_hosts_become_the_address_the_relay_sees() {
+        assert_eq!(
+            dialable("tcp://0.0.0.0:7000", "tcp://10.1.2.3:5555").as_deref(),
+            Some("tcp://10.1.2.3:7000")
+        );
+        assert_eq!(
+            dialable("tcp://127.0.0.1:7000", "tcp://10.1.2.3:5555").as_deref(),
+            Some("tcp://127.0.0.1:7000")
+        );
+        assert_eq!(
+            dialable("unix:///tmp/a.sock", "unix://").as_deref(),
+            Some("unix:///tmp/a.sock")
+        );
+        assert_eq!(dialable("tcp://[::]:7000", "unix://x"), None);
+    }
 }
