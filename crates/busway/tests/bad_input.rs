@@ -100,6 +100,20 @@ impl Fixture {
     }
 }
 
+/// Peer 9, authenticated on a socket to `fx`'s node as a node of this host that allows shared
+/// memory (so CHANNEL frames are its to send).
+async fn same_host_peer(fx: &Fixture) -> TcpStream {
+    use busway_core::handshake::caps;
+    let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
+    let s = authenticated_as(fx.addr, 9, Some(SECRET), |h| {
+        h.capabilities |= caps::SHM;
+        h.host_id = boot_id.trim().as_bytes().to_vec();
+    })
+    .await;
+    assert!(fx.node.wait_for_peer(BusId(9), WAIT).await);
+    s
+}
+
 /// Reads until the node closes the socket; returns the CLOSE code it sent, if any.
 async fn closed_by_node(s: &mut TcpStream) -> Option<CloseCode> {
     let mut buf = BytesMut::new();
@@ -321,15 +335,8 @@ async fn a_channel_frame_from_a_peer_that_did_not_advertise_shared_memory() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bogus_shared_memory_offer_is_refused_with_its_reason_and_the_link_stays() {
     use busway_core::channel::Channel;
-    use busway_core::handshake::caps;
     let mut fx = fixture().await;
-    let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
-    let mut s = authenticated_as(fx.addr, 9, Some(SECRET), |h| {
-        h.capabilities |= caps::SHM;
-        h.host_id = boot_id.trim().as_bytes().to_vec();
-    })
-    .await;
-    assert!(fx.node.wait_for_peer(BusId(9), WAIT).await);
+    let mut s = same_host_peer(&fx).await;
     let offer = Channel::Offer {
         pid: std::process::id(),
         fd: 999_999,
@@ -367,15 +374,8 @@ async fn a_bogus_shared_memory_offer_is_refused_with_its_reason_and_the_link_sta
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_switch_to_a_ring_never_offered_closes_only_that_link() {
-    use busway_core::handshake::caps;
     let mut fx = fixture().await;
-    let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
-    let mut s = authenticated_as(fx.addr, 9, Some(SECRET), |h| {
-        h.capabilities |= caps::SHM;
-        h.host_id = boot_id.trim().as_bytes().to_vec();
-    })
-    .await;
-    assert!(fx.node.wait_for_peer(BusId(9), WAIT).await);
+    let mut s = same_host_peer(&fx).await;
     s.write_all(&busway_core::channel::Channel::Switch.frame())
         .await
         .unwrap();
@@ -404,16 +404,9 @@ async fn messages_on_the_socket_after_a_switch_close_only_that_link() {
 /// write in the ring, the node's application reads.
 async fn peer_writing_a_ring(fx: &Fixture) -> (TcpStream, std::sync::Arc<busway_shm::Ring>) {
     use busway_core::channel::Channel;
-    use busway_core::handshake::caps;
     use busway_shm::ring::{Ring, RING_CAPACITY_MIN};
     use std::os::fd::AsRawFd;
-    let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
-    let mut s = authenticated_as(fx.addr, 9, Some(SECRET), |h| {
-        h.capabilities |= caps::SHM;
-        h.host_id = boot_id.trim().as_bytes().to_vec();
-    })
-    .await;
-    assert!(fx.node.wait_for_peer(BusId(9), WAIT).await);
+    let mut s = same_host_peer(&fx).await;
     let ring = Ring::create_unchecked("evil-peer", RING_CAPACITY_MIN).unwrap();
     let offer = Channel::Offer {
         pid: std::process::id(),
