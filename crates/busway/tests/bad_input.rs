@@ -406,7 +406,7 @@ async fn peer_writing_a_ring(fx: &Fixture) -> (TcpStream, std::sync::Arc<busway_
     use busway_core::channel::Channel;
     use busway_shm::ring::{Ring, RING_CAPACITY_MIN};
     use std::os::fd::AsRawFd;
-    let mut s = same_host_peer(&fx).await;
+    let mut s = same_host_peer(fx).await;
     let ring = Ring::create_unchecked("evil-peer", RING_CAPACITY_MIN).unwrap();
     let offer = Channel::Offer {
         pid: std::process::id(),
