@@ -334,3 +334,24 @@ async fn an_shm_address_refuses_a_peer_that_cannot_share_memory() {
     a.shutdown().await;
     b.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clean_close_carries_the_last_acknowledgement_every_time() {
+    // The README's pair on one host: the receiver reads everything and shuts down at once; the
+    // sender's flush must not wait for a peer that is gone (its ring messages are acknowledged
+    // on a timer, and the close used to leave before it fired).
+    for (round, transport) in ["tcp4", "unix"].iter().cycle().take(20).enumerate() {
+        let (a, b) = shm_pair(transport).await;
+        let mut inbox = a.take_inbox().unwrap();
+        stream(&b, BusId(1), 0..20_000).await;
+        expect(&mut inbox, BusId(2), 0..20_000).await;
+        drop(inbox);
+        a.shutdown().await;
+        assert!(
+            b.flush(Duration::from_secs(2)).await,
+            "round {round} over {transport}: the closed peer acknowledged all it read: {:?}",
+            b.peers()
+        );
+        b.shutdown().await;
+    }
+}

@@ -7,7 +7,7 @@ use crate::peer::{Peer, Take};
 use crate::ring_tx::{wait_for_room, Flush, RingWriter};
 use crate::shm_link::ShmLink;
 use busway_core::channel::Channel;
-use busway_core::control::{Close, CloseCode};
+use busway_core::control::{ack_frame, Close, CloseCode};
 use busway_core::link::Link;
 use bytes::{Buf, Bytes};
 use std::io::{self, IoSlice};
@@ -41,10 +41,7 @@ pub(super) async fn write_loop<W: AsyncWrite + Unpin>(
                     if let Some(mut ring) = peer.end_ring() {
                         ring.close();
                     }
-                    w.write_all(&Close::frame(CloseCode::Normal, "closing"))
-                        .await?;
-                    w.shutdown().await?;
-                    return Ok(());
+                    return write_close(w, peer).await;
                 }
                 Take::Data => write_batch(w, &mut batch).await?,
             }
@@ -52,15 +49,20 @@ pub(super) async fn write_loop<W: AsyncWrite + Unpin>(
         }
         match peer.take(&mut batch) {
             Take::Idle => peer.writer_wake.notified().await,
-            Take::Drained => {
-                w.write_all(&Close::frame(CloseCode::Normal, "closing"))
-                    .await?;
-                w.shutdown().await?;
-                return Ok(());
-            }
+            Take::Drained => return write_close(w, peer).await,
             Take::Data => write_batch(w, &mut batch).await?,
         }
     }
+}
+
+/// Ends the link cleanly: the last acknowledgement first (messages read from the peer's ring
+/// are acknowledged on a timer, which may not have fired yet: without it the peer would hold
+/// what it sent until its deadline), then CLOSE.
+async fn write_close<W: AsyncWrite + Unpin>(w: &mut W, peer: &Peer) -> io::Result<()> {
+    let mut last = ack_frame(peer.inbound_expected()).to_vec();
+    last.extend_from_slice(&Close::frame(CloseCode::Normal, "closing"));
+    w.write_all(&last).await?;
+    w.shutdown().await
 }
 
 /// Moves the peer's queued messages into its ring, waiting (on a blocking thread, on the
