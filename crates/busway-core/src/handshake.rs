@@ -423,9 +423,14 @@ impl Role {
     }
 }
 
-/// Remembers the nonces of recent authenticated handshakes so a recorded HELLO cannot be
-/// replayed. Entries expire after twice the clock-skew window; bounded by
-/// [`NONCE_CACHE_LEN_MAX`].
+/// Remembers the nonces of recent *proven* handshakes, so that a recorded HELLO is refused at
+/// once. Entries expire after twice the clock-skew window; bounded by [`NONCE_CACHE_LEN_MAX`].
+///
+/// Only a handshake whose proof checked out is remembered: a HELLO alone proves nothing (anyone
+/// can send one), so a flood of HELLOs without the secret must not fill the cache and lock out
+/// honest nodes. Replay is impossible either way: each side's proof covers both nonces, and
+/// ours is fresh for every connection, so a recorded AUTH never proves a new handshake; the
+/// cache only turns a replayed HELLO away before any work is spent on it.
 #[derive(Debug, Default)]
 pub struct NonceCache {
     seen: HashSet<[u8; NONCE_LEN]>,
@@ -433,13 +438,16 @@ pub struct NonceCache {
 }
 
 impl NonceCache {
-    /// Records `nonce`; an error if it was seen within its lifetime or the cache is full.
-    pub fn check_and_insert(
-        &mut self,
-        nonce: [u8; NONCE_LEN],
-        now_ms: u64,
-        lifetime_ms: u64,
-    ) -> Result<(), HandshakeError> {
+    /// An error if `nonce` belongs to a proven handshake still within its lifetime.
+    pub fn check(&mut self, nonce: [u8; NONCE_LEN], now_ms: u64) -> Result<(), HandshakeError> {
+        self.expire(now_ms);
+        if self.seen.contains(&nonce) {
+            return Err(HandshakeError::ReplayedNonce);
+        }
+        Ok(())
+    }
+
+    fn expire(&mut self, now_ms: u64) {
         while let Some(&(expiry, old)) = self.by_expiry.front() {
             if expiry > now_ms {
                 break;
@@ -447,6 +455,17 @@ impl NonceCache {
             self.by_expiry.pop_front();
             self.seen.remove(&old);
         }
+    }
+
+    /// Records the nonce of a proven handshake; an error if it was seen within its lifetime or
+    /// the cache is full.
+    pub fn check_and_insert(
+        &mut self,
+        nonce: [u8; NONCE_LEN],
+        now_ms: u64,
+        lifetime_ms: u64,
+    ) -> Result<(), HandshakeError> {
+        self.expire(now_ms);
         if self.seen.contains(&nonce) {
             return Err(HandshakeError::ReplayedNonce);
         }
@@ -581,6 +600,8 @@ impl Handshake {
                         .mac(self.role.other(), &peer_body, &self.local_body, &peer_auth)
                         .verify_slice(&proof)
                         .map_err(|_| HandshakeError::BadProof)?;
+                    // Proven: now its nonce may take a place in the replay cache.
+                    nonces.check_and_insert(peer.nonce, now_ms, 2 * self.clock_skew_max_ms)?;
                 }
                 let own_auth = self.own_auth.clone().expect("guarded above");
                 Ok(Step::Established(Box::new(Established {
@@ -636,7 +657,8 @@ impl Handshake {
             if peer.nonce == self.local.nonce {
                 return Err(HandshakeError::ReplayedNonce);
             }
-            nonces.check_and_insert(peer.nonce, now_ms, 2 * self.clock_skew_max_ms)?;
+            // Remembered only once proven (see `NonceCache`).
+            nonces.check(peer.nonce, now_ms)?;
         }
         Ok(())
     }
@@ -793,13 +815,59 @@ mod tests {
             Some(secret),
         );
         let hello = frame(&a.hello_frame());
+        let mut a = a;
         let mut b1 = side(Role::Listener, 2, Some("0123456789abcdef"));
         assert!(b1.handle_frame(&hello, NOW, &mut cache).is_ok());
+        // Only a proven handshake is remembered: b1 completes it.
+        assert!(a
+            .handle_frame(&frame(&b1.hello_frame()), NOW, &mut NonceCache::default())
+            .is_ok());
+        let auth = frame(&a.auth_frame(0, 0));
+        b1.auth_frame(0, 0);
+        assert!(matches!(
+            b1.handle_frame(&auth, NOW, &mut cache),
+            Ok(Step::Established(_))
+        ));
         let mut b2 = side(Role::Listener, 2, Some("0123456789abcdef"));
         assert_eq!(
             b2.handle_frame(&hello, NOW + 10, &mut cache).unwrap_err(),
             HandshakeError::ReplayedNonce
         );
+    }
+
+    #[test]
+    fn hellos_without_the_secret_do_not_fill_the_replay_cache() {
+        // A flood of HELLOs claiming a secret, none proven (each on a connection of its own),
+        // then an honest handshake: it goes through.
+        let mut cache = NonceCache::default();
+        for i in 0..(NONCE_CACHE_LEN_MAX as u64 + 100) {
+            let mut nonce = [0u8; NONCE_LEN];
+            nonce[..8].copy_from_slice(&i.to_le_bytes());
+            let mut h = local_hello(BusId(66), i, NOW, nonce, vec![]);
+            h.auth = true;
+            let mut b = side(Role::Listener, 2, Some("0123456789abcdef"));
+            let hello = frame(&frame_bytes(FrameKind::Hello, &h.encode()));
+            assert!(b.handle_frame(&hello, NOW, &mut cache).is_ok());
+        }
+        let secret = Some("0123456789abcdef");
+        let mut a = side(Role::Dialer, 1, secret);
+        let mut b = side(Role::Listener, 2, secret);
+        let mut a_cache = NonceCache::default();
+        assert!(a
+            .handle_frame(&frame(&b.hello_frame()), NOW, &mut a_cache)
+            .is_ok());
+        assert!(b
+            .handle_frame(&frame(&a.hello_frame()), NOW, &mut cache)
+            .is_ok());
+        let (auth_a, auth_b) = (frame(&a.auth_frame(0, 0)), frame(&b.auth_frame(0, 0)));
+        assert!(matches!(
+            b.handle_frame(&auth_a, NOW, &mut cache),
+            Ok(Step::Established(_))
+        ));
+        assert!(matches!(
+            a.handle_frame(&auth_b, NOW, &mut a_cache),
+            Ok(Step::Established(_))
+        ));
     }
 
     #[test]
