@@ -31,8 +31,16 @@ pub(crate) struct NodeArgs {
     #[arg(long)]
     pub(crate) no_shm: bool,
     /// Shared secret every peer must prove (at least 16 bytes); also read from BUSWAY_SECRET.
+    /// Prefer `--secret-file` or the variable: a command line is visible to every user (`ps`).
     #[arg(long, env = "BUSWAY_SECRET", hide_env_values = true)]
     pub(crate) secret: Option<String>,
+    /// File holding the shared secret (its trailing newline is not part of it).
+    #[arg(long, conflicts_with = "secret")]
+    pub(crate) secret_file: Option<std::path::PathBuf>,
+    /// Listen on (and serve `--admin` at) addresses other hosts can reach with no shared secret:
+    /// anyone who can reach them can join as any bus id. Refused without this flag.
+    #[arg(long)]
+    pub(crate) insecure: bool,
     /// I/O loop threads (default: one per core).
     #[arg(long)]
     pub(crate) io_threads: Option<usize>,
@@ -46,21 +54,66 @@ impl NodeArgs {
         config.upstream = self.upstream.clone();
         config.direct_links = !self.no_direct;
         config.shm_channels = !self.no_shm;
-        if let Some(s) = &self.secret {
-            config.secret = Some(Secret::new(s.as_bytes())?);
-        }
+        config.secret = self.secret()?;
         if let Some(n) = self.io_threads {
             config.io_threads = IoThreads::Dedicated(n);
         }
         Ok(config)
     }
 
+    /// The secret from `--secret`, BUSWAY_SECRET or `--secret-file`, if any.
+    fn secret(&self) -> Result<Option<Secret>, String> {
+        let text = match (&self.secret, &self.secret_file) {
+            (Some(s), _) => s.clone(),
+            (None, Some(path)) => std::fs::read_to_string(path)
+                .map_err(|e| format!("cannot read the secret file {}: {e}", path.display()))?
+                .trim_end_matches(['\r', '\n'])
+                .to_owned(),
+            (None, None) => return Ok(None),
+        };
+        Secret::new(text.as_bytes()).map(Some)
+    }
+
     pub(crate) async fn start(&self) -> Result<Node, String> {
         if self.listen.is_empty() && self.connect.is_empty() && self.upstream.is_none() {
             return Err("give at least one --listen, --connect or --upstream address".into());
         }
-        Node::start(self.config()?).await.map_err(|e| e.to_string())
+        let config = self.config()?;
+        if config.secret.is_none() {
+            for addr in self.listen.iter().filter(|a| reachable_from_other_hosts(a)) {
+                self.allow_insecure(
+                    &format!("listen on {addr} with no shared secret"),
+                    "any host that reaches it can join as any bus id",
+                    "give a secret (--secret-file FILE or BUSWAY_SECRET) or listen on a loopback \
+                     or unix:// address",
+                )?;
+            }
+        }
+        Node::start(config).await.map_err(|e| e.to_string())
     }
+
+    /// Whether `what` (something other hosts can reach, for the reason `risk`) may go ahead:
+    /// refused without `--insecure`, with a warning with it.
+    pub(crate) fn allow_insecure(
+        &self,
+        what: &str,
+        risk: &str,
+        instead: &str,
+    ) -> Result<(), String> {
+        if !self.insecure {
+            return Err(format!(
+                "refusing to {what}: {risk}; {instead}, or pass --insecure to accept that"
+            ));
+        }
+        eprintln!("busway: warning: {what} (--insecure): {risk}");
+        Ok(())
+    }
+}
+
+/// Whether other hosts can reach `addr`: a TCP address that is not loopback (an unspecified
+/// one, 0.0.0.0 or [::], included). Unix and shm:// addresses are this host's only.
+pub(crate) fn reachable_from_other_hosts(addr: &Addr) -> bool {
+    matches!(addr, Addr::Tcp(sa) if !sa.ip().is_loopback())
 }
 
 /// Runs `f` on a single-threaded runtime (the node has its own I/O threads).

@@ -70,12 +70,23 @@ fn main() -> ExitCode {
 struct NodeCmd {
     #[command(flatten)]
     node: common::NodeArgs,
-    /// Answer status queries (`busway status ADDR`) on this address.
+    /// Answer status queries (`busway status ADDR`) on this address (loopback or unix:// only,
+    /// unless `--insecure`).
     #[arg(long)]
     admin: Option<busway::Addr>,
 }
 
 async fn run_node(args: NodeCmd) -> Result<ExitCode, String> {
+    if let Some(addr) = &args.admin {
+        // The status page names every peer and counter: this host's only, unless told.
+        if common::reachable_from_other_hosts(addr) {
+            args.node.allow_insecure(
+                &format!("serve status at {addr}"),
+                "it names every peer and counter to any host that reaches it",
+                "use a loopback or unix:// address",
+            )?;
+        }
+    }
     let node = args.node.start().await?;
     let mut events = node.take_events().expect("events are taken once");
     // A standalone node relays; messages addressed to it are counted and discarded (its

@@ -533,3 +533,92 @@ fn bench_latency_rows_give_percentiles_for_each_shm_mode_beside_the_raw_round_tr
         assert!(ratio > 0.0 && ratio.is_finite(), "{r}");
     }
 }
+
+#[test]
+fn listening_where_other_hosts_reach_needs_a_secret_or_insecure() {
+    // Refused, naming the address and the ways out.
+    let (ok, _, _, err) = finish(
+        spawn(&["node", "--id", "1", "--listen", "tcp://0.0.0.0:0"]),
+        None,
+    );
+    assert!(!ok);
+    assert!(
+        err.contains("refusing to listen on tcp://0.0.0.0:0 with no shared secret")
+            && err.contains("--secret-file")
+            && err.contains("--insecure"),
+        "{err}"
+    );
+    // The status page: this host's only, even with a secret.
+    let secret = std::env::temp_dir().join(format!("busway-secret-{}", std::process::id()));
+    std::fs::write(&secret, "a secret of at least 16 bytes\n").unwrap();
+    let secret = secret.to_str().unwrap();
+    let (ok, _, _, err) = finish(
+        spawn(&[
+            "node",
+            "--id",
+            "1",
+            "--listen",
+            "tcp://127.0.0.1:0",
+            "--admin",
+            "tcp://0.0.0.0:0",
+            "--secret-file",
+            secret,
+        ]),
+        None,
+    );
+    assert!(!ok);
+    assert!(
+        err.contains("refusing to serve status at tcp://0.0.0.0:0"),
+        "{err}"
+    );
+    // The secret from a file: a sender with the same file gets through.
+    let (l, addr, out) = listener(&[
+        "listen",
+        "--id",
+        "7",
+        "--listen",
+        "tcp://127.0.0.1:0",
+        "--secret-file",
+        secret,
+        "--count",
+        "1",
+    ]);
+    let (ok, _, _, err) = finish(
+        spawn(&[
+            "send",
+            "--id",
+            "3",
+            "--connect",
+            &addr,
+            "--secret-file",
+            secret,
+            "--to",
+            "7",
+            "with the secret",
+        ]),
+        None,
+    );
+    assert!(ok, "{err}");
+    let (ok, _, stdout, _) = finish(l, Some(out));
+    assert!(ok);
+    assert_eq!(stdout.trim(), "3: with the secret");
+    let _ = std::fs::remove_file(secret);
+    // --insecure: it starts, and says what it risks.
+    let mut p = spawn(&[
+        "node",
+        "--id",
+        "1",
+        "--listen",
+        "tcp://0.0.0.0:0",
+        "--insecure",
+    ]);
+    let mut err = BufReader::new(p.0.stderr.take().unwrap());
+    let mut line = String::new();
+    err.read_line(&mut line).unwrap();
+    assert!(
+        line.contains("warning: listen on tcp://0.0.0.0:0 with no shared secret (--insecure)"),
+        "{line}"
+    );
+    p.0.kill().unwrap();
+    p.0.wait().unwrap();
+}
