@@ -12,6 +12,8 @@ use std::time::{Duration, Instant};
 const PEER_WAIT_SECS: u64 = 10;
 /// How long `send` waits for the destination to acknowledge everything, in seconds.
 const FLUSH_WAIT_SECS: u64 = 60;
+/// How long `send` waits for each event still on its way once the node is shut down.
+const EVENTS_DRAIN_WAIT: Duration = Duration::from_millis(100);
 
 #[derive(Args, Debug)]
 pub(crate) struct SendArgs {
@@ -42,6 +44,7 @@ pub(crate) async fn run(args: SendArgs) -> Result<ExitCode, String> {
     let node = args.node.start().await?;
     // A sender reads nothing: what others send it is acknowledged and discarded.
     drop(node.take_inbox());
+    let mut events = node.take_events().expect("events are taken once");
     let wait = Duration::from_secs(PEER_WAIT_SECS);
     let reachable = if args.node.upstream.is_some() && args.node.connect.is_empty() {
         // Through the upstream: its link is what must be up.
@@ -88,7 +91,23 @@ pub(crate) async fn run(args: SendArgs) -> Result<ExitCode, String> {
     // is written again).
     let flushed = result.is_ok() && node.flush(Duration::from_secs(FLUSH_WAIT_SECS)).await;
     node.shutdown().await;
+    // "Acknowledged" includes given up: say which messages were, and why.
+    let mut undeliverable = 0;
+    while let Ok(Some(ev)) = tokio::time::timeout(EVENTS_DRAIN_WAIT, events.recv()).await {
+        if let busway::Event::Undeliverable { peer, seqs, .. } = &ev {
+            if *peer == args.to {
+                undeliverable += seqs.end - seqs.start;
+                eprintln!("{}", crate::common::describe(&ev));
+            }
+        }
+    }
     result.map_err(|e| format!("after {sent} messages: {e}"))?;
+    if undeliverable > 0 {
+        return Err(format!(
+            "{undeliverable} of {sent} messages to bus id {} were not delivered",
+            args.to
+        ));
+    }
     if !flushed {
         return Err(format!(
             "{sent} messages queued, but not all were acknowledged within {FLUSH_WAIT_SECS} s"
