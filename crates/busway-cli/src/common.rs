@@ -41,6 +41,10 @@ pub(crate) struct NodeArgs {
     /// anyone who can reach them can join as any bus id. Refused without this flag.
     #[arg(long)]
     pub(crate) insecure: bool,
+    /// After its start, for how long (ms) the node, as a relay, calls an id nobody registered
+    /// "down for now" rather than unknown (its downstreams may not be back yet).
+    #[arg(long)]
+    pub(crate) relay_grace_ms: Option<u64>,
     /// I/O loop threads (default: one per core).
     #[arg(long)]
     pub(crate) io_threads: Option<usize>,
@@ -55,6 +59,9 @@ impl NodeArgs {
         config.direct_links = !self.no_direct;
         config.shm_channels = !self.no_shm;
         config.secret = self.secret()?;
+        if let Some(ms) = self.relay_grace_ms {
+            config.relay_grace_ms = ms;
+        }
         if let Some(n) = self.io_threads {
             config.io_threads = IoThreads::Dedicated(n);
         }

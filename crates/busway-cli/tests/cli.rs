@@ -622,3 +622,35 @@ fn listening_where_other_hosts_reach_needs_a_secret_or_insecure() {
     p.0.kill().unwrap();
     p.0.wait().unwrap();
 }
+
+#[test]
+fn send_names_what_was_undeliverable_and_fails() {
+    let addr = format!("tcp://127.0.0.1:{}", free_port());
+    let mut r = spawn(&[
+        "node",
+        "--id",
+        "100",
+        "--listen",
+        &addr,
+        "--relay-grace-ms",
+        "0",
+    ]);
+    let mut out = BufReader::new(r.0.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert!(line.starts_with("listening on"), "relay said {line:?}");
+    let (ok, code, _, err) = finish(
+        spawn(&["send", "--id", "6", "--upstream", &addr, "--to", "99", "x"]),
+        None,
+    );
+    assert!(!ok, "{err}");
+    assert_eq!(code, Some(1));
+    assert!(
+        err.contains("1 messages to 99 undeliverable")
+            && err.contains("no route to bus id 99 at relay 100")
+            && err.contains("1 of 1 messages to bus id 99 were not delivered"),
+        "{err}"
+    );
+    r.0.kill().unwrap();
+    r.0.wait().unwrap();
+}
