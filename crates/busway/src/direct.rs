@@ -5,9 +5,9 @@
 //! (`Remote::supersede`, `Peer::hold`).
 //!
 //! Hints are ROUTED traffic: a relay sends them and a source takes them in `routing`; this
-//! module dials and switches. The dialer owns the link: it redials it with backoff while the peer is not given up, and
-//! once the peer stays down past `peer_dead_after_ms`, traffic to it goes back through relays
-//! (a later hint may bring the direct link back).
+//! module dials and switches. The dialer owns the link: it redials it with backoff while the
+//! peer is not given up, and once the peer stays down past `peer_dead_after_ms`, traffic to it
+//! goes back through relays (a later hint may bring the direct link back).
 
 use crate::addr::Addr;
 use crate::backoff::Backoff;
