@@ -16,7 +16,7 @@
 use busway_core::control::ack_frame;
 use busway_core::frame::{message_spans, FrameDecoder, HEADER_LEN};
 use busway_core::handshake::{caps, local_hello, Role, NONCE_LEN};
-use busway_core::link::{Carrier, Link, LinkConfig, LinkEvent, LinkState, Now, Spans};
+use busway_core::link::{Carrier, Link, LinkConfig, LinkError, LinkEvent, LinkState, Now, Spans};
 use busway_core::outbox::Outbox;
 use busway_core::sim::SimRng;
 use busway_core::BusId;
@@ -308,15 +308,8 @@ impl Sim {
                     LinkEvent::OpenRing { .. } => end.link.ring_opened(Ok(())),
                     LinkEvent::SwitchIn => end.reading_ring = true,
                     LinkEvent::Lost(e) => {
-                        match e {
-                            busway_core::link::LinkError::Silent { .. } => self.seen.silent += 1,
-                            busway_core::link::LinkError::HandshakeTimeout { .. } => {
-                                self.seen.handshake_timeouts += 1
-                            }
-                            other => self
-                                .failures
-                                .push(format!("{me}->{them}: link lost: {other}")),
-                        }
+                        let context = format!("{me}->{them}: link lost");
+                        note_lost(&mut self.seen, &mut self.failures, e, context);
                         open = false;
                     }
                     LinkEvent::PeerClosed(c) => {
@@ -354,13 +347,12 @@ impl Sim {
         end.link.handle_timeout(now_at(now));
         while let Some(e) = end.link.poll_event() {
             if let LinkEvent::Lost(e) = e {
-                match e {
-                    busway_core::link::LinkError::Silent { .. } => self.seen.silent += 1,
-                    busway_core::link::LinkError::HandshakeTimeout { .. } => {
-                        self.seen.handshake_timeouts += 1
-                    }
-                    other => self.failures.push(format!("{me}: timer: {other}")),
-                }
+                note_lost(
+                    &mut self.seen,
+                    &mut self.failures,
+                    e,
+                    format!("{me}: timer"),
+                );
                 return false;
             }
         }
@@ -454,6 +446,16 @@ impl Sim {
                 && p.outbox.unacked() == 0
                 && self.peers[&(*nb, *node)].delivered == MSGS_PER_DIRECTION
         })
+    }
+}
+
+/// A link ended: silence and handshake timeouts are paths the schedules must take (counted);
+/// anything else is a failure, named with `context`.
+fn note_lost(seen: &mut Seen, failures: &mut Vec<String>, error: LinkError, context: String) {
+    match error {
+        LinkError::Silent { .. } => seen.silent += 1,
+        LinkError::HandshakeTimeout { .. } => seen.handshake_timeouts += 1,
+        other => failures.push(format!("{context}: {other}")),
     }
 }
 

@@ -73,9 +73,9 @@ fn act_on(
         }
         LinkEvent::Rtt(us) => peer.rtt_us.store(us, Relaxed),
         LinkEvent::Routed(body) => {
-            let at = lock(machine).offset();
             if let Err(what) = routed_in(shared, buf, body, work) {
                 work.refused_mid_read = true;
+                let at = lock(machine).offset();
                 lock(machine).fail(LinkError::Protocol(format!(
                     "{what} (ROUTED frame before stream offset {at})"
                 )));
