@@ -59,6 +59,7 @@ pub(crate) fn snapshot(node: &Node) -> Value {
             "msgs_in": s.msgs_in,
             "bytes_in": s.bytes_in,
             "msgs_out": s.msgs_out,
+            "msgs_resent": s.msgs_resent,
             "relayed": s.relayed,
             "relay_congested": s.relay_congested,
             "events_dropped": s.events_dropped,

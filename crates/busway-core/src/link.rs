@@ -213,6 +213,10 @@ pub struct Link {
     phase: Phase,
     dec: FrameDecoder,
     last_rx_us: u64,
+    /// The driver stopped reading the peer because its own side is full (the application's
+    /// inbox, a relay's queue onward): the peer's bytes wait in the kernel, so its silence is
+    /// not judged meanwhile (see [`Link::input_blocked`]).
+    input_blocked: bool,
     next_ping_us: u64,
     events: VecDeque<LinkEvent>,
     transmits: VecDeque<Bytes>,
@@ -250,6 +254,7 @@ impl Link {
             },
             dec: FrameDecoder::new(HANDSHAKE_BODY_LEN_MAX),
             last_rx_us: now.mono_us,
+            input_blocked: false,
             next_ping_us: 0,
             events: VecDeque::new(),
             transmits: VecDeque::from([hello]),
@@ -321,7 +326,7 @@ impl Link {
                 let interval_ms = self.config.heartbeat_interval_ms;
                 let misses = self.config.heartbeat_misses_max;
                 let silent_ms = ms(now.mono_us.saturating_sub(self.last_rx_us));
-                if silent_ms >= misses * interval_ms {
+                if silent_ms >= misses * interval_ms && !self.input_blocked {
                     self.lose(LinkError::Silent {
                         silent_ms,
                         interval_ms,
@@ -334,6 +339,22 @@ impl Link {
                 self.next_ping_us = now.mono_us + interval_ms * 1_000;
             }
             _ => {}
+        }
+    }
+
+    /// The driver stops reading the peer for now because its own side is full (backpressure:
+    /// the application is not reading, or a relay's queue onward is full). Heartbeats keep
+    /// going out, but the peer's silence is not held against it: what it sent waits unread in
+    /// the kernel, PONGs and ACKs included.
+    pub fn input_blocked(&mut self) {
+        self.input_blocked = true;
+    }
+
+    /// The driver reads the peer again: its silence counts from now (the time spent not
+    /// reading was ours, not the peer's).
+    pub fn input_unblocked(&mut self, now: Now) {
+        if std::mem::take(&mut self.input_blocked) {
+            self.last_rx_us = self.last_rx_us.max(now.mono_us);
         }
     }
 

@@ -349,7 +349,7 @@ impl Outbox {
     }
 
     /// One past the last message handed to the current link.
-    fn written_end(&self) -> u64 {
+    pub fn written_end(&self) -> u64 {
         match self.unwritten {
             0 => self.acked,
             i => self.chunks[i - 1].end(),

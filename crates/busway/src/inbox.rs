@@ -127,12 +127,19 @@ impl InboxSender {
 
     /// Like `deliver`, without waiting: false if the inbox is full or gone.
     pub(crate) fn try_deliver(&self, batch: MessageBatch) -> bool {
+        self.deliver_now(batch).unwrap_or(false)
+    }
+
+    /// Like `deliver`, without waiting: the batch back if the inbox is full; otherwise
+    /// whether it was delivered (false: the application dropped its inbox).
+    pub(crate) fn deliver_now(&self, batch: MessageBatch) -> Result<bool, MessageBatch> {
         let permits = self.permits(&batch);
         match self.budget.try_acquire_many(permits) {
             Ok(p) => p.forget(),
-            Err(_) => return false,
+            Err(tokio::sync::TryAcquireError::NoPermits) => return Err(batch),
+            Err(tokio::sync::TryAcquireError::Closed) => return Ok(false),
         }
-        self.tx.send(Delivery::Batch { batch, permits }).is_ok()
+        Ok(self.tx.send(Delivery::Batch { batch, permits }).is_ok())
     }
 }
 

@@ -146,6 +146,11 @@ impl Events {
     pub async fn recv(&mut self) -> Option<Event> {
         self.rx.recv().await
     }
+
+    /// The next event if one is waiting now (no wait).
+    pub fn try_recv(&mut self) -> Option<Event> {
+        self.rx.try_recv().ok()
+    }
 }
 
 impl Node {

@@ -333,6 +333,20 @@ impl Peer {
         Take::Data
     }
 
+    /// For the writer of a link whose ring is full: moves the control frames (heartbeats,
+    /// acknowledgements) into `batch`, so that they go out while messages wait for room.
+    /// False if there were none; the writer is then woken by the next one queued.
+    pub(crate) fn take_control_only(&self, batch: &mut Vec<Bytes>) -> bool {
+        let mut st = self.lock();
+        if st.outbox.take_control(batch) == 0 {
+            st.writer_idle = true;
+            return false;
+        }
+        drop(st);
+        self.forward_room.notify_waiters();
+        true
+    }
+
     /// Queues one message; returns its sequence number.
     pub(crate) fn push_shared(&self, payload: &Bytes) -> Result<u64, PushError> {
         let mut st = self.lock();
@@ -465,8 +479,8 @@ impl Peer {
 
     /// Attaches the authenticated link `link`: everything the peer lacks becomes unwritten again.
     /// Errors if a link is attached already (the text names it) or the handshake's numbers no
-    /// longer hold.
-    pub(crate) fn attach(&self, link: u64, est: &Established, addr: &str) -> Result<(), String> {
+    /// longer hold. Returns how many messages written on an earlier link go out again.
+    pub(crate) fn attach(&self, link: u64, est: &Established, addr: &str) -> Result<u64, String> {
         let mut st = self.lock();
         if st.link.is_some() {
             return Err(format!(
@@ -479,9 +493,12 @@ impl Peer {
         {
             return Err("the peer's state changed during the handshake; retry".into());
         }
-        st.outbox
+        let written_before = st.outbox.written_end();
+        let first = st
+            .outbox
             .resume(est.peer_auth.next_expected_seq)
             .map_err(|e| format!("cannot resume: {e}"))?;
+        let resent = written_before.saturating_sub(first);
         // The peer resumes where it says; past what we expect only if it gave up on messages.
         st.inbound_expected = st.inbound_expected.max(est.peer_auth.next_send_seq);
         st.hello = est.peer.clone();
@@ -498,7 +515,7 @@ impl Peer {
         if wake {
             self.room.notify_waiters();
         }
-        Ok(())
+        Ok(resent)
     }
 
     /// Detaches link `link` if it is the one attached; returns the detach epoch (for the

@@ -204,7 +204,8 @@ impl Shared {
                 fresh
             }
         };
-        peer.attach(link, est, addr)?;
+        let resent = peer.attach(link, est, addr)?;
+        self.counters.msgs_resent.fetch_add(resent, Relaxed);
         Ok(peer)
     }
 

@@ -17,6 +17,7 @@ pub(crate) struct Counters {
     pub(crate) heartbeat_timeouts: AtomicU64,
     pub(crate) relay_congested: AtomicU64,
     pub(crate) relayed: AtomicU64,
+    pub(crate) msgs_resent: AtomicU64,
     pub(crate) events_dropped: AtomicU64,
     pub(crate) shm_channels: AtomicU64,
     pub(crate) mem_channels: AtomicU64,
@@ -49,6 +50,9 @@ pub struct Stats {
     pub relay_congested: u64,
     /// Messages queued for sending to peers.
     pub msgs_out: u64,
+    /// Messages written again on a new link because the last link to their peer dropped
+    /// before they were acknowledged (each time counted once per message).
+    pub msgs_resent: u64,
     /// Events dropped because the application did not read them.
     pub events_dropped: u64,
     /// Peers currently up.
@@ -74,6 +78,7 @@ impl Counters {
             relayed: self.relayed.load(Relaxed),
             relay_congested: self.relay_congested.load(Relaxed),
             msgs_out: 0,
+            msgs_resent: self.msgs_resent.load(Relaxed),
             events_dropped: self.events_dropped.load(Relaxed),
             peers_up: 0,
             shm_channels: self.shm_channels.load(Relaxed),

@@ -269,6 +269,40 @@ fn a_silent_peer_is_lost_after_the_heartbeat_misses() {
 }
 
 #[test]
+fn a_driver_that_stops_reading_keeps_the_link_and_its_heartbeats() {
+    let mut p = Pair::plain();
+    p.drive();
+    // a's application is full: a reads nothing for ten silences' worth, b's bytes pile up.
+    p.a.link.input_blocked();
+    let mut pings = 0;
+    for _ in 0..30 {
+        p.advance_ms(HEARTBEAT_MS);
+        while let Some(f) = p.a.link.poll_transmit() {
+            pings += usize::from(f[..] == ping_frame(FrameKind::Ping, p.now_us)[..]);
+        }
+        while p.b.link.poll_transmit().is_some() {}
+    }
+    assert!(p.a.link.poll_event().is_none(), "not lost while blocked");
+    assert_eq!(pings, 30, "a heartbeat every interval while blocked");
+    // Reading again: silence counts from now, so the peer is not lost at once...
+    p.a.link.input_unblocked(p.now());
+    p.advance_ms(HEARTBEAT_MS);
+    assert!(p.a.link.poll_event().is_none(), "not lost on resuming");
+    // ...but a peer that stays silent after that is.
+    for _ in 0..2 {
+        p.advance_ms(HEARTBEAT_MS);
+    }
+    let e = p.a.link.poll_event();
+    assert!(
+        matches!(
+            e,
+            Some(LinkEvent::Lost(LinkError::Silent { silent_ms: 300, .. }))
+        ),
+        "{e:?}"
+    );
+}
+
+#[test]
 fn data_acks_and_routed_frames_are_reported_in_place() {
     let mut p = Pair::plain();
     p.drive();

@@ -174,6 +174,27 @@ fn routed_in(
     Ok(())
 }
 
+/// Hands a batch to the application; while its inbox is full, the machine knows that this
+/// side stopped reading (backpressure, not a silent peer).
+async fn deliver(shared: &Shared, machine: &Mutex<Link>, batch: MessageBatch) {
+    if let Err(batch) = shared.inbox.deliver_now(batch) {
+        blocked_while(shared, machine, shared.inbox.deliver(batch)).await;
+    }
+}
+
+/// Runs `wait`, a wait for room on this node's side during which nothing of the peer is read,
+/// telling the machine so: the peer's silence meanwhile is ours, not its own.
+async fn blocked_while<T>(
+    shared: &Shared,
+    machine: &Mutex<Link>,
+    wait: impl std::future::Future<Output = T>,
+) -> T {
+    lock(machine).input_blocked();
+    let out = wait.await;
+    lock(machine).input_unblocked(shared.now());
+    out
+}
+
 pub(super) async fn read_loop<R: AsyncRead + Unpin>(
     shared: &Shared,
     peer: &Peer,
@@ -240,10 +261,8 @@ pub(super) async fn read_loop<R: AsyncRead + Unpin>(
                 if !r.spans.is_empty() {
                     let n = r.spans.len() as u64;
                     shared.counters.msgs_in.fetch_add(n, Relaxed);
-                    shared
-                        .inbox
-                        .deliver(MessageBatch::new(r.src, chunk.clone(), r.spans))
-                        .await;
+                    let batch = MessageBatch::new(r.src, chunk.clone(), r.spans);
+                    deliver(shared, machine, batch).await;
                 }
                 shared.routed_delivered(r.src, r.incarnation, r.next);
                 shared.send_routed_ack(r.src, r.next);
@@ -254,10 +273,7 @@ pub(super) async fn read_loop<R: AsyncRead + Unpin>(
                 c.msgs_in.fetch_add(spans.len() as u64, Relaxed);
                 c.bytes_in.fetch_add(bytes, Relaxed);
                 let n = spans.len() as u64;
-                shared
-                    .inbox
-                    .deliver(MessageBatch::new(peer.id, chunk, spans))
-                    .await;
+                deliver(shared, machine, MessageBatch::new(peer.id, chunk, spans)).await;
                 // Acknowledge once the application has them (one ACK per read, not per message).
                 let next = peer.delivered(n);
                 peer.push_control(ack_frame(next));

@@ -34,7 +34,7 @@ pub(super) async fn write_loop<W: AsyncWrite + Unpin>(
             }
         }
         if switched {
-            flush_ring(peer).await?;
+            flush_ring(w, peer, &mut batch).await?;
             match peer.take_control(&mut batch) {
                 Take::Idle => peer.writer_wake.notified().await,
                 Take::Drained => {
@@ -66,9 +66,15 @@ async fn write_close<W: AsyncWrite + Unpin>(w: &mut W, peer: &Peer) -> io::Resul
 }
 
 /// Moves the peer's queued messages into its ring, waiting (on a blocking thread, on the
-/// ring's futex) while the ring is full. Gives up on a full ring once the peer closed the link
-/// (nobody will free the ring); our own node closing waits on, bounded by its linger time.
-async fn flush_ring(peer: &Peer) -> io::Result<()> {
+/// ring's futex) while the ring is full. A full ring is backpressure, not a dead link: control
+/// frames (heartbeats, acknowledgements) still go out on the socket meanwhile. Gives up on a
+/// full ring once the peer closed the link (nobody will free the ring); our own node closing
+/// waits on, bounded by its linger time.
+async fn flush_ring<W: AsyncWrite + Unpin>(
+    w: &mut W,
+    peer: &Peer,
+    batch: &mut Vec<Bytes>,
+) -> io::Result<()> {
     loop {
         let waiter = match peer.flush_ring(true) {
             None | Some(Ok(Flush::Done)) => return Ok(()),
@@ -81,9 +87,17 @@ async fn flush_ring(peer: &Peer) -> io::Result<()> {
                 "the peer closed the link and its shared-memory ring is full",
             ));
         }
-        let closed = tokio::task::spawn_blocking(move || wait_for_room(&waiter))
-            .await
-            .unwrap_or(false);
+        let mut room = tokio::task::spawn_blocking(move || wait_for_room(&waiter));
+        let closed = loop {
+            if peer.take_control_only(batch) {
+                write_batch(w, batch).await?;
+                continue;
+            }
+            tokio::select! {
+                closed = &mut room => break closed.unwrap_or(false),
+                () = peer.writer_wake.notified() => {}
+            }
+        };
         if closed {
             return Err(io::Error::new(
                 io::ErrorKind::BrokenPipe,
