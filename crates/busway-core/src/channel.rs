@@ -4,9 +4,12 @@
 //!
 //! ```text
 //! u8 op, then:
-//!   1 OFFER   u32 pid, u32 fd, u64 inode, u64 capacity   the sender's ring toward the receiver,
-//!                                                       opened as /proc/PID/fd/FD (or passed
-//!                                                       with SCM_RIGHTS on a Unix link)
+//!   1 OFFER   u32 pid, u32 fd, u64 inode, u64 capacity,  the sender's ring toward the receiver,
+//!             u64 token                                  opened as /proc/PID/fd/FD (or passed
+//!                                                       with SCM_RIGHTS on a Unix link); the
+//!                                                       ring's header must carry `token`, the
+//!                                                       sender's id as writer and the
+//!                                                       receiver's as reader
 //!   2 ACCEPT  (nothing)                                  the receiver mapped it
 //!   3 REFUSE  UTF-8 reason                               it could not; data stays on the socket
 //!   4 SWITCH  (nothing)                                  the sender's last data on the socket:
@@ -30,6 +33,8 @@ pub enum Channel {
         fd: u32,
         inode: u64,
         capacity: u64,
+        /// A random number the offerer wrote in the ring's header and tells only this peer.
+        token: u64,
     },
     Accept,
     Refuse(String),
@@ -46,12 +51,14 @@ impl Channel {
                 fd,
                 inode,
                 capacity,
+                token,
             } => {
                 body.push(1);
                 body.extend_from_slice(&pid.to_le_bytes());
                 body.extend_from_slice(&fd.to_le_bytes());
                 body.extend_from_slice(&inode.to_le_bytes());
                 body.extend_from_slice(&capacity.to_le_bytes());
+                body.extend_from_slice(&token.to_le_bytes());
             }
             Self::Accept => body.push(2),
             Self::Refuse(reason) => {
@@ -86,12 +93,13 @@ impl Channel {
         let u64_at = |i: usize| u64::from_le_bytes(rest[i..i + 8].try_into().unwrap_or_default());
         match op {
             1 => {
-                exact(24)?;
+                exact(32)?;
                 Ok(Self::Offer {
                     pid: u32_at(0),
                     fd: u32_at(4),
                     inode: u64_at(8),
                     capacity: u64_at(16),
+                    token: u64_at(24),
                 })
             }
             2 => exact(0).map(|_| Self::Accept),
@@ -110,9 +118,9 @@ mod tests {
 
     proptest! {
         #[test]
-        fn messages_round_trip(pid: u32, fd: u32, inode: u64, capacity: u64, reason in ".{0,300}") {
+        fn messages_round_trip(pid: u32, fd: u32, inode: u64, capacity: u64, token: u64, reason in ".{0,300}") {
             for m in [
-                Channel::Offer { pid, fd, inode, capacity },
+                Channel::Offer { pid, fd, inode, capacity, token },
                 Channel::Accept,
                 Channel::Switch,
             ] {
@@ -137,7 +145,7 @@ mod tests {
         assert!(Channel::decode(&[]).unwrap_err().contains("empty"));
         assert!(Channel::decode(&[1, 0])
             .unwrap_err()
-            .contains("expected 24"));
+            .contains("expected 32"));
         assert!(Channel::decode(&[9]).unwrap_err().contains("op 9 unknown"));
     }
 }

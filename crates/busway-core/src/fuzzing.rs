@@ -152,7 +152,7 @@ pub fn link(data: &[u8]) {
             remote: "fuzz://peer".into(),
         };
         let mut hello = local_hello(BusId(id), id, 1_000_000, [id as u8; NONCE_LEN], vec![]);
-        hello.capabilities = caps::SHM;
+        hello.capabilities = caps::SHM_BOUND;
         hello.host_id = if mode & 1 == 1 || id == 1 {
             b"h".to_vec()
         } else {

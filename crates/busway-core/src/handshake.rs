@@ -57,10 +57,15 @@ pub mod caps {
     pub const RELAY: u64 = 1 << 0;
     /// Understands ACK frames and end-to-end sequence numbers.
     pub const RELIABLE: u64 = 1 << 1;
-    /// Can move its data to a shared-memory channel (CHANNEL frames).
+    /// Moved its data to shared-memory rings with an OFFER of 24 bytes and rings that anyone
+    /// who named them could read. No longer advertised nor honoured: a peer with only this
+    /// bit keeps its data on the socket.
     pub const SHM: u64 = 1 << 2;
     /// Accepts direct links from nodes that learned its addresses from a relay (HINT).
     pub const DIRECT: u64 = 1 << 3;
+    /// Can move its data to shared-memory rings bound to their reader (CHANNEL frames whose
+    /// OFFER carries a token; see `channel`).
+    pub const SHM_BOUND: u64 = 1 << 4;
 }
 
 /// Everything that can be wrong with a handshake. The display text says what and why.
@@ -754,7 +759,7 @@ mod tests {
     fn hello_round_trips() {
         let mut h = local_hello(BusId(7), 9, NOW, [3; NONCE_LEN], vec!["unix:///x".into()]);
         h.host_id = b"host".to_vec();
-        h.capabilities = caps::RELAY | caps::SHM;
+        h.capabilities = caps::RELAY | caps::SHM_BOUND;
         h.downstream_of_you = Some((BusId(7), BusId(9)));
         assert_eq!(Hello::decode(&h.encode()).unwrap(), h);
     }

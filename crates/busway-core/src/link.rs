@@ -162,6 +162,8 @@ pub enum LinkEvent {
         fd: u32,
         inode: u64,
         capacity: u64,
+        /// Must be in the ring's header (with the peer as writer, us as reader).
+        token: u64,
     },
     /// The peer mapped our ring: our writer switches to it (then calls [`Link::switched_out`]).
     RingAccepted,
@@ -451,13 +453,13 @@ impl Link {
             }
         }
         let rings = self.config.shm
-            && peer.capabilities & caps::SHM != 0
+            && peer.capabilities & caps::SHM_BOUND != 0
             && !self.local.host_id.is_empty()
             && peer.host_id == self.local.host_id;
         if self.config.ring_required && !rings {
             let why = if !self.config.shm {
                 "this node has shared memory turned off"
-            } else if peer.capabilities & caps::SHM == 0 {
+            } else if peer.capabilities & caps::SHM_BOUND == 0 {
                 "the peer does not allow shared memory"
             } else {
                 "the peer runs on another host"
@@ -488,8 +490,9 @@ impl Link {
         self.phase = Phase::Closed;
     }
 
-    /// Our ring toward the peer exists: offer it.
-    pub fn offer_ring(&mut self, pid: u32, fd: u32, inode: u64, capacity: u64) {
+    /// Our ring toward the peer exists: offer it. `token` is the random number in its header
+    /// (see [`Channel::Offer`]).
+    pub fn offer_ring(&mut self, pid: u32, fd: u32, inode: u64, capacity: u64, token: u64) {
         if let Phase::Up {
             out: out @ Carrier::Socket,
             rings: true,
@@ -502,6 +505,7 @@ impl Link {
                 fd,
                 inode,
                 capacity,
+                token,
             };
             self.transmits.push_back(offer.frame());
         }
@@ -694,6 +698,7 @@ impl Link {
                     fd,
                     inode,
                     capacity,
+                    token,
                 },
                 _,
                 Carrier::Socket,
@@ -704,6 +709,7 @@ impl Link {
                     fd,
                     inode,
                     capacity,
+                    token,
                 }
             }
             (Channel::Accept, Carrier::RingOffered, _) => {

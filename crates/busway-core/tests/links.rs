@@ -187,7 +187,7 @@ impl Sim {
             [(node as u8) ^ (self.now as u8); NONCE_LEN],
             vec![],
         );
-        h.capabilities = caps::RELIABLE | caps::SHM;
+        h.capabilities = caps::RELIABLE | caps::SHM_BOUND;
         h.host_id = if self.same_host[&leaf] {
             b"one-host".to_vec()
         } else {
@@ -304,7 +304,7 @@ impl Sim {
                             self.failures.push(format!("{me}->{them}: bad ACK: {e}"));
                         }
                     }
-                    LinkEvent::OfferRing => end.link.offer_ring(me as u32, 3, 4, 4096),
+                    LinkEvent::OfferRing => end.link.offer_ring(me as u32, 3, 4, 4096, 5),
                     LinkEvent::OpenRing { .. } => end.link.ring_opened(Ok(())),
                     LinkEvent::SwitchIn => end.reading_ring = true,
                     LinkEvent::Lost(e) => {

@@ -228,6 +228,7 @@ fn channel_frames() {
         fd: 7,
         inode: 0x0102_0304,
         capacity: 4 << 20,
+        token: 0x0807_0605_0403_0201,
     };
     check("channel-offer", &offer.frame());
     assert_eq!(

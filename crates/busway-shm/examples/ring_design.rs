@@ -151,7 +151,7 @@ fn single_writer_rings(w: usize, min: u64, max: u64, secs: f64, publish_every: u
             })
         })
         .collect();
-    let mut consumers: Vec<_> = rings.iter().map(|r| r.consumer()).collect();
+    let mut consumers: Vec<_> = rings.iter().map(|r| r.consumer().unwrap()).collect();
     let (start, mut msgs) = (Instant::now(), 0u64);
     while start.elapsed() < Duration::from_secs_f64(secs) {
         let mut n = 0;

@@ -12,8 +12,8 @@ const WAIT: Duration = Duration::from_secs(5);
 fn run(round_trips: usize, spins: u32) -> Vec<u64> {
     let there = Ring::create("busway-lat-a", 1 << 16).unwrap();
     let back = Ring::create("busway-lat-b", 1 << 16).unwrap();
-    let (mut tx, mut rx_far) = (there.producer(), there.consumer());
-    let (mut tx_far, mut rx) = (back.producer(), back.consumer());
+    let (mut tx, mut rx_far) = (there.producer(), there.consumer().unwrap());
+    let (mut tx_far, mut rx) = (back.producer(), back.consumer().unwrap());
     let echo = std::thread::spawn(move || loop {
         let mut got = Vec::new();
         rx_far.read(1, |m| got = m.to_vec()).unwrap();

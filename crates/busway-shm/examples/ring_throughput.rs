@@ -15,7 +15,7 @@ fn main() {
     let (min, max, secs) = common::size_args(3);
     let ring = Ring::create("busway-bench", RING_CAPACITY_DEFAULT).unwrap();
     let mut p = ring.producer();
-    let mut c = ring.consumer();
+    let mut c = ring.consumer().unwrap();
     let sizes = common::sizes(min, max, 0);
     let buf = vec![7u8; max as usize];
     let stop = Instant::now() + Duration::from_secs(secs);

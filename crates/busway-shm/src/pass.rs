@@ -96,12 +96,15 @@ mod tests {
         send_segment(&a, ring.segment(), b"link 7 a->b").unwrap();
         let (segment, tag) = recv_segment(&b).unwrap();
         assert_eq!(tag, b"link 7 a->b");
-        let far = Ring::open(segment).unwrap();
+        let far = Ring::open(segment, &Default::default(), usize::MAX).unwrap();
         let mut p = ring.producer();
         p.try_push(b"through shared memory").unwrap();
         p.publish();
         let mut got = Vec::new();
-        far.consumer().read(1, |m| got = m.to_vec()).unwrap();
+        far.consumer()
+            .unwrap()
+            .read(1, |m| got = m.to_vec())
+            .unwrap();
         assert_eq!(got, b"through shared memory");
     }
 

@@ -2,8 +2,10 @@
 //!
 //! ```text
 //! segment:  [ header, RING_HEADER_BYTES ][ data, capacity bytes (a power of two) ]
-//! header:   magic, capacity, flags | tail | head | reader_waiting | writer_waiting | closed
+//! header:   magic, capacity, flags | token, writer, reader | tail | head | reader_waiting |
+//!           writer_waiting | closed
 //!           (each on its own 64-byte line: the two sides do not share lines they write)
+//!           token, writer, reader: the ring's binding (see [`Binding`]), checked on open
 //! record:   u32 len, u32 check, payload, zero padding to a multiple of 8
 //!           len = u32::MAX: padding to the end of the data area (the next record is at 0)
 //!           check = low 32 bits of XXH3-64(payload, seed = the record's position), or 0 in
@@ -19,12 +21,19 @@
 //! the bounds of every length are verified anyway, so memory a faulty peer scribbled on is
 //! reported ([`Corrupt`]) rather than delivered.
 //!
+//! Trust: the other side can write every byte of the segment at any time. Every field it
+//! writes (the header's `tail` for a consumer, `head` for a producer, every record) is checked
+//! before use, on open and at every read; a record is copied out of shared memory first and
+//! then checked and handed on, so bytes changed under the reader cannot pass a check and then
+//! change (no `&[u8]` into shared memory is ever lent out).
+//!
 //! Wake-ups: a side that finds nothing to do sets its `*_waiting` word, re-checks, and sleeps on
 //! it (futex). The other side, after publishing or freeing, swaps the word to 0 and makes the
 //! wake call only if it was 1: no system call while both sides are busy.
 
 use crate::sync::{fence, AtomicU32, AtomicU64};
 use crate::wait::Waiter;
+use bytes::BufMut;
 use std::fmt;
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release, SeqCst};
 use std::sync::Arc;
@@ -49,7 +58,10 @@ pub const RING_CAPACITY_DEFAULT: usize = 4 << 20;
 /// this project's 2-core VM; see `docs/SHM.md`) and costs an idle reader nothing after that.
 pub const SPINS_BEFORE_SLEEP_DEFAULT: u32 = 2_000;
 
-const MAGIC: u64 = u64::from_le_bytes(*b"BWRING01");
+/// Version 2 of the layout: the binding line was added after the magic line.
+const MAGIC: u64 = u64::from_le_bytes(*b"BWRING02");
+/// Records start at multiples of this, in bytes (`record_size` rounds up to it).
+const RECORD_ALIGN: u64 = 8;
 const PAD_LEN: u32 = u32::MAX;
 /// Header flag: records carry no check of the ring's own.
 #[cfg_attr(feature = "loom", allow(dead_code))]
@@ -104,6 +116,17 @@ impl fmt::Display for Corrupt {
 
 impl std::error::Error for Corrupt {}
 
+/// Who a ring is for, written in its header by its creator and checked by the side that opens
+/// it: a random token that the creator tells only the intended reader (in its offer), and the
+/// bus ids of the writer and the reader. A peer cannot make us read a ring meant for someone
+/// else, nor our own ring toward it, by naming its descriptor.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Binding {
+    pub token: u64,
+    pub writer: u64,
+    pub reader: u64,
+}
+
 /// How a wait ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Wait {
@@ -121,6 +144,7 @@ struct Line<T>(T);
 #[repr(C)]
 struct Header {
     magic: Line<(AtomicU64, AtomicU64, AtomicU64)>,
+    binding: Line<(AtomicU64, AtomicU64, AtomicU64)>,
     tail: Line<AtomicU64>,
     head: Line<AtomicU64>,
     reader_waiting: Line<AtomicU32>,
@@ -210,14 +234,24 @@ mod memory {
             unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.data.add(at), src.len()) }
         }
 
-        pub(super) fn read<R>(&self, at: usize, len: usize, f: impl FnOnce(&[u8]) -> R) -> R {
+        /// Appends `len` bytes at `at` to `out`. The peer may write them meanwhile: they are
+        /// only copied here (never lent out as a slice), and the copy is what gets checked.
+        pub(super) fn copy_to<B: bytes::BufMut>(&self, at: usize, len: usize, out: &mut B) {
             assert!(at + len <= self.capacity);
-            // SAFETY: the range is inside the data area (asserted) and published (the consumer
-            // loaded `tail` with Acquire after the producer's Release store); the producer does
-            // not write it again until the consumer stores a `head` past it, after `f` returns.
-            // A faulty peer that writes it anyway can only change the bytes (the record's check
-            // catches that), not make them unmapped: the segment is sealed against shrinking.
-            f(unsafe { std::slice::from_raw_parts(self.data.add(at), len) })
+            // SAFETY: the range is inside the data area (asserted), which stays mapped for as
+            // long as `self` lives (the segment is sealed against shrinking). The slice does
+            // not outlive this call: it is copied into `out` at once. The producer does not
+            // write a published range again until the consumer stores a `head` past it; a
+            // faulty peer that writes it anyway changes only the bytes of the copy.
+            out.put_slice(unsafe { std::slice::from_raw_parts(self.data.add(at), len) });
+        }
+
+        /// Copies `dst.len()` bytes at `at` into `dst` (see `copy_to`).
+        pub(super) fn copy_out(&self, at: usize, dst: &mut [u8]) {
+            assert!(at + dst.len() <= self.capacity);
+            // SAFETY: the range is inside the data area (asserted) and `dst` is our own memory,
+            // which cannot overlap the mapping.
+            unsafe { std::ptr::copy_nonoverlapping(self.data.add(at), dst.as_mut_ptr(), dst.len()) }
         }
     }
 }
@@ -257,12 +291,18 @@ mod memory {
             }
         }
 
-        pub(super) fn read<R>(&self, at: usize, len: usize, f: impl FnOnce(&[u8]) -> R) -> R {
-            let bytes: Vec<u8> = (at..at + len)
+        pub(super) fn copy_to<B: bytes::BufMut>(&self, at: usize, len: usize, out: &mut B) {
+            for i in at..at + len {
                 // SAFETY: loom checks that no write races with this read.
-                .map(|i| self.data[i].with(|p| unsafe { *p }))
-                .collect();
-            f(&bytes)
+                out.put_u8(self.data[i].with(|p| unsafe { *p }));
+            }
+        }
+
+        pub(super) fn copy_out(&self, at: usize, dst: &mut [u8]) {
+            for (i, d) in dst.iter_mut().enumerate() {
+                // SAFETY: loom checks that no write races with this read.
+                *d = self.data[at + i].with(|p| unsafe { *p });
+            }
         }
     }
 }
@@ -293,18 +333,33 @@ impl Ring {
     /// A new ring with `capacity` bytes of data in a new segment; every record is checked.
     #[cfg(not(feature = "loom"))]
     pub fn create(name: &str, capacity: usize) -> Result<Arc<Self>, RingError> {
-        Self::create_with(name, capacity, true)
+        Self::create_with(name, capacity, true, Binding::default())
     }
 
     /// Like [`Ring::create`], for records that carry their own integrity check (a link's
     /// frames): the ring checks only their lengths, and nobody hashes the bytes twice.
     #[cfg(not(feature = "loom"))]
     pub fn create_unchecked(name: &str, capacity: usize) -> Result<Arc<Self>, RingError> {
-        Self::create_with(name, capacity, false)
+        Self::create_with(name, capacity, false, Binding::default())
+    }
+
+    /// Like [`Ring::create_unchecked`], bound to one reader (see [`Binding`]).
+    #[cfg(not(feature = "loom"))]
+    pub fn create_bound(
+        name: &str,
+        capacity: usize,
+        binding: Binding,
+    ) -> Result<Arc<Self>, RingError> {
+        Self::create_with(name, capacity, false, binding)
     }
 
     #[cfg(not(feature = "loom"))]
-    fn create_with(name: &str, capacity: usize, checked: bool) -> Result<Arc<Self>, RingError> {
+    fn create_with(
+        name: &str,
+        capacity: usize,
+        checked: bool,
+        binding: Binding,
+    ) -> Result<Arc<Self>, RingError> {
         check_capacity(capacity)?;
         let segment = crate::Segment::create(name, RING_HEADER_BYTES + capacity)
             .map_err(|e| RingError::Io(e.to_string()))?;
@@ -313,6 +368,9 @@ impl Ring {
         // The segment is fresh (zeroed) and not shared yet: plain stores are enough; the peer
         // sees them through the descriptor passing, a system call (a full barrier).
         h.magic.0 .1.store(capacity as u64, Relaxed);
+        h.binding.0 .0.store(binding.token, Relaxed);
+        h.binding.0 .1.store(binding.writer, Relaxed);
+        h.binding.0 .2.store(binding.reader, Relaxed);
         h.magic
             .0
              .2
@@ -326,9 +384,15 @@ impl Ring {
         }))
     }
 
-    /// The ring in a segment received from the peer; errors name what does not fit.
+    /// The ring in a segment received from the peer, if it is the one `expected` names and
+    /// holds at most `capacity_max` bytes of data; errors name what does not fit. Its reading
+    /// position is checked again by [`Ring::consumer`].
     #[cfg(not(feature = "loom"))]
-    pub fn open(segment: crate::Segment) -> Result<Arc<Self>, RingError> {
+    pub fn open(
+        segment: crate::Segment,
+        expected: &Binding,
+        capacity_max: usize,
+    ) -> Result<Arc<Self>, RingError> {
         if segment.len() < RING_HEADER_BYTES + RING_CAPACITY_MIN {
             return Err(RingError::Invalid(format!(
                 "segment of {} bytes is smaller than the smallest ring",
@@ -344,18 +408,57 @@ impl Ring {
         let capacity = h.magic.0 .1.load(Relaxed) as usize;
         let checked = h.magic.0 .2.load(Relaxed) & FLAG_UNCHECKED == 0;
         check_capacity(capacity)?;
+        if capacity > capacity_max {
+            return Err(RingError::Invalid(format!(
+                "capacity {capacity} is over the {capacity_max} bytes this side accepts"
+            )));
+        }
         let segment_len = memory.segment().len();
         if RING_HEADER_BYTES + capacity > segment_len {
             return Err(RingError::Invalid(format!(
                 "capacity {capacity} does not fit a segment of {segment_len} bytes"
             )));
         }
-        Ok(Arc::new(Self {
+        let ring = Arc::new(Self {
             memory: Memory::new(memory.into_segment(), capacity),
             capacity,
             checked,
             waiter: Waiter::new(),
-        }))
+        });
+        ring.check_binding(expected)?;
+        Ok(ring)
+    }
+
+    /// The binding its creator wrote in the header.
+    pub fn binding(&self) -> Binding {
+        let b = &self.header().binding.0;
+        Binding {
+            token: b.0.load(Relaxed),
+            writer: b.1.load(Relaxed),
+            reader: b.2.load(Relaxed),
+        }
+    }
+
+    /// Whether this is the ring `expected` names; the error says which field differs (never
+    /// the token's value).
+    pub fn check_binding(&self, expected: &Binding) -> Result<(), RingError> {
+        let found = self.binding();
+        let why = if found.token != expected.token {
+            "its token is not the one offered".to_string()
+        } else if found.writer != expected.writer {
+            format!(
+                "it is written by bus id {}, not by {}",
+                found.writer, expected.writer
+            )
+        } else if found.reader != expected.reader {
+            format!(
+                "it is meant for bus id {}, not for {}",
+                found.reader, expected.reader
+            )
+        } else {
+            return Ok(());
+        };
+        Err(RingError::Invalid(format!("not the ring offered: {why}")))
     }
 
     /// A ring in process memory, for the loom models.
@@ -368,6 +471,7 @@ impl Ring {
                 AtomicU64::new(capacity as u64),
                 AtomicU64::new(0),
             )),
+            binding: Line((AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0))),
             tail: Line(AtomicU64::new(0)),
             head: Line(AtomicU64::new(0)),
             reader_waiting: Line(AtomicU32::new(0)),
@@ -412,22 +516,50 @@ impl Ring {
         }
     }
 
-    /// Writes `data` at the start of the data area and `tail` as the published end, as a
-    /// faulty or hostile peer could (for the `ring_reader` fuzz target).
+    /// Writes `data` at the start of the data area, `head` as the reading position and `tail`
+    /// as the published end, as a faulty or hostile peer could (for the `ring_reader` fuzz
+    /// target).
     #[cfg(not(feature = "loom"))]
-    pub(crate) fn scribble_for_fuzzing(&self, data: &[u8], tail: u64) {
+    pub(crate) fn scribble_for_fuzzing(&self, data: &[u8], head: u64, tail: u64) {
         self.memory.write(0, data);
+        self.header().head.0.store(head, Relaxed);
         // Release pairs with the consumer's Acquire load of `tail`, as in `publish`.
         self.header().tail.0.store(tail, Release);
     }
 
-    /// The reading side, from the last record consumed.
-    pub fn consumer(self: &Arc<Self>) -> Consumer {
+    /// Writes the header's fixed words (magic, capacity, flags, then the binding's token,
+    /// writer and reader) as a hostile creator could (for the `ring_reader` fuzz target).
+    #[cfg(not(feature = "loom"))]
+    pub(crate) fn scribble_header_for_fuzzing(&self, words: [u64; 6]) {
+        let h = self.header();
+        h.magic.0 .0.store(words[0], Relaxed);
+        h.magic.0 .1.store(words[1], Relaxed);
+        h.magic.0 .2.store(words[2], Relaxed);
+        h.binding.0 .0.store(words[3], Relaxed);
+        h.binding.0 .1.store(words[4], Relaxed);
+        h.binding.0 .2.store(words[5], Relaxed);
+    }
+
+    /// The header's magic word of this layout (for the fuzz target, which writes it on purpose
+    /// to reach the checks behind it).
+    #[cfg(not(feature = "loom"))]
+    pub(crate) const MAGIC_FOR_FUZZING: u64 = MAGIC;
+
+    /// The reading side, from the last record consumed. The position in the header is the
+    /// other side's to write too: one that is not at a record's start (a multiple of 8) is
+    /// refused, as reading from it could run past the end of the data area.
+    pub fn consumer(self: &Arc<Self>) -> Result<Consumer, RingError> {
         let head = self.header().head.0.load(Relaxed);
-        Consumer {
+        if head % RECORD_ALIGN != 0 {
+            return Err(RingError::Invalid(format!(
+                "reading position {head} is not at a record's start"
+            )));
+        }
+        Ok(Consumer {
             ring: self.clone(),
             head,
-        }
+            scratch: Vec::new(),
+        })
     }
 
     fn closed(&self) -> u32 {
@@ -533,7 +665,15 @@ impl Producer {
         if ((pad + size) as u64) > self.room() {
             // Acquire pairs with the consumer's Release store of `head`: it has finished
             // reading the bytes we are about to overwrite.
-            self.head = self.ring.header().head.0.load(Acquire);
+            let head = self.ring.header().head.0.load(Acquire);
+            // The consumer's position only grows and never passes what we wrote.
+            if head < self.head || head > self.tail {
+                return Err(RingError::Invalid(format!(
+                    "the reader's position {head} is outside {}..={} (it went back or past what was written)",
+                    self.head, self.tail
+                )));
+            }
+            self.head = head;
             if ((pad + size) as u64) > self.room() {
                 return Ok(false);
             }
@@ -589,14 +729,12 @@ impl Producer {
         let h = ring.header();
         let capacity = ring.capacity as u64;
         let tail = self.tail;
-        let mut head = self.head;
-        let w = ring.sleep(&h.writer_waiting.0, CLOSED_BY_CONSUMER, timeout, || {
-            // Acquire pairs with the consumer's Release store of `head`.
-            head = h.head.0.load(Acquire);
-            capacity - (tail - head) >= need
-        });
-        self.head = head;
-        w
+        ring.sleep(&h.writer_waiting.0, CLOSED_BY_CONSUMER, timeout, || {
+            // Acquire pairs with the consumer's Release store of `head`. A position past what
+            // was written is a lie: wake, and the next push reports it.
+            let head = h.head.0.load(Acquire);
+            head > tail || capacity.saturating_sub(tail - head) >= need
+        })
     }
 
     /// A handle another thread can sleep on until a record of `len` bytes fits after what this
@@ -626,12 +764,45 @@ pub struct Consumer {
     ring: Arc<Ring>,
     /// Start of the next record.
     head: u64,
+    /// Where `read` copies a record before it is checked and handed to the caller.
+    scratch: Vec<u8>,
 }
 
 impl Consumer {
     /// Calls `f` with each published record's payload, at most `max` of them, then frees their
-    /// space (and wakes the producer if it waits for room). Returns how many were read.
+    /// space (and wakes the producer if it waits for room). Returns how many were read. `f`
+    /// sees a private copy, checked after it was copied.
     pub fn read(&mut self, max: usize, mut f: impl FnMut(&[u8])) -> Result<usize, Corrupt> {
+        let mut copy = std::mem::take(&mut self.scratch);
+        copy.clear();
+        let read = self.read_records(max, &mut copy, |copy, _| {
+            f(copy);
+            copy.clear();
+        });
+        self.scratch = copy;
+        read
+    }
+
+    /// Appends each published record's payload to `out`, at most `max` of them, then frees
+    /// their space (and wakes the producer if it waits for room). Returns how many were read.
+    /// Each payload is copied out of shared memory first and checked in `out`. After an error,
+    /// `out` may end with the bytes of the bad record.
+    pub fn read_into<B: BufMut + AsRef<[u8]>>(
+        &mut self,
+        max: usize,
+        out: &mut B,
+    ) -> Result<usize, Corrupt> {
+        self.read_records(max, out, |_, _| {})
+    }
+
+    /// The loop of `read` and `read_into`: each record is appended to `out`, checked there,
+    /// then `done(out, start)` is called with where it starts in `out`.
+    fn read_records<B: BufMut + AsRef<[u8]>>(
+        &mut self,
+        max: usize,
+        out: &mut B,
+        mut done: impl FnMut(&mut B, usize),
+    ) -> Result<usize, Corrupt> {
         let ring = &*self.ring;
         let h = ring.header();
         let mask = ring.capacity - 1;
@@ -648,6 +819,9 @@ impl Consumer {
         }
         while self.head < tail && n < max {
             let at = self.head;
+            // `head` starts at a multiple of RECORD_ALIGN (checked in `Ring::consumer`) and
+            // moves by multiples of it, and the capacity is one too: a record header never
+            // runs past the end of the data area.
             let idx = (at as usize) & mask;
             let avail = tail - at;
             if avail < RECORD_HEADER_BYTES as u64 {
@@ -656,12 +830,10 @@ impl Consumer {
                     format!("{avail} bytes left for a record header"),
                 ));
             }
-            let (len, sum) = ring.memory.read(idx, RECORD_HEADER_BYTES, |b| {
-                (
-                    u32::from_le_bytes([b[0], b[1], b[2], b[3]]),
-                    u32::from_le_bytes([b[4], b[5], b[6], b[7]]),
-                )
-            });
+            let mut header = [0u8; RECORD_HEADER_BYTES];
+            ring.memory.copy_out(idx, &mut header);
+            let len = u32::from_le_bytes([header[0], header[1], header[2], header[3]]);
+            let sum = u32::from_le_bytes([header[4], header[5], header[6], header[7]]);
             if len == PAD_LEN {
                 let skip = (ring.capacity - idx) as u64;
                 if skip > avail {
@@ -678,17 +850,12 @@ impl Consumer {
                     format!("length {len} does not fit ({avail} bytes published from here)"),
                 ));
             }
-            let checked = ring.checked;
-            let ok = ring.memory.read(idx + RECORD_HEADER_BYTES, len, |payload| {
-                if checked && check(payload, at) != sum {
-                    return false;
-                }
-                f(payload);
-                true
-            });
-            if !ok {
+            let from = out.as_ref().len();
+            ring.memory.copy_to(idx + RECORD_HEADER_BYTES, len, out);
+            if ring.checked && check(&out.as_ref()[from..], at) != sum {
                 return Err(corrupt(at, format!("check mismatch on {len} bytes")));
             }
+            done(out, from);
             self.head += size as u64;
             n += 1;
         }
@@ -811,7 +978,7 @@ mod tests {
     #[test]
     fn records_cross_in_order_and_wrap() {
         let r = ring(4096);
-        let (mut p, mut c) = (r.producer(), r.consumer());
+        let (mut p, mut c) = (r.producer(), r.consumer().unwrap());
         let mut got = Vec::new();
         for round in 0..100u32 {
             let msgs: Vec<Vec<u8>> = (0..7)
@@ -829,9 +996,36 @@ mod tests {
     }
 
     #[test]
+    fn a_reader_position_that_goes_back_or_past_the_writes_is_an_error() {
+        let r = ring(4096);
+        let mut p = r.producer();
+        let rec = [7u8; 1000];
+        while p.try_push(&rec).unwrap() {}
+        p.publish();
+        let written = r.header().tail.0.load(Relaxed);
+        for lie in [written + 8, u64::MAX] {
+            r.header().head.0.store(lie, Relaxed);
+            let err = p.try_push(&rec).unwrap_err().to_string();
+            assert!(err.contains("outside"), "{err}");
+            // A waiter for room wakes rather than sleeps on the lie (the push reports it).
+            assert_eq!(
+                p.wait_for_room(rec.len(), Duration::from_secs(5)),
+                Wait::Ready
+            );
+        }
+        r.header().head.0.store(0, Relaxed);
+        let mut c = r.consumer().unwrap();
+        assert_eq!(c.read(1, |_| {}).unwrap(), 1);
+        assert!(p.try_push(&rec).unwrap(), "room for one after one was read");
+        r.header().head.0.store(0, Relaxed);
+        let err = p.try_push(&rec).unwrap_err().to_string();
+        assert!(err.contains("went back"), "{err}");
+    }
+
+    #[test]
     fn a_gathered_record_reads_back_whole_and_passes_its_check() {
         let r = ring(4096);
-        let (mut p, mut c) = (r.producer(), r.consumer());
+        let (mut p, mut c) = (r.producer(), r.consumer().unwrap());
         let (a, b, e) = (vec![1u8; 13], vec![2u8; 700], Vec::<u8>::new());
         for _ in 0..20 {
             // Twenty rounds wrap the ring: the gathered record may follow a pad.
@@ -853,7 +1047,7 @@ mod tests {
     #[test]
     fn a_full_ring_refuses_until_read() {
         let r = ring(4096);
-        let (mut p, mut c) = (r.producer(), r.consumer());
+        let (mut p, mut c) = (r.producer(), r.consumer().unwrap());
         let mut n = 0;
         while p.try_push(&[1; 100]).unwrap() {
             n += 1;
@@ -875,7 +1069,7 @@ mod tests {
     #[test]
     fn scribbled_memory_is_reported_not_delivered() {
         let r = ring(4096);
-        let (mut p, mut c) = (r.producer(), r.consumer());
+        let (mut p, mut c) = (r.producer(), r.consumer().unwrap());
         p.try_push(b"hello").unwrap();
         p.publish();
         // A faulty peer flips a payload byte.
@@ -885,7 +1079,7 @@ mod tests {
         assert!(err.to_string().contains("check mismatch"), "{err}");
         // A lying length.
         let r = ring(4096);
-        let (mut p, mut c) = (r.producer(), r.consumer());
+        let (mut p, mut c) = (r.producer(), r.consumer().unwrap());
         p.try_push(b"hello").unwrap();
         p.publish();
         r.memory.write(0, &5000u32.to_le_bytes());
@@ -897,8 +1091,13 @@ mod tests {
     fn an_unchecked_ring_bounds_lengths_but_leaves_checks_to_its_records() {
         let r = Ring::create_unchecked("busway-test", 4096).unwrap();
         let fd = r.segment().fd().try_clone_to_owned().unwrap();
-        let far = Ring::open(crate::Segment::from_fd(fd).unwrap()).unwrap();
-        let (mut p, mut c) = (r.producer(), far.consumer());
+        let far = Ring::open(
+            crate::Segment::from_fd(fd).unwrap(),
+            &Default::default(),
+            usize::MAX,
+        )
+        .unwrap();
+        let (mut p, mut c) = (r.producer(), far.consumer().unwrap());
         p.try_push(b"hello").unwrap();
         p.publish();
         r.memory.write(RECORD_HEADER_BYTES, b"j");
@@ -916,16 +1115,27 @@ mod tests {
     fn a_ring_opens_from_its_descriptor_and_bad_segments_are_named() {
         let r = ring(8192);
         let fd = r.segment().fd().try_clone_to_owned().unwrap();
-        let other = Ring::open(crate::Segment::from_fd(fd).unwrap()).unwrap();
+        let other = Ring::open(
+            crate::Segment::from_fd(fd).unwrap(),
+            &Default::default(),
+            usize::MAX,
+        )
+        .unwrap();
         assert_eq!(other.capacity(), 8192);
         let mut p = r.producer();
         p.try_push(b"across").unwrap();
         p.publish();
         let mut got = Vec::new();
-        other.consumer().read(1, |m| got = m.to_vec()).unwrap();
+        other
+            .consumer()
+            .unwrap()
+            .read(1, |m| got = m.to_vec())
+            .unwrap();
         assert_eq!(got, b"across");
         let blank = crate::Segment::create("blank", 8192).unwrap();
-        let err = Ring::open(blank).err().unwrap();
+        let err = Ring::open(blank, &Default::default(), usize::MAX)
+            .err()
+            .unwrap();
         assert!(err.to_string().contains("bad magic"), "{err}");
         assert_eq!(
             Ring::create("x", 1000).err().unwrap(),
@@ -937,7 +1147,7 @@ mod tests {
     fn a_sleeping_consumer_is_woken_and_a_closed_ring_ends_waits() {
         let r = ring(4096);
         let mut p = r.producer();
-        let c = r.consumer();
+        let c = r.consumer().unwrap();
         let t = std::thread::spawn(move || {
             let w = c.wait_readable(0, Duration::from_secs(10));
             (w, c)
@@ -956,7 +1166,7 @@ mod tests {
         #[test]
         fn any_sizes_round_trip(sizes in prop::collection::vec(0usize..1500, 1..200)) {
             let r = ring(4096);
-            let (mut p, mut c) = (r.producer(), r.consumer());
+            let (mut p, mut c) = (r.producer(), r.consumer().unwrap());
             let mut got = Vec::new();
             for (i, &n) in sizes.iter().enumerate() {
                 let m = vec![i as u8; n];

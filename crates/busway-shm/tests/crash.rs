@@ -29,7 +29,12 @@ fn writer_process() {
     let first: u64 = std::env::var("BUSWAY_SHM_FIRST").unwrap().parse().unwrap();
     // SAFETY: the parent passed this descriptor to us open and owns no copy in this process.
     let fd = unsafe { OwnedFd::from_raw_fd(fd.parse().unwrap()) };
-    let ring = Ring::open(Segment::from_fd(fd).unwrap()).unwrap();
+    let ring = Ring::open(
+        Segment::from_fd(fd).unwrap(),
+        &Default::default(),
+        usize::MAX,
+    )
+    .unwrap();
     let mut p = ring.producer();
     let mut buf = Vec::new();
     for seq in first.. {
@@ -164,9 +169,17 @@ fn a_segment_is_opened_from_another_process_by_pid_descriptor_and_inode() {
         err.to_string().contains("not the announced segment"),
         "{err}"
     );
-    let ring = Ring::open(Segment::open_from_process(pid, fd, inode).unwrap()).unwrap();
+    let ring = Ring::open(
+        Segment::open_from_process(pid, fd, inode).unwrap(),
+        &Default::default(),
+        usize::MAX,
+    )
+    .unwrap();
     let mut got = Vec::new();
-    ring.consumer().read(1, |m| got = m.to_vec()).unwrap();
+    ring.consumer()
+        .unwrap()
+        .read(1, |m| got = m.to_vec())
+        .unwrap();
     assert_eq!(got, b"from another process");
     drop(child.stdin.take());
     child.wait().unwrap();
@@ -185,7 +198,7 @@ fn a_writer_killed_mid_stream_leaves_only_whole_records_and_a_new_writer_resumes
     }
     let shm_before = shm_entries();
     let ring = Ring::create("busway-crash", 64 << 10).unwrap();
-    let mut c = ring.consumer();
+    let mut c = ring.consumer().unwrap();
     let mut next = 0;
     for round in 0..3 {
         let mut writer = spawn_writer(&ring, next);

@@ -32,7 +32,7 @@ fn records_arrive_whole_in_order_and_nobody_sleeps_forever() {
     model(|| {
         let ring = Ring::in_heap(32).unwrap();
         let mut p = ring.producer();
-        let mut c = ring.consumer();
+        let mut c = ring.consumer().unwrap();
         let producer = loom::thread::spawn(move || {
             for m in messages() {
                 while !p.try_push(&m).unwrap() {
@@ -59,7 +59,7 @@ fn closing_ends_the_other_sides_wait() {
     model(|| {
         let ring = Ring::in_heap(32).unwrap();
         let mut p = ring.producer();
-        let c = ring.consumer();
+        let c = ring.consumer().unwrap();
         let producer = loom::thread::spawn(move || p.close());
         assert_eq!(c.wait_readable(0, LONG), Wait::Closed);
         producer.join().unwrap();
@@ -71,7 +71,7 @@ fn a_consumer_asleep_before_the_first_record_is_woken() {
     model(|| {
         let ring = Ring::in_heap(32).unwrap();
         let mut p = ring.producer();
-        let mut c = ring.consumer();
+        let mut c = ring.consumer().unwrap();
         let producer = loom::thread::spawn(move || {
             p.try_push(b"x").unwrap();
             p.publish();
@@ -87,7 +87,7 @@ fn a_consumer_sleeps_again_between_two_publishes() {
     model(|| {
         let ring = Ring::in_heap(64).unwrap();
         let mut p = ring.producer();
-        let mut c = ring.consumer();
+        let mut c = ring.consumer().unwrap();
         let producer = loom::thread::spawn(move || {
             p.try_push(b"x").unwrap();
             p.publish();
@@ -110,7 +110,7 @@ fn a_waiter_thread_is_woken_for_a_record_its_consumer_has_not_read() {
     model(|| {
         let ring = Ring::in_heap(32).unwrap();
         let mut p = ring.producer();
-        let mut c = ring.consumer();
+        let mut c = ring.consumer().unwrap();
         let waiter = c.waiter();
         let producer = loom::thread::spawn(move || {
             p.try_push(b"x").unwrap();
@@ -129,7 +129,7 @@ fn a_room_waiter_is_woken_when_the_consumer_frees_space() {
     model(|| {
         let ring = Ring::in_heap(32).unwrap();
         let mut p = ring.producer();
-        let mut c = ring.consumer();
+        let mut c = ring.consumer().unwrap();
         // 16 + 16 bytes fill the ring; the third record must wait for room.
         assert!(p.try_push(&[1; 8]).unwrap());
         assert!(p.try_push(&[2; 8]).unwrap());

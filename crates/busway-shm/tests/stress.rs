@@ -23,7 +23,7 @@ fn payload(seq: u64, out: &mut Vec<u8>) {
 fn millions_of_records_cross_two_threads_whole_and_in_order() {
     let ring = Ring::create("busway-stress", 16 << 10).unwrap();
     let mut p = ring.producer();
-    let mut c = ring.consumer();
+    let mut c = ring.consumer().unwrap();
     let (done_tx, done_rx) = mpsc::channel();
     let producer = std::thread::spawn(move || {
         let mut buf = Vec::new();

@@ -52,6 +52,11 @@ pub struct NodeConfig {
     /// 0 sleeps at once (least CPU, a wake-up costs a few microseconds more), larger trades CPU
     /// for latency. Default `busway_shm::ring::SPINS_BEFORE_SLEEP_DEFAULT`.
     pub shm_spins: u32,
+    /// Bytes of data in each shared-memory ring this node makes (a power of two), and the
+    /// largest ring it accepts from a peer: a peer's ring holds messages on their way to this
+    /// node's application, so a peer cannot make it map more than this. Default
+    /// `busway_shm::ring::RING_CAPACITY_DEFAULT`.
+    pub shm_ring_bytes: usize,
     /// Shared secret every peer must prove; `None` admits any busway peer.
     pub secret: Option<Secret>,
     pub io_threads: IoThreads,
@@ -92,6 +97,7 @@ impl NodeConfig {
             shm_channels: true,
             mem_channels: true,
             shm_spins: busway_shm::ring::SPINS_BEFORE_SLEEP_DEFAULT,
+            shm_ring_bytes: busway_shm::ring::RING_CAPACITY_DEFAULT,
             secret: None,
             io_threads: IoThreads::Dedicated(cores),
             frame_body_max: DEFAULT_BODY_LEN_MAX,
@@ -157,6 +163,15 @@ impl NodeConfig {
                 "frame_body_max ({}) must leave room for the {}-byte ROUTED header",
                 self.frame_body_max, ROUTED_OVERHEAD_BYTES_MAX
             ));
+        }
+        {
+            use busway_shm::ring::{RING_CAPACITY_MAX, RING_CAPACITY_MIN};
+            let n = self.shm_ring_bytes;
+            if !n.is_power_of_two() || !(RING_CAPACITY_MIN..=RING_CAPACITY_MAX).contains(&n) {
+                return Err(format!(
+                    "shm_ring_bytes is {n}; it must be a power of two in {RING_CAPACITY_MIN}..={RING_CAPACITY_MAX}"
+                ));
+            }
         }
         if self.io_threads == IoThreads::Dedicated(0) {
             return Err("io_threads must be at least 1".into());

@@ -113,9 +113,9 @@ impl InboxSender {
     }
 
     /// Hands a peer's ring to the application, or gives it back if the inbox is gone.
-    pub(crate) fn add_ring(&self, ring: InboundRing) -> Result<(), InboundRing> {
+    pub(crate) fn add_ring(&self, ring: InboundRing) -> Result<(), Box<InboundRing>> {
         self.tx.send(Delivery::Ring(ring)).map_err(|e| match e.0 {
-            Delivery::Ring(r) => r,
+            Delivery::Ring(r) => Box::new(r),
             _ => unreachable!("sent a ring"),
         })
     }

@@ -102,10 +102,10 @@ impl InboundRing {
         if self.link.is_gone() {
             return Polled::Gone;
         }
-        let buf = &mut self.buf;
+        // One copy out of shared memory, checked (lengths, kinds) in our own memory only.
         match self
             .consumer
-            .read(RING_READ_RECORDS_MAX, |r| buf.extend_from_slice(r))
+            .read_into(RING_READ_RECORDS_MAX, &mut self.buf)
         {
             Err(e) => return self.fail(e.to_string()),
             // Closed (Acquire: everything published before the close is seen) and read out.

@@ -89,7 +89,7 @@ impl Shared {
             h.capabilities |= caps::DIRECT;
         }
         if self.config.shm_channels {
-            h.capabilities |= caps::SHM;
+            h.capabilities |= caps::SHM_BOUND;
         }
         h.host_id = self.host_id.clone();
         h

@@ -11,7 +11,7 @@ use crate::peer::Peer;
 use crate::ring_link::RingLink;
 use crate::shared::Shared;
 use crate::stats::bump;
-use busway_shm::ring::{Consumer, Producer, Ring};
+use busway_shm::ring::{Binding, Consumer, Producer, Ring};
 use busway_shm::Segment;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
@@ -48,11 +48,23 @@ pub(crate) struct ShmLink {
 type OfferedRings = Vec<(u32, u64, Weak<Ring>)>;
 static IN_PROCESS_RINGS: Mutex<OfferedRings> = Mutex::new(Vec::new());
 
-/// Takes the ring this process offered as (`fd`, `inode`), if it still exists.
-fn take_in_process_ring(fd: u32, inode: u64) -> Option<Arc<Ring>> {
+/// Takes the ring this process offered as (`fd`, `inode`) if it still exists and is bound as
+/// `expected` says (a ring meant for another reader stays for it).
+fn take_in_process_ring(fd: u32, inode: u64, expected: &Binding) -> Option<Arc<Ring>> {
     let mut rings = lock(&IN_PROCESS_RINGS);
-    let i = rings.iter().position(|&(f, n, _)| (f, n) == (fd, inode))?;
+    let i = rings.iter().position(|(f, n, r)| {
+        (*f, *n) == (fd, inode) && r.upgrade().is_some_and(|r| r.binding() == *expected)
+    })?;
     rings.swap_remove(i).2.upgrade()
+}
+
+/// What an OFFER of our ring names.
+pub(crate) struct Offer {
+    pub(crate) pid: u32,
+    pub(crate) fd: u32,
+    pub(crate) inode: u64,
+    pub(crate) capacity: u64,
+    pub(crate) token: u64,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -78,13 +90,26 @@ impl ShmLink {
         }
     }
 
-    /// Creates our ring toward the peer and returns what the OFFER names (pid, descriptor,
-    /// inode), or why not.
-    pub(crate) fn offer(&self, capacity: usize) -> Result<(u32, u32, u64), String> {
-        let ring = Ring::create_unchecked("busway-link", capacity).map_err(|e| e.to_string())?;
+    /// Creates our ring toward the peer, bound to it (a random token, our id as writer, the
+    /// peer's as reader), and returns what the OFFER names, or why not.
+    pub(crate) fn offer(&self) -> Result<Offer, String> {
+        let capacity = self.shared.config.shm_ring_bytes;
+        let binding = Binding {
+            token: u64::from_le_bytes(crate::shared::random_bytes()),
+            writer: self.shared.config.id.0,
+            reader: self.ring.peer.id.0,
+        };
+        let ring =
+            Ring::create_bound("busway-link", capacity, binding).map_err(|e| e.to_string())?;
         let seg = ring.segment();
         let inode = seg.inode().map_err(|e| e.to_string())?;
-        let offer = (std::process::id(), seg.fd().as_raw_fd() as u32, inode);
+        let offer = Offer {
+            pid: std::process::id(),
+            fd: seg.fd().as_raw_fd() as u32,
+            inode,
+            capacity: capacity as u64,
+            token: binding.token,
+        };
         {
             let mut offered = lock(&IN_PROCESS_RINGS);
             offered.retain(|(_, _, r)| r.strong_count() > 0);
@@ -96,24 +121,39 @@ impl ShmLink {
 
     /// The peer offered its ring (CHANNEL OFFER): opens it, from this process's own offers
     /// when the peer runs here (an in-process channel), else through `/proc/PID/fd/FD`, and
-    /// keeps it for `switch_in`. An error says why it cannot be read (the link's state machine
-    /// answers REFUSE).
+    /// keeps it for `switch_in`. The ring must be the one offered: its header carries the
+    /// offer's token, the peer's id as writer and ours as reader (so a peer cannot make us
+    /// read our own ring, or one meant for another node, by naming its descriptor), and it
+    /// holds at most `NodeConfig::shm_ring_bytes`. An error says why it cannot be read (the
+    /// link's state machine answers REFUSE).
     pub(crate) fn open_offered(
         &self,
         pid: u32,
         fd: u32,
         inode: u64,
         capacity: u64,
+        token: u64,
     ) -> Result<(), String> {
+        let limit = self.shared.config.shm_ring_bytes;
+        if capacity > limit as u64 {
+            return Err(format!(
+                "ring of {capacity} bytes offered, over the {limit} bytes this node accepts (shm_ring_bytes)"
+            ));
+        }
+        let expected = Binding {
+            token,
+            writer: self.ring.peer.id.0,
+            reader: self.shared.config.id.0,
+        };
         let local = (self.shared.config.mem_channels && pid == std::process::id())
-            .then(|| take_in_process_ring(fd, inode))
+            .then(|| take_in_process_ring(fd, inode, &expected))
             .flatten();
         self.in_process.store(local.is_some(), Relaxed);
         let opened = match local {
             Some(ring) => Ok(ring),
             None => Segment::open_from_process(pid, fd, inode)
                 .map_err(|e| e.to_string())
-                .and_then(|s| Ring::open(s).map_err(|e| e.to_string())),
+                .and_then(|s| Ring::open(s, &expected, limit).map_err(|e| e.to_string())),
         };
         let ring = opened
             .and_then(|r| {
@@ -127,7 +167,8 @@ impl ShmLink {
                 }
             })
             .inspect_err(|why| tracing::warn!(%why, "cannot open the peer's shared-memory ring"))?;
-        *lock(&self.inbound) = Some(ring.consumer());
+        let consumer = ring.consumer().map_err(|e| e.to_string())?;
+        *lock(&self.inbound) = Some(consumer);
         Ok(())
     }
 

@@ -106,7 +106,7 @@ async fn same_host_peer(fx: &Fixture) -> TcpStream {
     use busway_core::handshake::caps;
     let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
     let s = authenticated_as(fx.addr, 9, Some(SECRET), |h| {
-        h.capabilities |= caps::SHM;
+        h.capabilities |= caps::SHM_BOUND;
         h.host_id = boot_id.trim().as_bytes().to_vec();
     })
     .await;
@@ -342,6 +342,7 @@ async fn a_bogus_shared_memory_offer_is_refused_with_its_reason_and_the_link_sta
         fd: 999_999,
         inode: 1,
         capacity: 4096,
+        token: 1,
     };
     s.write_all(&offer.frame()).await.unwrap();
     // The node answers REFUSE with the reason, among its other frames (its own OFFER, PINGs).
@@ -399,21 +400,103 @@ async fn messages_on_the_socket_after_a_switch_close_only_that_link() {
     fx.still_works().await;
 }
 
+/// A ring of peer 9 toward node 1, bound with `token`.
+fn evil_binding(token: u64) -> busway_shm::ring::Binding {
+    busway_shm::ring::Binding {
+        token,
+        writer: 9,
+        reader: 1,
+    }
+}
+
+/// The OFFER that names `ring`, with `token`.
+fn offer_of(ring: &busway_shm::Ring, token: u64) -> busway_core::channel::Channel {
+    use std::os::fd::AsRawFd;
+    busway_core::channel::Channel::Offer {
+        pid: std::process::id(),
+        fd: ring.segment().fd().as_raw_fd() as u32,
+        inode: ring.segment().inode().unwrap(),
+        capacity: ring.capacity() as u64,
+        token,
+    }
+}
+
+/// Reads the node's frames on `s` until a CHANNEL frame that `pick` takes.
+async fn channel_from_node<T>(
+    s: &mut TcpStream,
+    buf: &mut BytesMut,
+    mut pick: impl FnMut(busway_core::channel::Channel) -> Option<T>,
+) -> T {
+    use busway_core::channel::Channel;
+    let mut dec = FrameDecoder::new(1 << 20);
+    tokio::time::timeout(WAIT, async {
+        loop {
+            while let Some(f) = dec.decode(buf).unwrap() {
+                if f.kind == FrameKind::Channel {
+                    if let Some(t) = Channel::decode(&f.body).ok().and_then(&mut pick) {
+                        return t;
+                    }
+                }
+            }
+            assert!(s.read_buf(buf).await.unwrap() > 0, "link closed");
+        }
+    })
+    .await
+    .expect("the CHANNEL frame")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_cannot_make_the_node_read_a_ring_not_offered_to_it_or_too_large() {
+    use busway_core::channel::Channel;
+    use busway_shm::ring::{Ring, RING_CAPACITY_DEFAULT};
+    let mut fx = fixture().await;
+    let mut s = same_host_peer(&fx).await;
+    let mut buf = BytesMut::new();
+    let refused = |c: Channel| match c {
+        Channel::Refuse(why) => Some(why),
+        _ => None,
+    };
+    // The node offers its own ring toward us; we name that very ring back (a peer on any
+    // host can, declaring this host's boot id): the node would read its own messages.
+    let own = channel_from_node(&mut s, &mut buf, |c| match c {
+        o @ Channel::Offer { .. } => Some(o),
+        _ => None,
+    })
+    .await;
+    s.write_all(&own.frame()).await.unwrap();
+    let why = channel_from_node(&mut s, &mut buf, refused).await;
+    assert!(why.contains("written by bus id 1, not by 9"), "{why}");
+    // A ring of ours with another token than the one offered (as a ring of a third node
+    // would be: its token went only to its own peer).
+    let other = Ring::create_bound("evil-peer", 4096, evil_binding(7)).unwrap();
+    s.write_all(&offer_of(&other, 8).frame()).await.unwrap();
+    let why = channel_from_node(&mut s, &mut buf, refused).await;
+    assert!(why.contains("token is not the one offered"), "{why}");
+    // A ring larger than the node accepts (its shm_ring_bytes, by default the ring size).
+    let large =
+        Ring::create_bound("evil-peer", 2 * RING_CAPACITY_DEFAULT, evil_binding(7)).unwrap();
+    s.write_all(&offer_of(&large, 7).frame()).await.unwrap();
+    let why = channel_from_node(&mut s, &mut buf, refused).await;
+    assert!(
+        why.contains("over the 4194304 bytes this node accepts"),
+        "{why}"
+    );
+    assert!(
+        fx.node.peers().iter().any(|p| p.id == BusId(9) && p.up),
+        "the link stays, on its socket"
+    );
+    fx.still_works().await;
+}
+
 /// Peer 9 on the same host, authenticated on a socket to `fx`'s node, whose data moved to a
 /// real ring of ours (offered as a peer would; the node opened it and read SWITCH): whatever we
 /// write in the ring, the node's application reads.
 async fn peer_writing_a_ring(fx: &Fixture) -> (TcpStream, std::sync::Arc<busway_shm::Ring>) {
     use busway_core::channel::Channel;
     use busway_shm::ring::{Ring, RING_CAPACITY_MIN};
-    use std::os::fd::AsRawFd;
     let mut s = same_host_peer(fx).await;
-    let ring = Ring::create_unchecked("evil-peer", RING_CAPACITY_MIN).unwrap();
-    let offer = Channel::Offer {
-        pid: std::process::id(),
-        fd: ring.segment().fd().as_raw_fd() as u32,
-        inode: ring.segment().inode().unwrap(),
-        capacity: RING_CAPACITY_MIN as u64,
-    };
+    let ring = Ring::create_bound("evil-peer", RING_CAPACITY_MIN, evil_binding(7)).unwrap();
+    let offer = offer_of(&ring, 7);
     s.write_all(&offer.frame()).await.unwrap();
     let mut buf = BytesMut::new();
     let mut dec = FrameDecoder::new(1 << 20);

@@ -41,15 +41,13 @@ pub(crate) fn over_rings(n: usize, size: usize, spins: u32) -> Result<[f64; 3], 
         .max(ROUND_TRIP_RING_BYTES_MIN);
     let there = Ring::create_unchecked("busway-bench-rtt", capacity).map_err(err)?;
     let back = Ring::create_unchecked("busway-bench-rtt", capacity).map_err(err)?;
-    let (mut tx, mut far_rx) = (there.producer(), there.consumer());
-    let (mut far_tx, mut rx) = (back.producer(), back.consumer());
+    let (mut tx, mut far_rx) = (there.producer(), there.consumer().unwrap());
+    let (mut far_tx, mut rx) = (back.producer(), back.consumer().unwrap());
     let echo = std::thread::spawn(move || -> Result<(), String> {
         let mut got = Vec::with_capacity(size);
         loop {
             got.clear();
-            let n = far_rx
-                .read(1, |m| got.extend_from_slice(m))
-                .map_err(|e| e.to_string())?;
+            let n = far_rx.read_into(1, &mut got).map_err(|e| e.to_string())?;
             if n == 0 {
                 match far_rx.wait_readable(spins, ECHO_WAIT) {
                     Wait::Ready => continue,
@@ -74,11 +72,7 @@ pub(crate) fn over_rings(n: usize, size: usize, spins: u32) -> Result<[f64; 3], 
         tx.publish();
         loop {
             got.clear();
-            if rx
-                .read(1, |m| got.extend_from_slice(m))
-                .map_err(|e| e.to_string())?
-                == 1
-            {
+            if rx.read_into(1, &mut got).map_err(|e| e.to_string())? == 1 {
                 break;
             }
             if rx.wait_readable(spins, ECHO_WAIT) != Wait::Ready {

@@ -509,7 +509,7 @@ fn raw_mem_pair(args: &WorkerArgs) -> Result<(Report, Report), String> {
     use busway_shm::ring::{Ring, RING_CAPACITY_DEFAULT};
     let ring =
         Ring::create_unchecked("busway-bench", RING_CAPACITY_DEFAULT).map_err(|e| e.to_string())?;
-    let c = ring.consumer();
+    let c = ring.consumer().map_err(|e| e.to_string())?;
     let receiver = std::thread::spawn(move || ring_recv_loop(c));
     let sent = ring_send_loop(ring.producer(), args)?;
     let received = receiver
@@ -730,7 +730,7 @@ fn raw_ring_send(args: &WorkerArgs) -> Result<Report, String> {
         .open(path)
         .map_err(|e| format!("{}: {e}", path.display()))?;
     let seg = busway_shm::Segment::from_fd(file.into()).map_err(|e| e.to_string())?;
-    let ring = Ring::open(seg).map_err(|e| e.to_string())?;
+    let ring = Ring::open(seg, &Default::default(), usize::MAX).map_err(|e| e.to_string())?;
     ring_send_loop(ring.producer(), args)
 }
 
@@ -777,7 +777,7 @@ fn raw_ring_recv() -> Result<Report, String> {
         std::process::id(),
         ring.segment().fd().as_raw_fd()
     ));
-    ring_recv_loop(ring.consumer())
+    ring_recv_loop(ring.consumer().map_err(|e| e.to_string())?)
 }
 
 /// Copies every record out and walks its frame headers to count messages, until the producer
@@ -786,15 +786,11 @@ fn ring_recv_loop(mut c: busway_shm::Consumer) -> Result<Report, String> {
     use busway_shm::ring::{Wait, SPINS_BEFORE_SLEEP_DEFAULT};
     let mut walker = FrameWalker::default();
     let (mut first, mut last) = (None, Instant::now());
-    // Each record is copied into the receiver's own buffer before it is walked, as a socket's
-    // `read` copies into the raw socket receiver's buffer: a receiver has the bytes in its own
-    // memory, as the bus's receiver has them in the batch it hands the application.
-    let mut own = Vec::with_capacity(busway::limits::RING_RECORD_BYTES_MAX);
-    let mut take = |m: &[u8]| {
-        own.clear();
-        own.extend_from_slice(m);
-        walker.walk(&own);
-    };
+    // `Consumer::read` copies each record into the receiver's own buffer before handing it
+    // over, as a socket's `read` copies into the raw socket receiver's buffer: a receiver has
+    // the bytes in its own memory, as the bus's receiver has them in the batch it hands the
+    // application.
+    let mut take = |m: &[u8]| walker.walk(m);
     loop {
         let n = c.read(usize::MAX, &mut take).map_err(|e| e.to_string())?;
         if n > 0 {

@@ -27,7 +27,7 @@ fn config(role: Role, secret: Option<&str>) -> LinkConfig {
 
 fn hello(id: u64, host: &str) -> Hello {
     let mut h = local_hello(BusId(id), id * 1000, WALL_MS, [id as u8; NONCE_LEN], vec![]);
-    h.capabilities = caps::RELIABLE | caps::SHM;
+    h.capabilities = caps::RELIABLE | caps::SHM_BOUND;
     h.host_id = host.as_bytes().to_vec();
     h
 }
@@ -115,7 +115,7 @@ impl Pair {
                         to.link.send_auth(0, 0);
                         answered = true;
                     }
-                    LinkEvent::OfferRing => to.link.offer_ring(7, 8, 9, 4096),
+                    LinkEvent::OfferRing => to.link.offer_ring(7, 8, 9, 4096, 10),
                     LinkEvent::OpenRing { .. } => to.link.ring_opened(Ok(())),
                     _ => {}
                 }
@@ -416,6 +416,7 @@ fn a_second_offer_is_refused_as_out_of_turn() {
         fd: 2,
         inode: 3,
         capacity: 4,
+        token: 5,
     }
     .frame();
     assert!(lie_to_b(offer, true)

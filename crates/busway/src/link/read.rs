@@ -15,7 +15,6 @@ use busway_core::control::{ack_frame, Close};
 use busway_core::link::{Link, LinkError, LinkEvent, Spans};
 use busway_core::routed::{RoutedHeader, RoutedType};
 use busway_core::BusId;
-use busway_shm::ring::RING_CAPACITY_DEFAULT;
 use bytes::BytesMut;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex};
@@ -81,10 +80,8 @@ fn act_on(
                 )));
             }
         }
-        LinkEvent::OfferRing => match shm.map(|s| s.offer(RING_CAPACITY_DEFAULT)) {
-            Some(Ok((pid, fd, inode))) => {
-                lock(machine).offer_ring(pid, fd, inode, RING_CAPACITY_DEFAULT as u64)
-            }
+        LinkEvent::OfferRing => match shm.map(|s| s.offer()) {
+            Some(Ok(o)) => lock(machine).offer_ring(o.pid, o.fd, o.inode, o.capacity, o.token),
             Some(Err(why)) => {
                 tracing::warn!(%why, "no shared-memory ring; staying on the socket");
                 lock(machine).ring_unavailable(&why);
@@ -96,9 +93,10 @@ fn act_on(
             fd,
             inode,
             capacity,
+            token,
         } => {
             let opened = shm.map_or(Err("no ring on this link".into()), |s| {
-                s.open_offered(pid, fd, inode, capacity)
+                s.open_offered(pid, fd, inode, capacity, token)
             });
             lock(machine).ring_opened(opened);
         }
