@@ -154,11 +154,18 @@ pub(crate) fn describe(ev: &Event) -> String {
             reason,
             unacked,
         } => format!("peer {peer} down: {reason} ({unacked} unacknowledged, kept)"),
-        Event::Undeliverable { peer, seqs, reason } => format!(
-            "{} messages to {peer} undeliverable (numbers {}..{}): {reason}",
+        Event::Undeliverable {
+            peer,
+            seqs,
+            reason,
+            path,
+            incarnation,
+        } => format!(
+            "{} messages to {peer} undeliverable (numbers {}..{} {path}{}): {reason}",
             seqs.end - seqs.start,
             seqs.start,
-            seqs.end
+            seqs.end,
+            incarnation.map_or(String::new(), |i| format!(", incarnation {i:#x}"))
         ),
         Event::Rejected { addr, reason } => format!("rejected {addr}: {reason}"),
         Event::DialFailed { addr, reason } => format!("dial {addr} failed: {reason} (retrying)"),

@@ -30,9 +30,29 @@ impl fmt::Display for DownReason {
     }
 }
 
+/// Which numbering a message's sequence number belongs to: numbers restart per path and per
+/// incarnation of the peer, so a report of numbers names both.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Path {
+    /// Sent on a link to the peer itself (numbered per link peer).
+    Direct,
+    /// Sent through relays (numbered end to end).
+    Relayed,
+}
+
+impl fmt::Display for Path {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Direct => "direct",
+            Self::Relayed => "relayed",
+        })
+    }
+}
+
 /// A change the application may want to know about. Delivered through [`crate::Events`]; when
 /// the application lets `EVENT_QUEUE_LEN_MAX` events pile up, newer ones are dropped and counted
-/// in `Stats::events_dropped` (the node never waits for its event reader).
+/// in `Stats::events_dropped` (the node never waits for its event reader), except
+/// `Undeliverable`, which is never dropped (see [`Event::Undeliverable`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Event {
     /// A peer completed the handshake.
@@ -49,11 +69,18 @@ pub enum Event {
         reason: DownReason,
         unacked: u64,
     },
-    /// busway gave up on messages `seqs` (numbers as returned by `send`) to `peer`.
+    /// busway gave up on messages `seqs` (numbers as returned by `send`) to `peer`: they were
+    /// not confirmed (some may have arrived). `path` and `incarnation` say which numbering
+    /// `seqs` belong to (`incarnation` is `None` when the peer never acknowledged anything on
+    /// a relayed path, so busway never learned it). Never dropped: kept until read, merged
+    /// with a waiting report that it continues; a node that shuts down or is dropped reports
+    /// what it still held.
     Undeliverable {
         peer: BusId,
         seqs: std::ops::Range<u64>,
         reason: String,
+        path: Path,
+        incarnation: Option<u64>,
     },
     /// A connection was refused before or during the handshake (bad handshake, failed
     /// authentication, duplicate id); `addr` is the remote address.

@@ -3,11 +3,12 @@
 use crate::addr::Addr;
 use crate::config::NodeConfig;
 use crate::connector::{accept_loop, dial_loop};
-use crate::event::Event;
+use crate::event::{Event, Path};
+use crate::event_queue::EventQueue;
 use crate::hints::Hints;
 use crate::inbox::{inbox, Inbox};
 use crate::io_loops::IoLoops;
-use crate::limits::{EVENT_QUEUE_LEN_MAX, REROUTES_MAX, ROUTED_OVERHEAD_BYTES_MAX};
+use crate::limits::{REROUTES_MAX, ROUTED_OVERHEAD_BYTES_MAX};
 use crate::message::MessageBatch;
 use crate::peer::{Peer, PushError};
 use crate::remote::Remote;
@@ -24,7 +25,7 @@ use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
-use tokio::sync::{mpsc, watch, Notify};
+use tokio::sync::{watch, Notify};
 
 /// How often `Node::flush` looks at what is still unacknowledged, in milliseconds.
 const FLUSH_POLL_MS: u64 = 5;
@@ -133,23 +134,63 @@ impl Drop for Owner {
         self.shared.shutting_down.store(true, Relaxed);
         let _ = self.shared.shutdown_tx.send(true);
         self.shared.loops.stop();
+        report_held(&self.shared);
+        self.shared.events.close();
     }
 }
 
-/// The node's event stream (see [`Event`]).
+/// The node is going: every message it still holds unacknowledged is reported undeliverable
+/// (its sender must not wait for a confirmation that cannot come any more).
+fn report_held(shared: &Shared) {
+    let me = shared.config.id;
+    let reason = |id: BusId| format!("bus id {me} shut down before bus id {id} acknowledged them");
+    for p in shared.peers_snapshot() {
+        let seqs = p.fail_all();
+        if !seqs.is_empty() {
+            shared.emit(Event::Undeliverable {
+                peer: p.id,
+                seqs,
+                reason: reason(p.id),
+                path: Path::Direct,
+                incarnation: Some(p.incarnation()),
+            });
+        }
+    }
+    for r in shared.remotes_snapshot() {
+        let seqs = r.fail_all();
+        if !seqs.is_empty() {
+            shared.emit(Event::Undeliverable {
+                peer: r.id,
+                seqs,
+                reason: reason(r.id),
+                path: Path::Relayed,
+                incarnation: r.incarnation(),
+            });
+        }
+    }
+}
+
+/// The node's event stream (see [`Event`]). Owned by one reader; dropping it tells the node
+/// that nobody reads events any more (they are no longer kept).
 pub struct Events {
-    rx: mpsc::Receiver<Event>,
+    queue: Arc<EventQueue>,
 }
 
 impl Events {
-    /// The next event; `None` after the node is gone.
+    /// The next event; `None` after the node is gone and every event was read.
     pub async fn recv(&mut self) -> Option<Event> {
-        self.rx.recv().await
+        self.queue.recv().await
     }
 
     /// The next event if one is waiting now (no wait).
     pub fn try_recv(&mut self) -> Option<Event> {
-        self.rx.try_recv().ok()
+        self.queue.try_recv()
+    }
+}
+
+impl Drop for Events {
+    fn drop(&mut self) {
+        self.queue.close();
     }
 }
 
@@ -170,7 +211,7 @@ impl Node {
         }
         let loops = IoLoops::start(config.io_threads, &format!("busway-{}", config.id))
             .map_err(StartError::Io)?;
-        let (events_tx, events_rx) = mpsc::channel(EVENT_QUEUE_LEN_MAX);
+        let events = Arc::new(EventQueue::new());
         let (inbox_tx, inbox_rx) = inbox(config.inbox_bytes_max, config.shm_spins);
         let (shutdown_tx, _) = watch::channel(false);
         let connect = config.connect.clone();
@@ -187,7 +228,7 @@ impl Node {
             direct: Hints::default(),
             peers_changed: Notify::new(),
             nonces: Arc::default(),
-            events: events_tx,
+            events: events.clone(),
             inbox: inbox_tx,
             counters: Arc::default(),
             loops,
@@ -215,7 +256,7 @@ impl Node {
             owner: Arc::new(Owner {
                 shared,
                 inbox: Mutex::new(Some(inbox_rx)),
-                events: Mutex::new(Some(Events { rx: events_rx })),
+                events: Mutex::new(Some(Events { queue: events })),
             }),
         })
     }

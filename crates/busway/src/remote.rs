@@ -189,6 +189,11 @@ impl Remote {
         lost
     }
 
+    /// The destination's incarnation, once an acknowledgement told it.
+    pub(crate) fn incarnation(&self) -> Option<u64> {
+        self.lock().departures.incarnation()
+    }
+
     /// A path may exist again: sends are accepted again.
     pub(crate) fn revive(&self) {
         self.lock().departures.revive();

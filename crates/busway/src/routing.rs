@@ -8,7 +8,7 @@
 //! `direct`, which dials (and calls back into nothing here but `release_if_drained`).
 
 use crate::addr::Addr;
-use crate::event::Event;
+use crate::event::{Event, Path};
 use crate::limits::{
     FORWARD_QUEUE_BYTES_MAX, FORWARD_WAIT_MS, ROUTED_RESEND_AFTER_MS, ROUTED_RETRY_INTERVAL_MS,
 };
@@ -89,7 +89,7 @@ impl Shared {
             .cloned()
     }
 
-    fn remotes_snapshot(&self) -> Vec<Arc<Remote>> {
+    pub(crate) fn remotes_snapshot(&self) -> Vec<Arc<Remote>> {
         self.remotes
             .read()
             .map(|r| r.values().cloned().collect())
@@ -289,6 +289,8 @@ impl Shared {
                                 peer: about,
                                 seqs,
                                 reason: format!("{reason}: {text}"),
+                                path: Path::Relayed,
+                                incarnation: r.incarnation(),
                             });
                         }
                         self.release_if_drained(about);
@@ -348,6 +350,8 @@ impl Shared {
                     peer: r.id,
                     seqs,
                     reason: format!("bus id {} restarted (incarnation {old:#x} replaced)", r.id),
+                    path: Path::Relayed,
+                    incarnation: Some(old),
                 });
             }
         }
@@ -381,6 +385,8 @@ impl Shared {
                                 "no path to bus id {} for {} ms",
                                 r.id, self.config.peer_dead_after_ms
                             ),
+                            path: Path::Relayed,
+                            incarnation: r.incarnation(),
                         });
                     }
                 }

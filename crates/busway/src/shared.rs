@@ -6,7 +6,8 @@
 use crate::addr::Addr;
 use crate::config::NodeConfig;
 use crate::dial::Dial;
-use crate::event::{DownReason, Event};
+use crate::event::{DownReason, Event, Path};
+use crate::event_queue::EventQueue;
 use crate::hints::Hints;
 use crate::inbox::InboxSender;
 use crate::io_loops::IoLoops;
@@ -21,7 +22,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-use tokio::sync::{mpsc, watch, Notify};
+use tokio::sync::{watch, Notify};
 
 /// State shared by the node's handle, its listeners, dialers and links.
 pub(crate) struct Shared {
@@ -44,7 +45,7 @@ pub(crate) struct Shared {
     pub(crate) peers_changed: Notify,
     /// The replay cache of handshakes, shared by every link's state machine.
     pub(crate) nonces: Arc<Mutex<NonceCache>>,
-    pub(crate) events: mpsc::Sender<Event>,
+    pub(crate) events: Arc<EventQueue>,
     pub(crate) inbox: InboxSender,
     pub(crate) counters: Arc<Counters>,
     pub(crate) loops: IoLoops,
@@ -118,7 +119,7 @@ impl Shared {
     }
 
     pub(crate) fn emit(&self, event: Event) {
-        if self.events.try_send(event).is_err() {
+        if !self.events.push(event) {
             bump(&self.counters.events_dropped);
         }
     }
@@ -191,6 +192,8 @@ impl Shared {
                                 old.incarnation(),
                                 est.peer.incarnation
                             ),
+                            path: Path::Direct,
+                            incarnation: Some(old.incarnation()),
                         });
                     }
                 }
@@ -245,6 +248,8 @@ impl Shared {
                             peer.id,
                             deadline.as_millis()
                         ),
+                        path: Path::Direct,
+                        incarnation: Some(peer.incarnation()),
                     });
                 }
             }

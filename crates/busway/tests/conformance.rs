@@ -3,7 +3,7 @@
 
 mod common;
 
-use busway::{BusId, DownReason, Event, SendError};
+use busway::{BusId, DownReason, Event, Path, SendError};
 use bytes::Bytes;
 use common::*;
 
@@ -87,6 +87,7 @@ async fn a_peer_that_shuts_down_is_reported_and_its_messages_fail_at_the_deadlin
         ca.peer_dead_after_ms = 300;
         let (a, b) = pair(t, ca, config(2)).await;
         let mut ea = a.take_events().unwrap();
+        let b_incarnation = b.incarnation();
         b.shutdown().await;
         let reason = wait_event(&mut ea, |e| match e {
             Event::PeerDown { peer, reason, .. } if *peer == BusId(2) => Some(reason.clone()),
@@ -102,14 +103,23 @@ async fn a_peer_that_shuts_down_is_reported_and_its_messages_fail_at_the_deadlin
         let info = &a.peers()[0];
         assert_eq!((info.up, info.unacked_msgs), (false, 1), "{t}");
         // ...and reported, by number, when it stays away past the deadline.
-        let (seqs, why) = wait_event(&mut ea, |e| match e {
-            Event::Undeliverable { peer, seqs, reason } if *peer == BusId(2) => {
-                Some((seqs.clone(), reason.clone()))
-            }
+        let (seqs, why, path, incarnation) = wait_event(&mut ea, |e| match e {
+            Event::Undeliverable {
+                peer,
+                seqs,
+                reason,
+                path,
+                incarnation,
+            } if *peer == BusId(2) => Some((seqs.clone(), reason.clone(), *path, *incarnation)),
             _ => None,
         })
         .await;
         assert_eq!(seqs, 0..1, "{t}");
+        assert_eq!(
+            (path, incarnation),
+            (Path::Direct, Some(b_incarnation)),
+            "{t}"
+        );
         assert!(why.contains("stayed down for 300 ms"), "{t}: {why}");
         assert_eq!(
             a.try_send(BusId(2), Bytes::from_static(b"y")),

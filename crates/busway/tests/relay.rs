@@ -124,14 +124,19 @@ async fn an_unknown_id_fails_fast_with_the_relay_named() {
         .send(BusId(77), bytes::Bytes::from_static(b"anyone?"))
         .await
         .unwrap();
-    let (seqs, reason) = wait_event(&mut events, |e| match e {
-        Event::Undeliverable { peer, seqs, reason } if *peer == BusId(77) => {
-            Some((seqs.clone(), reason.clone()))
-        }
+    let (seqs, reason, path) = wait_event(&mut events, |e| match e {
+        Event::Undeliverable {
+            peer,
+            seqs,
+            reason,
+            path,
+            ..
+        } if *peer == BusId(77) => Some((seqs.clone(), reason.clone(), *path)),
         _ => None,
     })
     .await;
     assert_eq!(seqs, seq..seq + 1);
+    assert_eq!(path, busway::Path::Relayed);
     assert!(
         reason.contains("no route to bus id 77 at relay 100"),
         "{reason}"
@@ -198,14 +203,19 @@ async fn a_relayed_receiver_killed_for_good_is_reported_at_the_deadline() {
     for i in 0..10u8 {
         a.send(BusId(2), bytes::Bytes::from(vec![i])).await.unwrap();
     }
-    let (seqs, reason) = wait_event(&mut events, |e| match e {
-        Event::Undeliverable { peer, seqs, reason } if *peer == BusId(2) => {
-            Some((seqs.clone(), reason.clone()))
-        }
+    let (seqs, reason, path) = wait_event(&mut events, |e| match e {
+        Event::Undeliverable {
+            peer,
+            seqs,
+            reason,
+            path,
+            ..
+        } if *peer == BusId(2) => Some((seqs.clone(), reason.clone(), *path)),
         _ => None,
     })
     .await;
     assert_eq!(seqs, 1..11, "exactly the ten unacknowledged messages");
+    assert_eq!(path, busway::Path::Relayed);
     assert!(
         reason.contains("300 ms") || reason.contains("down"),
         "{reason}"

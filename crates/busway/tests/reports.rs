@@ -1,0 +1,115 @@
+//! Reports of messages given up are never lost (issue #11, item 2): not under a flood of other
+//! events the application does not read, and not when the node goes away holding messages.
+
+mod common;
+
+use busway::{BusId, Event, Path};
+use bytes::Bytes;
+use common::*;
+use std::time::Duration;
+use tokio::io::AsyncWriteExt;
+
+/// Refused connections thrown at the node: more events than its queue keeps.
+const GARBAGE_CONNECTIONS: usize = busway::limits::EVENT_QUEUE_LEN_MAX + 500;
+
+/// Waits until `cond` holds, looking every `POLL_MS`; panics after `WAIT`.
+async fn until(what: &str, mut cond: impl FnMut() -> bool) {
+    let ok = tokio::time::timeout(WAIT, async {
+        while !cond() {
+            tokio::time::sleep(Duration::from_millis(POLL_MS)).await;
+        }
+    })
+    .await;
+    assert!(ok.is_ok(), "{what} within {WAIT:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failure_report_survives_a_flood_of_events_nobody_reads() {
+    let mut ca = config(1);
+    // Long enough for the flood below to fill the queue first (checked after it).
+    ca.peer_dead_after_ms = 1_500;
+    let (a, b) = pair("tcp4", ca, config(2)).await;
+    let mut events = a.take_events().unwrap();
+    let b_incarnation = b.incarnation();
+    // Messages that peer 2 will never acknowledge: it is gone before they are written.
+    b.shutdown().await;
+    until("node 1 sees node 2 down", || {
+        a.peers().iter().all(|p| !p.up)
+    })
+    .await;
+    for i in 0..3u8 {
+        a.send(BusId(2), Bytes::from(vec![i])).await.unwrap();
+    }
+    // A flood of refused connections fills the event queue, unread.
+    let busway::Addr::Tcp(addr) = a.listen_addrs()[0].clone() else {
+        unreachable!()
+    };
+    for _ in 0..GARBAGE_CONNECTIONS {
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let _ = s.write_all(b"not a busway peer, not a frame at all").await;
+    }
+    until("the event queue overflows", || a.stats().events_dropped > 0).await;
+    assert_eq!(
+        a.peers()[0].unacked_msgs,
+        3,
+        "the queue filled up before the messages were given up"
+    );
+    // The deadline passes: the three messages are given up, and reported all the same.
+    until("node 1 gives up on node 2", || {
+        a.peers().iter().all(|p| p.unacked_msgs == 0)
+    })
+    .await;
+    let report = std::iter::from_fn(|| events.try_recv()).find_map(|e| match e {
+        Event::Undeliverable {
+            peer: BusId(2),
+            seqs,
+            path,
+            incarnation,
+            ..
+        } => Some((seqs, path, incarnation)),
+        _ => None,
+    });
+    assert_eq!(
+        report,
+        Some((0..3, Path::Direct, Some(b_incarnation))),
+        "{:?}",
+        a.stats()
+    );
+    a.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_goes_away_reports_what_it_still_held() {
+    let (a, b) = pair("unix", config(1), config(2)).await;
+    let mut events = a.take_events().unwrap();
+    b.shutdown().await;
+    until("node 1 sees node 2 down", || {
+        a.peers().iter().all(|p| !p.up)
+    })
+    .await;
+    for i in 0..5u8 {
+        a.send(BusId(2), Bytes::from(vec![i])).await.unwrap();
+    }
+    // Dropped, not shut down: held for a peer that may come back (the deadline is 30 s).
+    drop(a);
+    let mut held = Vec::new();
+    let read_out = tokio::time::timeout(WAIT, async {
+        while let Some(e) = events.recv().await {
+            if let Event::Undeliverable {
+                peer, seqs, reason, ..
+            } = e
+            {
+                held.push((peer, seqs, reason));
+            }
+        }
+    })
+    .await;
+    assert!(read_out.is_ok(), "the stream ends once the node is gone");
+    assert_eq!(held.len(), 1, "{held:?}");
+    let (peer, seqs, reason) = &held[0];
+    assert_eq!((*peer, seqs.clone()), (BusId(2), 0..5));
+    assert!(
+        reason.contains("bus id 1 shut down before bus id 2 acknowledged them"),
+        "{reason}"
+    );
+}
