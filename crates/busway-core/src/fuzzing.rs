@@ -43,21 +43,64 @@ pub fn frame_decoder(data: &[u8]) {
     }
 }
 
-/// Feeds arbitrary bytes, cut into frames, to a listener-side handshake (with a secret when the
-/// first byte is odd). Must never panic and never establish without a valid proof.
+/// Appends frames made from `input` to `stream`, each with a valid check so that it reaches the
+/// code behind the decoder: each is a kind byte, a u16 LE body length and the body, taken from
+/// the input. Most kind bytes pick a valid kind; 0xf0 and above send the body as raw bytes
+/// (whatever the reader makes of them as a header).
+fn frames_with_valid_checks(mut input: &[u8], stream: &mut Vec<u8>) {
+    const KINDS: [u8; 10] = [0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x10, 0x11, 0x20];
+    while input.len() >= 3 {
+        let kind = input[0];
+        let len = usize::from(u16::from_le_bytes([input[1], input[2]])).min(input.len() - 3);
+        let body = &input[3..3 + len];
+        input = &input[3 + len..];
+        match crate::frame::FrameKind::from_u8(KINDS[usize::from(kind) % KINDS.len()]) {
+            Some(k) if kind < 0xf0 => stream.extend_from_slice(&crate::frame::frame_bytes(k, body)),
+            _ => stream.extend_from_slice(body),
+        }
+    }
+}
+
+/// The handshake fuzz target's clock, in ms since the epoch.
+const HANDSHAKE_NOW_MS: u64 = 1_000_000;
+
+/// Feeds a peer's frames to a listener-side handshake. The first byte is a mode: bit 0, the
+/// listener has a secret; bit 1, a well-formed HELLO comes first (its bus id, incarnation,
+/// clock offset and nonce taken from the next 34 input bytes), so that what follows meets the
+/// AUTH step; bit 2, the rest is raw bytes rather than frames with valid checks (see
+/// `frames_with_valid_checks`). Must never panic, and never establish with a secret (the
+/// fuzzer cannot make the proof).
 pub fn handshake(data: &[u8]) {
-    let Some((&mode, rest)) = data.split_first() else {
+    let Some((&mode, mut rest)) = data.split_first() else {
         return;
     };
     let secret = (mode & 1 == 1).then(|| Secret::new("fuzzing-secret-0123456789").unwrap());
     let with_secret = secret.is_some();
-    let hello = local_hello(BusId(1), 1, 1_000_000, [7; NONCE_LEN], vec![]);
+    let hello = local_hello(BusId(1), 1, HANDSHAKE_NOW_MS, [7; NONCE_LEN], vec![]);
     let mut hs = Handshake::new(Role::Listener, hello, secret);
+    let mut stream = Vec::new();
+    if mode & 2 != 0 {
+        let Some((fields, after)) = rest.split_first_chunk::<34>() else {
+            return;
+        };
+        rest = after;
+        let u64_at = |i: usize| u64::from_le_bytes(fields[i..i + 8].try_into().unwrap_or_default());
+        let offset_ms = i16::from_le_bytes([fields[16], fields[17]]);
+        let nonce: [u8; NONCE_LEN] = fields[18..34].try_into().unwrap_or_default();
+        let at = HANDSHAKE_NOW_MS.saturating_add_signed(i64::from(offset_ms) * 100);
+        let peer = local_hello(BusId(u64_at(0)), u64_at(8), at, nonce, vec![]);
+        stream.extend_from_slice(&Handshake::new(Role::Dialer, peer, None).hello_frame());
+    }
+    if mode & 4 != 0 {
+        stream.extend_from_slice(rest);
+    } else {
+        frames_with_valid_checks(rest, &mut stream);
+    }
     let mut dec = FrameDecoder::new(HANDSHAKE_BODY_LEN_MAX);
-    let mut buf = BytesMut::from(rest);
+    let mut buf = BytesMut::from(&stream[..]);
     let mut nonces = NonceCache::default();
     while let Ok(Some(frame)) = dec.decode(&mut buf) {
-        match hs.handle_frame(&frame, 1_000_000, &mut nonces) {
+        match hs.handle_frame(&frame, HANDSHAKE_NOW_MS, &mut nonces) {
             Ok(Step::PeerHello(_)) => {
                 let _ = hs.auth_frame(0, 0);
             }
@@ -130,7 +173,7 @@ pub fn peer_bodies(data: &[u8]) {
 pub fn link(data: &[u8]) {
     use crate::handshake::caps;
     use crate::link::{Link, LinkConfig, LinkEvent, Now, Spans};
-    let Some((&mode, mut rest)) = data.split_first() else {
+    let Some((&mode, rest)) = data.split_first() else {
         return;
     };
     let now = Now {
@@ -183,19 +226,7 @@ pub fn link(data: &[u8]) {
     }
     assert!(b.uses_rings() || mode & 1 == 0 || b.is_closed());
     let mut stream = Vec::new();
-    while rest.len() >= 3 {
-        let kind = rest[0];
-        let len = usize::from(u16::from_le_bytes([rest[1], rest[2]])).min(rest.len() - 3);
-        let body = &rest[3..3 + len];
-        rest = &rest[3 + len..];
-        // Most kind bytes pick a valid kind (so the frame reaches the rules); a few send the
-        // body as raw bytes (whatever it makes of a header).
-        const KINDS: [u8; 10] = [0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x10, 0x11, 0x20];
-        match crate::frame::FrameKind::from_u8(KINDS[usize::from(kind) % KINDS.len()]) {
-            Some(k) if kind < 0xf0 => stream.extend_from_slice(&crate::frame::frame_bytes(k, body)),
-            _ => stream.extend_from_slice(body),
-        }
-    }
+    frames_with_valid_checks(rest, &mut stream);
     let mut pos = 0;
     while pos < stream.len() {
         spans.clear();
