@@ -49,6 +49,68 @@ pub fn next_hop(
     candidates.find(|n| n.id == up).map(|n| n.id)
 }
 
+/// Which sources a link may carry ROUTED frames from: a member may not speak for others. Over
+/// the link to the upstream comes whatever the rest of the bus sends; over a link to a
+/// registered downstream, frames of the downstream and of the ids it registered as its
+/// subtree; over any other link, the peer's own frames only.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sources {
+    /// The link's peer.
+    pub peer: BusId,
+    /// The subtree it registered with us (it is our downstream), if any.
+    pub serves: Option<(BusId, BusId)>,
+    /// The peer is our upstream.
+    pub upstream: bool,
+}
+
+impl Sources {
+    /// Whether a ROUTED frame from `src` may come over this link; the error names the lie.
+    pub fn check(&self, src: BusId) -> Result<(), String> {
+        let served = self.serves.is_some_and(|(lo, hi)| lo <= src && src <= hi);
+        if src == self.peer || self.upstream || served {
+            return Ok(());
+        }
+        let registered = match self.serves {
+            Some((lo, hi)) => format!("which registered bus ids {lo}..={hi}"),
+            None => "which registered no subtree".to_string(),
+        };
+        Err(format!(
+            "ROUTED frame from bus id {src} on the link to bus id {} ({registered}): a peer may not send for others",
+            self.peer
+        ))
+    }
+}
+
+/// Checks a subtree that `peer` registers with relay `me` (HELLO's downstream-of-you):
+/// `(lo, hi)` in order, not holding `me`, and overlapping no subtree registered by
+/// another neighbor that is not given up (`others`; a neighbor given up serves nothing, see
+/// `Neighbor::serves`). The error names the conflict.
+pub fn check_registration(
+    me: BusId,
+    peer: BusId,
+    (lo, hi): (BusId, BusId),
+    others: &[Neighbor],
+) -> Result<(), String> {
+    let what = format!("bus id {peer} registers bus ids {lo}..={hi}");
+    if lo > hi {
+        return Err(format!("{what}: an empty range"));
+    }
+    if lo <= me && me <= hi {
+        return Err(format!("{what}, which holds this relay's own id {me}"));
+    }
+    for n in others.iter().filter(|n| n.id != peer) {
+        if let Some((l, h)) = n.serves {
+            if lo <= h && l <= hi {
+                return Err(format!(
+                    "{what}, which overlaps bus ids {l}..={h} registered by bus id {}",
+                    n.id
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// A relay `me` takes a ROUTED frame for another node: checks its TTL and route, then
 /// decrements the TTL and appends `me` to the route. An error gives the reason and a text that
 /// names the relay, for a FAIL to the source.
@@ -283,6 +345,61 @@ mod tests {
         assert_eq!(next_hop(BusId(99), &ns, up, Some(BusId(3))), None);
         let down = [n(1, false, None), n(3, true, None)];
         assert_eq!(next_hop(BusId(1), &down, up, None), Some(BusId(3)));
+    }
+
+    #[test]
+    fn a_link_carries_frames_only_from_the_sources_it_may_speak_for() {
+        let plain = Sources {
+            peer: BusId(9),
+            serves: None,
+            upstream: false,
+        };
+        assert!(plain.check(BusId(9)).is_ok());
+        let lie = plain.check(BusId(2)).unwrap_err();
+        assert!(
+            lie.contains("from bus id 2 on the link to bus id 9"),
+            "{lie}"
+        );
+        let below = Sources {
+            serves: Some((BusId(9), BusId(20))),
+            ..plain
+        };
+        assert!(below.check(BusId(15)).is_ok());
+        assert!(below.check(BusId(21)).is_err());
+        let above = Sources {
+            upstream: true,
+            ..plain
+        };
+        assert!(above.check(BusId(12_345)).is_ok());
+    }
+
+    #[test]
+    fn a_registration_must_hold_its_peer_not_the_relay_and_overlap_nothing_live() {
+        let me = BusId(100);
+        let reg = |peer, lo, hi, others: &[Neighbor]| {
+            check_registration(me, BusId(peer), (BusId(lo), BusId(hi)), others)
+        };
+        assert!(reg(9, 9, 20, &[]).is_ok());
+        assert!(reg(9, 20, 9, &[]).unwrap_err().contains("empty"));
+        assert!(
+            reg(9, 10, 20, &[]).is_ok(),
+            "a relay may serve ids other than its own"
+        );
+        let all = reg(9, 0, u64::MAX, &[]).unwrap_err();
+        assert!(all.contains("relay's own id 100"), "{all}");
+        let live = [n(15, true, Some((15, 30)))];
+        let overlap = reg(9, 9, 20, &live).unwrap_err();
+        assert!(overlap.contains("registered by bus id 15"), "{overlap}");
+        let down = [n(15, false, Some((15, 30)))];
+        assert!(
+            reg(9, 9, 20, &down).is_err(),
+            "down for now still holds its ids"
+        );
+        let gone = [n(15, false, None)];
+        assert!(
+            reg(9, 9, 20, &gone).is_ok(),
+            "a neighbor given up holds nothing"
+        );
     }
 
     #[test]

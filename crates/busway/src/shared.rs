@@ -171,6 +171,10 @@ impl Shared {
         }
         let id = est.peer.bus_id;
         let mut peers = self.peers.write().unwrap_or_else(|p| p.into_inner());
+        if let Some(range) = est.peer.downstream_of_you {
+            let others: Vec<_> = peers.values().map(|p| p.neighbor()).collect();
+            busway_core::relay::check_registration(self.config.id, id, range, &others)?;
+        }
         let peer = match peers.get(&id) {
             Some(old) if old.incarnation() == est.peer.incarnation => old.clone(),
             Some(old) if old.is_up() => {

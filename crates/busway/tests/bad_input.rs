@@ -595,3 +595,66 @@ async fn a_malformed_hint_closes_only_that_link() {
     );
     fx.still_works().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_cannot_send_routed_frames_as_another_node() {
+    use busway_core::routed::{routed_frame, RoutedHeader, RoutedType};
+    let mut fx = fixture().await;
+    let mut s = authenticated(fx.addr, 9, Some(SECRET)).await;
+    assert!(fx.node.wait_for_peer(BusId(9), WAIT).await);
+    // An end-to-end ACK as if from bus id 2 (it would free what node 1 holds for 2 by relays).
+    let forged = RoutedHeader {
+        kind: RoutedType::Ack,
+        ttl: 16,
+        src: BusId(2),
+        src_incarnation: 2,
+        dst: BusId(1),
+        seq: 1_000,
+        route: vec![],
+    };
+    s.write_all(&routed_frame(&forged, &[])).await.unwrap();
+    closed_by_node(&mut s).await;
+    let reason = fx.down(9).await;
+    assert!(
+        reason.contains("ROUTED frame from bus id 2 on the link to bus id 9")
+            && reason.contains("may not send for others"),
+        "{reason}"
+    );
+    fx.still_works().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_registration_of_ids_it_may_not_serve_is_refused() {
+    let mut fx = fixture().await;
+    let busway::Addr::Tcp(addr) = fx.node.listen_addrs()[0].clone() else {
+        unreachable!()
+    };
+    // Every id, the relay's own included: refused with the reason, before anything is taken.
+    let all = async {
+        authenticated_as(addr, 9, Some(SECRET), |h| {
+            h.downstream_of_you = Some((BusId(0), BusId(u64::MAX)));
+        })
+        .await
+    };
+    let mut s = all.await;
+    closed_by_node(&mut s).await;
+    let reason = fx.rejected().await;
+    assert!(reason.contains("holds this relay's own id 1"), "{reason}");
+    // A subtree, then another that overlaps it while the first is live.
+    let _first = authenticated_as(addr, 10, Some(SECRET), |h| {
+        h.downstream_of_you = Some((BusId(10), BusId(20)));
+    })
+    .await;
+    assert!(fx.node.wait_for_peer(BusId(10), WAIT).await);
+    let mut s = authenticated_as(addr, 15, Some(SECRET), |h| {
+        h.downstream_of_you = Some((BusId(15), BusId(30)));
+    })
+    .await;
+    closed_by_node(&mut s).await;
+    let reason = fx.rejected().await;
+    assert!(
+        reason.contains("overlaps bus ids 10..=20 registered by bus id 10"),
+        "{reason}"
+    );
+    fx.still_works().await;
+}

@@ -13,6 +13,7 @@ use crate::shm_link::ShmLink;
 use crate::stats::bump;
 use busway_core::control::{ack_frame, Close};
 use busway_core::link::{Link, LinkError, LinkEvent, Spans};
+use busway_core::relay::Sources;
 use busway_core::routed::{RoutedHeader, RoutedType};
 use busway_core::BusId;
 use bytes::BytesMut;
@@ -51,15 +52,23 @@ struct ReadWork {
 }
 
 /// Acts on one event of the machine (the read's buffer is `buf`).
-fn act_on(
-    shared: &Shared,
-    peer: &Peer,
-    machine: &Mutex<Link>,
-    shm: Option<&Arc<ShmLink>>,
-    buf: &[u8],
-    event: LinkEvent,
-    work: &mut ReadWork,
-) {
+/// What acting on an event needs of the link.
+struct Parts<'a> {
+    shared: &'a Shared,
+    peer: &'a Peer,
+    sources: Sources,
+    machine: &'a Mutex<Link>,
+    shm: Option<&'a Arc<ShmLink>>,
+}
+
+fn act_on(parts: &Parts<'_>, buf: &[u8], event: LinkEvent, work: &mut ReadWork) {
+    let Parts {
+        shared,
+        peer,
+        ref sources,
+        machine,
+        shm,
+    } = *parts;
     match event {
         LinkEvent::Acked(next) => {
             if let Err(e) = peer.ack(next) {
@@ -72,7 +81,7 @@ fn act_on(
         }
         LinkEvent::Rtt(us) => peer.rtt_us.store(us, Relaxed),
         LinkEvent::Routed(body) => {
-            if let Err(what) = routed_in(shared, buf, body, work) {
+            if let Err(what) = routed_in(shared, sources, buf, body, work) {
                 work.refused_mid_read = true;
                 let at = lock(machine).offset();
                 lock(machine).fail(LinkError::Protocol(format!(
@@ -126,9 +135,10 @@ fn act_on(
 }
 
 /// A ROUTED frame whose body is `buf[body]`: queued to be passed on, or to be delivered here
-/// (data), or handled now (end-to-end control).
+/// (data), or handled now (end-to-end control). Its source must be one this link may carry.
 fn routed_in(
     shared: &Shared,
+    sources: &Sources,
     buf: &[u8],
     body: std::ops::Range<usize>,
     work: &mut ReadWork,
@@ -136,6 +146,7 @@ fn routed_in(
     let base = body.start;
     let body = &buf[body];
     let (h, inner_at) = RoutedHeader::decode(body)?;
+    sources.check(h.src)?;
     let inner = &body[inner_at..];
     if h.dst != shared.config.id {
         let inner_at = base + inner_at;
@@ -203,6 +214,19 @@ pub(super) async fn read_loop<R: AsyncRead + Unpin>(
 ) -> Result<ReadEnd, DownReason> {
     let mut read_size = READ_CHUNK_MIN_BYTES;
     let mut events = Vec::new();
+    // Who this link may carry ROUTED frames from (fixed for its life: the registration came
+    // with its handshake, and it became the upstream, or not, before it went up).
+    let parts = Parts {
+        shared,
+        peer,
+        sources: Sources {
+            peer: peer.id,
+            serves: peer.neighbor().serves,
+            upstream: shared.upstream_id() == Some(peer.id),
+        },
+        machine,
+        shm,
+    };
     loop {
         // The machine walks every whole frame in the buffer; the buffer is then cut once: the
         // DATA payloads go to the application as one batch sharing that cut.
@@ -220,7 +244,7 @@ pub(super) async fn read_loop<R: AsyncRead + Unpin>(
             for event in events.drain(..) {
                 // Nothing after the end counts (the rest of the read included).
                 if work.end.is_none() {
-                    act_on(shared, peer, machine, shm, buf, event, &mut work);
+                    act_on(&parts, buf, event, &mut work);
                 }
             }
             let mut m = lock(machine);
