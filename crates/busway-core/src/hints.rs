@@ -14,6 +14,46 @@ pub const HINT_INTERVAL_MS: u64 = 1_000;
 /// come again).
 pub const DIRECT_DIALS_MAX: usize = 256;
 
+/// Source side, per destination reached through relays: which relays may hint it. A HINT
+/// redirects a destination's traffic to whoever listens at the addresses it names, so only the
+/// relay that passes our traffic to the destination may send one: a relay on the route of the
+/// destination's own acknowledgements. A hint from another relay is held (the latest one) until
+/// an acknowledgement shows that relay on the way, and dropped otherwise.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct HintGate {
+    /// The relays on the route of the last acknowledgement from the destination.
+    route: Vec<BusId>,
+    /// The latest hint from a relay not (yet) seen on that route.
+    held: Option<(BusId, Vec<String>)>,
+}
+
+impl HintGate {
+    /// `relay` hints that the destination listens at `addrs`: the addresses to dial now, or
+    /// `None` (held until an acknowledgement comes through `relay`).
+    pub fn on_hint(&mut self, relay: BusId, addrs: Vec<String>) -> Option<Vec<String>> {
+        if self.route.contains(&relay) {
+            return Some(addrs);
+        }
+        self.held = Some((relay, addrs));
+        None
+    }
+
+    /// An acknowledgement from the destination came through the relays `route`: a held hint
+    /// from one of them is now to be dialed.
+    pub fn on_ack(&mut self, route: &[BusId]) -> Option<Vec<String>> {
+        if self.route != route {
+            self.route = route.to_vec();
+        }
+        match self.held.take() {
+            Some((relay, addrs)) if route.contains(&relay) => Some(addrs),
+            held => {
+                self.held = held;
+                None
+            }
+        }
+    }
+}
+
 /// A node's bookkeeping of direct links: hints given (relay side), hints taken and dials
 /// running (source side). Bounded by the limits above.
 #[derive(Debug, Default)]
@@ -104,5 +144,21 @@ mod tests {
             b.take_hint(BusId(100 + i), vec!["tcp://x".into()]);
         }
         assert_eq!(b.dials_to_start().len(), DIRECT_DIALS_MAX);
+    }
+
+    #[test]
+    fn only_a_relay_on_the_way_of_the_acknowledgements_may_hint() {
+        let mut g = HintGate::default();
+        let at = |p: &str| vec![p.to_string()];
+        // Before any acknowledgement, a hint waits.
+        assert_eq!(g.on_hint(BusId(100), at("tcp://h:1")), None);
+        // An acknowledgement through 100 lets it go.
+        assert_eq!(g.on_ack(&[BusId(100), BusId(50)]), Some(at("tcp://h:1")));
+        assert_eq!(g.on_hint(BusId(50), at("tcp://h:2")), Some(at("tcp://h:2")));
+        // A member that never carried the traffic is held, and never dialed while the
+        // acknowledgements come another way.
+        assert_eq!(g.on_hint(BusId(66), at("tcp://evil:1")), None);
+        assert_eq!(g.on_ack(&[BusId(100)]), None);
+        assert_eq!(g.on_ack(&[BusId(100)]), None);
     }
 }

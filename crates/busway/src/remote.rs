@@ -7,6 +7,7 @@
 
 use crate::peer::PushError;
 use busway_core::e2e::{Check, Departures, FailOutcome, Verdict};
+use busway_core::hints::HintGate;
 use busway_core::routed::FailReason;
 use busway_core::BusId;
 use bytes::Bytes;
@@ -20,6 +21,8 @@ struct RemoteState {
     /// New messages wait for the node's pump task.
     pump_pending: bool,
     msgs_total: u64,
+    /// Which relays may hint this destination.
+    hints: HintGate,
 }
 
 pub(crate) struct Remote {
@@ -38,6 +41,7 @@ impl Remote {
                 senders_waiting: false,
                 pump_pending: false,
                 msgs_total: 0,
+                hints: HintGate::default(),
             }),
             room: Notify::new(),
         }
@@ -187,6 +191,18 @@ impl Remote {
         let lost = self.lock().departures.fail_all();
         self.room.notify_waiters();
         lost
+    }
+
+    /// Relay `relay` hints where this destination listens: the addresses to dial now, if that
+    /// relay carries our traffic to it (see `HintGate`).
+    pub(crate) fn hint(&self, relay: BusId, addrs: Vec<String>) -> Option<Vec<String>> {
+        self.lock().hints.on_hint(relay, addrs)
+    }
+
+    /// An acknowledgement from this destination came through `route`: a held hint from one of
+    /// those relays, to dial now.
+    pub(crate) fn acked_through(&self, route: &[BusId]) -> Option<Vec<String>> {
+        self.lock().hints.on_ack(route)
     }
 
     /// The destination's incarnation, once an acknowledgement told it.

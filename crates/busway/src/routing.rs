@@ -266,11 +266,14 @@ impl Shared {
                     let v = r.ack(header.src_incarnation, header.seq, self.clock_ms());
                     self.report_verdict(&r, v);
                     self.release_if_drained(r.id);
+                    if let Some(addrs) = r.acked_through(&header.route) {
+                        self.dial_hinted(r.id, addrs);
+                    }
                 }
             }
             RoutedType::Hint => {
                 let (about, addrs) = decode_hint(inner)?;
-                self.hint_received(about, addrs);
+                self.hint_received(header.src, about, addrs);
             }
             RoutedType::Fail => {
                 let (reason, about, text) = decode_fail(inner)?;
@@ -322,9 +325,24 @@ impl Shared {
         self.send_routed_control(src, encode_hint(&h, dst_peer.id, &addrs));
     }
 
-    /// Source side: a relay says `dst` listens at `addrs`.
-    fn hint_received(&self, dst: BusId, addrs: Vec<String>) {
+    /// Source side: relay `relay` says `dst` listens at `addrs`. Taken only from a relay that
+    /// carries our traffic to `dst` (held until one of its acknowledgements shows that), and
+    /// only for a destination we send to through relays.
+    fn hint_received(&self, relay: BusId, dst: BusId, addrs: Vec<String>) {
         if !self.config.direct_links || dst == self.config.id || addrs.is_empty() {
+            return;
+        }
+        let Some(r) = self.remote_of(dst) else {
+            return;
+        };
+        if let Some(addrs) = r.hint(relay, addrs) {
+            self.dial_hinted(dst, addrs);
+        }
+    }
+
+    /// Dials `dst` at `addrs`, a hint that checked out, unless a link to it is up already.
+    fn dial_hinted(&self, dst: BusId, addrs: Vec<String>) {
+        if !self.config.direct_links || addrs.is_empty() {
             return;
         }
         if self.peer(dst).is_some_and(|p| !p.is_dead()) {

@@ -124,8 +124,29 @@ async fn a_hint_to_an_address_where_another_node_listens_is_refused_with_both_id
     let busway::Addr::Tcp(at) = a.listen_addrs()[0].clone() else {
         unreachable!()
     };
-    // A "relay" says bus id 50 listens where node 3 does.
-    let mut relay = authenticated(at, 9, None).await;
+    // A "relay" serving bus ids 9..=50 carries node 1's traffic to 50 (an acknowledgement from
+    // 50 comes through it: only such a relay may hint), then says 50 listens where 3 does.
+    let mut relay = authenticated_as(at, 9, None, |h| {
+        h.downstream_of_you = Some((BusId(9), BusId(50)));
+    })
+    .await;
+    assert!(a.wait_for_peer(BusId(9), WAIT).await);
+    a.send(BusId(50), bytes::Bytes::from_static(b"to 50"))
+        .await
+        .unwrap();
+    let ack = RoutedHeader {
+        kind: RoutedType::Ack,
+        ttl: 16,
+        src: BusId(50),
+        src_incarnation: 50,
+        dst: BusId(1),
+        seq: 1,
+        route: vec![BusId(9)],
+    };
+    relay
+        .write_all(&busway_core::routed::routed_frame(&ack, &[]))
+        .await
+        .unwrap();
     let h = RoutedHeader {
         kind: RoutedType::Hint,
         ttl: 16,
