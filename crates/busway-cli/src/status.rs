@@ -50,6 +50,8 @@ pub(crate) fn snapshot(node: &Node) -> Value {
         })).collect::<Vec<_>>(),
         "stats": {
             "connections": s.connections,
+            "connections_open": s.connections_open,
+            "connections_refused": s.connections_refused,
             "handshake_failures": s.handshake_failures,
             "auth_failures": s.auth_failures,
             "protocol_errors": s.protocol_errors,

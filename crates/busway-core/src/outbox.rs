@@ -125,6 +125,11 @@ pub struct Outbox {
     control: Vec<Bytes>,
     /// Bytes of `control` (kept, not summed: a relay asks at every frame it queues).
     control_bytes: usize,
+    /// Where the queued PING, PONG and ACK are in `control`, if any: only the newest of each
+    /// matters (an ACK is cumulative, a PING or PONG measures the link now), so a newer one
+    /// takes the older one's place and a peer that PINGs a writer that cannot write does not
+    /// grow its queue.
+    newest: [Option<usize>; 3],
     /// A busy-size buffer recovered from an acknowledged chunk, for the next tail: reusing it
     /// saves the allocator a fresh mapping (and the kernel the page faults) per chunk.
     spare: Option<BytesMut>,
@@ -152,6 +157,7 @@ impl Outbox {
             tail_msgs: 0,
             control: Vec::new(),
             control_bytes: 0,
+            newest: [None; 3],
             spare: None,
             headers: BytesMut::new(),
             next_seq: first_seq,
@@ -264,10 +270,33 @@ impl Outbox {
         Some(seq)
     }
 
-    /// Queues a control frame for the current link, ahead of any data not yet written.
+    /// Queues a control frame for the current link, ahead of any data not yet written. A
+    /// PING, PONG or ACK replaces one of its kind still queued (see `Outbox::newest`), so those
+    /// take at most three places however long the writer waits.
     pub fn push_control(&mut self, frame: Bytes) {
+        let slot = match frame.first().copied().and_then(FrameKind::from_u8) {
+            Some(FrameKind::Ping) => Some(0),
+            Some(FrameKind::Pong) => Some(1),
+            Some(FrameKind::Ack) => Some(2),
+            _ => None,
+        };
+        if let Some(at) = slot.and_then(|k| self.newest[k]) {
+            self.control_bytes = self.control_bytes - self.control[at].len() + frame.len();
+            self.control[at] = frame;
+            return;
+        }
+        if let Some(k) = slot {
+            self.newest[k] = Some(self.control.len());
+        }
         self.control_bytes += frame.len();
         self.control.push(frame);
+    }
+
+    /// Empties the control queue.
+    fn clear_control(&mut self) {
+        self.control.clear();
+        self.control_bytes = 0;
+        self.newest = [None; 3];
     }
 
     /// Whether anything waits to be written.
@@ -291,6 +320,7 @@ impl Outbox {
     pub fn take_control(&mut self, out: &mut Vec<Bytes>) -> usize {
         let mut n = 0;
         self.control_bytes = 0;
+        self.newest = [None; 3];
         for c in self.control.drain(..) {
             n += c.len();
             out.push(c);
@@ -410,8 +440,7 @@ impl Outbox {
                 written_end: self.next_seq,
             });
         }
-        self.control.clear();
-        self.control_bytes = 0;
+        self.clear_control();
         self.drop_below(peer_next_expected);
         let start = self.acked;
         if let Some(front) = self.chunks.front() {
@@ -443,8 +472,7 @@ impl Outbox {
         self.open_batch = None;
         self.tail_msgs = 0;
         self.tail_first_seq = self.next_seq;
-        self.control.clear();
-        self.control_bytes = 0;
+        self.clear_control();
         self.acked = self.next_seq;
         self.bytes = 0;
         range
@@ -796,5 +824,33 @@ mod tests {
                 prop_assert_eq!(&m[..8], &(i as u64).to_le_bytes()[..]);
             }
         }
+    }
+
+    #[test]
+    fn pings_pongs_and_acks_keep_one_place_each_however_long_the_writer_waits() {
+        use crate::control::{ack_frame, ping_frame, Close, CloseCode};
+        let mut o = Outbox::new(1 << 20, 0);
+        let close = Close::frame(CloseCode::Normal, "x");
+        o.push_control(close.clone());
+        for i in 0..10_000u64 {
+            o.push_control(ping_frame(FrameKind::Ping, i));
+            o.push_control(ping_frame(FrameKind::Pong, i));
+            o.push_control(ack_frame(i));
+        }
+        let mut out = Vec::new();
+        let bytes = o.take_control(&mut out);
+        assert_eq!(
+            out,
+            vec![
+                close,
+                ping_frame(FrameKind::Ping, 9_999),
+                ping_frame(FrameKind::Pong, 9_999),
+                ack_frame(9_999),
+            ]
+        );
+        assert_eq!(bytes, out.iter().map(Bytes::len).sum::<usize>());
+        // After a take, a new one queues again (its old place is gone).
+        o.push_control(ack_frame(10_000));
+        assert_eq!(o.control_bytes(), ack_frame(10_000).len());
     }
 }

@@ -66,6 +66,9 @@ pub struct NodeConfig {
     pub send_queue_bytes_max: usize,
     /// Bytes of received messages waiting for the application.
     pub inbox_bytes_max: usize,
+    /// Most connections open at once (accepted and dialed); past it, accepted connections are
+    /// refused with a CLOSE that says why (`Event::Rejected`, `Stats::connections_refused`).
+    pub connections_max: usize,
     pub handshake_timeout_ms: u64,
     /// Time a closing link waits for the peer to read everything and close, in milliseconds.
     pub linger_ms: u64,
@@ -103,6 +106,7 @@ impl NodeConfig {
             frame_body_max: DEFAULT_BODY_LEN_MAX,
             send_queue_bytes_max: DEFAULT_SEND_QUEUE_BYTES_MAX,
             inbox_bytes_max: DEFAULT_INBOX_BYTES_MAX,
+            connections_max: DEFAULT_CONNECTIONS_MAX,
             handshake_timeout_ms: DEFAULT_HANDSHAKE_TIMEOUT_MS,
             linger_ms: DEFAULT_LINGER_MS,
             clock_skew_max_ms: DEFAULT_CLOCK_SKEW_MAX_MS,

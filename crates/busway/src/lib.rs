@@ -18,6 +18,7 @@
 //! ```
 
 mod addr;
+mod admission;
 mod backoff;
 mod config;
 mod connector;

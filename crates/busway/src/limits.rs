@@ -50,6 +50,12 @@ const _: () = assert!(
 /// Default time after its start during which a relay treats unknown ids as not registered
 /// yet, in milliseconds: the longest redial delay, and a second for the handshake.
 pub const DEFAULT_RELAY_GRACE_MS: u64 = DIAL_BACKOFF_MAX_MS + 1_000;
+/// Default most connections a node keeps open (accepted and dialed); past it, accepted ones
+/// are refused at once with a CLOSE that says why.
+pub const DEFAULT_CONNECTIONS_MAX: usize = 16_384;
+/// Most accepted connections in their handshake at once; past it, new ones are refused at once
+/// (a flood of strangers cannot hold the node's memory while honest peers wait).
+pub const HANDSHAKES_IN_FLIGHT_MAX: usize = 256;
 /// Events that may wait for the application; past it events are dropped and counted in
 /// `Stats::events_dropped` (the node never blocks on a slow event reader).
 pub const EVENT_QUEUE_LEN_MAX: usize = 4_096;

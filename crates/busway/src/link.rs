@@ -11,6 +11,7 @@ mod machine;
 mod read;
 mod write;
 
+use crate::admission::Handshaking;
 use crate::dial::{Dial, Outcome};
 use crate::event::{DownReason, Event};
 use crate::limits::{HEARTBEAT_MISSES_MAX, READ_CHUNK_MIN_BYTES};
@@ -19,7 +20,7 @@ use crate::shared::Shared;
 use crate::shm_link::ShmLink;
 use crate::stats::bump;
 use crate::transport::{StdStream, Stream};
-use busway_core::control::{ack_frame, CloseCode};
+use busway_core::control::{ack_frame, Close, CloseCode};
 use busway_core::handshake::{Established, HandshakeError};
 use busway_core::link::{Link, LinkConfig, LinkError, LinkEvent, Spans};
 use bytes::{Buf, BytesMut};
@@ -34,34 +35,75 @@ use write::write_loop;
 /// How long a refused connection may take to receive the CLOSE that says why, in ms.
 const REJECT_WRITE_MS: u64 = 100;
 
-/// Runs an accepted connection from handshake to close on the calling loop.
+/// Runs an accepted connection from handshake to close on the calling loop; refuses it at
+/// once, with a CLOSE that says why, past the node's connection or handshake limits.
 pub(crate) async fn serve_std(shared: Arc<Shared>, stream: StdStream, remote: String) -> Outcome {
-    match stream.register() {
-        Ok(s) => serve(shared, s, Dial::Accepted, remote).await,
+    let stream = match stream.register() {
+        Ok(s) => s,
         Err(e) => {
             tracing::warn!(%remote, error = %e, "could not register an accepted socket");
-            Outcome::NeverUp
+            return Outcome::NeverUp;
         }
-    }
+    };
+    let admitted = shared.admission.accepted();
+    let (_open, handshaking) = match admitted {
+        Ok(counted) => counted,
+        Err(why) => {
+            refuse(&shared, stream, &remote, &why).await;
+            return Outcome::NeverUp;
+        }
+    };
+    serve_counted(&shared, stream, Dial::Accepted, remote, Some(handshaking)).await
 }
 
+/// Runs a dialed connection from handshake to close.
 pub(crate) async fn serve(
     shared: Arc<Shared>,
     stream: Stream,
     role: Dial,
     remote: String,
 ) -> Outcome {
+    let _open = shared.admission.dialed();
+    serve_counted(&shared, stream, role, remote, None).await
+}
+
+async fn serve_counted(
+    shared: &Arc<Shared>,
+    stream: Stream,
+    role: Dial,
+    remote: String,
+    handshaking: Option<Handshaking<'_>>,
+) -> Outcome {
     bump(&shared.counters.connections);
     match stream {
         Stream::Tcp(s) => {
             let (r, w) = s.into_split();
-            run(shared, r, w, role, remote).await
+            run(shared.clone(), r, w, role, remote, handshaking).await
         }
         Stream::Unix(s) => {
             let (r, w) = s.into_split();
-            run(shared, r, w, role, remote).await
+            run(shared.clone(), r, w, role, remote, handshaking).await
         }
     }
+}
+
+/// Refuses an accepted connection before its handshake: a CLOSE naming why, briefly, then it
+/// is dropped; reported and counted.
+async fn refuse(shared: &Shared, stream: Stream, remote: &str, why: &str) {
+    bump(&shared.counters.connections_refused);
+    tracing::warn!(%remote, %why, "connection refused");
+    let close = Close::frame(CloseCode::ProtocolError, why);
+    let write = async {
+        match stream {
+            Stream::Tcp(mut s) => s.write_all(&close).await,
+            Stream::Unix(mut s) => s.write_all(&close).await,
+        }
+    };
+    let _ = tokio::time::timeout(Duration::from_millis(REJECT_WRITE_MS), write).await;
+    shared.emit(Event::Rejected {
+        addr: remote.to_owned(),
+        reason: why.to_owned(),
+    });
 }
 
 /// The state machine's settings for a connection of this node.
@@ -85,7 +127,14 @@ fn link_config(shared: &Shared, role: Dial, remote: &str) -> LinkConfig {
     }
 }
 
-async fn run<R, W>(shared: Arc<Shared>, mut r: R, mut w: W, role: Dial, remote: String) -> Outcome
+async fn run<R, W>(
+    shared: Arc<Shared>,
+    mut r: R,
+    mut w: W,
+    role: Dial,
+    remote: String,
+    handshaking: Option<Handshaking<'_>>,
+) -> Outcome
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
@@ -105,6 +154,8 @@ where
             return Outcome::NeverUp;
         }
     };
+    // Authenticated: no longer a stranger's handshake.
+    drop(handshaking);
     let id = established.peer.bus_id;
     let link_id = shared.next_link_id();
     let peer = match shared.attach_peer(&established, &remote, link_id, role) {

@@ -212,6 +212,7 @@ impl Node {
         let loops = IoLoops::start(config.io_threads, &format!("busway-{}", config.id))
             .map_err(StartError::Io)?;
         let events = Arc::new(EventQueue::new());
+        let admission = crate::admission::Admission::new(config.connections_max);
         let (inbox_tx, inbox_rx) = inbox(config.inbox_bytes_max, config.shm_spins);
         let (shutdown_tx, _) = watch::channel(false);
         let connect = config.connect.clone();
@@ -229,6 +230,7 @@ impl Node {
             peers_changed: Notify::new(),
             nonces: Arc::default(),
             events: events.clone(),
+            admission,
             inbox: inbox_tx,
             counters: Arc::default(),
             loops,
@@ -562,6 +564,7 @@ impl Node {
     /// A snapshot of the node's counters.
     pub fn stats(&self) -> Stats {
         let mut s = self.shared().counters.snapshot();
+        s.connections_open = self.shared().admission.open() as u64;
         for p in self.peers() {
             s.peers_up += u64::from(p.up);
             s.msgs_out += p.msgs_sent;

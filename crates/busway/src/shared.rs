@@ -4,6 +4,7 @@
 //! keeps the tables and attaches and detaches links.
 
 use crate::addr::Addr;
+use crate::admission::Admission;
 use crate::config::NodeConfig;
 use crate::dial::Dial;
 use crate::event::{DownReason, Event, Path};
@@ -46,6 +47,8 @@ pub(crate) struct Shared {
     /// The replay cache of handshakes, shared by every link's state machine.
     pub(crate) nonces: Arc<Mutex<NonceCache>>,
     pub(crate) events: Arc<EventQueue>,
+    /// Open connections and handshakes in progress, within their limits.
+    pub(crate) admission: Admission,
     pub(crate) inbox: InboxSender,
     pub(crate) counters: Arc<Counters>,
     pub(crate) loops: IoLoops,

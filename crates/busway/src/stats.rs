@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 #[derive(Default, Debug)]
 pub(crate) struct Counters {
     pub(crate) connections: AtomicU64,
+    pub(crate) connections_refused: AtomicU64,
     pub(crate) handshake_failures: AtomicU64,
     pub(crate) auth_failures: AtomicU64,
     pub(crate) protocol_errors: AtomicU64,
@@ -32,6 +33,11 @@ pub(crate) fn bump(c: &AtomicU64) {
 pub struct Stats {
     /// Connections opened (accepted or dialed).
     pub connections: u64,
+    /// Accepted connections refused at once: past `NodeConfig::connections_max` open, or past
+    /// `limits::HANDSHAKES_IN_FLIGHT_MAX` handshakes in progress.
+    pub connections_refused: u64,
+    /// Connections open now.
+    pub connections_open: u64,
     /// Handshakes that failed for any reason (including authentication).
     pub handshake_failures: u64,
     /// Handshakes that failed authentication.
@@ -67,6 +73,8 @@ impl Counters {
     pub(crate) fn snapshot(&self) -> Stats {
         Stats {
             connections: self.connections.load(Relaxed),
+            connections_refused: self.connections_refused.load(Relaxed),
+            connections_open: 0,
             handshake_failures: self.handshake_failures.load(Relaxed),
             auth_failures: self.auth_failures.load(Relaxed),
             protocol_errors: self.protocol_errors.load(Relaxed),
