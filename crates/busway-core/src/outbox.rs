@@ -151,7 +151,8 @@ impl Outbox {
         Self {
             chunks: VecDeque::new(),
             unwritten: 0,
-            tail: BytesMut::with_capacity(TAIL_INITIAL_BYTES),
+            // Taken at the first message (an idle peer holds no buffer).
+            tail: BytesMut::new(),
             open_batch: None,
             tail_first_seq: first_seq,
             tail_msgs: 0,
@@ -507,6 +508,9 @@ impl Outbox {
     }
 
     fn append_copy(&mut self, p: &[u8]) {
+        if self.tail.capacity() == 0 {
+            self.tail.reserve(TAIL_INITIAL_BYTES);
+        }
         if self.tail.len() >= CHUNK_BYTES_MAX {
             self.seal_tail();
         }

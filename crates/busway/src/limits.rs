@@ -7,8 +7,13 @@ pub const DEFAULT_SEND_QUEUE_BYTES_MAX: usize = 8 << 20;
 /// Default bytes of received messages waiting for the application. When it is full, links stop
 /// reading (the kernel's flow control then slows the senders); nothing is dropped.
 pub const DEFAULT_INBOX_BYTES_MAX: usize = 32 << 20;
-/// Smallest room a reader offers to one `read` call, in bytes (libevent lost 70% reading 4 KiB).
+/// Smallest room a reader offers to one `read` call once its link was busy, in bytes (libevent
+/// lost 70% reading 4 KiB).
 pub const READ_CHUNK_MIN_BYTES: usize = 64 << 10;
+/// Room a new link's reader offers to its first reads, in bytes: enough for a handshake and
+/// heartbeats, so an idle connection holds no large buffer; reads that come back full double it
+/// toward `READ_CHUNK_MAX_BYTES` (a busy link gets there within a few reads).
+pub const READ_CHUNK_FIRST_BYTES: usize = 2 << 10;
 /// Largest room a reader offers to one `read` call, in bytes: reads grow toward it while they
 /// come back full (a busy link), and shrink back when they do not.
 pub const READ_CHUNK_MAX_BYTES: usize = 1 << 20;
@@ -61,6 +66,7 @@ pub const HANDSHAKES_IN_FLIGHT_MAX: usize = 256;
 pub const EVENT_QUEUE_LEN_MAX: usize = 4_096;
 
 const _: () = assert!(READ_CHUNK_MIN_BYTES <= READ_CHUNK_MAX_BYTES);
+const _: () = assert!(READ_CHUNK_FIRST_BYTES <= READ_CHUNK_MIN_BYTES);
 const _: () = assert!(DIAL_BACKOFF_MIN_MS <= DIAL_BACKOFF_MAX_MS);
 const _: () = assert!(busway_core::frame::DEFAULT_BODY_LEN_MAX <= DEFAULT_SEND_QUEUE_BYTES_MAX);
 const _: () = assert!(busway_core::frame::DEFAULT_BODY_LEN_MAX <= DEFAULT_INBOX_BYTES_MAX);

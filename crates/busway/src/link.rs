@@ -14,7 +14,7 @@ mod write;
 use crate::admission::Handshaking;
 use crate::dial::{Dial, Outcome};
 use crate::event::{DownReason, Event};
-use crate::limits::{HEARTBEAT_MISSES_MAX, READ_CHUNK_MIN_BYTES};
+use crate::limits::{HEARTBEAT_MISSES_MAX, READ_CHUNK_FIRST_BYTES};
 use crate::peer::Peer;
 use crate::shared::Shared;
 use crate::shm_link::ShmLink;
@@ -139,7 +139,7 @@ where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
-    let mut buf = BytesMut::with_capacity(2 * READ_CHUNK_MIN_BYTES);
+    let mut buf = BytesMut::with_capacity(READ_CHUNK_FIRST_BYTES);
     let mut hello = shared.local_hello();
     if role == Dial::Upstream {
         let me = shared.config.id;
@@ -178,6 +178,8 @@ where
         incarnation: established.peer.incarnation,
         addr: remote,
     });
+    // Not kept in the task for the link's life (an idle link's memory is mostly its task).
+    drop(established);
     // The machine asks for rings (LinkEvent::OfferRing) when both ends share a host.
     let shm = machine
         .uses_rings()

@@ -6,6 +6,7 @@
 //! Rounds alternate busway and raw, so both see the same noise; the table reports the median
 //! with min-max.
 
+mod idle;
 mod round_trips;
 mod sizes;
 mod sysinfo;
@@ -66,6 +67,11 @@ pub(crate) struct BenchArgs {
     /// Round trips measured per row with `--latency` (after a tenth as many to warm up).
     #[arg(long, default_value_t = 20_000)]
     round_trips: usize,
+    /// Memory per idle connection instead of throughput: a `busway node` with this many idle
+    /// connections (comma-separated counts, e.g. `1000,10000`), its resident memory before
+    /// and after.
+    #[arg(long, value_delimiter = ',')]
+    idle: Vec<usize>,
 }
 
 /// One row of the latency table.
@@ -273,6 +279,10 @@ pub(crate) fn run(args: BenchArgs) -> Result<ExitCode, String> {
     }
     if !matches!(args.io.as_str(), "current" | "dedicated") {
         return Err(format!("--io {:?}: expected current or dedicated", args.io));
+    }
+    if !args.idle.is_empty() {
+        idle::run(&args.idle, args.json)?;
+        return Ok(ExitCode::SUCCESS);
     }
     let specs = parse_specs(&args)?;
     if args.latency {

@@ -3,7 +3,7 @@
 
 use super::machine::{down_reason, lock};
 use crate::event::DownReason;
-use crate::limits::{READ_CHUNK_MAX_BYTES, READ_CHUNK_MIN_BYTES};
+use crate::limits::{READ_CHUNK_FIRST_BYTES, READ_CHUNK_MAX_BYTES, READ_CHUNK_MIN_BYTES};
 use crate::message::MessageBatch;
 use crate::peer::Peer;
 use crate::ring_rx::InboundRing;
@@ -212,7 +212,8 @@ pub(super) async fn read_loop<R: AsyncRead + Unpin>(
     machine: &Mutex<Link>,
     shm: Option<&Arc<ShmLink>>,
 ) -> Result<ReadEnd, DownReason> {
-    let mut read_size = READ_CHUNK_MIN_BYTES;
+    // Small until reads come back full (an idle link holds no large buffer).
+    let mut read_size = READ_CHUNK_FIRST_BYTES;
     let mut events = Vec::new();
     // Who this link may carry ROUTED frames from (fixed for its life: the registration came
     // with its handshake, and it became the upstream, or not, before it went up).
@@ -335,7 +336,7 @@ pub(super) async fn read_loop<R: AsyncRead + Unpin>(
         // Grow the read while reads come back full, shrink it when they come back mostly empty.
         if n >= read_size {
             read_size = (read_size * 2).min(READ_CHUNK_MAX_BYTES);
-        } else if n < read_size / 4 {
+        } else if n < read_size / 4 && read_size > READ_CHUNK_MIN_BYTES {
             read_size = (read_size / 2).max(READ_CHUNK_MIN_BYTES);
         }
     }

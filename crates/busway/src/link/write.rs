@@ -20,7 +20,8 @@ pub(super) async fn write_loop<W: AsyncWrite + Unpin>(
     machine: &Mutex<Link>,
     shm: Option<&ShmLink>,
 ) -> io::Result<()> {
-    let mut batch: Vec<Bytes> = Vec::with_capacity(WRITEV_SEGMENTS_MAX);
+    // Grows with the first writes (an idle link holds no large list).
+    let mut batch: Vec<Bytes> = Vec::new();
     let mut switched = false;
     loop {
         if !switched {
