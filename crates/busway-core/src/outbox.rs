@@ -271,10 +271,17 @@ impl Outbox {
         Some(seq)
     }
 
-    /// Queues a control frame for the current link, ahead of any data not yet written. A
-    /// PING, PONG or ACK replaces one of its kind still queued (see `Outbox::newest`), so those
-    /// take at most three places however long the writer waits.
+    /// Queues a control frame, or a part of one, for the current link, ahead of any data not
+    /// yet written (a ROUTED frame may be queued as its parts, one call each).
     pub fn push_control(&mut self, frame: Bytes) {
+        self.control_bytes += frame.len();
+        self.control.push(frame);
+    }
+
+    /// Like [`Outbox::push_control`] for one whole frame: a PING, PONG or ACK replaces one of
+    /// its kind still queued (see `Outbox::newest`), so those take at most three places however
+    /// long the writer waits. Only for whole frames: a part of a frame is not a kind.
+    pub fn push_control_frame(&mut self, frame: Bytes) {
         let slot = match frame.first().copied().and_then(FrameKind::from_u8) {
             Some(FrameKind::Ping) => Some(0),
             Some(FrameKind::Pong) => Some(1),
@@ -289,8 +296,7 @@ impl Outbox {
         if let Some(k) = slot {
             self.newest[k] = Some(self.control.len());
         }
-        self.control_bytes += frame.len();
-        self.control.push(frame);
+        self.push_control(frame);
     }
 
     /// Empties the control queue.
@@ -835,11 +841,20 @@ mod tests {
         use crate::control::{ack_frame, ping_frame, Close, CloseCode};
         let mut o = Outbox::new(1 << 20, 0);
         let close = Close::frame(CloseCode::Normal, "x");
-        o.push_control(close.clone());
+        o.push_control_frame(close.clone());
+        // A ROUTED frame queued as its parts: the second part starts with a byte that is also
+        // the kind of a PING (a FAIL's reason, a payload): it is no PING, and stays whole.
+        let parts = [
+            Bytes::from_static(b"\x10routed header"),
+            Bytes::from_static(b"\x04inner part"),
+        ];
+        for p in &parts {
+            o.push_control(p.clone());
+        }
         for i in 0..10_000u64 {
-            o.push_control(ping_frame(FrameKind::Ping, i));
-            o.push_control(ping_frame(FrameKind::Pong, i));
-            o.push_control(ack_frame(i));
+            o.push_control_frame(ping_frame(FrameKind::Ping, i));
+            o.push_control_frame(ping_frame(FrameKind::Pong, i));
+            o.push_control_frame(ack_frame(i));
         }
         let mut out = Vec::new();
         let bytes = o.take_control(&mut out);
@@ -847,6 +862,8 @@ mod tests {
             out,
             vec![
                 close,
+                parts[0].clone(),
+                parts[1].clone(),
                 ping_frame(FrameKind::Ping, 9_999),
                 ping_frame(FrameKind::Pong, 9_999),
                 ack_frame(9_999),
@@ -854,7 +871,7 @@ mod tests {
         );
         assert_eq!(bytes, out.iter().map(Bytes::len).sum::<usize>());
         // After a take, a new one queues again (its old place is gone).
-        o.push_control(ack_frame(10_000));
+        o.push_control_frame(ack_frame(10_000));
         assert_eq!(o.control_bytes(), ack_frame(10_000).len());
     }
 }

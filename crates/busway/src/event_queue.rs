@@ -3,10 +3,12 @@
 //!
 //! Ordinary events (links up and down, refused connections, failed dials) wait in order up to
 //! `EVENT_QUEUE_LEN_MAX`; past it, newer ones are dropped and counted (the node never waits
-//! for its event reader). [`Event::Undeliverable`] is never dropped: it takes its place in the
-//! same order, and a report that continues one still waiting (same peer, path, incarnation and
-//! reason, numbers that follow on) is merged into it, so an application that reads late holds
-//! about one report per burst of failures rather than one per message.
+//! for its event reader). Once the application took the stream (`Node::take_events`),
+//! [`Event::Undeliverable`] is never dropped: it takes its place in the same order, and a
+//! report that continues one still waiting (same peer, path, incarnation and reason, numbers
+//! that follow on) is merged into it, so an application that reads late holds about one report
+//! per burst of failures rather than one per message. Before the stream is taken, nobody is
+//! there to read them: they count as ordinary events.
 //!
 //! Shared by the node (any thread pushes) and the application's [`crate::Events`] (one reader).
 
@@ -25,9 +27,12 @@ pub(crate) struct EventQueue {
 
 #[derive(Default)]
 struct State {
-    events: VecDeque<Event>,
+    /// Each with whether it counts as ordinary (droppable).
+    events: VecDeque<(Event, bool)>,
     /// Ordinary (droppable) events in `events`.
     ordinary: usize,
+    /// The application took the stream: failure reports are kept for it.
+    taken: bool,
     /// Nothing more comes: the reader gets what is queued, then `None`.
     closed: bool,
 }
@@ -45,6 +50,11 @@ impl EventQueue {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// The application took the stream: from now on failure reports are never dropped.
+    pub(crate) fn taken(&self) {
+        self.lock().taken = true;
+    }
+
     /// Queues `event`. False if it was dropped: an ordinary event with `EVENT_QUEUE_LEN_MAX`
     /// of them waiting, or any event once the queue is closed (nobody reads any more).
     pub(crate) fn push(&self, event: Event) -> bool {
@@ -52,16 +62,16 @@ impl EventQueue {
         if st.closed {
             return false;
         }
-        if matches!(event, Event::Undeliverable { .. }) {
+        if st.taken && matches!(event, Event::Undeliverable { .. }) {
             if !merge_into_waiting(&mut st.events, &event) {
-                st.events.push_back(event);
+                st.events.push_back((event, false));
             }
         } else {
             if st.ordinary >= EVENT_QUEUE_LEN_MAX {
                 return false;
             }
             st.ordinary += 1;
-            st.events.push_back(event);
+            st.events.push_back((event, true));
         }
         drop(st);
         self.ready.notify_one();
@@ -77,8 +87,8 @@ impl EventQueue {
     /// The next event if one is waiting.
     pub(crate) fn try_recv(&self) -> Option<Event> {
         let mut st = self.lock();
-        let event = st.events.pop_front()?;
-        if !matches!(event, Event::Undeliverable { .. }) {
+        let (event, ordinary) = st.events.pop_front()?;
+        if ordinary {
             st.ordinary -= 1;
         }
         Some(event)
@@ -98,9 +108,13 @@ impl EventQueue {
     }
 }
 
-/// Merges `report` into a waiting report of the same peer, path, incarnation and reason whose
-/// numbers it continues (or overlaps); false if there is none.
-fn merge_into_waiting(events: &mut VecDeque<Event>, report: &Event) -> bool {
+/// Waiting events a failure report is compared with for a merge, newest first: a report
+/// continues a recent one, and the look stays short however many wait.
+const MERGE_LOOK_BACK: usize = 64;
+
+/// Merges `report` into a recent waiting report of the same peer, path, incarnation and reason
+/// whose numbers it continues (or overlaps); false if there is none.
+fn merge_into_waiting(events: &mut VecDeque<(Event, bool)>, report: &Event) -> bool {
     let Event::Undeliverable {
         peer,
         seqs,
@@ -111,7 +125,7 @@ fn merge_into_waiting(events: &mut VecDeque<Event>, report: &Event) -> bool {
     else {
         return false;
     };
-    for waiting in events.iter_mut().rev() {
+    for (waiting, _) in events.iter_mut().rev().take(MERGE_LOOK_BACK) {
         let Event::Undeliverable {
             peer: p,
             seqs: s,
@@ -159,6 +173,7 @@ mod tests {
     #[test]
     fn ordinary_events_are_bounded_and_failure_reports_are_never_dropped() {
         let q = EventQueue::new();
+        q.taken();
         for n in 0..EVENT_QUEUE_LEN_MAX {
             assert!(q.push(dial_failed(n)));
         }
@@ -185,6 +200,7 @@ mod tests {
     #[test]
     fn a_report_that_continues_a_waiting_one_is_merged_into_it() {
         let q = EventQueue::new();
+        q.taken();
         q.push(lost(1, 0..5, "gone"));
         q.push(dial_failed(1));
         q.push(lost(1, 5..9, "gone"));
@@ -207,6 +223,7 @@ mod tests {
     #[tokio::test]
     async fn a_closed_queue_yields_what_waits_then_none() {
         let q = std::sync::Arc::new(EventQueue::new());
+        q.taken();
         let reader = {
             let q = q.clone();
             tokio::spawn(async move {
@@ -221,5 +238,17 @@ mod tests {
         q.close();
         assert!(!q.push(lost(1, 1..2, "gone")), "nothing after the close");
         assert_eq!(reader.await.unwrap(), vec![lost(1, 0..1, "gone")]);
+    }
+
+    #[test]
+    fn before_the_stream_is_taken_failure_reports_are_bounded_like_the_rest() {
+        let q = EventQueue::new();
+        for k in 0..(EVENT_QUEUE_LEN_MAX as u64 + 10) {
+            q.push(lost(1, k * 10..k * 10 + 1, "gone"));
+        }
+        assert!(!q.push(dial_failed(0)));
+        let n = std::iter::from_fn(|| q.try_recv()).count();
+        assert_eq!(n, EVENT_QUEUE_LEN_MAX);
+        assert!(q.push(dial_failed(0)), "room again once read");
     }
 }

@@ -292,7 +292,9 @@ impl Node {
 
     /// The event stream; `None` if it was taken already.
     pub fn take_events(&self) -> Option<Events> {
-        self.owner.events.lock().ok()?.take()
+        let events = self.owner.events.lock().ok()?.take()?;
+        events.queue.taken();
+        Some(events)
     }
 
     fn check_size(&self, payload: &Bytes) -> Result<(), SendError> {

@@ -373,11 +373,12 @@ impl Peer {
         Ok(first..first + n as u64)
     }
 
-    /// Queues a control frame for the attached link (dropped if none is attached).
+    /// Queues a whole control frame for the attached link (dropped if none is attached); a
+    /// PING, PONG or ACK takes the place of one still queued.
     pub(crate) fn push_control(&self, frame: Bytes) {
         let mut st = self.lock();
         if st.link.is_some() {
-            st.outbox.push_control(frame);
+            st.outbox.push_control_frame(frame);
             self.wake_writer(st);
         }
     }

@@ -421,7 +421,8 @@ fn offer_of(ring: &busway_shm::Ring, token: u64) -> busway_core::channel::Channe
     }
 }
 
-/// Reads the node's frames on `s` until a CHANNEL frame that `pick` takes.
+/// Reads the node's frames on `s` until a CHANNEL frame that `pick` takes, answering its
+/// PINGs meanwhile (a live peer, however slow the machine).
 async fn channel_from_node<T>(
     s: &mut TcpStream,
     buf: &mut BytesMut,
@@ -432,6 +433,11 @@ async fn channel_from_node<T>(
     tokio::time::timeout(WAIT, async {
         loop {
             while let Some(f) = dec.decode(buf).unwrap() {
+                if f.kind == FrameKind::Ping {
+                    let token = busway_core::control::decode_token(&f.body).unwrap();
+                    let pong = busway_core::control::ping_frame(FrameKind::Pong, token);
+                    s.write_all(&pong).await.unwrap();
+                }
                 if f.kind == FrameKind::Channel {
                     if let Some(t) = Channel::decode(&f.body).ok().and_then(&mut pick) {
                         return t;

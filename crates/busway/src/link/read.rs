@@ -267,6 +267,12 @@ pub(super) async fn read_loop<R: AsyncRead + Unpin>(
         }
         if pos > 0 {
             let chunk = buf.split_to(pos).freeze();
+            // A relay may wait for room toward a next hop (`FORWARD_WAIT_MS` per frame): that
+            // is this side not reading, not the peer being silent. Told once per read.
+            let forwarding = !work.forwards.is_empty();
+            if forwarding {
+                lock(machine).input_blocked();
+            }
             for (h, inner) in work.forwards {
                 bump(&shared.counters.relayed);
                 // Shared with the read when it is a good part of it; a small part is copied,
@@ -278,6 +284,9 @@ pub(super) async fn read_loop<R: AsyncRead + Unpin>(
                     bytes::Bytes::copy_from_slice(&chunk[inner])
                 };
                 shared.forward(peer.id, h, inner).await;
+            }
+            if forwarding {
+                lock(machine).input_unblocked(shared.now());
             }
             for r in work.routed {
                 // Even a frame of duplicates is acknowledged: the sender may be waiting for it.

@@ -90,11 +90,17 @@ async fn flush_ring<W: AsyncWrite + Unpin>(
         }
         let mut room = tokio::task::spawn_blocking(move || wait_for_room(&waiter));
         let closed = loop {
+            // Room first: a steady stream of control frames (a relay's) must not keep the
+            // ring from being refilled.
+            if room.is_finished() {
+                break (&mut room).await.unwrap_or(false);
+            }
             if peer.take_control_only(batch) {
                 write_batch(w, batch).await?;
                 continue;
             }
             tokio::select! {
+                biased;
                 closed = &mut room => break closed.unwrap_or(false),
                 () = peer.writer_wake.notified() => {}
             }
