@@ -130,6 +130,9 @@ impl Departures {
         now_ms: u64,
     ) -> Vec<Vec<Bytes>> {
         let had_in_flight = self.outbox.has_written_unacked();
+        // Everything below the oldest unacknowledged message is settled (acknowledged, or
+        // given up and reported): the frame that starts there says so.
+        let settled_below = self.outbox.acked();
         let mut frames = Vec::new();
         self.outbox.take_chunks(|first_seq, inner, payload| {
             let header = RoutedHeader {
@@ -139,6 +142,7 @@ impl Departures {
                 src_incarnation,
                 dst,
                 seq: first_seq,
+                settled: first_seq == settled_below,
                 route: Vec::new(),
             };
             let inner = match payload {
@@ -284,12 +288,16 @@ impl Arrivals {
     /// A DATA frame from `src` whose messages are numbered from `first_seq`: how many of them to
     /// skip (already delivered), or `Err(expected)` if the frame leaves a gap. `pending` is the
     /// number expected after what the caller already accepted but has not yet marked delivered.
+    /// `settled`: the source says every number below `first_seq` is settled there (see
+    /// `RoutedHeader::settled`): what is missing below it was given up, not lost on the way,
+    /// so the frame is taken and the numbering moves on to it.
     pub fn check(
         &self,
         src: BusId,
         src_incarnation: u64,
         first_seq: u64,
         pending: Option<u64>,
+        settled: bool,
     ) -> Result<u64, u64> {
         let expected = match self.expected.get(&src) {
             Some(&(inc, e)) if inc == src_incarnation => e,
@@ -297,6 +305,9 @@ impl Arrivals {
         };
         let expected = pending.unwrap_or(expected).max(expected);
         if first_seq > expected {
+            if settled {
+                return Ok(0);
+            }
             Err(expected)
         } else {
             Ok(expected - first_seq)
@@ -388,7 +399,13 @@ mod tests {
             // The receiver takes what arrived.
             while let Some(f) = path.pop_front().filter(|_| rng.chance(80)) {
                 let (first, msgs) = open(&f);
-                match rx.check(SRC, 7, first, None) {
+                // The flag as sent: were it set on a frame after a loss, a message would be
+                // skipped and the numbering check below would fail.
+                let settled = crate::routed::RoutedHeader::decode(&f[crate::frame::HEADER_LEN..])
+                    .unwrap()
+                    .0
+                    .settled;
+                match rx.check(SRC, 7, first, None, settled) {
                     Err(expected) => {
                         let v = tx.gap(9, expected);
                         assert_eq!(v, Verdict::Nothing);
@@ -402,7 +419,7 @@ mod tests {
                         let end = first + msgs.len() as u64;
                         rx.delivered(SRC, 7, end);
                         if !rng.chance(20) {
-                            acks.push_back(end.max(rx.check(SRC, 7, 0, None).unwrap_or(0)));
+                            acks.push_back(end.max(rx.check(SRC, 7, 0, None, false).unwrap_or(0)));
                         }
                     }
                 }

@@ -48,6 +48,7 @@ mod tag {
     pub(crate) const HOST_ID: u8 = 2;
     pub(crate) const CAPABILITIES: u8 = 3;
     pub(crate) const DOWNSTREAM_OF_YOU: u8 = 4;
+    pub(crate) const FRAME_BODY_MAX: u8 = 5;
 }
 
 /// Capability bits a node advertises in HELLO. A node sends a reserved frame kind only to a
@@ -157,6 +158,9 @@ pub struct Hello {
     /// Set when the sender registers as the receiver's downstream: the first and last bus id
     /// of the ids it serves (its own and those of its own downstreams).
     pub downstream_of_you: Option<(BusId, BusId)>,
+    /// The largest frame body the sender accepts, in bytes; a peer sends it nothing larger
+    /// (`None`: not stated; the peer's own limit is assumed).
+    pub frame_body_max: Option<u64>,
 }
 
 struct Reader<'a> {
@@ -227,6 +231,9 @@ impl Hello {
             range[8..].copy_from_slice(&hi.0.to_le_bytes());
             tlv(tag::DOWNSTREAM_OF_YOU, &range);
         }
+        if let Some(max) = self.frame_body_max {
+            tlv(tag::FRAME_BODY_MAX, &max.to_le_bytes());
+        }
         b
     }
 
@@ -257,6 +264,7 @@ impl Hello {
             host_id: Vec::new(),
             capabilities: 0,
             downstream_of_you: None,
+            frame_body_max: None,
         };
         while !r.buf.is_empty() {
             let t = r.u8("field tag")?;
@@ -302,6 +310,16 @@ impl Hello {
                         return Err(malformed(format!("downstream range {lo}..={hi} is empty")));
                     }
                     hello.downstream_of_you = Some((BusId(lo), BusId(hi)));
+                }
+                tag::FRAME_BODY_MAX => {
+                    let bits: [u8; 8] = value
+                        .try_into()
+                        .map_err(|_| malformed("frame body limit is not 8 bytes"))?;
+                    let max = u64::from_le_bytes(bits);
+                    if max == 0 {
+                        return Err(malformed("a frame body limit of 0 bytes"));
+                    }
+                    hello.frame_body_max = Some(max);
                 }
                 _ => {} // a field from a later version: skipped on purpose
             }
@@ -690,6 +708,7 @@ pub fn local_hello(
         host_id: Vec::new(),
         capabilities: 0,
         downstream_of_you: None,
+        frame_body_max: None,
     }
 }
 
@@ -761,7 +780,11 @@ mod tests {
         h.host_id = b"host".to_vec();
         h.capabilities = caps::RELAY | caps::SHM_BOUND;
         h.downstream_of_you = Some((BusId(7), BusId(9)));
+        h.frame_body_max = Some(1 << 20);
         assert_eq!(Hello::decode(&h.encode()).unwrap(), h);
+        h.frame_body_max = Some(0);
+        let zero = Hello::decode(&h.encode()).unwrap_err().to_string();
+        assert!(zero.contains("frame body limit of 0"), "{zero}");
     }
 
     #[test]

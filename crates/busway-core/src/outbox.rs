@@ -34,6 +34,10 @@ pub const CHUNK_BYTES_MAX: usize = 1 << 20;
 /// allocator hands back the buffers of acknowledged chunks instead of mapping new pages.
 const TAIL_BUSY_BYTES: usize =
     CHUNK_BYTES_MAX + HEADER_LEN + BATCH_ENTRY_HEADER_LEN + COPY_PAYLOAD_BYTES_MAX;
+/// Largest chunk of copied (small) messages, in bytes: a chunk is sealed once it has no room
+/// for the next message, and its buffer holds at most this. A chunk of one large message is
+/// as large as that message's frame.
+pub const CHUNK_OF_COPIES_BYTES_MAX: usize = TAIL_BUSY_BYTES;
 
 /// Room left in the copy buffer below which a new one is taken after sealing a small chunk,
 /// in bytes: one copied message in a new DATA_BATCH frame.

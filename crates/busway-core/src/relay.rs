@@ -242,6 +242,7 @@ mod tests {
             src_incarnation: 9,
             dst: BusId(dst),
             seq: 0,
+            settled: false,
             route: vec![],
         }
     }
@@ -411,6 +412,7 @@ mod tests {
             src_incarnation: 0,
             dst: BusId(2),
             seq: 0,
+            settled: false,
             route: vec![],
         };
         pass_on(&mut h, BusId(7)).unwrap();

@@ -6,7 +6,8 @@
 //! 0       1     type: 0 DATA, 1 ACK, 2 FAIL, 3 HINT
 //! 1       1     ttl: relays it may still pass
 //! 2       1     route_len: relays it has passed
-//! 3       1     reserved (0)
+//! 3       1     flags: bit 0 settled (DATA: every number below `seq` is acknowledged or
+//!               given up at the source); other bits 0, ignored when read
 //! 4       8     src          the node that sent it
 //! 12      8     src_incarnation
 //! 20      8     dst          the node it is for
@@ -63,6 +64,8 @@ pub enum FailReason {
     Congested = 5,
     /// The destination saw a gap in the numbers (resend from `seq`).
     Gap = 6,
+    /// A frame was larger than the next hop accepts (the limit each side states in HELLO).
+    TooLarge = 7,
 }
 
 impl FailReason {
@@ -74,6 +77,7 @@ impl FailReason {
             4 => Self::PeerDown,
             5 => Self::Congested,
             6 => Self::Gap,
+            7 => Self::TooLarge,
             _ => return None,
         })
     }
@@ -93,6 +97,7 @@ impl fmt::Display for FailReason {
             Self::PeerDown => "destination down",
             Self::Congested => "relay congested",
             Self::Gap => "gap in sequence numbers",
+            Self::TooLarge => "frame too large for the next hop",
         })
     }
 }
@@ -106,8 +111,15 @@ pub struct RoutedHeader {
     pub src_incarnation: u64,
     pub dst: BusId,
     pub seq: u64,
+    /// DATA: every message numbered below `seq` is settled at the source (acknowledged, or
+    /// given up and reported there): a destination that lacks some takes this frame on rather
+    /// than report a gap the source could never fill.
+    pub settled: bool,
     pub route: Vec<BusId>,
 }
+
+/// Bit of the flags byte: [`RoutedHeader::settled`].
+const FLAG_SETTLED: u8 = 1;
 
 impl RoutedHeader {
     /// Bytes of this header on the wire.
@@ -125,7 +137,7 @@ impl RoutedHeader {
         out.put_u8(self.kind as u8);
         out.put_u8(self.ttl);
         out.put_u8(self.route.len() as u8);
-        out.put_u8(0);
+        out.put_u8(if self.settled { FLAG_SETTLED } else { 0 });
         out.put_u64_le(self.src.0);
         out.put_u64_le(self.src_incarnation);
         out.put_u64_le(self.dst.0);
@@ -175,6 +187,7 @@ impl RoutedHeader {
                 src_incarnation: u64_at(12),
                 dst: BusId(u64_at(20)),
                 seq: u64_at(28),
+                settled: body[3] & FLAG_SETTLED != 0,
                 route,
             },
             inner,
@@ -308,6 +321,7 @@ mod tests {
             let h = RoutedHeader {
                 kind: [RoutedType::Data, RoutedType::Ack, RoutedType::Fail, RoutedType::Hint][kind as usize],
                 ttl, src: BusId(src), src_incarnation: inc, dst: BusId(dst), seq,
+                settled: false,
                 route: route.into_iter().map(BusId).collect(),
             };
             let mut body = BytesMut::new();
@@ -336,6 +350,7 @@ mod tests {
             src_incarnation: 2,
             dst: BusId(3),
             seq: 0,
+            settled: false,
             route: vec![],
         };
         let addrs = vec!["tcp://127.0.0.1:7000".to_string(), "unix:///tmp/x".into()];

@@ -226,6 +226,7 @@ impl Cluster {
             src_incarnation: self.incarnation[&src],
             dst: BusId(dst),
             seq,
+            settled: false,
             route: Vec::new(),
         };
         let frame = inner.unwrap_or_else(|| routed_frame(&h, &[]));
@@ -282,7 +283,10 @@ impl Cluster {
             RoutedType::Data => {
                 let msgs = inner_messages(&inner);
                 let node = self.nodes.get_mut(&at).unwrap();
-                match node.arrivals.check(h.src, h.src_incarnation, h.seq, None) {
+                match node
+                    .arrivals
+                    .check(h.src, h.src_incarnation, h.seq, None, h.settled)
+                {
                     Err(expected) => {
                         let gap = self.fail_frame(at, src, expected, FailReason::Gap, at);
                         self.control(at, RoutedType::Fail, src, expected, Some(gap));
@@ -341,6 +345,7 @@ impl Cluster {
             src_incarnation: self.incarnation[&at],
             dst: BusId(to),
             seq,
+            settled: false,
             route: Vec::new(),
         };
         encode_fail(&h, reason, BusId(about), "simulated")
@@ -376,6 +381,7 @@ impl Cluster {
                         src_incarnation: self.incarnation[&at],
                         dst: h.src,
                         seq: 0,
+                        settled: false,
                         route: Vec::new(),
                     };
                     let addr = vec![format!("sim://{}", h.dst)];

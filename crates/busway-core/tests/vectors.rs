@@ -182,6 +182,7 @@ fn routed_frames() {
         src_incarnation: 0x1111_2222_3333_4444,
         dst: BusId(dst),
         seq,
+        settled: false,
         route: vec![BusId(100)],
     };
     // Messages 5 and 6 ("hi", "there") from 1 to 2, passed by relay 100.

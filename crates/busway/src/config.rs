@@ -162,10 +162,10 @@ impl NodeConfig {
                 self.inbox_bytes_max, self.frame_body_max
             ));
         }
-        if self.frame_body_max <= ROUTED_OVERHEAD_BYTES_MAX {
+        if self.frame_body_max < FRAME_BODY_MIN_BYTES {
             return Err(format!(
-                "frame_body_max ({}) must leave room for the {}-byte ROUTED header",
-                self.frame_body_max, ROUTED_OVERHEAD_BYTES_MAX
+                "frame_body_max ({}) must be at least {FRAME_BODY_MIN_BYTES} bytes: a relayed chunk of small messages (and its {ROUTED_OVERHEAD_BYTES_MAX}-byte ROUTED header) travels as one frame",
+                self.frame_body_max
             ));
         }
         {

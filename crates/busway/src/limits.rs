@@ -48,6 +48,12 @@ pub const FORWARD_QUEUE_BYTES_MAX: usize = 4 << 20;
 pub const FORWARD_WAIT_MS: u64 = 200;
 /// Room a relayed message leaves in a frame for the ROUTED header and a full route, in bytes.
 pub const ROUTED_OVERHEAD_BYTES_MAX: usize = 1024;
+/// Smallest `NodeConfig::frame_body_max`, in bytes: a relayed chunk of small messages (up to
+/// `CHUNK_OF_COPIES_BYTES_MAX`) travels as one ROUTED frame, and every node must take one, so
+/// that only single messages larger than a node accepts are refused on their way.
+pub const FRAME_BODY_MIN_BYTES: usize =
+    busway_core::outbox::CHUNK_OF_COPIES_BYTES_MAX + ROUTED_OVERHEAD_BYTES_MAX;
+const _: () = assert!(FRAME_BODY_MIN_BYTES <= busway_core::frame::DEFAULT_BODY_LEN_MAX);
 const _: () = assert!(
     busway_core::routed::ROUTED_FIXED_LEN + 8 * busway_core::routed::ROUTE_LEN_MAX + 2 * 8
         <= ROUTED_OVERHEAD_BYTES_MAX

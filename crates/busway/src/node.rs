@@ -310,11 +310,19 @@ impl Node {
 
     fn route_for(&self, dst: BusId, len: usize) -> Result<Route, SendError> {
         let route = self.shared().route(dst).ok_or(SendError::NoRoute(dst))?;
-        if let Route::Relayed(_) = route {
-            // A relayed message also carries the ROUTED header and its route.
-            let max = self.shared().config.frame_body_max - ROUTED_OVERHEAD_BYTES_MAX;
-            if len > max {
-                return Err(SendError::TooLarge { len, max });
+        match &route {
+            Route::Relayed(_) => {
+                // A relayed message also carries the ROUTED header and its route.
+                let max = self.shared().config.frame_body_max - ROUTED_OVERHEAD_BYTES_MAX;
+                if len > max {
+                    return Err(SendError::TooLarge { len, max });
+                }
+            }
+            Route::Direct(p) => {
+                // Both ends use the smaller limit: the peer closes a link over a larger frame.
+                if let Some(max) = p.frame_body_max().filter(|&max| len > max) {
+                    return Err(SendError::TooLarge { len, max });
+                }
             }
         }
         Ok(route)

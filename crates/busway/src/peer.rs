@@ -154,6 +154,12 @@ impl Peer {
         }
     }
 
+    /// The largest frame body the peer accepts, if it stated one in its HELLO.
+    pub(crate) fn frame_body_max(&self) -> Option<usize> {
+        let stated = self.lock().hello.frame_body_max?;
+        Some(usize::try_from(stated).unwrap_or(usize::MAX))
+    }
+
     /// Whether the peer accepts direct links from nodes that learned its address from a relay.
     pub(crate) fn accepts_direct(&self) -> bool {
         let st = self.lock();

@@ -105,7 +105,28 @@ impl Shared {
         };
         let frames =
             remote.take_frame_parts(self.config.id, self.incarnation, self.config.ttl, now);
+        let max = hop.frame_body_max();
         for f in frames {
+            let body_len = f.iter().map(Bytes::len).sum::<usize>() - HEADER_LEN;
+            if let Some(max) = max.filter(|&max| body_len > max) {
+                // Its first hop would refuse it: give up here and say why (nothing is sent
+                // that would close the link and come back forever).
+                let seqs = remote.fail_all();
+                // The destination is not down: later messages go on.
+                remote.revive();
+                self.release_if_drained(remote.id);
+                self.emit(Event::Undeliverable {
+                    peer: remote.id,
+                    seqs,
+                    reason: format!(
+                        "a relayed frame of {body_len} bytes is over the {max} bytes bus id {} accepts",
+                        hop.id
+                    ),
+                    path: Path::Relayed,
+                    incarnation: remote.incarnation(),
+                });
+                return;
+            }
             hop.push_forward(f, None);
         }
     }
@@ -158,6 +179,7 @@ impl Shared {
             src_incarnation: self.incarnation,
             dst,
             seq,
+            settled: false,
             route: Vec::new(),
         }
     }
@@ -203,6 +225,25 @@ impl Shared {
             self.maybe_hint(header.src, &hop);
         }
         let frame = routed_frame_parts(&header, &[inner]);
+        let body_len = frame.iter().map(Bytes::len).sum::<usize>() - HEADER_LEN;
+        if let Some(max) = hop.frame_body_max().filter(|&max| body_len > max) {
+            // The next hop would close the link over it (and the source send it again): the
+            // source hears why instead.
+            if header.kind == RoutedType::Data {
+                let text = format!(
+                    "relay {me}: a frame of {body_len} bytes is over the {max} bytes bus id {} accepts",
+                    hop.id
+                );
+                self.send_fail(
+                    header.src,
+                    header.seq,
+                    FailReason::TooLarge,
+                    header.dst,
+                    &text,
+                );
+            }
+            return;
+        }
         let wait = Duration::from_millis(FORWARD_WAIT_MS);
         if !hop
             .push_forward_wait(frame, FORWARD_QUEUE_BYTES_MAX, wait)
@@ -225,17 +266,11 @@ impl Shared {
     /// Where a ROUTED DATA frame from `src` stands against what was delivered: the number of
     /// its messages to skip (already delivered), or `Err(expected)` if it leaves a gap.
     /// `pending` is what this read already accepted from `src`.
-    pub(crate) fn check_routed(
-        &self,
-        src: BusId,
-        src_incarnation: u64,
-        first_seq: u64,
-        pending: Option<u64>,
-    ) -> Result<u64, u64> {
+    pub(crate) fn check_routed(&self, h: &RoutedHeader, pending: Option<u64>) -> Result<u64, u64> {
         self.arrivals
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .check(src, src_incarnation, first_seq, pending)
+            .check(h.src, h.src_incarnation, h.seq, pending, h.settled)
     }
 
     /// Messages from `src` up to `next_expected` are in the inbox.
@@ -295,6 +330,11 @@ impl Shared {
                                 path: Path::Relayed,
                                 incarnation: r.incarnation(),
                             });
+                        }
+                        if reason == FailReason::TooLarge {
+                            // That message could not pass; the destination is not down:
+                            // later ones go on (their first frame says the gap is settled).
+                            r.revive();
                         }
                         self.release_if_drained(about);
                     }

@@ -96,6 +96,7 @@ impl Shared {
             h.capabilities |= caps::SHM_BOUND;
         }
         h.host_id = self.host_id.clone();
+        h.frame_body_max = Some(self.config.frame_body_max as u64);
         h
     }
 

@@ -590,6 +590,7 @@ async fn a_malformed_hint_closes_only_that_link() {
         src_incarnation: 9,
         dst: BusId(1),
         seq: 0,
+        settled: false,
         route: vec![],
     };
     s.write_all(&routed_frame(&h, &[1, 2, 3])).await.unwrap();
@@ -616,6 +617,7 @@ async fn a_member_cannot_send_routed_frames_as_another_node() {
         src_incarnation: 2,
         dst: BusId(1),
         seq: 1_000,
+        settled: false,
         route: vec![],
     };
     s.write_all(&routed_frame(&forged, &[])).await.unwrap();

@@ -173,12 +173,13 @@ async fn a_wrong_secret_is_refused_and_the_right_one_admitted() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn try_send_reports_full_and_send_waits_for_room() {
     for_each_transport(|t| async move {
+        // The smallest queues that hold one largest frame.
         let mut cb = config(2);
-        cb.send_queue_bytes_max = 64 << 10;
-        cb.frame_body_max = 32 << 10;
+        cb.frame_body_max = busway::limits::FRAME_BODY_MIN_BYTES;
+        cb.send_queue_bytes_max = 2 * cb.frame_body_max;
         let mut ca = config(1);
-        ca.inbox_bytes_max = 64 << 10;
-        ca.frame_body_max = 32 << 10;
+        ca.frame_body_max = busway::limits::FRAME_BODY_MIN_BYTES;
+        ca.inbox_bytes_max = ca.frame_body_max;
         let (a, b) = pair(t, ca, cb).await;
         let mut ia = a.take_inbox().unwrap();
         // Nobody reads: the inbox, the sockets and then the queue fill up.

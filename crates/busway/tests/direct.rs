@@ -141,6 +141,7 @@ async fn a_hint_to_an_address_where_another_node_listens_is_refused_with_both_id
         src_incarnation: 50,
         dst: BusId(1),
         seq: 1,
+        settled: false,
         route: vec![BusId(9)],
     };
     relay
@@ -154,6 +155,7 @@ async fn a_hint_to_an_address_where_another_node_listens_is_refused_with_both_id
         src_incarnation: 9,
         dst: BusId(1),
         seq: 0,
+        settled: false,
         route: vec![],
     };
     let addr = other.listen_addrs()[0].to_string();

@@ -286,3 +286,80 @@ async fn a_destination_behind_a_mid_tier_relay_whose_link_is_down_waits_rather_t
         n.shutdown().await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frame_larger_than_the_next_hop_accepts_is_refused_with_a_report_not_a_broken_link() {
+    let small = busway::limits::FRAME_BODY_MIN_BYTES;
+    let r = strict_relay().await;
+    let addr = r.listen_addrs()[0].clone();
+    let s = below(1, &addr, |c| c.direct_links = false).await;
+    let d = below(4, &addr, |c| {
+        c.frame_body_max = small;
+        c.inbox_bytes_max = small;
+    })
+    .await;
+    let mut inbox = d.take_inbox().unwrap();
+    let mut events = s.take_events().unwrap();
+    // Over bus id 4's limit, under the source's and the relay's: the relay says so.
+    let big = bytes::Bytes::from(vec![7u8; 2 << 20]);
+    let seq = s.send(BusId(4), big).await.unwrap();
+    let (seqs, reason) = wait_event(&mut events, |e| match e {
+        Event::Undeliverable {
+            peer: BusId(4),
+            seqs,
+            reason,
+            ..
+        } => Some((seqs.clone(), reason.clone())),
+        _ => None,
+    })
+    .await;
+    assert_eq!(seqs, seq..seq + 1);
+    assert!(
+        reason.contains(&format!("is over the {small} bytes bus id 4 accepts")),
+        "{reason}"
+    );
+    // The link to 4 never carried it: nothing to refuse, and what fits still goes.
+    s.send(BusId(4), bytes::Bytes::from_static(b"this fits"))
+        .await
+        .unwrap();
+    let m = tokio::time::timeout(WAIT, inbox.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(m.payload.as_ref(), b"this fits");
+    assert_eq!(d.stats().protocol_errors, 0);
+    assert_eq!(r.stats().protocol_errors, 0);
+    for n in [s, d, r] {
+        n.shutdown().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_direct_peer_is_sent_nothing_larger_than_it_states() {
+    let small = busway::limits::FRAME_BODY_MIN_BYTES;
+    let mut ca = config(1);
+    ca.frame_body_max = small;
+    ca.inbox_bytes_max = small;
+    let (a, b) = pair("tcp4", ca, config(2)).await;
+    let mut inbox = a.take_inbox().unwrap();
+    // Under the sender's own limit (4 MiB), over the one node 1 stated in its HELLO.
+    let big = bytes::Bytes::from(vec![7u8; 2 << 20]);
+    assert_eq!(
+        b.send(BusId(1), big).await,
+        Err(busway::SendError::TooLarge {
+            len: 2 << 20,
+            max: small
+        })
+    );
+    b.send(BusId(1), bytes::Bytes::from_static(b"this fits"))
+        .await
+        .unwrap();
+    let m = tokio::time::timeout(WAIT, inbox.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(m.payload.as_ref(), b"this fits");
+    assert_eq!(a.stats().protocol_errors, 0);
+    a.shutdown().await;
+    b.shutdown().await;
+}

@@ -157,12 +157,15 @@ async fn round_trips_are_measured() {
     b.shutdown().await;
 }
 
+/// The sender's outbox in `a_receiver_killed_for_good_...`: small, but holding one largest frame.
+const OUTBOX_BYTES: usize = 2 << 20;
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_receiver_killed_for_good_gets_exactly_the_unacknowledged_messages_reported() {
     let mut ca = config(1);
     ca.peer_dead_after_ms = 300;
-    ca.send_queue_bytes_max = 256 << 10;
-    ca.frame_body_max = 64 << 10;
+    ca.send_queue_bytes_max = OUTBOX_BYTES;
+    ca.frame_body_max = busway::limits::FRAME_BODY_MIN_BYTES;
     let (a, b) = pair("tcp4", ca, config(2)).await;
     let mut ea = a.take_events().unwrap();
     let mut ib = b.take_inbox().unwrap();
@@ -203,7 +206,7 @@ async fn a_receiver_killed_for_good_gets_exactly_the_unacknowledged_messages_rep
         "the outbox filled up or the peer was declared dead"
     );
     assert!(
-        sent - 1000 <= (256 << 10) / 100,
+        sent - 1000 <= OUTBOX_BYTES as u64 / 100,
         "bounded by the outbox limit: {sent}"
     );
     let seqs = wait_event(&mut ea, |e| match e {

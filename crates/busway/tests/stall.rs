@@ -18,8 +18,9 @@ const STALL_MS: u64 = 1_500;
 /// Messages in the stream: far more than the inbox, the socket buffers, the ring and the send
 /// queue hold together, so the sender must still be waiting when the stall ends.
 const MESSAGES: u64 = 600_000;
-/// Largest frame body of both nodes, in bytes: small, so that a small inbox is allowed.
-const FRAME_BODY_MAX: usize = 64 << 10;
+/// Largest frame body of both nodes, in bytes: the smallest allowed, so that the inbox may be
+/// as small.
+const FRAME_BODY_MAX: usize = busway::limits::FRAME_BODY_MIN_BYTES;
 /// Bytes of each message (its number, then filler).
 const MESSAGE_BYTES: usize = 64;
 
@@ -60,7 +61,7 @@ async fn a_stalled_application_keeps_its_links(transport: &str) {
     let mut ca = config(1);
     ca.heartbeat_interval_ms = HEARTBEAT_MS;
     ca.frame_body_max = FRAME_BODY_MAX;
-    ca.inbox_bytes_max = 1 << 20;
+    ca.inbox_bytes_max = FRAME_BODY_MAX;
     let mut cb = config(2);
     cb.heartbeat_interval_ms = HEARTBEAT_MS;
     cb.frame_body_max = FRAME_BODY_MAX;

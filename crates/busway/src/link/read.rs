@@ -163,7 +163,7 @@ fn routed_in(
         .rev()
         .find(|r| r.src == h.src)
         .map(|r| r.next);
-    match shared.check_routed(h.src, h.src_incarnation, h.seq, pending) {
+    match shared.check_routed(&h, pending) {
         Err(expected) => shared.report_gap(h.src, expected),
         Ok(skip) => {
             let base = base + inner_at;
