@@ -64,6 +64,9 @@ pub struct Departures {
     /// A direct link to the destination came up: new messages go there, and what is held
     /// here is acknowledged first (see [`Departures::supersede`]).
     superseded: bool,
+    /// Most bytes written toward the destination and not yet acknowledged (see
+    /// [`Departures::set_window`]).
+    window_bytes: usize,
 }
 
 impl Departures {
@@ -77,7 +80,21 @@ impl Departures {
             last_retry_ms: 0,
             dead: false,
             superseded: false,
+            window_bytes: usize::MAX,
         }
+    }
+
+    /// Writes at most `bytes` toward the destination ahead of its acknowledgements (default:
+    /// no limit). What a destination that does not read can hold on its way, at the relays
+    /// included: end-to-end backpressure per destination, so that a stuck one fills no
+    /// relay's queue and slows no other destination sharing the path.
+    pub fn set_window(&mut self, bytes: usize) {
+        self.window_bytes = bytes;
+    }
+
+    /// Whether messages wait to be written (for the window, or for a path).
+    pub fn has_unwritten(&self) -> bool {
+        self.outbox.has_unwritten_messages()
     }
 
     /// A direct link to the destination came up: later messages must take it (the caller
@@ -134,23 +151,24 @@ impl Departures {
         // given up and reported): the frame that starts there says so.
         let settled_below = self.outbox.acked();
         let mut frames = Vec::new();
-        self.outbox.take_chunks(|first_seq, inner, payload| {
-            let header = RoutedHeader {
-                kind: RoutedType::Data,
-                ttl,
-                src,
-                src_incarnation,
-                dst,
-                seq: first_seq,
-                settled: first_seq == settled_below,
-                route: Vec::new(),
-            };
-            let inner = match payload {
-                Some(p) => vec![inner.clone(), p.clone()],
-                None => vec![inner.clone()],
-            };
-            frames.push(routed_frame_parts(&header, &inner));
-        });
+        self.outbox
+            .take_chunks_within(self.window_bytes, |first_seq, inner, payload| {
+                let header = RoutedHeader {
+                    kind: RoutedType::Data,
+                    ttl,
+                    src,
+                    src_incarnation,
+                    dst,
+                    seq: first_seq,
+                    settled: first_seq == settled_below,
+                    route: Vec::new(),
+                };
+                let inner = match payload {
+                    Some(p) => vec![inner.clone(), p.clone()],
+                    None => vec![inner.clone()],
+                };
+                frames.push(routed_frame_parts(&header, &inner));
+            });
         if !frames.is_empty() && !had_in_flight {
             // Nothing was awaiting acknowledgement: the wait for one starts now.
             self.last_progress_ms = now_ms;
@@ -197,10 +215,13 @@ impl Departures {
         self.stalled_since.get_or_insert(now_ms);
     }
 
-    /// Everything unacknowledged becomes unwritten again.
-    pub fn rewind(&mut self) {
+    /// Everything unacknowledged becomes unwritten again. Returns how many messages that were
+    /// written will be written again.
+    pub fn rewind(&mut self) -> u64 {
+        let written = self.outbox.written_end();
         let at = self.outbox.acked();
         let _ = self.outbox.resume(at);
+        written.saturating_sub(at)
     }
 
     /// An acknowledgement from the destination's incarnation `incarnation`. Returns the
@@ -428,7 +449,9 @@ mod tests {
                 tx.ack(9, a, now);
             }
             match tx.check(now, RESEND_AFTER_MS, DEAD_AFTER_MS) {
-                Check::Retry => tx.rewind(),
+                Check::Retry => {
+                    tx.rewind();
+                }
                 Check::Expire => panic!("seed {seed}: gave up"),
                 Check::Idle => {}
             }

@@ -367,16 +367,34 @@ impl Outbox {
     /// Like [`Outbox::take_unwritten`], chunk by chunk: `f(first_seq, frames, payload)` for each
     /// unwritten chunk, where the chunk's messages are `frames` followed by `payload` (the body
     /// of its DATA frame, if it was kept apart). Control frames are not included.
-    pub fn take_chunks(&mut self, mut f: impl FnMut(u64, &Bytes, Option<&Bytes>)) {
+    pub fn take_chunks(&mut self, f: impl FnMut(u64, &Bytes, Option<&Bytes>)) {
+        self.take_chunks_within(usize::MAX, f);
+    }
+
+    /// Like [`Outbox::take_chunks`], while the bytes written and not yet acknowledged stay
+    /// within `window` (at least one chunk goes when none is in flight); the rest stays
+    /// unwritten for a later call, once acknowledgements freed the window.
+    pub fn take_chunks_within(
+        &mut self,
+        window: usize,
+        mut f: impl FnMut(u64, &Bytes, Option<&Bytes>),
+    ) {
         self.seal_tail();
         let checks = self.checks;
+        let mut in_flight: usize = self.chunks.range(..self.unwritten).map(Chunk::len).sum();
+        let mut taken = self.unwritten;
         for chunk in self.chunks.range_mut(self.unwritten..) {
+            if in_flight > 0 && in_flight.saturating_add(chunk.len()) > window {
+                break;
+            }
             if checks {
                 chunk.ensure_checked();
             }
             f(chunk.first_seq, &chunk.frames, chunk.payload.as_ref());
+            in_flight += chunk.len();
+            taken += 1;
         }
-        self.unwritten = self.chunks.len();
+        self.unwritten = taken;
     }
 
     /// Bytes of control frames waiting.

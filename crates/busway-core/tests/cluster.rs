@@ -675,7 +675,9 @@ fn run(seed: u64) -> (u64, u64) {
         for n in c.nodes.values_mut() {
             for d in n.departures.values_mut() {
                 match d.check(now, RESEND_AFTER_MS, DEAD_AFTER_MS) {
-                    Check::Retry => d.rewind(),
+                    Check::Retry => {
+                        d.rewind();
+                    }
                     Check::Expire => panic!("seed {seed}: gave up"),
                     Check::Idle => {}
                 }

@@ -42,6 +42,11 @@ pub const ROUTED_RESEND_AFTER_MS: u64 = 1_000;
 /// Bytes of ROUTED frames a node queues toward one neighbor on behalf of others; past it, it
 /// reports the destination congested to the source (which retries) instead of queueing more.
 pub const FORWARD_QUEUE_BYTES_MAX: usize = 4 << 20;
+/// Most bytes a node writes toward one destination it reaches through relays ahead of that
+/// destination's acknowledgements: what a destination that does not read can hold on its way
+/// (half a relay's queue toward it), so that it fills no relay's queue and slows no other
+/// destination on the same path; its sender's `send` waits instead.
+pub const RELAYED_WINDOW_BYTES: usize = FORWARD_QUEUE_BYTES_MAX / 2;
 /// Longest a relay waits for room toward the next hop before it reports congestion, in
 /// milliseconds; meanwhile it does not read from the link the frame came from (TCP then slows
 /// the sender), which keeps relayed traffic lossless in the common case.

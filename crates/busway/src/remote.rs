@@ -5,6 +5,7 @@
 //! Shared by the application (any thread: `push_*`, `wait_for_room`), the pump task (`take_frames`)
 //! and the links' readers (`ack`, `gap`, `stall`).
 
+use crate::limits::RELAYED_WINDOW_BYTES;
 use crate::peer::PushError;
 use busway_core::e2e::{Check, Departures, FailOutcome, Verdict};
 use busway_core::hints::HintGate;
@@ -37,7 +38,11 @@ impl Remote {
         Self {
             id,
             state: Mutex::new(RemoteState {
-                departures: Departures::new(limit_bytes, now_ms),
+                departures: {
+                    let mut d = Departures::new(limit_bytes, now_ms);
+                    d.set_window(RELAYED_WINDOW_BYTES);
+                    d
+                },
                 senders_waiting: false,
                 pump_pending: false,
                 msgs_total: 0,
@@ -151,8 +156,15 @@ impl Remote {
         self.lock().departures.stall(now_ms);
     }
 
-    pub(crate) fn rewind(&self) {
-        self.lock().departures.rewind();
+    /// Everything unacknowledged is written again; returns how many messages that were
+    /// written go out again.
+    pub(crate) fn rewind(&self) -> u64 {
+        self.lock().departures.rewind()
+    }
+
+    /// Whether messages wait to be written (held by the window, or for a path).
+    pub(crate) fn has_unwritten(&self) -> bool {
+        self.lock().departures.has_unwritten()
     }
 
     /// An acknowledgement from the destination's incarnation `incarnation`.

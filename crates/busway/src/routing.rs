@@ -159,7 +159,7 @@ impl Shared {
     pub(crate) fn relink_remotes(&self) {
         for r in self.remotes_snapshot() {
             r.revive();
-            r.rewind();
+            self.count_resent(r.rewind());
             self.pump(&r);
         }
     }
@@ -304,6 +304,10 @@ impl Shared {
                     if let Some(addrs) = r.acked_through(&header.route) {
                         self.dial_hinted(r.id, addrs);
                     }
+                    // The window moved: what it held back may go now.
+                    if r.has_unwritten() {
+                        self.schedule_pump(&r);
+                    }
                 }
             }
             RoutedType::Hint => {
@@ -391,6 +395,13 @@ impl Shared {
         self.direct.queue(dst, addrs);
     }
 
+    /// Relayed messages written again (after a path may have lost them) count as resent.
+    fn count_resent(&self, n: u64) {
+        self.counters
+            .msgs_resent
+            .fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// Lets a held direct link go once nothing sent to `id` through relays is unacknowledged.
     pub(crate) fn release_if_drained(&self, id: BusId) {
         let drained = self.remote_of(id).is_none_or(|r| r.unacked() == 0);
@@ -430,7 +441,7 @@ impl Shared {
                 match r.check(now, ROUTED_RESEND_AFTER_MS, self.config.peer_dead_after_ms) {
                     Check::Idle => {}
                     Check::Retry => {
-                        r.rewind();
+                        self.count_resent(r.rewind());
                         self.pump(&r);
                     }
                     Check::Expire => {

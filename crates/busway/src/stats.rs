@@ -56,8 +56,9 @@ pub struct Stats {
     pub relay_congested: u64,
     /// Messages queued for sending to peers.
     pub msgs_out: u64,
-    /// Messages written again on a new link because the last link to their peer dropped
-    /// before they were acknowledged (each time counted once per message).
+    /// Messages written again: on a new link because the last link to their peer dropped
+    /// before they were acknowledged, or through relays because a path may have lost them
+    /// (each time counted once per message).
     pub msgs_resent: u64,
     /// Events dropped because the application did not read them.
     pub events_dropped: u64,

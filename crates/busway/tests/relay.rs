@@ -363,3 +363,77 @@ async fn a_direct_peer_is_sent_nothing_larger_than_it_states() {
     a.shutdown().await;
     b.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_destination_that_never_reads_holds_up_no_other_destination_behind_the_same_relay() {
+    const TO_F: u64 = 1_000_000;
+    let r = strict_relay().await;
+    let addr = r.listen_addrs()[0].clone();
+    // Traffic stays relayed: the sender dials no direct link. Its queue per destination holds
+    // far more than the relay's queue toward one (4 MiB) and the sockets on the way.
+    let s = below(1, &addr, |c| {
+        c.direct_links = false;
+        c.send_queue_bytes_max = 64 << 20;
+    })
+    .await;
+    let f = below(2, &addr, |_| {}).await;
+    let x = below(3, &addr, |c| {
+        c.frame_body_max = busway::limits::FRAME_BODY_MIN_BYTES;
+        c.inbox_bytes_max = c.frame_body_max;
+    })
+    .await;
+    // X's application takes its inbox and never reads it.
+    let _stuck = x.take_inbox().unwrap();
+    let mut inbox_f = f.take_inbox().unwrap();
+    let to_x = {
+        let s = s.clone();
+        tokio::spawn(async move {
+            let payloads = vec![vec![0x58u8; 1024]; 64];
+            loop {
+                if s.send_batch(BusId(3), &payloads).await.is_err() {
+                    return;
+                }
+            }
+        })
+    };
+    // Meanwhile a stream to F, through the same relay and the same link to it.
+    let to_f = {
+        let s = s.clone();
+        tokio::spawn(async move {
+            let mut next = 0u64;
+            while next < TO_F {
+                let batch: Vec<Vec<u8>> = (next..(next + 256).min(TO_F)).map(msg).collect();
+                next = s.send_batch(BusId(2), &batch).await.unwrap().end;
+            }
+        })
+    };
+    let mut expected = 0u64;
+    let all = tokio::time::timeout(Duration::from_secs(30), async {
+        while expected < TO_F {
+            let batch = inbox_f.recv_batch().await.unwrap();
+            for p in batch.iter() {
+                let seq = u64::from_le_bytes(p[..8].try_into().unwrap());
+                assert_eq!(seq, expected, "in order, each once");
+                expected += 1;
+            }
+        }
+    })
+    .await;
+    assert!(
+        all.is_ok(),
+        "F's stream stalled at {expected} behind a destination that does not read: relay {:?}",
+        r.stats()
+    );
+    to_f.await.unwrap();
+    assert!(
+        !to_x.is_finished(),
+        "X's sender waits: nothing was dropped for it"
+    );
+    // X's messages wait at its sender (the window), not in the relay: nothing was refused for
+    // want of room, nothing sent twice.
+    assert_eq!(r.stats().relay_congested, 0, "{:?}", r.stats());
+    assert_eq!(s.stats().msgs_resent, 0, "{:?}", s.stats());
+    to_x.abort();
+    // Dropped, not shut down: X's link would linger, full, until its deadline.
+    drop((s, f, x, r));
+}
