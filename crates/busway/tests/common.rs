@@ -197,3 +197,14 @@ pub async fn nothing_more_from(from: &busway::Node, inbox: &mut busway::Inbox, t
         "nothing between the end of the stream and the marker"
     );
 }
+
+/// Waits until `cond` holds, looking every `POLL_MS`; panics after `WAIT` naming `what`.
+pub async fn until(what: &str, mut cond: impl FnMut() -> bool) {
+    let ok = tokio::time::timeout(WAIT, async {
+        while !cond() {
+            tokio::time::sleep(Duration::from_millis(POLL_MS)).await;
+        }
+    })
+    .await;
+    assert!(ok.is_ok(), "{what} within {WAIT:?}");
+}

@@ -9,20 +9,8 @@ use busway_core::frame::{FrameKind, HANDSHAKE_BODY_LEN_MAX};
 use busway_core::FrameDecoder;
 use bytes::BytesMut;
 use common::*;
-use std::time::Duration;
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
-
-/// Waits until `cond` holds, looking every `POLL_MS`; panics after `WAIT`.
-async fn until(what: &str, mut cond: impl FnMut() -> bool) {
-    let ok = tokio::time::timeout(WAIT, async {
-        while !cond() {
-            tokio::time::sleep(Duration::from_millis(POLL_MS)).await;
-        }
-    })
-    .await;
-    assert!(ok.is_ok(), "{what} within {WAIT:?}");
-}
 
 /// The first frame the node sends on a fresh connection: its HELLO if admitted, a CLOSE (with
 /// its reason) if refused.

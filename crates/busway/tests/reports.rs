@@ -6,22 +6,10 @@ mod common;
 use busway::{BusId, Event, Path};
 use bytes::Bytes;
 use common::*;
-use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 
 /// Refused connections thrown at the node: more events than its queue keeps.
 const GARBAGE_CONNECTIONS: usize = busway::limits::EVENT_QUEUE_LEN_MAX + 500;
-
-/// Waits until `cond` holds, looking every `POLL_MS`; panics after `WAIT`.
-async fn until(what: &str, mut cond: impl FnMut() -> bool) {
-    let ok = tokio::time::timeout(WAIT, async {
-        while !cond() {
-            tokio::time::sleep(Duration::from_millis(POLL_MS)).await;
-        }
-    })
-    .await;
-    assert!(ok.is_ok(), "{what} within {WAIT:?}");
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failure_report_survives_a_flood_of_events_nobody_reads() {
