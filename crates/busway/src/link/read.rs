@@ -51,7 +51,6 @@ struct ReadWork {
     refused_mid_read: bool,
 }
 
-/// Acts on one event of the machine (the read's buffer is `buf`).
 /// What acting on an event needs of the link.
 struct Parts<'a> {
     shared: &'a Shared,
@@ -61,6 +60,7 @@ struct Parts<'a> {
     shm: Option<&'a Arc<ShmLink>>,
 }
 
+/// Acts on one event of the machine (the read's buffer is `buf`).
 fn act_on(parts: &Parts<'_>, buf: &[u8], event: LinkEvent, work: &mut ReadWork) {
     let Parts {
         shared,
@@ -267,26 +267,24 @@ pub(super) async fn read_loop<R: AsyncRead + Unpin>(
         }
         if pos > 0 {
             let chunk = buf.split_to(pos).freeze();
-            // A relay may wait for room toward a next hop (`FORWARD_WAIT_MS` per frame): that
-            // is this side not reading, not the peer being silent. Told once per read.
-            let forwarding = !work.forwards.is_empty();
-            if forwarding {
-                lock(machine).input_blocked();
-            }
-            for (h, inner) in work.forwards {
-                bump(&shared.counters.relayed);
-                // Shared with the read when it is a good part of it; a small part is copied,
-                // so that a queue of relayed frames (bounded by their own bytes) does not hold
-                // whole reads.
-                let inner = if inner.len() * FORWARD_SHARE_MIN_FRACTION >= chunk.len() {
-                    chunk.slice(inner)
-                } else {
-                    bytes::Bytes::copy_from_slice(&chunk[inner])
+            if !work.forwards.is_empty() {
+                // A relay may wait for room toward a next hop (`FORWARD_WAIT_MS` per frame):
+                // that is this side not reading, not the peer being silent. Told once per read.
+                let forwards = async {
+                    for (h, inner) in work.forwards {
+                        bump(&shared.counters.relayed);
+                        // Shared with the read when it is a good part of it; a small part is
+                        // copied, so that a queue of relayed frames (bounded by their own
+                        // bytes) does not hold whole reads.
+                        let inner = if inner.len() * FORWARD_SHARE_MIN_FRACTION >= chunk.len() {
+                            chunk.slice(inner)
+                        } else {
+                            bytes::Bytes::copy_from_slice(&chunk[inner])
+                        };
+                        shared.forward(peer.id, h, inner).await;
+                    }
                 };
-                shared.forward(peer.id, h, inner).await;
-            }
-            if forwarding {
-                lock(machine).input_unblocked(shared.now());
+                blocked_while(shared, machine, forwards).await;
             }
             for r in work.routed {
                 // Even a frame of duplicates is acknowledged: the sender may be waiting for it.
