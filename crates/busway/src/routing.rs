@@ -326,6 +326,13 @@ impl Shared {
                     }
                     FailOutcome::Stalled => {}
                     FailOutcome::GaveUp(seqs) => {
+                        if reason == FailReason::TooLarge {
+                            // That message could not pass; the destination is not down:
+                            // later ones go on (their first frame says the gap is settled).
+                            // Before the report, so that a send it prompts is taken.
+                            r.revive();
+                        }
+                        self.release_if_drained(about);
                         if !seqs.is_empty() {
                             self.emit(Event::Undeliverable {
                                 peer: about,
@@ -335,12 +342,6 @@ impl Shared {
                                 incarnation: r.incarnation(),
                             });
                         }
-                        if reason == FailReason::TooLarge {
-                            // That message could not pass; the destination is not down:
-                            // later ones go on (their first frame says the gap is settled).
-                            r.revive();
-                        }
-                        self.release_if_drained(about);
                     }
                 }
             }
