@@ -103,15 +103,20 @@ impl Fixture {
 /// Peer 9, authenticated on a socket to `fx`'s node as a node of this host that allows shared
 /// memory (so CHANNEL frames are its to send).
 async fn same_host_peer(fx: &Fixture) -> TcpStream {
+    same_host_peer_with_rest(fx).await.0
+}
+
+/// Like `same_host_peer`, with what the node sent after the handshake in the same reads.
+async fn same_host_peer_with_rest(fx: &Fixture) -> (TcpStream, BytesMut) {
     use busway_core::handshake::caps;
     let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
-    let s = authenticated_as(fx.addr, 9, Some(SECRET), |h| {
+    let (s, rest) = authenticated_with_rest(fx.addr, 9, Some(SECRET), |h| {
         h.capabilities |= caps::SHM_BOUND;
         h.host_id = boot_id.trim().as_bytes().to_vec();
     })
     .await;
     assert!(fx.node.wait_for_peer(BusId(9), WAIT).await);
-    s
+    (s, rest)
 }
 
 /// Reads until the node closes the socket; returns the CLOSE code it sent, if any.
@@ -456,8 +461,8 @@ async fn a_peer_cannot_make_the_node_read_a_ring_not_offered_to_it_or_too_large(
     use busway_core::channel::Channel;
     use busway_shm::ring::{Ring, RING_CAPACITY_DEFAULT};
     let mut fx = fixture().await;
-    let mut s = same_host_peer(&fx).await;
-    let mut buf = BytesMut::new();
+    // What the node sends right after the handshake (its OFFER among it) is kept.
+    let (mut s, mut buf) = same_host_peer_with_rest(&fx).await;
     let refused = |c: Channel| match c {
         Channel::Refuse(why) => Some(why),
         _ => None,

@@ -113,6 +113,17 @@ pub async fn authenticated_as(
     secret: Option<&str>,
     tweak: impl FnOnce(&mut busway_core::handshake::Hello),
 ) -> tokio::net::TcpStream {
+    authenticated_with_rest(addr, id, secret, tweak).await.0
+}
+
+/// Like `authenticated_as`, also returning what the node sent after its side of the
+/// handshake in the same reads (its first frames on the link, e.g. a CHANNEL OFFER).
+pub async fn authenticated_with_rest(
+    addr: std::net::SocketAddr,
+    id: u64,
+    secret: Option<&str>,
+    tweak: impl FnOnce(&mut busway_core::handshake::Hello),
+) -> (tokio::net::TcpStream, bytes::BytesMut) {
     use busway_core::frame::HANDSHAKE_BODY_LEN_MAX;
     use busway_core::handshake::{local_hello, Handshake, NonceCache, Role, Secret, Step};
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -128,7 +139,7 @@ pub async fn authenticated_as(
         while let Some(f) = dec.decode(&mut buf).unwrap() {
             match hs.handle_frame(&f, now_ms(), &mut nonces).unwrap() {
                 Step::PeerHello(_) => s.write_all(&hs.auth_frame(0, 0)).await.unwrap(),
-                Step::Established(_) => return s,
+                Step::Established(_) => return (s, buf),
             }
         }
         assert!(
