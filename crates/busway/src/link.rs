@@ -146,45 +146,55 @@ where
         hello.downstream_of_you = Some(shared.config.subtree.unwrap_or((me, me)));
     }
     let config = link_config(&shared, role, &remote);
-    let mut machine = Link::new(config, hello, shared.nonces.clone(), shared.now());
-    let established = match handshake(&shared, &mut r, &mut w, &mut machine, &mut buf).await {
-        Ok(e) => e,
-        Err(reason) => {
-            reject(&shared, &mut w, &mut machine, &remote, &reason).await;
-            return Outcome::NeverUp;
-        }
+    // In its mutex from the start (taken without locking until the link is up): one place
+    // for the machine in the task, not one before the handshake and one after.
+    let mut machine = Mutex::new(Link::new(
+        config,
+        hello,
+        shared.nonces.clone(),
+        shared.now(),
+    ));
+    let m = machine.get_mut().unwrap_or_else(|p| p.into_inner());
+    // In a block: the handshake's result is not kept in the task for the link's life (an idle
+    // link's memory is mostly its task).
+    let (peer, link_id) = {
+        let established = match handshake(&shared, &mut r, &mut w, m, &mut buf).await {
+            Ok(e) => e,
+            Err(reason) => {
+                reject(&shared, &mut w, m, &remote, &reason).await;
+                return Outcome::NeverUp;
+            }
+        };
+        // Authenticated: no longer a stranger's handshake.
+        drop(handshaking);
+        let id = established.peer.bus_id;
+        let link_id = shared.next_link_id();
+        let peer = match shared.attach_peer(&established, &remote, link_id, role) {
+            Ok(p) => p,
+            Err(reason) => {
+                m.reject(CloseCode::Duplicate, &reason);
+                reject(&shared, &mut w, m, &remote, &reason).await;
+                return Outcome::NeverUp;
+            }
+        };
+        // Before anyone hears of the link: what went to this id through relays first must be
+        // acknowledged before the link carries messages (order across the switch).
+        shared.switch_to_direct(&peer);
+        shared.peer_ready(&peer, role);
+        // Relayed messages held for want of a path may have one now.
+        shared.relink_remotes();
+        tracing::debug!(peer = %id, %remote, "link up");
+        shared.emit(Event::PeerUp {
+            peer: id,
+            incarnation: established.peer.incarnation,
+            addr: remote,
+        });
+        (peer, link_id)
     };
-    // Authenticated: no longer a stranger's handshake.
-    drop(handshaking);
-    let id = established.peer.bus_id;
-    let link_id = shared.next_link_id();
-    let peer = match shared.attach_peer(&established, &remote, link_id, role) {
-        Ok(p) => p,
-        Err(reason) => {
-            machine.reject(CloseCode::Duplicate, &reason);
-            reject(&shared, &mut w, &mut machine, &remote, &reason).await;
-            return Outcome::NeverUp;
-        }
-    };
-    // Before anyone hears of the link: what went to this id through relays first must be
-    // acknowledged before the link carries messages (order across the switch).
-    shared.switch_to_direct(&peer);
-    shared.peer_ready(&peer, role);
-    // Relayed messages held for want of a path may have one now.
-    shared.relink_remotes();
-    tracing::debug!(peer = %id, %remote, "link up");
-    shared.emit(Event::PeerUp {
-        peer: id,
-        incarnation: established.peer.incarnation,
-        addr: remote,
-    });
-    // Not kept in the task for the link's life (an idle link's memory is mostly its task).
-    drop(established);
     // The machine asks for rings (LinkEvent::OfferRing) when both ends share a host.
-    let shm = machine
+    let shm = m
         .uses_rings()
         .then(|| Arc::new(ShmLink::new(shared.clone(), peer.clone(), link_id)));
-    let machine = Mutex::new(machine);
     let end_rings = EndRings {
         shm: shm.as_ref(),
         peer: &peer,

@@ -187,7 +187,8 @@ fn routed_in(
 /// side stopped reading (backpressure, not a silent peer).
 async fn deliver(shared: &Shared, machine: &Mutex<Link>, batch: MessageBatch) {
     if let Err(batch) = shared.inbox.deliver_now(batch) {
-        blocked_while(shared, machine, shared.inbox.deliver(batch)).await;
+        // Boxed: waiting is rare, and its future would otherwise take room in every link's task.
+        blocked_while(shared, machine, Box::pin(shared.inbox.deliver(batch))).await;
     }
 }
 
@@ -284,7 +285,9 @@ pub(super) async fn read_loop<R: AsyncRead + Unpin>(
                         shared.forward(peer.id, h, inner).await;
                     }
                 };
-                blocked_while(shared, machine, forwards).await;
+                // Boxed: only a relay's reads have forwards, and the wait is large; an idle
+                // link's task does not carry its room.
+                blocked_while(shared, machine, Box::pin(forwards)).await;
             }
             for r in work.routed {
                 // Even a frame of duplicates is acknowledged: the sender may be waiting for it.
