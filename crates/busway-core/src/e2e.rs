@@ -202,6 +202,11 @@ impl Departures {
     ) -> FailOutcome {
         if reason == FailReason::Gap {
             FailOutcome::Resend(self.gap(incarnation, seq))
+        } else if reason == FailReason::TooLarge && seq < self.outbox.acked() {
+            // About a message given up already (a copy written again before the first report
+            // came): later messages are not concerned.
+            let at = self.outbox.acked();
+            FailOutcome::GaveUp(at..at)
         } else if reason.is_transient() {
             self.stall(now_ms);
             FailOutcome::Stalled
@@ -227,7 +232,7 @@ impl Departures {
     /// An acknowledgement from the destination's incarnation `incarnation`. Returns the
     /// verdict and the bytes freed.
     pub fn ack(&mut self, incarnation: u64, next_expected: u64, now_ms: u64) -> (Verdict, usize) {
-        let verdict = self.check_incarnation(incarnation);
+        let verdict = self.check_incarnation(incarnation, next_expected);
         let freed = self.outbox.ack_explicit(next_expected);
         if freed > 0 {
             self.last_progress_ms = now_ms;
@@ -239,18 +244,21 @@ impl Departures {
     /// The destination expects `next_expected` next and saw a frame start past it: write
     /// everything from there again.
     pub fn gap(&mut self, incarnation: u64, next_expected: u64) -> Verdict {
-        let verdict = self.check_incarnation(incarnation);
+        let verdict = self.check_incarnation(incarnation, next_expected);
         self.outbox.ack_explicit(next_expected);
         self.rewind();
         verdict
     }
 
-    fn check_incarnation(&mut self, incarnation: u64) -> Verdict {
+    /// Whether `incarnation` (from an ACK or a gap report that says the destination expects
+    /// `next_expected`) is a new process: then everything held is lost to the old one, and
+    /// the numbering goes on from where the new one stands (0 unless it took a settled frame
+    /// first; numbering from 0 regardless would make it skip what follows as duplicates).
+    fn check_incarnation(&mut self, incarnation: u64, next_expected: u64) -> Verdict {
         match self.incarnation.replace(incarnation) {
             Some(old) if old != incarnation => {
                 let lost = self.outbox.fail_all();
-                // The new incarnation expects numbers from 0.
-                self.outbox = Outbox::new(self.limit_bytes, 0);
+                self.outbox = Outbox::new(self.limit_bytes, next_expected);
                 Verdict::Restarted(lost, old)
             }
             _ => Verdict::Nothing,
@@ -503,5 +511,30 @@ mod tests {
         assert_eq!(tx.check(210, 50, 200), Check::Expire);
         assert_eq!(tx.fail_all(), 0..1);
         assert!(tx.is_dead());
+    }
+
+    #[test]
+    fn after_a_restart_numbering_goes_on_where_the_new_incarnation_stands() {
+        let mut d = Departures::new(1 << 20, 0);
+        d.outbox_mut().push_copies(&[b"a", b"b"]);
+        d.take_frames(SRC, 1, DST, 16, 0);
+        assert_eq!(d.ack(7, 2, 0).0, Verdict::Nothing);
+        // A third message: its frame starts at the oldest unacknowledged one, settled.
+        d.outbox_mut().push_copies(&[b"c"]);
+        let f = d.take_frames(SRC, 1, DST, 16, 0);
+        let h = crate::routed::RoutedHeader::decode(&f[0][crate::frame::HEADER_LEN..])
+            .unwrap()
+            .0;
+        assert!(h.settled && h.seq == 2);
+        // A new incarnation of the destination took it and expects 3 next: later messages are
+        // numbered from 3 (numbered from 0, it would skip them as duplicates).
+        assert_eq!(d.ack(8, 3, 0).0, Verdict::Restarted(2..3, 7));
+        assert_eq!(d.outbox().next_seq(), 3);
+        // A too-large report about a message given up already concerns nothing later.
+        d.outbox_mut().push_copies(&[b"d"]);
+        d.take_frames(SRC, 1, DST, 16, 0);
+        let stale = d.on_fail(FailReason::TooLarge, 8, 1, 0);
+        assert_eq!(stale, FailOutcome::GaveUp(3..3));
+        assert_eq!(d.outbox().unacked(), 1, "message 3 still held");
     }
 }

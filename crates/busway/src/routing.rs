@@ -105,28 +105,34 @@ impl Shared {
         };
         let frames =
             remote.take_frame_parts(self.config.id, self.incarnation, self.config.ttl, now);
-        let max = hop.frame_body_max();
+        let body_len = |f: &Vec<Bytes>| f.iter().map(Bytes::len).sum::<usize>() - HEADER_LEN;
+        let too_large = hop.frame_body_max().and_then(|max| {
+            frames
+                .iter()
+                .map(body_len)
+                .find(|&n| n > max)
+                .map(|n| (n, max))
+        });
+        if let Some((body_len, max)) = too_large {
+            // Its first hop would refuse one of them (and close the link over it, and it would
+            // come back forever): nothing of this take is sent, all of it is given up here and
+            // reported, and later messages go on (the destination is not down).
+            let seqs = remote.fail_all();
+            remote.revive();
+            self.release_if_drained(remote.id);
+            self.emit(Event::Undeliverable {
+                peer: remote.id,
+                seqs,
+                reason: format!(
+                    "a relayed frame of {body_len} bytes is over the {max} bytes bus id {} accepts",
+                    hop.id
+                ),
+                path: Path::Relayed,
+                incarnation: remote.incarnation(),
+            });
+            return;
+        }
         for f in frames {
-            let body_len = f.iter().map(Bytes::len).sum::<usize>() - HEADER_LEN;
-            if let Some(max) = max.filter(|&max| body_len > max) {
-                // Its first hop would refuse it: give up here and say why (nothing is sent
-                // that would close the link and come back forever).
-                let seqs = remote.fail_all();
-                // The destination is not down: later messages go on.
-                remote.revive();
-                self.release_if_drained(remote.id);
-                self.emit(Event::Undeliverable {
-                    peer: remote.id,
-                    seqs,
-                    reason: format!(
-                        "a relayed frame of {body_len} bytes is over the {max} bytes bus id {} accepts",
-                        hop.id
-                    ),
-                    path: Path::Relayed,
-                    incarnation: remote.incarnation(),
-                });
-                return;
-            }
             hop.push_forward(f, None);
         }
     }
