@@ -175,6 +175,18 @@ impl Shared {
         }
         let id = est.peer.bus_id;
         let mut peers = self.peers.write().unwrap_or_else(|p| p.into_inner());
+        if let Some(max) = est
+            .peer
+            .frame_body_max
+            .filter(|&m| m < crate::limits::FRAME_BODY_MIN_BYTES as u64)
+        {
+            // Every node takes a relayed chunk of small messages; one that says it cannot would
+            // make every relayed stream toward it fail.
+            return Err(format!(
+                "bus id {id} states a frame body limit of {max} bytes, under the {} bytes every node must accept",
+                crate::limits::FRAME_BODY_MIN_BYTES
+            ));
+        }
         if let Some(range) = est.peer.downstream_of_you {
             let others: Vec<_> = peers.values().map(|p| p.neighbor()).collect();
             busway_core::relay::check_registration(self.config.id, id, range, &others)?;

@@ -671,3 +671,19 @@ async fn a_registration_of_ids_it_may_not_serve_is_refused() {
     );
     fx.still_works().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frame_limit_under_what_every_node_takes_is_refused() {
+    let mut fx = fixture().await;
+    let busway::Addr::Tcp(addr) = fx.node.listen_addrs()[0].clone() else {
+        unreachable!()
+    };
+    let mut s = authenticated_as(addr, 9, Some(SECRET), |h| h.frame_body_max = Some(1_000)).await;
+    closed_by_node(&mut s).await;
+    let reason = fx.rejected().await;
+    assert!(
+        reason.contains("states a frame body limit of 1000 bytes, under the"),
+        "{reason}"
+    );
+    fx.still_works().await;
+}
