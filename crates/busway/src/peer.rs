@@ -70,6 +70,9 @@ pub(crate) struct Peer {
     /// Dialed on a relay's hint rather than configured: after its deadline passes, traffic to
     /// it goes back through relays.
     pub(crate) discovered: bool,
+    /// The largest frame body the peer stated it accepts. Fixed for the peer's life (one
+    /// incarnation, one configuration), so read on every send and forward without a lock.
+    frame_body_max: Option<usize>,
     state: Mutex<PeerState>,
     /// The ring the attached link's messages go through, once it switched. Taken before
     /// `state` when both are held.
@@ -102,6 +105,9 @@ impl Peer {
         Self {
             id: hello.bus_id,
             discovered,
+            frame_body_max: hello
+                .frame_body_max
+                .map(|m| usize::try_from(m).unwrap_or(usize::MAX)),
             state: Mutex::new(PeerState {
                 hello,
                 addr,
@@ -156,8 +162,7 @@ impl Peer {
 
     /// The largest frame body the peer accepts, if it stated one in its HELLO.
     pub(crate) fn frame_body_max(&self) -> Option<usize> {
-        let stated = self.lock().hello.frame_body_max?;
-        Some(usize::try_from(stated).unwrap_or(usize::MAX))
+        self.frame_body_max
     }
 
     /// Whether the peer accepts direct links from nodes that learned its address from a relay.
