@@ -146,27 +146,17 @@ fn report_held(shared: &Shared) {
     let reason = |id: BusId| format!("bus id {me} shut down before bus id {id} acknowledged them");
     for p in shared.peers_snapshot() {
         let seqs = p.fail_all();
-        if !seqs.is_empty() {
-            shared.emit(Event::Undeliverable {
-                peer: p.id,
-                seqs,
-                reason: reason(p.id),
-                path: Path::Direct,
-                incarnation: Some(p.incarnation()),
-            });
-        }
+        shared.report_undeliverable(
+            p.id,
+            seqs,
+            reason(p.id),
+            Path::Direct,
+            Some(p.incarnation()),
+        );
     }
     for r in shared.remotes_snapshot() {
         let seqs = r.fail_all();
-        if !seqs.is_empty() {
-            shared.emit(Event::Undeliverable {
-                peer: r.id,
-                seqs,
-                reason: reason(r.id),
-                path: Path::Relayed,
-                incarnation: r.incarnation(),
-            });
-        }
+        shared.report_undeliverable(r.id, seqs, reason(r.id), Path::Relayed, r.incarnation());
     }
 }
 

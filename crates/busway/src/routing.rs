@@ -8,7 +8,7 @@
 //! `direct`, which dials (and calls back into nothing here but `release_if_drained`).
 
 use crate::addr::Addr;
-use crate::event::{Event, Path};
+use crate::event::Path;
 use crate::limits::{
     FORWARD_QUEUE_BYTES_MAX, FORWARD_WAIT_MS, ROUTED_RESEND_AFTER_MS, ROUTED_RETRY_INTERVAL_MS,
 };
@@ -120,16 +120,16 @@ impl Shared {
             let seqs = remote.fail_all();
             remote.revive();
             self.release_if_drained(remote.id);
-            self.emit(Event::Undeliverable {
-                peer: remote.id,
+            self.report_undeliverable(
+                remote.id,
                 seqs,
-                reason: format!(
+                format!(
                     "a relayed frame of {body_len} bytes is over the {max} bytes bus id {} accepts",
                     hop.id
                 ),
-                path: Path::Relayed,
-                incarnation: remote.incarnation(),
-            });
+                Path::Relayed,
+                remote.incarnation(),
+            );
             return;
         }
         for f in frames {
@@ -339,15 +339,13 @@ impl Shared {
                             r.revive();
                         }
                         self.release_if_drained(about);
-                        if !seqs.is_empty() {
-                            self.emit(Event::Undeliverable {
-                                peer: about,
-                                seqs,
-                                reason: format!("{reason}: {text}"),
-                                path: Path::Relayed,
-                                incarnation: r.incarnation(),
-                            });
-                        }
+                        self.report_undeliverable(
+                            about,
+                            seqs,
+                            format!("{reason}: {text}"),
+                            Path::Relayed,
+                            r.incarnation(),
+                        );
                     }
                 }
             }
@@ -421,15 +419,13 @@ impl Shared {
 
     fn report_verdict(&self, r: &Remote, v: Verdict) {
         if let Verdict::Restarted(seqs, old) = v {
-            if !seqs.is_empty() {
-                self.emit(Event::Undeliverable {
-                    peer: r.id,
-                    seqs,
-                    reason: format!("bus id {} restarted (incarnation {old:#x} replaced)", r.id),
-                    path: Path::Relayed,
-                    incarnation: Some(old),
-                });
-            }
+            self.report_undeliverable(
+                r.id,
+                seqs,
+                format!("bus id {} restarted (incarnation {old:#x} replaced)", r.id),
+                Path::Relayed,
+                Some(old),
+            );
         }
     }
 
@@ -454,16 +450,16 @@ impl Shared {
                     Check::Expire => {
                         let seqs = r.fail_all();
                         self.release_if_drained(r.id);
-                        self.emit(Event::Undeliverable {
-                            peer: r.id,
+                        self.report_undeliverable(
+                            r.id,
                             seqs,
-                            reason: format!(
+                            format!(
                                 "no path to bus id {} for {} ms",
                                 r.id, self.config.peer_dead_after_ms
                             ),
-                            path: Path::Relayed,
-                            incarnation: r.incarnation(),
-                        });
+                            Path::Relayed,
+                            r.incarnation(),
+                        );
                     }
                 }
             }

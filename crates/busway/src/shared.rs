@@ -122,6 +122,26 @@ impl Shared {
         self.next_link_id.fetch_add(1, Relaxed)
     }
 
+    /// Reports that busway gave up on messages `seqs` to `peer` (nothing when there are none).
+    pub(crate) fn report_undeliverable(
+        &self,
+        peer: BusId,
+        seqs: std::ops::Range<u64>,
+        reason: String,
+        path: Path,
+        incarnation: Option<u64>,
+    ) {
+        if !seqs.is_empty() {
+            self.emit(Event::Undeliverable {
+                peer,
+                seqs,
+                reason,
+                path,
+                incarnation,
+            });
+        }
+    }
+
     pub(crate) fn emit(&self, event: Event) {
         if !self.events.push(event) {
             bump(&self.counters.events_dropped);
@@ -203,19 +223,17 @@ impl Shared {
             previous => {
                 if let Some(old) = previous {
                     let seqs = old.fail_all();
-                    if !seqs.is_empty() {
-                        self.emit(Event::Undeliverable {
-                            peer: id,
-                            seqs,
-                            reason: format!(
-                                "bus id {id} restarted (incarnation {:#x} replaced by {:#x})",
-                                old.incarnation(),
-                                est.peer.incarnation
-                            ),
-                            path: Path::Direct,
-                            incarnation: Some(old.incarnation()),
-                        });
-                    }
+                    self.report_undeliverable(
+                        id,
+                        seqs,
+                        format!(
+                            "bus id {id} restarted (incarnation {:#x} replaced by {:#x})",
+                            old.incarnation(),
+                            est.peer.incarnation
+                        ),
+                        Path::Direct,
+                        Some(old.incarnation()),
+                    );
                 }
                 let fresh = Arc::new(Peer::new(
                     est.peer.clone(),
@@ -259,19 +277,17 @@ impl Shared {
         tokio::spawn(async move {
             tokio::time::sleep(deadline).await;
             if let Some(seqs) = peer.expire(epoch) {
-                if !seqs.is_empty() {
-                    shared.emit(Event::Undeliverable {
-                        peer: peer.id,
-                        seqs,
-                        reason: format!(
-                            "bus id {} stayed down for {} ms",
-                            peer.id,
-                            deadline.as_millis()
-                        ),
-                        path: Path::Direct,
-                        incarnation: Some(peer.incarnation()),
-                    });
-                }
+                shared.report_undeliverable(
+                    peer.id,
+                    seqs,
+                    format!(
+                        "bus id {} stayed down for {} ms",
+                        peer.id,
+                        deadline.as_millis()
+                    ),
+                    Path::Direct,
+                    Some(peer.incarnation()),
+                );
             }
         });
     }
