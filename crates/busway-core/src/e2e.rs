@@ -69,10 +69,19 @@ pub struct Departures {
     window_bytes: usize,
 }
 
+/// An outbox of relayed messages: its frames go without checks of their own, since they travel
+/// inside ROUTED frames whose content check covers them on every hop (one hash per byte at the
+/// source, not two).
+fn relayed_outbox(limit_bytes: usize, first_seq: u64) -> Outbox {
+    let mut outbox = Outbox::new(limit_bytes, first_seq);
+    outbox.set_checks(false);
+    outbox
+}
+
 impl Departures {
     pub fn new(limit_bytes: usize, now_ms: u64) -> Self {
         Self {
-            outbox: Outbox::new(limit_bytes, 0),
+            outbox: relayed_outbox(limit_bytes, 0),
             limit_bytes,
             incarnation: None,
             stalled_since: None,
@@ -258,7 +267,7 @@ impl Departures {
         match self.incarnation.replace(incarnation) {
             Some(old) if old != incarnation => {
                 let lost = self.outbox.fail_all();
-                self.outbox = Outbox::new(self.limit_bytes, next_expected);
+                self.outbox = relayed_outbox(self.limit_bytes, next_expected);
                 Verdict::Restarted(lost, old)
             }
             _ => Verdict::Nothing,

@@ -1,4 +1,4 @@
-//! Frame layout v1 and the streaming decoder.
+//! Frame layout v2 and the streaming decoder.
 //!
 //! Every frame is an 8-byte header followed by a body:
 //!
@@ -9,7 +9,9 @@
 //! ```
 //!
 //! Seeding the hash with `word0` covers the kind and the length without hashing the header
-//! separately. A DATA frame on a direct link is this header and the payload, nothing else: relay
+//! separately. ROUTED frames are the one exception: their check covers only the part a relay
+//! rewrites (TTL and route), which holds its own check of the rest (see [`routed_prefix_len`]),
+//! so that a relay passes a frame on without hashing it again. A DATA frame on a direct link is this header and the payload, nothing else: relay
 //! fields live only in the frame kinds that relays use. See `docs/PROTOCOL.md`.
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
@@ -105,6 +107,13 @@ pub enum DecodeError {
         actual: u32,
         offset: u64,
     },
+    /// A ROUTED frame's content (everything after its route) does not match the check its
+    /// route prefix holds.
+    ContentCheckMismatch {
+        expected: u32,
+        actual: u32,
+        offset: u64,
+    },
 }
 
 impl fmt::Display for DecodeError {
@@ -131,6 +140,14 @@ impl fmt::Display for DecodeError {
                 f,
                 "checksum mismatch in frame of kind 0x{kind:02x} at stream offset {offset}: header says 0x{expected:08x}, body hashes to 0x{actual:08x}"
             ),
+            Self::ContentCheckMismatch {
+                expected,
+                actual,
+                offset,
+            } => write!(
+                f,
+                "content check mismatch in ROUTED frame at stream offset {offset}: its route prefix says 0x{expected:08x}, its content hashes to 0x{actual:08x}"
+            ),
         }
     }
 }
@@ -142,7 +159,71 @@ fn checksum(word0: u32, body: &[u8]) -> u32 {
     xxh3_64_with_seed(body, u64::from(word0)) as u32
 }
 
-/// The header of a frame of `kind` carrying `body`.
+/// Bytes of a ROUTED body before its route: ttl, route_len, two reserved bytes and the content
+/// check.
+pub const ROUTED_PREFIX_FIXED_LEN: usize = 8;
+
+/// Bytes of a ROUTED body's route prefix, the part its frame check covers: the fixed 8 bytes
+/// and the route (8 bytes per relay, `route_len` at byte 1), clamped to the body (a body too
+/// short for its route is refused when it is read, not here).
+///
+/// ```text
+/// 0  1  ttl
+/// 1  1  route_len
+/// 2  2  reserved, 0
+/// 4  4  content check: low 32 bits of XXH3-64(everything after the route, seed 0)
+/// 8  8n route
+/// ```
+#[inline]
+pub fn routed_prefix_len(body: &[u8]) -> usize {
+    match body.get(1) {
+        Some(&n) => (ROUTED_PREFIX_FIXED_LEN + 8 * usize::from(n)).min(body.len()),
+        None => body.len(),
+    }
+}
+
+/// The check of a ROUTED frame's content (the bytes after its route), as its route prefix
+/// holds it.
+#[inline]
+pub fn routed_content_check(content: &[u8]) -> u32 {
+    xxh3_64_with_seed(content, 0) as u32
+}
+
+/// The check a frame's header holds: of the whole body, or of a ROUTED body's route prefix.
+#[inline]
+fn frame_check(kind: FrameKind, word0: u32, body: &[u8]) -> u32 {
+    if kind == FrameKind::Routed {
+        checksum(word0, &body[..routed_prefix_len(body)])
+    } else {
+        checksum(word0, body)
+    }
+}
+
+/// The header of a ROUTED frame whose body is `body_len` bytes and starts with `prefix` (its
+/// route prefix, see [`routed_prefix_len`]), without the rest of the body at hand: what a relay
+/// writes when it passes a frame on with a new route.
+pub fn encode_routed_header(body_len: usize, prefix: &[u8]) -> [u8; HEADER_LEN] {
+    assert!(body_len <= BODY_LEN_CEILING, "frame body over the ceiling");
+    let word0 = (FrameKind::Routed as u32) | ((body_len as u32) << 8);
+    let mut h = [0u8; HEADER_LEN];
+    h[..4].copy_from_slice(&word0.to_le_bytes());
+    h[4..].copy_from_slice(&checksum(word0, prefix).to_le_bytes());
+    h
+}
+
+/// Writes the content check of a ROUTED body into its route prefix (bytes 4..8), from the
+/// content after its route. Does nothing to a body shorter than the fixed prefix.
+pub fn seal_routed_content(body: &mut [u8]) {
+    if body.len() < ROUTED_PREFIX_FIXED_LEN {
+        return;
+    }
+    let at = routed_prefix_len(body);
+    let check = routed_content_check(&body[at..]);
+    body[4..8].copy_from_slice(&check.to_le_bytes());
+}
+
+/// The header of a frame of `kind` carrying `body` (a ROUTED body must hold its content check
+/// already: see [`seal_routed_content`]).
 ///
 /// # Panics
 /// If `body` is longer than [`BODY_LEN_CEILING`]: callers check payload sizes against the
@@ -154,7 +235,7 @@ pub fn encode_header(kind: FrameKind, body: &[u8]) -> [u8; HEADER_LEN] {
         "frame body over the ceiling"
     );
     let word0 = (kind as u32) | ((body.len() as u32) << 8);
-    let check = checksum(word0, body);
+    let check = frame_check(kind, word0, body);
     let mut h = [0u8; HEADER_LEN];
     h[..4].copy_from_slice(&word0.to_le_bytes());
     h[4..].copy_from_slice(&check.to_le_bytes());
@@ -163,11 +244,16 @@ pub fn encode_header(kind: FrameKind, body: &[u8]) -> [u8; HEADER_LEN] {
 
 /// The header of a frame of `kind` whose body is `parts` one after the other: the same bytes
 /// as [`encode_header`] of their concatenation, without concatenating them (a relay or a
-/// source gathers a frame from buffers it shares rather than copies).
+/// source gathers a frame from buffers it shares rather than copies). Not for ROUTED frames,
+/// whose check covers their route prefix only ([`encode_routed_header`]).
 ///
 /// # Panics
 /// If the parts add up to more than [`BODY_LEN_CEILING`].
 pub fn encode_header_gathered(kind: FrameKind, parts: &[&[u8]]) -> [u8; HEADER_LEN] {
+    debug_assert!(
+        kind != FrameKind::Routed,
+        "ROUTED headers: encode_routed_header"
+    );
     let len: usize = parts.iter().map(|p| p.len()).sum();
     assert!(len <= BODY_LEN_CEILING, "frame body over the ceiling");
     let word0 = (kind as u32) | ((len as u32) << 8);
@@ -182,10 +268,20 @@ pub fn encode_header_gathered(kind: FrameKind, parts: &[&[u8]]) -> [u8; HEADER_L
     h
 }
 
-/// Appends a whole frame (header and body) to `out`.
+/// Appends a whole frame (header and body) to `out`. A ROUTED body gets its content check
+/// written (bytes 4..8 of the body, whatever they held), so the frame is whole and valid.
 #[inline]
 pub fn encode_frame(kind: FrameKind, body: &[u8], out: &mut BytesMut) {
     out.reserve(HEADER_LEN + body.len());
+    if kind == FrameKind::Routed {
+        let at = out.len();
+        out.put_bytes(0, HEADER_LEN);
+        out.put_slice(body);
+        seal_routed_content(&mut out[at + HEADER_LEN..]);
+        let header = encode_header(kind, &out[at + HEADER_LEN..]);
+        out[at..at + HEADER_LEN].copy_from_slice(&header);
+        return;
+    }
     out.put_slice(&encode_header(kind, body));
     out.put_slice(body);
 }
@@ -372,18 +468,29 @@ impl FrameDecoder {
         let Some(body) = buf.get(HEADER_LEN..frame_len) else {
             return Ok(None);
         };
-        let actual = if self.verify_checks {
-            checksum(word0, body)
-        } else {
-            expected
-        };
-        if actual != expected {
-            return Err(DecodeError::ChecksumMismatch {
-                kind: kind_byte,
-                expected,
-                actual,
-                offset: self.offset,
-            });
+        if self.verify_checks {
+            let actual = frame_check(kind, word0, body);
+            if actual != expected {
+                return Err(DecodeError::ChecksumMismatch {
+                    kind: kind_byte,
+                    expected,
+                    actual,
+                    offset: self.offset,
+                });
+            }
+            if kind == FrameKind::Routed && body.len() >= ROUTED_PREFIX_FIXED_LEN {
+                // The route prefix (checked above) holds the check of the rest: one pass over
+                // the content, as for any other frame.
+                let expected = u32::from_le_bytes([body[4], body[5], body[6], body[7]]);
+                let actual = routed_content_check(&body[routed_prefix_len(body)..]);
+                if actual != expected {
+                    return Err(DecodeError::ContentCheckMismatch {
+                        expected,
+                        actual,
+                        offset: self.offset,
+                    });
+                }
+            }
         }
         self.offset += frame_len as u64;
         Ok(Some((kind, frame_len)))
@@ -433,8 +540,8 @@ mod tests {
             }
             parts.push(&body[from..]);
             prop_assert_eq!(
-                encode_header_gathered(FrameKind::Routed, &parts),
-                encode_header(FrameKind::Routed, &body)
+                encode_header_gathered(FrameKind::Ack, &parts),
+                encode_header(FrameKind::Ack, &body)
             );
         }
     }
@@ -537,16 +644,32 @@ mod tests {
                 }
             }
             prop_assert!(buf.is_empty());
-            prop_assert_eq!(out, frames);
+            // A ROUTED body goes out with its content check written in.
+            let sealed: Vec<(FrameKind, Vec<u8>)> = frames
+                .into_iter()
+                .map(|(k, mut b)| {
+                    if k == FrameKind::Routed {
+                        seal_routed_content(&mut b);
+                    }
+                    (k, b)
+                })
+                .collect();
+            prop_assert_eq!(out, sealed);
         }
 
         /// A single flipped bit anywhere in a frame is caught (never a wrong frame delivered).
         #[test]
         fn a_flipped_bit_never_yields_a_wrong_frame(
-            body in prop::collection::vec(any::<u8>(), 0..200),
+            kind in prop::sample::select(vec![FrameKind::Data, FrameKind::Routed]),
+            mut body in prop::collection::vec(any::<u8>(), 0..200),
+            route_len in 0u8..4,
             bit in any::<prop::sample::Index>(),
         ) {
-            let mut wire = stream(&[(FrameKind::Data, body)]);
+            if kind == FrameKind::Routed && body.len() > 1 {
+                // A route that fits, so that both checks (prefix and content) are in play.
+                body[1] = route_len;
+            }
+            let mut wire = stream(&[(kind, body)]);
             let i = bit.index(wire.len() * 8);
             wire[i / 8] ^= 1 << (i % 8);
             let mut dec = FrameDecoder::new(1024);

@@ -17,7 +17,7 @@ use std::collections::{HashSet, VecDeque};
 use std::fmt;
 
 /// The protocol version this crate speaks.
-pub const PROTOCOL_VERSION: u16 = 1;
+pub const PROTOCOL_VERSION: u16 = 2;
 /// First bytes of every HELLO body, so a stray client is recognised at once.
 pub const HELLO_MAGIC: [u8; 4] = *b"BWAY";
 /// Bytes of the random nonce in HELLO.
@@ -911,8 +911,9 @@ mod tests {
         assert_eq!(a.unwrap_err(), HandshakeError::SameBusId(BusId(1)));
         let mut b = side(Role::Listener, 2, None);
         let mut h = local_hello(BusId(1), 1, NOW, [1; NONCE_LEN], vec![]);
-        h.version_min = 2;
-        h.version_max = 3;
+        // A node of protocol v1 (before ROUTED frames were checked in two parts).
+        h.version_min = 1;
+        h.version_max = 1;
         let err = b
             .handle_frame(
                 &frame(&frame_bytes(FrameKind::Hello, &h.encode())),
@@ -920,7 +921,10 @@ mod tests {
                 &mut NonceCache::default(),
             )
             .unwrap_err();
-        assert!(err.to_string().contains("no common protocol version"));
+        assert_eq!(
+            err.to_string(),
+            "no common protocol version: we speak 2..=2, the peer 1..=1"
+        );
     }
 
     #[test]

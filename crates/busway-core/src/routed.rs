@@ -3,33 +3,45 @@
 //!
 //! ```text
 //! offset  size  field
-//! 0       1     type: 0 DATA, 1 ACK, 2 FAIL, 3 HINT
-//! 1       1     ttl: relays it may still pass
-//! 2       1     route_len: relays it has passed
-//! 3       1     flags: bit 0 settled (DATA: every number below `seq` is acknowledged or
+//! 0       1     ttl: relays it may still pass
+//! 1       1     route_len (n): relays it has passed
+//! 2       2     reserved, 0
+//! 4       4     content check: low 32 bits of XXH3-64(bytes 8+8n.., seed 0)
+//! 8       8*n   route        bus ids of the relays passed, in order
+//! 8+8n    1     type: 0 DATA, 1 ACK, 2 FAIL, 3 HINT
+//! 9+8n    1     flags: bit 0 settled (DATA: every number below `seq` is acknowledged or
 //!               given up at the source); other bits 0, ignored when read
-//! 4       8     src          the node that sent it
-//! 12      8     src_incarnation
-//! 20      8     dst          the node it is for
-//! 28      8     seq          DATA: number of its first message; ACK: next number expected;
+//! 10+8n   8     src          the node that sent it
+//! 18+8n   8     src_incarnation
+//! 26+8n   8     dst          the node it is for
+//! 34+8n   8     seq          DATA: number of its first message; ACK: next number expected;
 //!                            FAIL: first number of the messages concerned
-//! 36      8*n   route        bus ids of the relays passed, in order
-//! 36+8n   ...   inner        DATA: DATA/DATA_BATCH frames; ACK: empty;
+//! 42+8n   ...   inner        DATA: DATA/DATA_BATCH frames; ACK: empty;
 //!                            FAIL: u8 reason, u64 bus id the failed messages were for,
 //!                            UTF-8 text;
 //!                            HINT: u64 bus id, u8 n, n x (u16 len, UTF-8 address)
 //! ```
 //!
-//! A relay checks the TTL and the route (no loops), adds itself to the route and passes the
-//! frame on; it keeps no state about it. Only relays and the two ends pay for these fields.
+//! The frame's own check covers the route prefix (bytes 0..8+8n), which holds the check of the
+//! content after it. A relay checks the TTL and the route (no loops), writes a new prefix with
+//! itself added to the route, and passes the content on as it came, shared and not hashed
+//! again ([`forwarded_parts`]); it keeps no state about the frame. Only relays and the two ends pay
+//! for these fields.
 
+use crate::frame::{
+    encode_routed_header, routed_prefix_len, FrameKind, HEADER_LEN, ROUTED_PREFIX_FIXED_LEN,
+};
 use crate::handshake::{ADDR_LEN_MAX, LISTEN_ADDRS_MAX};
 use crate::id::BusId;
 use bytes::{BufMut, Bytes, BytesMut};
 use std::fmt;
+use xxhash_rust::xxh3::Xxh3;
 
-/// Bytes of the fixed part of a ROUTED body.
-pub const ROUTED_FIXED_LEN: usize = 36;
+/// Bytes of the fixed fields of a ROUTED content (type, flags, src, incarnation, dst, seq).
+const CONTENT_FIXED_LEN: usize = 34;
+/// Bytes of the fixed part of a ROUTED body (route prefix and content fields; the route and
+/// the inner part come on top).
+pub const ROUTED_FIXED_LEN: usize = ROUTED_PREFIX_FIXED_LEN + CONTENT_FIXED_LEN;
 /// Default number of relays a message may pass.
 pub const DEFAULT_TTL: u8 = 16;
 /// Most relays a route may list.
@@ -122,7 +134,7 @@ pub struct RoutedHeader {
 const FLAG_SETTLED: u8 = 1;
 
 impl RoutedHeader {
-    /// Bytes of this header on the wire.
+    /// Bytes of this header on the wire (route prefix and content fields).
     pub fn len(&self) -> usize {
         ROUTED_FIXED_LEN + 8 * self.route.len()
     }
@@ -131,23 +143,31 @@ impl RoutedHeader {
         false
     }
 
-    /// Appends the header to `out` (the inner part follows).
-    pub fn encode(&self, out: &mut BytesMut) {
-        out.reserve(self.len());
-        out.put_u8(self.kind as u8);
+    /// The route prefix: ttl, route length, `content_check` and the route.
+    fn put_prefix(&self, content_check: u32, out: &mut BytesMut) {
         out.put_u8(self.ttl);
         out.put_u8(self.route.len() as u8);
-        out.put_u8(if self.settled { FLAG_SETTLED } else { 0 });
-        out.put_u64_le(self.src.0);
-        out.put_u64_le(self.src_incarnation);
-        out.put_u64_le(self.dst.0);
-        out.put_u64_le(self.seq);
+        out.put_u16_le(0);
+        out.put_u32_le(content_check);
         for hop in &self.route {
             out.put_u64_le(hop.0);
         }
     }
 
-    /// Reads a ROUTED body: the header and where the inner part starts.
+    /// The fixed fields of the content (what no relay changes).
+    fn content_fields(&self) -> [u8; CONTENT_FIXED_LEN] {
+        let mut b = [0u8; CONTENT_FIXED_LEN];
+        b[0] = self.kind as u8;
+        b[1] = if self.settled { FLAG_SETTLED } else { 0 };
+        b[2..10].copy_from_slice(&self.src.0.to_le_bytes());
+        b[10..18].copy_from_slice(&self.src_incarnation.to_le_bytes());
+        b[18..26].copy_from_slice(&self.dst.0.to_le_bytes());
+        b[26..34].copy_from_slice(&self.seq.to_le_bytes());
+        b
+    }
+
+    /// Reads a ROUTED body: the header and where the inner part starts. The checks were
+    /// verified when the frame was cut from its stream.
     pub fn decode(body: &[u8]) -> Result<(Self, usize), String> {
         if body.len() < ROUTED_FIXED_LEN {
             return Err(format!(
@@ -155,39 +175,40 @@ impl RoutedHeader {
                 body.len()
             ));
         }
-        let kind = match body[0] {
-            0 => RoutedType::Data,
-            1 => RoutedType::Ack,
-            2 => RoutedType::Fail,
-            3 => RoutedType::Hint,
-            t => return Err(format!("ROUTED type {t} unknown")),
-        };
-        let route_len = usize::from(body[2]);
+        let route_len = usize::from(body[1]);
         if route_len > ROUTE_LEN_MAX {
             return Err(format!(
                 "ROUTED route of {route_len} relays, over {ROUTE_LEN_MAX}"
             ));
         }
-        let u64_at = |i: usize| u64::from_le_bytes(body[i..i + 8].try_into().unwrap_or_default());
-        let inner = ROUTED_FIXED_LEN + 8 * route_len;
+        let content = ROUTED_PREFIX_FIXED_LEN + 8 * route_len;
+        let inner = content + CONTENT_FIXED_LEN;
         if body.len() < inner {
             return Err(format!(
                 "ROUTED body of {} bytes cannot hold its route of {route_len} relays",
                 body.len()
             ));
         }
+        let u64_at = |i: usize| u64::from_le_bytes(body[i..i + 8].try_into().unwrap_or_default());
+        let kind = match body[content] {
+            0 => RoutedType::Data,
+            1 => RoutedType::Ack,
+            2 => RoutedType::Fail,
+            3 => RoutedType::Hint,
+            t => return Err(format!("ROUTED type {t} unknown")),
+        };
         let route = (0..route_len)
-            .map(|i| BusId(u64_at(ROUTED_FIXED_LEN + 8 * i)))
+            .map(|i| BusId(u64_at(ROUTED_PREFIX_FIXED_LEN + 8 * i)))
             .collect();
         Ok((
             Self {
                 kind,
-                ttl: body[1],
-                src: BusId(u64_at(4)),
-                src_incarnation: u64_at(12),
-                dst: BusId(u64_at(20)),
-                seq: u64_at(28),
-                settled: body[3] & FLAG_SETTLED != 0,
+                ttl: body[0],
+                settled: body[content + 1] & FLAG_SETTLED != 0,
+                src: BusId(u64_at(content + 2)),
+                src_incarnation: u64_at(content + 10),
+                dst: BusId(u64_at(content + 18)),
+                seq: u64_at(content + 26),
                 route,
             },
             inner,
@@ -202,12 +223,11 @@ pub fn encode_fail(header: &RoutedHeader, reason: FailReason, about: BusId, text
     while !text.is_char_boundary(cut) {
         cut -= 1;
     }
-    let mut body = BytesMut::new();
-    header.encode(&mut body);
-    body.put_u8(reason as u8);
-    body.put_u64_le(about.0);
-    body.put_slice(&text.as_bytes()[..cut]);
-    crate::frame::frame_bytes(crate::frame::FrameKind::Routed, &body)
+    let mut inner = BytesMut::with_capacity(9 + cut);
+    inner.put_u8(reason as u8);
+    inner.put_u64_le(about.0);
+    inner.put_slice(&text.as_bytes()[..cut]);
+    routed_frame(header, &inner)
 }
 
 /// Reads the inner part of a FAIL report: reason, the bus id the messages were for, text.
@@ -231,7 +251,6 @@ pub fn decode_fail(inner: &[u8]) -> Result<(FailReason, BusId, String), String> 
 /// it listens on (at most `LISTEN_ADDRS_MAX`, each at most `ADDR_LEN_MAX` bytes; more are cut).
 pub fn encode_hint(header: &RoutedHeader, about: BusId, addrs: &[String]) -> Bytes {
     let mut body = BytesMut::new();
-    header.encode(&mut body);
     body.put_u64_le(about.0);
     let addrs: Vec<&String> = addrs
         .iter()
@@ -243,7 +262,7 @@ pub fn encode_hint(header: &RoutedHeader, about: BusId, addrs: &[String]) -> Byt
         body.put_u16_le(a.len() as u16);
         body.put_slice(a.as_bytes());
     }
-    crate::frame::frame_bytes(crate::frame::FrameKind::Routed, &body)
+    routed_frame(header, &body)
 }
 
 /// Reads the inner part of a HINT: the bus id and its addresses; an error names what is wrong.
@@ -281,17 +300,23 @@ pub fn decode_hint(inner: &[u8]) -> Result<(BusId, Vec<String>), String> {
 }
 
 /// A ROUTED frame as the buffers it is written from, in order: one small buffer with the frame
-/// header and `header`, then `inner`'s buffers, shared, not copied (what a relay passes on and
-/// a source sends from its outbox). The frame check covers them all.
+/// header and `header`, then `inner`'s buffers, shared, not copied (what a source sends from
+/// its outbox). The content check is gathered over them: the one pass over these bytes.
 pub fn routed_frame_parts(header: &RoutedHeader, inner: &[Bytes]) -> Vec<Bytes> {
-    let mut head = BytesMut::with_capacity(crate::frame::HEADER_LEN + header.len());
-    head.put_bytes(0, crate::frame::HEADER_LEN);
-    header.encode(&mut head);
-    let mut body: Vec<&[u8]> = Vec::with_capacity(1 + inner.len());
-    body.push(&head[crate::frame::HEADER_LEN..]);
-    body.extend(inner.iter().map(|b| &b[..]));
-    let frame_header = crate::frame::encode_header_gathered(crate::frame::FrameKind::Routed, &body);
-    head[..crate::frame::HEADER_LEN].copy_from_slice(&frame_header);
+    let fields = header.content_fields();
+    let mut hasher = Xxh3::with_seed(0);
+    hasher.update(&fields);
+    for part in inner {
+        hasher.update(part);
+    }
+    let content_check = hasher.digest() as u32;
+    let body_len = header.len() + inner.iter().map(Bytes::len).sum::<usize>();
+    let mut head = BytesMut::with_capacity(HEADER_LEN + header.len());
+    head.put_bytes(0, HEADER_LEN);
+    header.put_prefix(content_check, &mut head);
+    let frame_header = encode_routed_header(body_len, &head[HEADER_LEN..]);
+    head[..HEADER_LEN].copy_from_slice(&frame_header);
+    head.put_slice(&fields);
     let mut parts = Vec::with_capacity(1 + inner.len());
     parts.push(head.freeze());
     parts.extend(inner.iter().filter(|b| !b.is_empty()).cloned());
@@ -300,16 +325,49 @@ pub fn routed_frame_parts(header: &RoutedHeader, inner: &[Bytes]) -> Vec<Bytes> 
 
 /// A whole ROUTED frame: `header`, then `inner`.
 pub fn routed_frame(header: &RoutedHeader, inner: &[u8]) -> Bytes {
-    let mut body = BytesMut::with_capacity(header.len() + inner.len());
-    header.encode(&mut body);
+    let mut body = BytesMut::with_capacity(HEADER_LEN + header.len() + inner.len());
+    body.put_bytes(0, HEADER_LEN);
+    header.put_prefix(0, &mut body);
+    body.put_slice(&header.content_fields());
     body.put_slice(inner);
-    crate::frame::frame_bytes(crate::frame::FrameKind::Routed, &body)
+    crate::frame::seal_routed_content(&mut body[HEADER_LEN..]);
+    let frame_header = crate::frame::encode_header(FrameKind::Routed, &body[HEADER_LEN..]);
+    body[..HEADER_LEN].copy_from_slice(&frame_header);
+    body.freeze()
+}
+
+/// What a relay writes to pass on the ROUTED frame whose body is `body`, with `header` (read
+/// from it, then given the relay's TTL and route): a new frame header and route prefix, then
+/// the content as it came (shared with `body`, not copied, not hashed: the content check in
+/// the prefix goes along unchanged).
+pub fn forwarded_parts(header: &RoutedHeader, body: &Bytes) -> Vec<Bytes> {
+    let content = body.slice(routed_prefix_len(body)..);
+    let content_check = u32::from_le_bytes(body[4..8].try_into().unwrap_or_default());
+    let prefix_len = ROUTED_PREFIX_FIXED_LEN + 8 * header.route.len();
+    let mut head = BytesMut::with_capacity(HEADER_LEN + prefix_len);
+    head.put_bytes(0, HEADER_LEN);
+    header.put_prefix(content_check, &mut head);
+    let frame_header = encode_routed_header(prefix_len + content.len(), &head[HEADER_LEN..]);
+    head[..HEADER_LEN].copy_from_slice(&frame_header);
+    vec![head.freeze(), content]
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::frame::FrameDecoder;
     use proptest::prelude::*;
+
+    /// The body of the one whole, checked frame in `wire`.
+    fn decode_one(wire: &[u8]) -> Bytes {
+        let mut buf = BytesMut::from(wire);
+        let f = FrameDecoder::new(crate::frame::DEFAULT_BODY_LEN_MAX)
+            .decode(&mut buf)
+            .expect("checks hold")
+            .expect("a whole frame");
+        assert!(buf.is_empty());
+        f.body
+    }
 
     proptest! {
         #[test]
@@ -324,12 +382,35 @@ mod tests {
                 settled: false,
                 route: route.into_iter().map(BusId).collect(),
             };
-            let mut body = BytesMut::new();
-            h.encode(&mut body);
-            body.extend_from_slice(&inner);
+            let frame = routed_frame(&h, &inner);
+            let body = decode_one(&frame);
             let (back, at) = RoutedHeader::decode(&body).unwrap();
-            prop_assert_eq!(back, h);
+            prop_assert_eq!(back, h.clone());
             prop_assert_eq!(&body[at..], &inner[..]);
+            // Gathered from parts, the same bytes.
+            let parts = routed_frame_parts(&h, &[Bytes::from(inner.clone())]);
+            prop_assert_eq!(parts.concat(), frame.to_vec());
+        }
+
+        /// A relay's frame is the one the source would have written with the relay's route,
+        /// without the relay hashing the content.
+        #[test]
+        fn a_frame_passed_on_is_the_frame_with_the_new_route(
+            route in prop::collection::vec(any::<u64>(), 0..8),
+            relay: u64,
+            inner in prop::collection::vec(any::<u8>(), 0..300),
+        ) {
+            let mut h = RoutedHeader {
+                kind: RoutedType::Data, ttl: 9, src: BusId(1), src_incarnation: 2,
+                dst: BusId(3), seq: 4, settled: true,
+                route: route.into_iter().map(BusId).collect(),
+            };
+            let body = decode_one(&routed_frame(&h, &inner));
+            h.ttl -= 1;
+            h.route.push(BusId(relay));
+            let passed = forwarded_parts(&h, &body).concat();
+            prop_assert_eq!(&passed[..], &routed_frame(&h, &inner)[..]);
+            prop_assert_eq!(decode_one(&passed), decode_one(&routed_frame(&h, &inner)));
         }
 
         #[test]
@@ -373,7 +454,7 @@ mod tests {
             .unwrap_err()
             .contains("shorter"));
         let mut b = vec![0u8; ROUTED_FIXED_LEN];
-        b[2] = 3;
+        b[1] = 3;
         assert!(RoutedHeader::decode(&b)
             .unwrap_err()
             .contains("cannot hold its route"));

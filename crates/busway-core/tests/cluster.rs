@@ -1,5 +1,5 @@
 //! A simulated cluster: seven nodes in a tree over in-memory links, with a virtual clock, driven
-//! by busway-core's own routing ([`relay`]), relaying ([`relay::pass_on`]), ROUTED codec and
+//! by busway-core's own routing ([`relay`]), relaying ([`relay::pass_on`], [`busway_core::routed::forwarded_parts`]), ROUTED codec and
 //! end-to-end delivery ([`Departures`], [`Arrivals`]); no sockets, no threads, no real time.
 //!
 //! ```text
@@ -28,8 +28,8 @@ use busway_core::hints::HintBook;
 use busway_core::outbox::Outbox;
 use busway_core::relay::{self, Neighbor};
 use busway_core::routed::{
-    decode_fail, decode_hint, encode_fail, encode_hint, routed_frame, FailReason, RoutedHeader,
-    RoutedType, DEFAULT_TTL,
+    decode_fail, decode_hint, encode_fail, encode_hint, forwarded_parts, routed_frame, FailReason,
+    RoutedHeader, RoutedType, DEFAULT_TTL,
 };
 use busway_core::sim::{inner_messages, SimRng};
 use busway_core::{BusId, FrameDecoder};
@@ -276,7 +276,7 @@ impl Cluster {
         let (h, inner_at) = RoutedHeader::decode(&f.body).unwrap();
         let inner = f.body.slice(inner_at..);
         if h.dst.0 != at {
-            return self.relay(at, from, h, &inner);
+            return self.relay(at, from, h, &f.body);
         }
         let src = h.src.0;
         match h.kind {
@@ -353,7 +353,7 @@ impl Cluster {
 
     /// Relay `at` passes a frame on, or reports why not to its source: the relay's decision is
     /// busway-core's (`relay::forward`), as in the runtime.
-    fn relay(&mut self, at: u64, from: u64, mut h: RoutedHeader, inner: &[u8]) {
+    fn relay(&mut self, at: u64, from: u64, mut h: RoutedHeader, body: &Bytes) {
         let neighbors = self.neighbors(at);
         let view = relay::RelayView {
             me: BusId(at),
@@ -388,7 +388,9 @@ impl Cluster {
                     let f = encode_hint(&hint, h.dst, &addr);
                     self.control(at, RoutedType::Hint, h.src.0, 0, Some(f));
                 }
-                self.put(at, hop.0, routed_frame(&h, inner));
+                // Passed on as the runtime does: a new route prefix, the content as it came.
+                let frame: Vec<u8> = forwarded_parts(&h, body).concat();
+                self.put(at, hop.0, Bytes::from(frame));
             }
             Err(refusal) if refusal.report => {
                 let f = self.fail_frame(at, h.src.0, h.seq, refusal.reason, h.dst.0);

@@ -1,4 +1,4 @@
-//! Byte-exact test vectors of protocol v1 (`testdata/protocol-v1/`), so that an implementation
+//! Byte-exact test vectors of protocol v2 (`testdata/protocol-v2/`), so that an implementation
 //! in another language can be checked against the same bytes. Each vector is built here from
 //! its documented fields and compared with the file; `BUSWAY_BLESS=1 cargo test` rewrites the
 //! files (review the diff: a change here is a change of the wire format).
@@ -16,7 +16,7 @@ const SECRET: &str = "busway-test-vector-secret";
 const NOW_MS: u64 = 1_700_000_000_000;
 
 fn dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../testdata/protocol-v1")
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../testdata/protocol-v2")
 }
 
 fn to_hex(bytes: &[u8]) -> String {
@@ -193,7 +193,7 @@ fn routed_frames() {
     let data = routed_frame(&header(RoutedType::Data, 1, 2, 5), &inner);
     check("routed-data-1-to-2", &data);
     let (h, at) = RoutedHeader::decode(&decode_one(&data).body).unwrap();
-    assert_eq!((h.seq, h.route.clone(), at), (5, vec![BusId(100)], 44));
+    assert_eq!((h.seq, h.route.clone(), at), (5, vec![BusId(100)], 50));
     check(
         "routed-ack-2-to-1",
         &routed_frame(&header(RoutedType::Ack, 2, 1, 7), &[]),

@@ -19,8 +19,8 @@ use busway_core::e2e::{Check, FailOutcome, Verdict};
 use busway_core::frame::{FrameDecoder, FrameKind, BODY_LEN_CEILING, HEADER_LEN};
 use busway_core::relay::{self, Neighbor};
 use busway_core::routed::{
-    decode_fail, decode_hint, encode_fail, encode_hint, routed_frame, routed_frame_parts,
-    FailReason, RoutedHeader, RoutedType,
+    decode_fail, decode_hint, encode_fail, encode_hint, forwarded_parts, routed_frame, FailReason,
+    RoutedHeader, RoutedType,
 };
 use busway_core::BusId;
 use bytes::Bytes;
@@ -200,10 +200,10 @@ impl Shared {
         self.send_routed_control(to, encode_fail(&h, reason, about, text));
     }
 
-    /// A ROUTED frame for another node arrived from neighbor `from`: pass it on (its header
-    /// updated, its inner part shared with the read it came in, not copied), or report why not
-    /// to its source.
-    pub(crate) async fn forward(&self, from: BusId, mut header: RoutedHeader, inner: Bytes) {
+    /// A ROUTED frame for another node, whose body is `body`, arrived from neighbor `from`:
+    /// pass it on (a new route prefix, its content shared with the read it came in, neither
+    /// copied nor hashed again), or report why not to its source.
+    pub(crate) async fn forward(&self, from: BusId, mut header: RoutedHeader, body: Bytes) {
         let me = self.config.id;
         let peers = self.peers_snapshot();
         let neighbors: Vec<Neighbor> = peers.iter().map(|p| p.neighbor()).collect();
@@ -230,7 +230,7 @@ impl Shared {
         if hop.id == header.dst && header.kind == RoutedType::Data {
             self.maybe_hint(header.src, &hop);
         }
-        let frame = routed_frame_parts(&header, &[inner]);
+        let frame = forwarded_parts(&header, &body);
         let body_len = frame.iter().map(Bytes::len).sum::<usize>() - HEADER_LEN;
         if let Some(max) = hop.frame_body_max().filter(|&max| body_len > max) {
             // The next hop would close the link over it (and the source send it again): the

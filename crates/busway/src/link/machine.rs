@@ -25,7 +25,9 @@ pub(super) fn down_reason(shared: &Shared, peer: BusId, e: LinkError) -> DownRea
         LinkError::Frame(d) => {
             bump(&c.protocol_errors);
             match d {
-                DecodeError::ChecksumMismatch { .. } => bump(&c.checksum_failures),
+                DecodeError::ChecksumMismatch { .. } | DecodeError::ContentCheckMismatch { .. } => {
+                    bump(&c.checksum_failures)
+                }
                 DecodeError::BodyTooLong { .. } => bump(&c.oversize_frames),
                 DecodeError::UnknownKind { .. } => {}
             }

@@ -149,8 +149,7 @@ fn routed_in(
     sources.check(h.src)?;
     let inner = &body[inner_at..];
     if h.dst != shared.config.id {
-        let inner_at = base + inner_at;
-        work.forwards.push((h, inner_at..base + body.len()));
+        work.forwards.push((h, base..base + body.len()));
         return Ok(());
     }
     if h.kind != RoutedType::Data {
@@ -272,17 +271,17 @@ pub(super) async fn read_loop<R: AsyncRead + Unpin>(
                 // A relay may wait for room toward a next hop (`FORWARD_WAIT_MS` per frame):
                 // that is this side not reading, not the peer being silent. Told once per read.
                 let forwards = async {
-                    for (h, inner) in work.forwards {
+                    for (h, body) in work.forwards {
                         bump(&shared.counters.relayed);
-                        // Shared with the read when it is a good part of it; a small part is
+                        // Shared with the read when it is a good part of it; a small body is
                         // copied, so that a queue of relayed frames (bounded by their own
                         // bytes) does not hold whole reads.
-                        let inner = if inner.len() * FORWARD_SHARE_MIN_FRACTION >= chunk.len() {
-                            chunk.slice(inner)
+                        let body = if body.len() * FORWARD_SHARE_MIN_FRACTION >= chunk.len() {
+                            chunk.slice(body)
                         } else {
-                            bytes::Bytes::copy_from_slice(&chunk[inner])
+                            bytes::Bytes::copy_from_slice(&chunk[body])
                         };
-                        shared.forward(peer.id, h, inner).await;
+                        shared.forward(peer.id, h, body).await;
                     }
                 };
                 // Boxed: only a relay's reads have forwards, and the wait is large; an idle
