@@ -34,6 +34,8 @@ mod link;
 mod message;
 mod node;
 mod peer;
+mod peer_table;
+mod relayed_table;
 mod remote;
 mod ring_link;
 mod ring_rx;

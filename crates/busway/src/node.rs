@@ -10,22 +10,21 @@ use crate::inbox::{inbox, Inbox};
 use crate::io_loops::IoLoops;
 use crate::limits::{REROUTES_MAX, ROUTED_OVERHEAD_BYTES_MAX};
 use crate::message::MessageBatch;
-use crate::peer::{Peer, PushError};
-use crate::remote::Remote;
+use crate::peer::PushError;
+use crate::peer_table::PeerTable;
+use crate::relayed_table::RelayedTable;
 use crate::routing::Route;
 use crate::shared::{random_bytes, Shared};
 use crate::stats::Stats;
 use crate::transport;
-use busway_core::e2e::Arrivals;
 use busway_core::BusId;
 use bytes::Bytes;
-use std::collections::HashMap;
 use std::fmt;
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tokio::sync::{watch, Notify};
+use tokio::sync::watch;
 
 /// How often `Node::flush` looks at what is still unacknowledged, in milliseconds.
 const FLUSH_POLL_MS: u64 = 5;
@@ -211,13 +210,9 @@ impl Node {
             host_id: crate::shm_link::host_identity(),
             config,
             listen_addrs,
-            peers: RwLock::new(HashMap::new()),
-            remotes: RwLock::new(HashMap::new()),
-            arrivals: Mutex::new(Arrivals::default()),
-            upstream: Mutex::new(None),
-            pump_wake: Notify::new(),
+            peers: PeerTable::default(),
+            relayed: RelayedTable::default(),
             direct: Hints::default(),
-            peers_changed: Notify::new(),
             nonces: Arc::default(),
             events: events.clone(),
             admission,
@@ -446,12 +441,7 @@ impl Node {
 
     /// Every peer this node knows: up, or down with messages held for it.
     pub fn peers(&self) -> Vec<PeerInfo> {
-        let peers: Vec<Arc<Peer>> = self
-            .shared()
-            .peers
-            .read()
-            .map(|p| p.values().cloned().collect())
-            .unwrap_or_default();
+        let peers = self.shared().peers.snapshot();
         let mut out: Vec<PeerInfo> = peers
             .iter()
             .map(|p| {
@@ -475,12 +465,7 @@ impl Node {
 
     /// Every destination this node reaches through relays, with what it holds for each.
     pub fn relayed_peers(&self) -> Vec<RelayedInfo> {
-        let remotes: Vec<Arc<Remote>> = self
-            .shared()
-            .remotes
-            .read()
-            .map(|r| r.values().cloned().collect())
-            .unwrap_or_default();
+        let remotes = self.shared().relayed.snapshot();
         let mut out: Vec<RelayedInfo> = remotes
             .iter()
             .map(|r| {
@@ -516,7 +501,7 @@ impl Node {
         let shared = self.shared();
         let wait = async {
             loop {
-                let changed = shared.peers_changed.notified();
+                let changed = shared.peers.changed();
                 tokio::pin!(changed);
                 changed.as_mut().enable();
                 if shared.peer(id).is_some_and(|p| p.is_up()) {
@@ -533,7 +518,7 @@ impl Node {
         let shared = self.shared();
         let wait = async {
             loop {
-                let changed = shared.peers_changed.notified();
+                let changed = shared.peers.changed();
                 tokio::pin!(changed);
                 changed.as_mut().enable();
                 if shared.peers_snapshot().iter().any(|p| p.is_up()) {
@@ -578,18 +563,14 @@ impl Node {
         let shared = self.owner.shared.clone();
         shared.shutting_down.store(true, Relaxed);
         let _ = shared.shutdown_tx.send(true);
-        let peers: Vec<Arc<Peer>> = shared
-            .peers
-            .read()
-            .map(|p| p.values().cloned().collect())
-            .unwrap_or_default();
+        let peers = shared.peers.snapshot();
         for p in &peers {
             p.close();
         }
         let linger = Duration::from_millis(shared.config.linger_ms + 1_000);
         let all_down = async {
             loop {
-                let changed = shared.peers_changed.notified();
+                let changed = shared.peers.changed();
                 tokio::pin!(changed);
                 changed.as_mut().enable();
                 if peers.iter().all(|p| !p.is_up()) {

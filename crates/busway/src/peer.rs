@@ -11,7 +11,6 @@ use busway_core::handshake::{caps, Established, Hello};
 use busway_core::outbox::{AckError, Outbox};
 use busway_core::relay::Neighbor;
 use busway_core::BusId;
-use busway_shm::RingError;
 use bytes::Bytes;
 use std::ops::Range;
 use std::sync::atomic::AtomicU64;
@@ -260,61 +259,6 @@ impl Peer {
         if !matches!(self.flush_ring(false), Some(Ok(Flush::Done))) {
             // Busy, full or broken: the writer task carries on (and reports a broken ring).
             self.writer_wake.notify_one();
-        }
-    }
-
-    fn ring_slot(&self) -> MutexGuard<'_, Option<RingWriter>> {
-        // A panic while holding this lock leaves plain data behind; keep going.
-        self.ring.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// The attached link wrote SWITCH: its messages go into `w` from now on.
-    pub(crate) fn start_ring(&self, w: RingWriter) {
-        let mut slot = self.ring_slot();
-        *slot = Some(w);
-        let mut st = self.lock();
-        st.ring_mode = true;
-        // The ring's reader does not verify frame checks: do not compute them.
-        st.outbox.set_checks(false);
-    }
-
-    /// The attached link's ring is done with (its link ends): returns it. Messages taken from
-    /// the outbox and still pending are written again on the next link, as every message not
-    /// acknowledged is.
-    pub(crate) fn end_ring(&self) -> Option<RingWriter> {
-        let mut slot = self.ring_slot();
-        let mut st = self.lock();
-        st.ring_mode = false;
-        st.outbox.set_checks(true);
-        drop(st);
-        slot.take()
-    }
-
-    /// Moves queued messages into the ring until none is left or the ring is full. `None` if
-    /// the link has no ring, or (when `wait_for_lock` is false) someone else is writing there.
-    pub(crate) fn flush_ring(&self, wait_for_lock: bool) -> Option<Result<Flush, RingError>> {
-        let mut slot = if wait_for_lock {
-            self.ring_slot()
-        } else {
-            match self.ring.try_lock() {
-                Ok(g) => g,
-                Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
-                Err(std::sync::TryLockError::WouldBlock) => return None,
-            }
-        };
-        let w = slot.as_mut()?;
-        loop {
-            if w.has_pending() {
-                match w.push_pending() {
-                    Ok(Flush::Done) => {}
-                    other => return Some(other),
-                }
-            }
-            let mut st = self.lock();
-            if st.held || !st.outbox.has_unwritten_messages() {
-                return Some(Ok(Flush::Done));
-            }
-            st.outbox.take_messages(w.pending_mut());
         }
     }
 
@@ -602,5 +546,6 @@ impl Peer {
     }
 }
 
+mod ring;
 #[cfg(test)]
 mod tests;

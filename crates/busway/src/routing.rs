@@ -67,33 +67,18 @@ impl Shared {
         if !self.relayable(dst) {
             return None;
         }
-        let mut remotes = self.remotes.write().unwrap_or_else(|p| p.into_inner());
-        let r = remotes
-            .entry(dst)
-            .or_insert_with(|| {
-                Arc::new(Remote::new(
-                    dst,
-                    self.config.send_queue_bytes_max,
-                    self.clock_ms(),
-                ))
-            })
-            .clone();
+        let r = self.relayed.get_or_insert(dst, || {
+            Remote::new(dst, self.config.send_queue_bytes_max, self.clock_ms())
+        });
         Some(Route::Relayed(r))
     }
 
     pub(crate) fn remote_of(&self, dst: BusId) -> Option<Arc<Remote>> {
-        self.remotes
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&dst)
-            .cloned()
+        self.relayed.get(dst)
     }
 
     pub(crate) fn remotes_snapshot(&self) -> Vec<Arc<Remote>> {
-        self.remotes
-            .read()
-            .map(|r| r.values().cloned().collect())
-            .unwrap_or_default()
+        self.relayed.snapshot()
     }
 
     /// Hands what `remote` has unwritten to the next hop, or notes that there is none.
@@ -141,7 +126,7 @@ impl Shared {
     /// before it runs).
     pub(crate) fn schedule_pump(&self, remote: &Remote) {
         if remote.mark_for_pump() {
-            self.pump_wake.notify_one();
+            self.relayed.wake_pump();
         }
     }
 
@@ -149,7 +134,7 @@ impl Shared {
     /// piled up since the last round.
     pub(crate) async fn pump_loop(self: Arc<Self>) {
         loop {
-            self.pump_wake.notified().await;
+            self.relayed.pump_woken().await;
             if self.is_shutting_down() {
                 return;
             }
@@ -273,18 +258,12 @@ impl Shared {
     /// its messages to skip (already delivered), or `Err(expected)` if it leaves a gap.
     /// `pending` is what this read already accepted from `src`.
     pub(crate) fn check_routed(&self, h: &RoutedHeader, pending: Option<u64>) -> Result<u64, u64> {
-        self.arrivals
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .check(h.src, h.src_incarnation, h.seq, pending, h.settled)
+        self.relayed.check_arrival(h, pending)
     }
 
     /// Messages from `src` up to `next_expected` are in the inbox.
     pub(crate) fn routed_delivered(&self, src: BusId, src_incarnation: u64, next_expected: u64) {
-        self.arrivals
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .delivered(src, src_incarnation, next_expected);
+        self.relayed.delivered(src, src_incarnation, next_expected);
     }
 
     /// A gap in what `src` sent: tell it where to resume.

@@ -1,7 +1,8 @@
 //! What a node's handle, listeners, dialers and links share: its configuration and identity,
-//! the table of peers and relayed destinations, the event queue, the inbox's sending half and
-//! the counters. Other modules add what they do with it (`routing`, `direct`); this one only
-//! keeps the tables and attaches and detaches links.
+//! its tables (peers in `peer_table`, relayed traffic in `relayed_table`, each owning its data),
+//! the event queue, the inbox's sending half and the counters. Other modules add what they do
+//! with it (`routing`, `direct`); this one attaches and detaches links and reports what that
+//! costs.
 
 use crate::addr::Addr;
 use crate::admission::Admission;
@@ -13,17 +14,16 @@ use crate::hints::Hints;
 use crate::inbox::InboxSender;
 use crate::io_loops::IoLoops;
 use crate::peer::Peer;
-use crate::remote::Remote;
+use crate::peer_table::{Attached, PeerTable};
+use crate::relayed_table::RelayedTable;
 use crate::stats::{bump, Counters};
-use busway_core::e2e::Arrivals;
 use busway_core::handshake::{caps, local_hello, Established, Hello, NonceCache, NONCE_LEN};
 use busway_core::link::Now;
 use busway_core::BusId;
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-use tokio::sync::{watch, Notify};
+use tokio::sync::watch;
 
 /// State shared by the node's handle, its listeners, dialers and links.
 pub(crate) struct Shared {
@@ -32,18 +32,12 @@ pub(crate) struct Shared {
     /// This host's identity (HELLO tag 2): equal on both ends of a link within one host.
     pub(crate) host_id: Vec<u8>,
     pub(crate) listen_addrs: Vec<Addr>,
-    pub(crate) peers: RwLock<HashMap<BusId, Arc<Peer>>>,
-    /// Destinations reached through relays.
-    pub(crate) remotes: RwLock<HashMap<BusId, Arc<Remote>>>,
-    /// Where each source of relayed messages stands.
-    pub(crate) arrivals: Mutex<Arrivals>,
+    /// Direct neighbors, the upstream among them.
+    pub(crate) peers: PeerTable,
+    /// Destinations reached through relays, and sources of relayed messages.
+    pub(crate) relayed: RelayedTable,
     /// On-demand direct links: hints given and taken, dials running.
     pub(crate) direct: Hints,
-    /// Wakes the pump task: relayed messages were queued.
-    pub(crate) pump_wake: Notify,
-    /// The bus id behind the `upstream` address, once a link to it was up.
-    pub(crate) upstream: Mutex<Option<BusId>>,
-    pub(crate) peers_changed: Notify,
     /// The replay cache of handshakes, shared by every link's state machine.
     pub(crate) nonces: Arc<Mutex<NonceCache>>,
     pub(crate) events: Arc<EventQueue>,
@@ -149,14 +143,11 @@ impl Shared {
     }
 
     pub(crate) fn peers_snapshot(&self) -> Vec<Arc<Peer>> {
-        self.peers
-            .read()
-            .map(|p| p.values().cloned().collect())
-            .unwrap_or_default()
+        self.peers.snapshot()
     }
 
     pub(crate) fn upstream_id(&self) -> Option<BusId> {
-        *self.upstream.lock().unwrap_or_else(|p| p.into_inner())
+        self.peers.upstream()
     }
 
     pub(crate) fn is_shutting_down(&self) -> bool {
@@ -164,11 +155,7 @@ impl Shared {
     }
 
     pub(crate) fn peer(&self, id: BusId) -> Option<Arc<Peer>> {
-        self.peers
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&id)
-            .cloned()
+        self.peers.get(id)
     }
 
     /// Where sequence numbers resume with this (not yet authenticated) peer: read only, so an
@@ -194,7 +181,6 @@ impl Shared {
             return Err("this node is shutting down".into());
         }
         let id = est.peer.bus_id;
-        let mut peers = self.peers.write().unwrap_or_else(|p| p.into_inner());
         if let Some(max) = est
             .peer
             .frame_body_max
@@ -207,44 +193,36 @@ impl Shared {
                 crate::limits::FRAME_BODY_MIN_BYTES
             ));
         }
-        if let Some(range) = est.peer.downstream_of_you {
-            let others: Vec<_> = peers.values().map(|p| p.neighbor()).collect();
-            busway_core::relay::check_registration(self.config.id, id, range, &others)?;
-        }
-        let peer = match peers.get(&id) {
-            Some(old) if old.incarnation() == est.peer.incarnation => old.clone(),
-            Some(old) if old.is_up() => {
-                let s = old.snapshot();
-                return Err(format!(
-                    "bus id {id} is already connected from another incarnation ({:#x} via {}; this one is {:#x})",
-                    s.hello.incarnation, s.addr, est.peer.incarnation
-                ));
+        let check = |others: &[busway_core::relay::Neighbor]| match est.peer.downstream_of_you {
+            Some(range) => {
+                busway_core::relay::check_registration(self.config.id, id, range, others)
             }
-            previous => {
-                if let Some(old) = previous {
-                    let seqs = old.fail_all();
-                    self.report_undeliverable(
-                        id,
-                        seqs,
-                        format!(
-                            "bus id {id} restarted (incarnation {:#x} replaced by {:#x})",
-                            old.incarnation(),
-                            est.peer.incarnation
-                        ),
-                        Path::Direct,
-                        Some(old.incarnation()),
-                    );
-                }
-                let fresh = Arc::new(Peer::new(
-                    est.peer.clone(),
-                    addr.to_owned(),
-                    self.config.send_queue_bytes_max,
-                    matches!(dial, Dial::Direct(_)),
-                ));
-                peers.insert(id, fresh.clone());
-                fresh
-            }
+            None => Ok(()),
         };
+        let make = || {
+            Peer::new(
+                est.peer.clone(),
+                addr.to_owned(),
+                self.config.send_queue_bytes_max,
+                matches!(dial, Dial::Direct(_)),
+            )
+        };
+        let Attached { peer, replaced } =
+            self.peers.attach(id, est.peer.incarnation, check, make)?;
+        if let Some(old) = replaced {
+            let seqs = old.fail_all();
+            self.report_undeliverable(
+                id,
+                seqs,
+                format!(
+                    "bus id {id} restarted (incarnation {:#x} replaced by {:#x})",
+                    old.incarnation(),
+                    est.peer.incarnation
+                ),
+                Path::Direct,
+                Some(old.incarnation()),
+            );
+        }
         let resent = peer.attach(link, est, addr)?;
         self.counters.msgs_resent.fetch_add(resent, Relaxed);
         Ok(peer)
@@ -254,9 +232,9 @@ impl Shared {
     /// the upstream if dialed so, and waiters for peers hear of it.
     pub(crate) fn peer_ready(&self, peer: &Peer, dial: Dial) {
         if dial == Dial::Upstream {
-            *self.upstream.lock().unwrap_or_else(|p| p.into_inner()) = Some(peer.id);
+            self.peers.set_upstream(peer.id);
         }
-        self.peers_changed.notify_waiters();
+        self.peers.notify_changed();
     }
 
     /// Detaches a link that went down, reports it, and arms the peer's deadline.
@@ -270,7 +248,7 @@ impl Shared {
             reason,
             unacked,
         });
-        self.peers_changed.notify_waiters();
+        self.peers.notify_changed();
         let shared = self.clone();
         let peer = peer.clone();
         let deadline = Duration::from_millis(self.config.peer_dead_after_ms);

@@ -1,0 +1,105 @@
+//! The node's direct neighbors: one [`Peer`] per bus id (up, or down and waiting out its
+//! deadline with the messages it holds), which of them is the upstream, and a wake-up for
+//! whoever waits for a link to come or go. This module owns that table; links attach and
+//! detach through `Shared`, which reports what the table hands back.
+
+use crate::peer::Peer;
+use busway_core::relay::Neighbor;
+use busway_core::BusId;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, RwLock};
+use tokio::sync::futures::Notified;
+use tokio::sync::Notify;
+
+/// The peers of one node, keyed by bus id.
+#[derive(Default)]
+pub(crate) struct PeerTable {
+    peers: RwLock<HashMap<BusId, Arc<Peer>>>,
+    /// The bus id behind the `upstream` address, once a link to it was up.
+    upstream: Mutex<Option<BusId>>,
+    /// Woken when a link comes up or goes down.
+    changed: Notify,
+}
+
+/// What [`PeerTable::attach`] found for an authenticated link.
+pub(crate) struct Attached {
+    pub(crate) peer: Arc<Peer>,
+    /// The previous incarnation the new one replaced: what it held is lost (to be reported).
+    pub(crate) replaced: Option<Arc<Peer>>,
+}
+
+impl PeerTable {
+    pub(crate) fn get(&self, id: BusId) -> Option<Arc<Peer>> {
+        self.peers
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&id)
+            .cloned()
+    }
+
+    pub(crate) fn snapshot(&self) -> Vec<Arc<Peer>> {
+        self.peers
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .cloned()
+            .collect()
+    }
+
+    pub(crate) fn upstream(&self) -> Option<BusId> {
+        *self.upstream.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(crate) fn set_upstream(&self, id: BusId) {
+        *self.upstream.lock().unwrap_or_else(|p| p.into_inner()) = Some(id);
+    }
+
+    /// A future that completes at the next change (register it before looking at the table,
+    /// so that no change between the look and the wait is missed).
+    pub(crate) fn changed(&self) -> Notified<'_> {
+        self.changed.notified()
+    }
+
+    /// Wakes everyone waiting in [`PeerTable::changed`].
+    pub(crate) fn notify_changed(&self) {
+        self.changed.notify_waiters();
+    }
+
+    /// The peer an authenticated link of incarnation `incarnation` belongs to: the one of that
+    /// incarnation, or a new one made by `make` in place of any previous incarnation that is
+    /// down. `check` sees every neighbor first (e.g. to refuse an overlapping registration),
+    /// under the same lock, so that two links cannot both pass it. Refuses a second link to an
+    /// id that is up from another incarnation, naming both.
+    pub(crate) fn attach(
+        &self,
+        id: BusId,
+        incarnation: u64,
+        check: impl FnOnce(&[Neighbor]) -> Result<(), String>,
+        make: impl FnOnce() -> Peer,
+    ) -> Result<Attached, String> {
+        let mut peers = self.peers.write().unwrap_or_else(|p| p.into_inner());
+        let neighbors: Vec<Neighbor> = peers.values().map(|p| p.neighbor()).collect();
+        check(&neighbors)?;
+        match peers.get(&id) {
+            Some(old) if old.incarnation() == incarnation => Ok(Attached {
+                peer: old.clone(),
+                replaced: None,
+            }),
+            Some(old) if old.is_up() => {
+                let s = old.snapshot();
+                Err(format!(
+                    "bus id {id} is already connected from another incarnation ({:#x} via {}; this one is {incarnation:#x})",
+                    s.hello.incarnation, s.addr
+                ))
+            }
+            _ => {
+                let fresh = Arc::new(make());
+                let replaced = peers.insert(id, fresh.clone());
+                Ok(Attached {
+                    peer: fresh,
+                    replaced,
+                })
+            }
+        }
+    }
+}

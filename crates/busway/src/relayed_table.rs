@@ -1,0 +1,78 @@
+//! The end-to-end state of relayed traffic: one [`Remote`] per destination reached through
+//! relays (its numbering and the messages it holds), where each source of relayed messages
+//! stands ([`Arrivals`]), and the wake-up of the pump task that hands queued messages to their
+//! next hops. This module owns those; `routing` decides with them.
+
+use crate::remote::Remote;
+use busway_core::e2e::Arrivals;
+use busway_core::routed::RoutedHeader;
+use busway_core::BusId;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, RwLock};
+use tokio::sync::futures::Notified;
+use tokio::sync::Notify;
+
+/// Relayed destinations and sources of one node.
+#[derive(Default)]
+pub(crate) struct RelayedTable {
+    remotes: RwLock<HashMap<BusId, Arc<Remote>>>,
+    arrivals: Mutex<Arrivals>,
+    /// Wakes the pump task: relayed messages were queued.
+    pump_wake: Notify,
+}
+
+impl RelayedTable {
+    pub(crate) fn get(&self, dst: BusId) -> Option<Arc<Remote>> {
+        self.remotes
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&dst)
+            .cloned()
+    }
+
+    /// The destination `dst`, made by `make` if it is new.
+    pub(crate) fn get_or_insert(&self, dst: BusId, make: impl FnOnce() -> Remote) -> Arc<Remote> {
+        self.remotes
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(dst)
+            .or_insert_with(|| Arc::new(make()))
+            .clone()
+    }
+
+    pub(crate) fn snapshot(&self) -> Vec<Arc<Remote>> {
+        self.remotes
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .cloned()
+            .collect()
+    }
+
+    /// Where a ROUTED DATA frame stands against what its source delivered here: the number of
+    /// its messages to skip, or `Err(expected)` for a gap (see [`Arrivals::check`]).
+    pub(crate) fn check_arrival(&self, h: &RoutedHeader, pending: Option<u64>) -> Result<u64, u64> {
+        self.arrivals
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .check(h.src, h.src_incarnation, h.seq, pending, h.settled)
+    }
+
+    /// Messages from `src` up to `next_expected` are in the inbox.
+    pub(crate) fn delivered(&self, src: BusId, src_incarnation: u64, next_expected: u64) {
+        self.arrivals
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .delivered(src, src_incarnation, next_expected);
+    }
+
+    /// Wakes the pump task (one wake-up is kept if it is not waiting).
+    pub(crate) fn wake_pump(&self) {
+        self.pump_wake.notify_one();
+    }
+
+    /// The pump task's wait for [`RelayedTable::wake_pump`].
+    pub(crate) fn pump_woken(&self) -> Notified<'_> {
+        self.pump_wake.notified()
+    }
+}
