@@ -69,6 +69,11 @@ pub struct Departures {
     window_bytes: usize,
 }
 
+/// Most bytes of messages' frames a source packs into one ROUTED DATA frame from consecutive
+/// chunks: one chunk of copies at most, so that a packed frame is within what every node
+/// accepts (a relayed chunk of small messages is that large already).
+pub const ROUTED_PACK_BYTES_MAX: usize = crate::outbox::CHUNK_OF_COPIES_BYTES_MAX;
+
 /// An outbox of relayed messages: its frames go without checks of their own, since they travel
 /// inside ROUTED frames whose content check covers them on every hop (one hash per byte at the
 /// source, not two).
@@ -144,9 +149,11 @@ impl Departures {
         self.incarnation
     }
 
-    /// Every unwritten message as ROUTED DATA frames from `src` to `dst`, one per chunk, each
-    /// as the buffers it is written from (see [`routed_frame_parts`]: the chunks' frames are
-    /// shared with the outbox, not copied).
+    /// Every unwritten message as ROUTED DATA frames from `src` to `dst`, each as the buffers
+    /// it is written from (see [`routed_frame_parts`]: the chunks' frames are shared with the
+    /// outbox, not copied). Consecutive chunks share a frame while their bytes stay within
+    /// [`ROUTED_PACK_BYTES_MAX`] (a larger chunk goes alone): a stream of large messages, one
+    /// chunk each, costs relays and the destination one frame per megabyte, not one per message.
     pub fn take_frame_parts(
         &mut self,
         src: BusId,
@@ -159,25 +166,41 @@ impl Departures {
         // Everything below the oldest unacknowledged message is settled (acknowledged, or
         // given up and reported): the frame that starts there says so.
         let settled_below = self.outbox.acked();
+        let header = |first_seq: u64| RoutedHeader {
+            kind: RoutedType::Data,
+            ttl,
+            src,
+            src_incarnation,
+            dst,
+            seq: first_seq,
+            settled: first_seq == settled_below,
+            route: Vec::new(),
+        };
         let mut frames = Vec::new();
+        // The frame being packed: its first number, its inner buffers and their bytes.
+        let mut packing: Option<(u64, Vec<Bytes>, usize)> = None;
         self.outbox
             .take_chunks_within(self.window_bytes, |first_seq, inner, payload| {
-                let header = RoutedHeader {
-                    kind: RoutedType::Data,
-                    ttl,
-                    src,
-                    src_incarnation,
-                    dst,
-                    seq: first_seq,
-                    settled: first_seq == settled_below,
-                    route: Vec::new(),
-                };
-                let inner = match payload {
-                    Some(p) => vec![inner.clone(), p.clone()],
-                    None => vec![inner.clone()],
-                };
-                frames.push(routed_frame_parts(&header, &inner));
+                let len = inner.len() + payload.map_or(0, Bytes::len);
+                match &mut packing {
+                    Some((_, parts, bytes)) if *bytes + len <= ROUTED_PACK_BYTES_MAX => {
+                        *bytes += len;
+                    }
+                    _ => {
+                        if let Some((first, parts, _)) = packing.take() {
+                            frames.push(routed_frame_parts(&header(first), &parts));
+                        }
+                        packing = Some((first_seq, Vec::with_capacity(2), len));
+                    }
+                }
+                if let Some((_, parts, _)) = &mut packing {
+                    parts.push(inner.clone());
+                    parts.extend(payload.cloned());
+                }
             });
+        if let Some((first, parts, _)) = packing {
+            frames.push(routed_frame_parts(&header(first), &parts));
+        }
         if !frames.is_empty() && !had_in_flight {
             // Nothing was awaiting acknowledgement: the wait for one starts now.
             self.last_progress_ms = now_ms;
@@ -394,7 +417,7 @@ mod tests {
         let mut rng = SimRng::new(seed);
         let total = 200 + rng.next() % 800;
         let mut now = 0u64;
-        let mut tx = Departures::new(1 << 20, now);
+        let mut tx = Departures::new(8 << 20, now);
         let mut rx = Arrivals::default();
         let mut path: VecDeque<Bytes> = VecDeque::new(); // sender -> receiver, FIFO
         let mut acks: VecDeque<u64> = VecDeque::new(); // receiver -> sender
@@ -407,7 +430,14 @@ mod tests {
             }
             now += 1 + rng.next() % 5;
             // The application sends a few messages.
-            if next < total && rng.chance(60) {
+            if next < total && rng.chance(10) {
+                // A large message: a chunk of its own, packed with its neighbours.
+                let mut m = next.to_le_bytes().to_vec();
+                m.resize(3_000 + (rng.next() % 300_000) as usize, 0xab);
+                if tx.outbox_mut().push_shared(&Bytes::from(m)).is_some() {
+                    next += 1;
+                }
+            } else if next < total && rng.chance(60) {
                 let n = (1 + rng.next() % 20).min(total - next);
                 let batch: Vec<Vec<u8>> =
                     (next..next + n).map(|i| i.to_le_bytes().to_vec()).collect();
@@ -480,6 +510,39 @@ mod tests {
             0,
             "seed {seed}: everything acknowledged"
         );
+    }
+
+    #[test]
+    fn consecutive_chunks_share_a_frame_within_the_pack_limit() {
+        let mut tx = Departures::new(64 << 20, 0);
+        let sizes: Vec<usize> = (0..40).map(|i| 3_000 + i * 7_919).collect();
+        for (i, &n) in sizes.iter().enumerate() {
+            let mut m = (i as u64).to_le_bytes().to_vec();
+            m.resize(n, 1);
+            tx.outbox_mut().push_shared(&Bytes::from(m)).unwrap();
+        }
+        // A small one after them joins the last frame if it fits.
+        tx.outbox_mut().push_copies(&[40u64.to_le_bytes()]);
+        let frames = tx.take_frames(SRC, 7, DST, 16, 0);
+        assert!(frames.len() < 20, "{} frames for 41 messages", frames.len());
+        let mut next = 0u64;
+        for f in &frames {
+            let (first, msgs) = open(f);
+            assert_eq!(first, next, "frames number on from each other");
+            let inner: usize = f.len() - crate::frame::HEADER_LEN - crate::routed::ROUTED_FIXED_LEN;
+            assert!(
+                msgs.len() == 1 || inner <= ROUTED_PACK_BYTES_MAX,
+                "a packed frame of {inner} bytes"
+            );
+            for (k, m) in msgs.iter().enumerate() {
+                assert_eq!(
+                    u64::from_le_bytes(m[..8].try_into().unwrap()),
+                    first + k as u64
+                );
+            }
+            next += msgs.len() as u64;
+        }
+        assert_eq!(next, 41);
     }
 
     #[test]
