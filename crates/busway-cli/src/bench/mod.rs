@@ -29,7 +29,10 @@ pub(crate) struct BenchArgs {
     /// Transports to measure, comma-separated: tcp4, tcp6, unix, shm (a unix link whose data
     /// moves to shared-memory rings; raw: the bare ring between the two processes), mem (both
     /// nodes in one process, on two threads: an in-process channel; raw: the bare ring between
-    /// the two threads), and relay4 (sender -> relay -> receiver over tcp4, three processes).
+    /// the two threads), relay4 (sender -> relay -> receiver over tcp4, three processes), and
+    /// relay4-stuck (relay4 while the sender also streams, through the same relay, to a
+    /// destination that never reads; its baseline is relay4 alone, so its ratio is how much of
+    /// its rate the receiver keeps; not in the default set).
     #[arg(
         long,
         value_delimiter = ',',
@@ -112,7 +115,7 @@ fn run_latency(args: &BenchArgs, specs: &[Spec]) -> Result<ExitCode, String> {
     let mut transports: Vec<&str> = specs.iter().map(|s| s.transport.as_str()).collect();
     transports.dedup();
     for (i, t) in transports.into_iter().enumerate() {
-        if t == "relay4" {
+        if t.starts_with("relay4") {
             continue;
         }
         let modes: &[(&str, u32)] = if matches!(t, "shm" | "mem") {
@@ -237,10 +240,10 @@ fn parse_specs(args: &BenchArgs) -> Result<Vec<Spec>, String> {
     for t in &args.transports {
         if !matches!(
             t.as_str(),
-            "tcp4" | "tcp6" | "unix" | "shm" | "mem" | "relay4"
+            "tcp4" | "tcp6" | "unix" | "shm" | "mem" | "relay4" | "relay4-stuck"
         ) {
             return Err(format!(
-                "unknown transport {t:?} (expected tcp4, tcp6, unix, shm, mem or relay4)"
+                "unknown transport {t:?} (expected tcp4, tcp6, unix, shm, mem, relay4 or relay4-stuck)"
             ));
         }
         for s in &args.sizes {
@@ -327,7 +330,7 @@ pub(crate) fn run(args: BenchArgs) -> Result<ExitCode, String> {
 
 fn listen_addr(transport: &str, n: usize) -> String {
     match transport {
-        "tcp4" | "relay4" => "tcp://127.0.0.1:0".into(),
+        "tcp4" | "relay4" | "relay4-stuck" => "tcp://127.0.0.1:0".into(),
         "tcp6" => "tcp://[::1]:0".into(),
         _ => format!(
             "unix://{}/busway-bench-{}-{n}.sock",
@@ -513,23 +516,74 @@ fn ready(w: &mut KillOnDrop, who: &str) -> Result<(Lines, String), String> {
 fn run_pair(args: &BenchArgs, spec: &Spec, raw: bool, round: usize) -> Result<Pair, String> {
     let limit = Duration::from_secs_f64(args.duration + WORKER_GRACE_SECS);
     let addr = listen_addr(&spec.transport, round * 2 + usize::from(raw));
+    if spec.transport == "relay4-stuck" {
+        if raw {
+            // The baseline: the same stream through the same relay, alone.
+            return relayed_pair(args, spec, false, &addr, limit);
+        }
+        return relayed_beside_a_stuck_destination(args, spec, &addr, limit);
+    }
     if spec.transport == "relay4" {
-        let mut relay = worker(args, spec, "relay", raw, &addr, false)?;
-        let (mut relay_lines, relay_addr) = ready(&mut relay, "relay")?;
-        let mut recv = worker(args, spec, "recv", raw, &relay_addr, true)?;
-        let (mut recv_lines, _) = ready(&mut recv, "receiver")?;
-        let mut send = worker(args, spec, "send", raw, &relay_addr, true)?;
-        let send_lines = send.0.stdout.take().ok_or("worker has no stdout")?;
-        let mut send_lines = BufReader::new(send_lines).lines().map_while(Result::ok);
-        let s = finish(send, &mut send_lines, limit)?;
-        let r = finish(recv, &mut recv_lines, limit)?;
-        finish(relay, &mut relay_lines, limit)?;
-        return Ok((s, r));
+        return relayed_pair(args, spec, raw, &addr, limit);
     }
     if spec.transport == "mem" {
         return in_one_process(args, spec, raw, &addr, &[], limit);
     }
     receiver_then_sender(args, spec, raw, &addr, &[], limit)
+}
+
+/// Sender -> relay -> receiver, three processes (busway nodes, or bare sockets with `raw`).
+fn relayed_pair(
+    args: &BenchArgs,
+    spec: &Spec,
+    raw: bool,
+    addr: &str,
+    limit: Duration,
+) -> Result<Pair, String> {
+    let mut relay = worker(args, spec, "relay", raw, addr, false)?;
+    let (mut relay_lines, relay_addr) = ready(&mut relay, "relay")?;
+    let mut recv = worker(args, spec, "recv", raw, &relay_addr, true)?;
+    let (mut recv_lines, _) = ready(&mut recv, "receiver")?;
+    let mut send = worker(args, spec, "send", raw, &relay_addr, true)?;
+    let send_lines = send.0.stdout.take().ok_or("worker has no stdout")?;
+    let mut send_lines = BufReader::new(send_lines).lines().map_while(Result::ok);
+    let s = finish(send, &mut send_lines, limit)?;
+    let r = finish(recv, &mut recv_lines, limit)?;
+    finish(relay, &mut relay_lines, limit)?;
+    Ok((s, r))
+}
+
+/// Sender -> relay -> receiver, while the sender also streams through the relay to a fourth
+/// node that never reads; the pair's reports are the measured stream's.
+fn relayed_beside_a_stuck_destination(
+    args: &BenchArgs,
+    spec: &Spec,
+    addr: &str,
+    limit: Duration,
+) -> Result<Pair, String> {
+    let mut relay = worker_with(args, spec, "relay", false, addr, false, &["--peers", "3"])?;
+    let (mut relay_lines, relay_addr) = ready(&mut relay, "relay")?;
+    let mut recv = worker(args, spec, "recv", false, &relay_addr, true)?;
+    let (mut recv_lines, _) = ready(&mut recv, "receiver")?;
+    let mut stuck = worker(args, spec, "stuck", false, &relay_addr, true)?;
+    let _stuck_lines = ready(&mut stuck, "stuck destination")?;
+    let mut send = worker_with(
+        args,
+        spec,
+        "send",
+        false,
+        &relay_addr,
+        true,
+        &["--stuck-to"],
+    )?;
+    let send_lines = send.0.stdout.take().ok_or("worker has no stdout")?;
+    let mut send_lines = BufReader::new(send_lines).lines().map_while(Result::ok);
+    let s = finish(send, &mut send_lines, limit)?;
+    let r = finish(recv, &mut recv_lines, limit)?;
+    // Killed: the relay sees its third peer go, and reports.
+    drop(stuck);
+    finish(relay, &mut relay_lines, limit)?;
+    Ok((s, r))
 }
 
 /// Runs receiver and sender in one worker process (the `mem` row); returns their reports.
@@ -593,7 +647,7 @@ fn print_table(args: &BenchArgs, rows: &[Row]) {
     );
     println!("machine: {}", sysinfo::machine());
     println!(
-        "{:<6} {:>9} {:>26} {:>9} {:>26} {:>9} {:>6} {:>13} {:>13} {:>15}",
+        "{:<12} {:>9} {:>26} {:>9} {:>26} {:>9} {:>6} {:>13} {:>13} {:>15}",
         "link",
         "size B",
         "busway msg/s",
@@ -608,7 +662,7 @@ fn print_table(args: &BenchArgs, rows: &[Row]) {
     let m = |x: f64| format!("{:.2}M", x / 1e6);
     for r in rows {
         println!(
-            "{:<6} {:>9} {:>26} {:>9.0} {:>26} {:>9.0} {:>6.2} {:>13} {:>13} {:>15}",
+            "{:<12} {:>9} {:>26} {:>9.0} {:>26} {:>9.0} {:>6.2} {:>13} {:>13} {:>15}",
             r.transport,
             format!("{}-{}", r.size_min, r.size_max),
             format!(

@@ -28,6 +28,13 @@ const CONNECT_WAIT: Duration = Duration::from_secs(10);
 const SENDER_ID: BusId = BusId(1);
 const RELAY_ID: BusId = BusId(100);
 const RECEIVER_ID: BusId = BusId(2);
+/// The destination that never reads (the `relay4-stuck` row).
+const STUCK_ID: BusId = BusId(3);
+/// How long a sender beside a stuck destination waits for the measured receiver's last
+/// acknowledgement.
+const RECEIVER_FLUSH_WAIT: Duration = Duration::from_secs(60);
+/// How often that wait looks (it happens once per run, after the clock stopped).
+const RECEIVER_FLUSH_POLL: Duration = Duration::from_millis(5);
 
 #[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
 pub(crate) enum Role {
@@ -38,6 +45,9 @@ pub(crate) enum Role {
     /// Receiver and sender in this one process, on two threads (the `mem` row): prints the
     /// sender's report, then the receiver's.
     Pair,
+    /// A destination behind the relay that never reads its inbox (the `relay4-stuck` row):
+    /// runs until it is killed.
+    Stuck,
 }
 
 #[derive(Args, Debug)]
@@ -76,6 +86,13 @@ pub(crate) struct WorkerArgs {
     /// and waits for its echo, this many times; the receiver echoes.
     #[arg(long)]
     round_trips: Option<usize>,
+    /// Sender: also stream to the destination that never reads (`Stuck`), from a task of its
+    /// own, while the measured stream goes to the receiver.
+    #[arg(long)]
+    stuck_to: bool,
+    /// Relay: how many peers come and go before it reports.
+    #[arg(long, default_value_t = 2)]
+    peers: usize,
 }
 
 /// What each side reports.
@@ -122,6 +139,7 @@ pub(crate) fn run(args: WorkerArgs) -> Result<ExitCode, String> {
         (true, Role::Send) => raw_send(&args)?,
         (true, Role::Recv) => raw_recv(&args)?,
         (true, Role::Relay) => raw_relay(&args)?,
+        (true, Role::Stuck) => return Err("a stuck destination is a busway node only".into()),
         (true, Role::Pair) => unreachable!("handled above"),
         (false, role) => {
             let rt = tokio::runtime::Builder::new_current_thread()
@@ -137,6 +155,7 @@ pub(crate) fn run(args: WorkerArgs) -> Result<ExitCode, String> {
                     Role::Send => bus_send(&args).await,
                     Role::Recv => bus_recv(&args, |a| announce(&a)).await,
                     Role::Relay => bus_relay(&args).await,
+                    Role::Stuck => bus_stuck(&args).await,
                     Role::Pair => unreachable!("handled above"),
                 }
             })?
@@ -269,6 +288,17 @@ async fn bus_send(args: &WorkerArgs) -> Result<Report, String> {
         .chunks(SEND_BATCH_MSGS)
         .map(|w| (w, w.iter().map(|p| p.len()).sum()))
         .collect();
+    if args.stuck_to {
+        // Its own task: its sends wait once the stuck destination's window is full, and the
+        // measured stream must not wait with them.
+        let stuck = node.clone();
+        let batch: Vec<Bytes> = slices[..SEND_BATCH_MSGS]
+            .iter()
+            .map(|p| base.slice_ref(p))
+            .collect();
+        tokio::spawn(async move { while stuck.send_batch(STUCK_ID, &batch[..]).await.is_ok() {} });
+        tokio::task::yield_now().await;
+    }
     let (mut msgs, mut bytes) = (0u64, 0u64);
     let mut since_yield = 0usize;
     let start = Instant::now();
@@ -306,7 +336,7 @@ async fn bus_send(args: &WorkerArgs) -> Result<Report, String> {
         node.send(RECEIVER_ID, Bytes::new())
             .await
             .map_err(|e| e.to_string())?;
-        if !node.flush(Duration::from_secs(60)).await {
+        if !receiver_acknowledged(&node).await {
             return Err("the receiver did not acknowledge everything".into());
         }
     }
@@ -319,7 +349,37 @@ async fn bus_send(args: &WorkerArgs) -> Result<Report, String> {
     })
 }
 
-/// The relay between sender and receiver: runs until both have come and gone.
+/// Whether the receiver acknowledged everything sent to it (whatever waits for the stuck
+/// destination), within `RECEIVER_FLUSH_WAIT`.
+async fn receiver_acknowledged(node: &Node) -> bool {
+    let settled = || {
+        node.relayed_peers()
+            .iter()
+            .all(|r| r.id != RECEIVER_ID || r.unacked_msgs == 0)
+    };
+    let wait = async {
+        // Polled: once per run, after the clock stopped.
+        while !settled() {
+            tokio::time::sleep(RECEIVER_FLUSH_POLL).await;
+        }
+    };
+    tokio::time::timeout(RECEIVER_FLUSH_WAIT, wait)
+        .await
+        .is_ok()
+}
+
+/// A destination that registers behind the relay and never reads: what it is sent piles up
+/// until its sender's window is full. Runs until killed.
+async fn bus_stuck(args: &WorkerArgs) -> Result<Report, String> {
+    let node = dialing_node(args, STUCK_ID).await?;
+    announce("registered");
+    std::future::pending::<()>().await;
+    drop(node);
+    Ok(Report::default())
+}
+
+/// The relay between sender and receiver: runs until both (and any other, `--peers`) have
+/// come and gone.
 async fn bus_relay(args: &WorkerArgs) -> Result<Report, String> {
     let node = Node::start(node_config(args, RELAY_ID).listen(args.addr.clone()))
         .await
@@ -327,7 +387,7 @@ async fn bus_relay(args: &WorkerArgs) -> Result<Report, String> {
     let mut events = node.take_events().expect("events are taken once");
     announce(&node.listen_addrs()[0].to_string());
     let mut gone = 0;
-    while gone < 2 {
+    while gone < args.peers {
         match events.recv().await {
             Some(Event::PeerDown { .. }) => gone += 1,
             Some(_) => {}
