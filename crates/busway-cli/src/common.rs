@@ -11,8 +11,9 @@ pub(crate) struct NodeArgs {
     /// This node's bus id (decimal or 0x hex).
     #[arg(long)]
     pub(crate) id: BusId,
-    /// Address to listen on (repeatable): tcp://IP:PORT, tcp://[IPv6]:PORT, unix:///PATH, or
-    /// shm://NAME (this host only; the link's data must go through shared memory).
+    /// Address to listen on (repeatable): tcp://IP:PORT, tcp://[IPv6]:PORT, tls://IP:PORT (TCP
+    /// with TLS; needs --tls-cert, --tls-key and --tls-ca), unix:///PATH, or shm://NAME (this
+    /// host only; the link's data must go through shared memory).
     #[arg(long)]
     pub(crate) listen: Vec<Addr>,
     /// Address to dial and keep dialing (repeatable).
@@ -37,6 +38,16 @@ pub(crate) struct NodeArgs {
     /// File holding the shared secret (its trailing newline is not part of it).
     #[arg(long, conflicts_with = "secret")]
     pub(crate) secret_file: Option<std::path::PathBuf>,
+    /// This node's TLS certificate chain (PEM) for tls:// links; its certificate must name the
+    /// node's bus id as the DNS name ID.id.busway (or a range FIRST-LAST.ids.busway).
+    #[arg(long, requires_all = ["tls_key", "tls_ca"])]
+    pub(crate) tls_cert: Option<std::path::PathBuf>,
+    /// The private key (PEM) of `--tls-cert`.
+    #[arg(long, requires_all = ["tls_cert", "tls_ca"])]
+    pub(crate) tls_key: Option<std::path::PathBuf>,
+    /// The certificate authorities (PEM) whose certificates peers on tls:// links must present.
+    #[arg(long, requires_all = ["tls_cert", "tls_key"])]
+    pub(crate) tls_ca: Option<std::path::PathBuf>,
     /// Listen on (and serve `--admin` at) addresses other hosts can reach with no shared secret:
     /// anyone who can reach them can join as any bus id. Refused without this flag.
     #[arg(long)]
@@ -59,6 +70,9 @@ impl NodeArgs {
         config.direct_links = !self.no_direct;
         config.shm_channels = !self.no_shm;
         config.secret = self.secret()?;
+        if let (Some(cert), Some(key), Some(ca)) = (&self.tls_cert, &self.tls_key, &self.tls_ca) {
+            config.tls = Some(busway::TlsConfig::from_pem_files(cert, key, ca)?);
+        }
         if let Some(ms) = self.relay_grace_ms {
             config.relay_grace_ms = ms;
         }
@@ -91,8 +105,9 @@ impl NodeArgs {
                 self.allow_insecure(
                     &format!("listen on {addr} with no shared secret"),
                     "any host that reaches it can join as any bus id",
-                    "give a secret (--secret-file FILE or BUSWAY_SECRET) or listen on a loopback \
-                     or unix:// address",
+                    "give a secret (--secret-file FILE or BUSWAY_SECRET), listen on tls:// \
+                     (with --tls-cert, --tls-key, --tls-ca), or listen on a loopback or unix:// \
+                     address",
                 )?;
             }
         }
@@ -117,8 +132,9 @@ impl NodeArgs {
     }
 }
 
-/// Whether other hosts can reach `addr`: a TCP address that is not loopback (an unspecified
-/// one, 0.0.0.0 or [::], included). Unix and shm:// addresses are this host's only.
+/// Whether other hosts can reach `addr` with no proof of who they are: a plain TCP address
+/// that is not loopback (an unspecified one, 0.0.0.0 or [::], included). Unix and shm://
+/// addresses are this host's only; a tls:// peer must present a certificate of the cluster.
 pub(crate) fn reachable_from_other_hosts(addr: &Addr) -> bool {
     matches!(addr, Addr::Tcp(sa) if !sa.ip().is_loopback())
 }

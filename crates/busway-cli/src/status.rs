@@ -80,7 +80,7 @@ fn not_admin(addr: &Addr) -> String {
 pub(crate) async fn serve(node: Node, addr: Addr) -> Result<(), String> {
     let bind_err = |e: std::io::Error| format!("cannot listen for admin on {addr}: {e}");
     match &addr {
-        Addr::Shm(_) => Err(not_admin(&addr)),
+        Addr::Shm(_) | Addr::Tls(_) => Err(not_admin(&addr)),
         Addr::Tcp(a) => {
             let l = tokio::net::TcpListener::bind(a).await.map_err(bind_err)?;
             println!("admin on tcp://{}", l.local_addr().map_err(bind_err)?);
@@ -117,7 +117,7 @@ async fn fetch(addr: &Addr) -> Result<Vec<u8>, String> {
                 let s = tokio::net::UnixStream::connect(p).await?;
                 s.take(SNAPSHOT_BYTES_MAX).read_to_end(&mut body).await
             }
-            Addr::Shm(_) => Err(std::io::Error::new(
+            Addr::Shm(_) | Addr::Tls(_) => Err(std::io::Error::new(
                 std::io::ErrorKind::InvalidInput,
                 not_admin(addr),
             )),

@@ -200,6 +200,7 @@ pub fn link(data: &[u8]) {
             shm: true,
             ring_required: false,
             expect_peer: None,
+            peer_cert_ids: None,
             remote: "fuzz://peer".into(),
         };
         let mut hello = local_hello(BusId(id), id, 1_000_000, [id as u8; NONCE_LEN], vec![]);

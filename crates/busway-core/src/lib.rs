@@ -14,6 +14,7 @@
 //! - [`routed`], [`relay`], [`hints`]: the ROUTED frame, routing decisions, direct-link hints.
 //! - [`fuzzing`]: entry points shared by the fuzz targets and the property tests.
 
+pub mod cert_ids;
 pub mod channel;
 pub mod control;
 pub mod e2e;

@@ -69,6 +69,9 @@ pub struct LinkConfig {
     pub ring_required: bool,
     /// The link was dialed to reach this bus id (a relay's hint): another id is refused.
     pub expect_peer: Option<BusId>,
+    /// The bus ids the peer's TLS certificate names (a TLS link): the peer's HELLO must state
+    /// one of them, and a subtree it registers must lie within one named range.
+    pub peer_cert_ids: Option<crate::cert_ids::CertIds>,
     /// A name for the remote end, used in error texts (e.g. `tcp://10.0.0.1:7000`).
     pub remote: String,
 }
@@ -443,6 +446,26 @@ impl Link {
 
     fn established(&mut self, est: Box<Established>, now: Now) {
         let peer = &est.peer;
+        if let Some(ids) = &self.config.peer_cert_ids {
+            let why = if !ids.contains(peer.bus_id) {
+                Some(format!(
+                    "{} claims bus id {} but its TLS certificate names {ids}",
+                    self.config.remote, peer.bus_id
+                ))
+            } else {
+                peer.downstream_of_you
+                    .filter(|&(first, last)| !ids.covers(first, last))
+                    .map(|(first, last)| {
+                        format!(
+                            "{} (bus id {}) registers bus ids {first}..={last} but its TLS certificate names {ids}",
+                            self.config.remote, peer.bus_id
+                        )
+                    })
+            };
+            if let Some(why) = why {
+                return self.lose_with_close(LinkError::Refused(why));
+            }
+        }
         if let Some(expected) = self.config.expect_peer {
             if peer.bus_id != expected {
                 let why = format!(

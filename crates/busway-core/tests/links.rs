@@ -147,6 +147,7 @@ fn link_config(role: Role) -> LinkConfig {
         shm: true,
         ring_required: false,
         expect_peer: None,
+        peer_cert_ids: None,
         remote: "sim".into(),
     }
 }

@@ -15,6 +15,9 @@ pub enum Addr {
     Unix(PathBuf),
     /// A shared-memory link to the node of this host listening under this name.
     Shm(String),
+    /// TCP with TLS (`tls://IP:PORT`): encrypted, and each end proves a certificate that names
+    /// its bus id (see `TlsConfig`).
+    Tls(SocketAddr),
 }
 
 /// Longest name in `shm://NAME`, in bytes (the abstract socket name is `busway/` + NAME, well
@@ -27,6 +30,7 @@ impl fmt::Display for Addr {
             Addr::Tcp(a) => write!(f, "tcp://{a}"),
             Addr::Unix(p) => write!(f, "unix://{}", p.display()),
             Addr::Shm(name) => write!(f, "shm://{name}"),
+            Addr::Tls(a) => write!(f, "tls://{a}"),
         }
     }
 }
@@ -42,7 +46,7 @@ impl fmt::Display for ParseAddrError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "invalid address {:?}: {} (expected tcp://IP:PORT, tcp://[IPv6]:PORT, unix:///PATH or shm://NAME)",
+            "invalid address {:?}: {} (expected tcp://IP:PORT, tcp://[IPv6]:PORT, tls://IP:PORT, unix:///PATH or shm://NAME)",
             self.text, self.why
         )
     }
@@ -61,6 +65,10 @@ impl FromStr for Addr {
         if let Some(rest) = s.strip_prefix("tcp://") {
             rest.parse::<SocketAddr>()
                 .map(Addr::Tcp)
+                .map_err(|_| err("not an IP address and port"))
+        } else if let Some(rest) = s.strip_prefix("tls://") {
+            rest.parse::<SocketAddr>()
+                .map(Addr::Tls)
                 .map_err(|_| err("not an IP address and port"))
         } else if let Some(rest) = s.strip_prefix("unix://") {
             if rest.is_empty() {
@@ -95,6 +103,7 @@ mod tests {
         for text in [
             "tcp://127.0.0.1:7000",
             "tcp://[::1]:7000",
+            "tls://10.0.0.1:7000",
             "unix:///run/busway/a.sock",
             "shm://lobby-1.eu_west",
         ] {

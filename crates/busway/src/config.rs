@@ -82,6 +82,11 @@ pub struct NodeConfig {
     pub dial_backoff_min_ms: u64,
     /// Largest accepted clock difference in an authenticated handshake, in milliseconds.
     pub clock_skew_max_ms: u64,
+    /// TLS for `tls://` addresses (listened on, dialed, or hinted): this node's certificate,
+    /// which must name its bus id (and its `subtree`), its key, and the authorities peers'
+    /// certificates must come from. `None`: no `tls://` address may be configured, and hinted
+    /// ones are not dialed.
+    pub tls: Option<crate::tls::TlsConfig>,
 }
 
 impl NodeConfig {
@@ -110,6 +115,7 @@ impl NodeConfig {
             handshake_timeout_ms: DEFAULT_HANDSHAKE_TIMEOUT_MS,
             linger_ms: DEFAULT_LINGER_MS,
             clock_skew_max_ms: DEFAULT_CLOCK_SKEW_MAX_MS,
+            tls: None,
             heartbeat_interval_ms: DEFAULT_HEARTBEAT_INTERVAL_MS,
             dial_backoff_min_ms: DIAL_BACKOFF_MIN_MS,
             peer_dead_after_ms: DEFAULT_PEER_DEAD_AFTER_MS,
@@ -133,6 +139,12 @@ impl NodeConfig {
 
     pub fn secret(mut self, secret: Secret) -> Self {
         self.secret = Some(secret);
+        self
+    }
+
+    /// Sets [`NodeConfig::tls`].
+    pub fn tls(mut self, tls: crate::tls::TlsConfig) -> Self {
+        self.tls = Some(tls);
         self
     }
 
@@ -191,6 +203,41 @@ impl NodeConfig {
         }
         if self.handshake_timeout_ms == 0 {
             return Err("handshake_timeout_ms must be above 0".into());
+        }
+        self.validate_tls()
+    }
+
+    /// A `tls://` address needs a TLS configuration, and a certificate must name the node (a
+    /// peer would refuse it otherwise).
+    fn validate_tls(&self) -> Result<(), String> {
+        let tls_addr = self
+            .listen
+            .iter()
+            .chain(&self.connect)
+            .chain(&self.upstream)
+            .find(|a| matches!(a, Addr::Tls(_)));
+        let Some(tls) = &self.tls else {
+            return match tls_addr {
+                Some(a) => Err(format!(
+                    "{a} needs TLS: give this node a certificate, its key and the authorities (NodeConfig::tls)"
+                )),
+                None => Ok(()),
+            };
+        };
+        if !tls.names(self.id) {
+            return Err(format!(
+                "this node's TLS certificate names bus ids {} but not its own id {}",
+                tls.own_ids(),
+                self.id
+            ));
+        }
+        if let Some((first, last)) = self.subtree.filter(|_| self.upstream.is_some()) {
+            if !tls.own_ids().covers(first, last) {
+                return Err(format!(
+                    "this node serves bus ids {first}..={last} for its upstream, but its TLS certificate names {}",
+                    tls.own_ids()
+                ));
+            }
         }
         Ok(())
     }

@@ -44,6 +44,7 @@ mod routing;
 mod shared;
 mod shm_link;
 mod stats;
+mod tls;
 mod transport;
 
 pub use addr::{Addr, ParseAddrError};
@@ -55,3 +56,4 @@ pub use inbox::Inbox;
 pub use message::{Message, MessageBatch};
 pub use node::{Events, Node, PeerInfo, RelayedInfo, SendError, StartError};
 pub use stats::Stats;
+pub use tls::TlsConfig;

@@ -20,6 +20,7 @@ use crate::shared::Shared;
 use crate::shm_link::ShmLink;
 use crate::stats::bump;
 use crate::transport::{StdStream, Stream};
+use busway_core::cert_ids::CertIds;
 use busway_core::control::{ack_frame, Close, CloseCode};
 use busway_core::handshake::{Established, HandshakeError};
 use busway_core::link::{Link, LinkConfig, LinkError, LinkEvent, Spans};
@@ -78,13 +79,50 @@ async fn serve_counted(
     match stream {
         Stream::Tcp(s) => {
             let (r, w) = s.into_split();
-            run(shared.clone(), r, w, role, remote, handshaking).await
+            run(shared.clone(), r, w, role, remote, handshaking, None).await
         }
         Stream::Unix(s) => {
             let (r, w) = s.into_split();
-            run(shared.clone(), r, w, role, remote, handshaking).await
+            run(shared.clone(), r, w, role, remote, handshaking, None).await
+        }
+        Stream::TlsAccepted(s) | Stream::TlsDialed(s) => {
+            let Some(tls) = shared.config.tls.as_ref() else {
+                // Refused when the node starts (`NodeConfig::validate`); a hinted tls://
+                // address is not dialed without it.
+                return Outcome::NeverUp;
+            };
+            let wait = Duration::from_millis(shared.config.handshake_timeout_ms);
+            let handshake = async {
+                if role == Dial::Accepted {
+                    tls.accept(s).await
+                } else {
+                    tls.connect(s).await
+                }
+            };
+            let (s, ids) = match tokio::time::timeout(wait, handshake).await {
+                Ok(Ok(done)) => done,
+                Ok(Err(why)) => return tls_failed(shared, &remote, &why),
+                Err(_) => {
+                    let why = format!("TLS handshake took more than {} ms", wait.as_millis());
+                    return tls_failed(shared, &remote, &why);
+                }
+            };
+            let (r, w) = tokio::io::split(s);
+            run(shared.clone(), r, w, role, remote, handshaking, Some(ids)).await
         }
     }
+}
+
+/// A TLS handshake that failed: reported (`Event::Rejected`) and counted like a refused
+/// busway handshake; there is no channel to tell the peer more than TLS did.
+fn tls_failed(shared: &Shared, remote: &str, why: &str) -> Outcome {
+    bump(&shared.counters.handshake_failures);
+    tracing::warn!(%remote, %why, "TLS handshake failed");
+    shared.emit(Event::Rejected {
+        addr: remote.to_owned(),
+        reason: why.to_owned(),
+    });
+    Outcome::NeverUp
 }
 
 /// Refuses an accepted connection before its handshake: a CLOSE naming why, briefly, then it
@@ -97,6 +135,8 @@ async fn refuse(shared: &Shared, stream: Stream, remote: &str, why: &str) {
         match stream {
             Stream::Tcp(mut s) => s.write_all(&close).await,
             Stream::Unix(mut s) => s.write_all(&close).await,
+            // Before its TLS handshake a busway CLOSE could not be read: dropped.
+            Stream::TlsAccepted(_) | Stream::TlsDialed(_) => Ok(()),
         }
     };
     let _ = tokio::time::timeout(Duration::from_millis(REJECT_WRITE_MS), write).await;
@@ -107,7 +147,12 @@ async fn refuse(shared: &Shared, stream: Stream, remote: &str, why: &str) {
 }
 
 /// The state machine's settings for a connection of this node.
-fn link_config(shared: &Shared, role: Dial, remote: &str) -> LinkConfig {
+fn link_config(
+    shared: &Shared,
+    role: Dial,
+    remote: &str,
+    peer_cert_ids: Option<CertIds>,
+) -> LinkConfig {
     let c = &shared.config;
     LinkConfig {
         role: role.role(),
@@ -123,6 +168,7 @@ fn link_config(shared: &Shared, role: Dial, remote: &str) -> LinkConfig {
             Dial::Direct(id) => Some(id),
             _ => None,
         },
+        peer_cert_ids,
         remote: remote.to_owned(),
     }
 }
@@ -134,6 +180,7 @@ async fn run<R, W>(
     role: Dial,
     remote: String,
     handshaking: Option<Handshaking<'_>>,
+    peer_cert_ids: Option<CertIds>,
 ) -> Outcome
 where
     R: AsyncRead + Unpin,
@@ -145,7 +192,7 @@ where
         let me = shared.config.id;
         hello.downstream_of_you = Some(shared.config.subtree.unwrap_or((me, me)));
     }
-    let config = link_config(&shared, role, &remote);
+    let config = link_config(&shared, role, &remote, peer_cert_ids);
     // In its mutex from the start (taken without locking until the link is up): one place
     // for the machine in the task, not one before the handshake and one after.
     let mut machine = Mutex::new(Link::new(

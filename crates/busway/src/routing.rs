@@ -450,12 +450,18 @@ impl Shared {
 /// (`seen_at`, the remote address of its link), so that others can dial it.
 fn dialable(addr: &str, seen_at: &str) -> Option<String> {
     let parsed: Addr = addr.parse().ok()?;
+    let seen_ip = || match seen_at.parse().ok()? {
+        Addr::Tcp(seen) | Addr::Tls(seen) => Some(seen.ip()),
+        _ => None,
+    };
     match parsed {
         Addr::Tcp(mut sa) if sa.ip().is_unspecified() => {
-            let seen: Addr = seen_at.parse().ok()?;
-            let Addr::Tcp(seen) = seen else { return None };
-            sa.set_ip(seen.ip());
+            sa.set_ip(seen_ip()?);
             Some(Addr::Tcp(sa).to_string())
+        }
+        Addr::Tls(mut sa) if sa.ip().is_unspecified() => {
+            sa.set_ip(seen_ip()?);
+            Some(Addr::Tls(sa).to_string())
         }
         _ => Some(addr.to_owned()),
     }

@@ -1,4 +1,5 @@
-//! Stream transports: TCP (IPv4/IPv6) and Unix stream sockets (by path, or abstract for
+//! Stream transports: TCP (IPv4/IPv6), TCP to be wrapped in TLS (`tls://`; the TLS handshake
+//! runs on the link's loop, see `link`), and Unix stream sockets (by path, or abstract for
 //! `shm://NAME`, whose data then moves to shared memory; see `link`).
 //!
 //! The contract every transport keeps: `bind` gives a listener whose `accept` yields connected
@@ -15,12 +16,18 @@ use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 pub(crate) enum StdStream {
     Tcp(std::net::TcpStream),
     Unix(std::os::unix::net::UnixStream),
+    /// Accepted on a `tls://` listener: the TLS handshake is still to come (server side).
+    TlsAccepted(std::net::TcpStream),
 }
 
 /// A socket registered with the current loop.
 pub(crate) enum Stream {
     Tcp(TcpStream),
     Unix(UnixStream),
+    /// Accepted on a `tls://` listener; the TLS handshake is still to come (server side).
+    TlsAccepted(TcpStream),
+    /// Dialed to a `tls://` address; the TLS handshake is still to come (client side).
+    TlsDialed(TcpStream),
 }
 
 impl StdStream {
@@ -29,15 +36,7 @@ impl StdStream {
         Ok(match self {
             StdStream::Tcp(s) => Stream::Tcp(TcpStream::from_std(s)?),
             StdStream::Unix(s) => Stream::Unix(UnixStream::from_std(s)?),
-        })
-    }
-}
-
-impl Stream {
-    fn into_std(self) -> io::Result<StdStream> {
-        Ok(match self {
-            Stream::Tcp(s) => StdStream::Tcp(s.into_std()?),
-            Stream::Unix(s) => StdStream::Unix(s.into_std()?),
+            StdStream::TlsAccepted(s) => Stream::TlsAccepted(TcpStream::from_std(s)?),
         })
     }
 }
@@ -45,6 +44,7 @@ impl Stream {
 /// A bound listener, not yet registered with any loop.
 pub(crate) enum StdListener {
     Tcp(std::net::TcpListener),
+    Tls(std::net::TcpListener),
     Unix(std::os::unix::net::UnixListener),
     /// The control socket of `shm://NAME`.
     Shm(std::os::unix::net::UnixListener, String),
@@ -52,6 +52,7 @@ pub(crate) enum StdListener {
 
 pub(crate) enum Listener {
     Tcp(TcpListener),
+    Tls(TcpListener),
     Unix(UnixListener),
     Shm(UnixListener, String),
 }
@@ -71,6 +72,12 @@ pub(crate) fn bind(addr: &Addr) -> io::Result<(StdListener, Addr)> {
             l.set_nonblocking(true)?;
             let bound = Addr::Tcp(l.local_addr()?);
             Ok((StdListener::Tcp(l), bound))
+        }
+        Addr::Tls(sa) => {
+            let l = std::net::TcpListener::bind(sa)?;
+            l.set_nonblocking(true)?;
+            let bound = Addr::Tls(l.local_addr()?);
+            Ok((StdListener::Tls(l), bound))
         }
         Addr::Unix(path) => {
             remove_stale_socket(path)?;
@@ -111,6 +118,7 @@ impl StdListener {
     pub(crate) fn register(self) -> io::Result<Listener> {
         Ok(match self {
             StdListener::Tcp(l) => Listener::Tcp(TcpListener::from_std(l)?),
+            StdListener::Tls(l) => Listener::Tls(TcpListener::from_std(l)?),
             StdListener::Unix(l) => Listener::Unix(UnixListener::from_std(l)?),
             StdListener::Shm(l, name) => Listener::Shm(UnixListener::from_std(l)?, name),
         })
@@ -125,15 +133,23 @@ impl Listener {
             Listener::Tcp(l) => {
                 let (s, peer) = l.accept().await?;
                 s.set_nodelay(true)?;
-                Ok((Stream::Tcp(s).into_std()?, format!("tcp://{peer}")))
+                Ok((StdStream::Tcp(s.into_std()?), format!("tcp://{peer}")))
+            }
+            Listener::Tls(l) => {
+                let (s, peer) = l.accept().await?;
+                s.set_nodelay(true)?;
+                Ok((
+                    StdStream::TlsAccepted(s.into_std()?),
+                    format!("tls://{peer}"),
+                ))
             }
             Listener::Unix(l) => {
                 let (s, _) = l.accept().await?;
-                Ok((Stream::Unix(s).into_std()?, "unix:(peer)".to_owned()))
+                Ok((StdStream::Unix(s.into_std()?), "unix:(peer)".to_owned()))
             }
             Listener::Shm(l, name) => {
                 let (s, _) = l.accept().await?;
-                Ok((Stream::Unix(s).into_std()?, format!("shm://{name}")))
+                Ok((StdStream::Unix(s.into_std()?), format!("shm://{name}")))
             }
         }
     }
@@ -146,6 +162,11 @@ pub(crate) async fn dial(addr: &Addr) -> io::Result<Stream> {
             let s = TcpStream::connect(sa).await?;
             s.set_nodelay(true)?;
             Ok(Stream::Tcp(s))
+        }
+        Addr::Tls(sa) => {
+            let s = TcpStream::connect(sa).await?;
+            s.set_nodelay(true)?;
+            Ok(Stream::TlsDialed(s))
         }
         Addr::Unix(path) => Ok(Stream::Unix(UnixStream::connect(path).await?)),
         Addr::Shm(name) => {

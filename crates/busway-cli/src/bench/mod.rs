@@ -10,6 +10,7 @@ mod idle;
 mod round_trips;
 mod sizes;
 mod sysinfo;
+mod tls;
 pub(crate) mod worker;
 
 use clap::Args;
@@ -29,7 +30,9 @@ pub(crate) struct BenchArgs {
     /// Transports to measure, comma-separated: tcp4, tcp6, unix, shm (a unix link whose data
     /// moves to shared-memory rings; raw: the bare ring between the two processes), mem (both
     /// nodes in one process, on two threads: an in-process channel; raw: the bare ring between
-    /// the two threads), relay4 (sender -> relay -> receiver over tcp4, three processes), and
+    /// the two threads), tls4 (tcp4 with TLS, certificates made for the run; raw: plain tcp4,
+    /// so its ratio is what TLS costs), relay4 (sender -> relay -> receiver over tcp4, three
+    /// processes), and
     /// relay4-stuck (relay4 while the sender also streams, through the same relay, to a
     /// destination that never reads; its baseline is relay4 alone, so its ratio is how much of
     /// its rate the receiver keeps; not in the default set).
@@ -240,10 +243,10 @@ fn parse_specs(args: &BenchArgs) -> Result<Vec<Spec>, String> {
     for t in &args.transports {
         if !matches!(
             t.as_str(),
-            "tcp4" | "tcp6" | "unix" | "shm" | "mem" | "relay4" | "relay4-stuck"
+            "tcp4" | "tcp6" | "unix" | "shm" | "mem" | "tls4" | "relay4" | "relay4-stuck"
         ) {
             return Err(format!(
-                "unknown transport {t:?} (expected tcp4, tcp6, unix, shm, mem, relay4 or relay4-stuck)"
+                "unknown transport {t:?} (expected tcp4, tcp6, unix, shm, mem, tls4, relay4 or relay4-stuck)"
             ));
         }
         for s in &args.sizes {
@@ -331,6 +334,7 @@ pub(crate) fn run(args: BenchArgs) -> Result<ExitCode, String> {
 fn listen_addr(transport: &str, n: usize) -> String {
     match transport {
         "tcp4" | "relay4" | "relay4-stuck" => "tcp://127.0.0.1:0".into(),
+        "tls4" => "tls://127.0.0.1:0".into(),
         "tcp6" => "tcp://[::1]:0".into(),
         _ => format!(
             "unix://{}/busway-bench-{}-{n}.sock",
@@ -451,6 +455,9 @@ fn worker_with(
     if matches!(spec.transport.as_str(), "shm" | "mem") {
         cmd.arg("--shm");
     }
+    if spec.transport == "tls4" && !raw {
+        cmd.arg("--tls-dir").arg(tls::certificates()?);
+    }
     cmd.args(extra);
     cmd.spawn()
         .map(KillOnDrop)
@@ -515,7 +522,12 @@ fn ready(w: &mut KillOnDrop, who: &str) -> Result<(Lines, String), String> {
 
 fn run_pair(args: &BenchArgs, spec: &Spec, raw: bool, round: usize) -> Result<Pair, String> {
     let limit = Duration::from_secs_f64(args.duration + WORKER_GRACE_SECS);
-    let addr = listen_addr(&spec.transport, round * 2 + usize::from(raw));
+    let addr = if spec.transport == "tls4" && raw {
+        // The baseline of TLS is the plain socket.
+        listen_addr("tcp4", 0)
+    } else {
+        listen_addr(&spec.transport, round * 2 + usize::from(raw))
+    };
     if spec.transport == "relay4-stuck" {
         if raw {
             // The baseline: the same stream through the same relay, alone.

@@ -90,6 +90,9 @@ pub(crate) struct WorkerArgs {
     /// own, while the measured stream goes to the receiver.
     #[arg(long)]
     stuck_to: bool,
+    /// The directory with this run's TLS certificates (the tls4 row).
+    #[arg(long)]
+    tls_dir: Option<std::path::PathBuf>,
     /// Relay: how many peers come and go before it reports.
     #[arg(long, default_value_t = 2)]
     peers: usize,
@@ -173,6 +176,10 @@ pub(crate) fn run(args: WorkerArgs) -> Result<ExitCode, String> {
 
 fn node_config(args: &WorkerArgs, id: BusId) -> NodeConfig {
     let mut c = NodeConfig::new(id);
+    if let Some(dir) = &args.tls_dir {
+        // A worker without its certificate cannot run the row: Node::start says why.
+        c.tls = super::tls::node_tls(dir, id.0).ok();
+    }
     c.io_threads = if args.io == "dedicated" {
         IoThreads::Dedicated(1)
     } else {
@@ -485,6 +492,7 @@ fn bus_pair(args: &WorkerArgs) -> Result<(Report, Report), String> {
         addr: args.addr.clone(),
         api: args.api.clone(),
         io: args.io.clone(),
+        tls_dir: args.tls_dir.clone(),
         ..*args
     };
     let receiver = std::thread::spawn(move || {
@@ -506,6 +514,7 @@ fn bus_pair(args: &WorkerArgs) -> Result<(Report, Report), String> {
         addr,
         api: args.api.clone(),
         io: args.io.clone(),
+        tls_dir: args.tls_dir.clone(),
         ..*args
     };
     let sent = if send_args.round_trips.is_some() {
@@ -605,7 +614,7 @@ impl RawStream {
                 Ok(RawStream::Tcp(s))
             }
             Addr::Unix(p) => Ok(RawStream::Unix(std::os::unix::net::UnixStream::connect(p)?)),
-            Addr::Shm(_) => Err(not_a_socket(addr)),
+            Addr::Shm(_) | Addr::Tls(_) => Err(not_a_socket(addr)),
         }
     }
 
@@ -639,7 +648,7 @@ impl RawStream {
                 let _ = std::fs::remove_file(p);
                 Ok(RawStream::Unix(s))
             }
-            Addr::Shm(_) => Err(not_a_socket(addr)),
+            Addr::Shm(_) | Addr::Tls(_) => Err(not_a_socket(addr)),
         }
     }
 

@@ -21,6 +21,7 @@ fn config(role: Role, secret: Option<&str>) -> LinkConfig {
         shm: true,
         ring_required: false,
         expect_peer: None,
+        peer_cert_ids: None,
         remote: "test://peer".into(),
     }
 }
@@ -459,6 +460,53 @@ fn a_hinted_dial_refuses_another_id() {
     p.drive();
     let e = lost(&p.a.events).expect("refused").to_string();
     assert!(e.contains("to reach bus id 9, found bus id 2"), "{e}");
+}
+
+#[test]
+fn a_tls_peer_may_claim_only_the_ids_its_certificate_names() {
+    use crate::cert_ids::CertIds;
+    // The listener's certificate names 3 and 5-9; it says it is 2.
+    let mut cfg = config(Role::Dialer, None);
+    cfg.peer_cert_ids = Some(CertIds::from_names(["3.id.busway", "5-9.ids.busway"]).unwrap());
+    let mut p = Pair::new(
+        cfg.clone(),
+        hello(1, "h"),
+        config(Role::Listener, None),
+        hello(2, "h"),
+    );
+    p.drive();
+    let e = lost(&p.a.events).expect("refused").to_string();
+    assert!(
+        e.contains("claims bus id 2 but its TLS certificate names 3, 5-9"),
+        "{e}"
+    );
+    // Named: up. Registering 5..=9 fits; 5..=10 does not.
+    let mut p = Pair::new(
+        cfg.clone(),
+        hello(1, "h"),
+        config(Role::Listener, None),
+        hello(7, "h"),
+    );
+    p.drive();
+    assert!(lost(&p.a.events).is_none(), "{:?}", p.a.events);
+    for (range, ok) in [((5, 9), true), ((5, 10), false)] {
+        let mut relay = hello(7, "h");
+        relay.downstream_of_you = Some((BusId(range.0), BusId(range.1)));
+        let mut p = Pair::new(
+            cfg.clone(),
+            hello(1, "h"),
+            config(Role::Listener, None),
+            relay,
+        );
+        p.drive();
+        match lost(&p.a.events) {
+            None => assert!(ok, "{range:?} was taken"),
+            Some(e) => {
+                assert!(!ok, "{range:?} was refused: {e}");
+                assert!(e.to_string().contains("registers bus ids 5..=10"), "{e}");
+            }
+        }
+    }
 }
 
 #[test]

@@ -1,0 +1,57 @@
+//! Certificates for the tls4 row: one authority and a certificate per bench node (sender and
+//! receiver), made once per `busway bench` run into a directory of its own, which workers read
+//! with `--tls-dir` (`ID.pem`, `ID.key`, `ca.pem`).
+
+use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+/// The bus ids the bench's nodes take (see `worker`).
+const BENCH_NODE_IDS: [u64; 2] = [1, 2];
+
+/// The directory with the run's certificates, made at the first call.
+pub(super) fn certificates() -> Result<PathBuf, String> {
+    static DIR: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = std::env::temp_dir().join(format!("busway-bench-tls-{}", std::process::id()));
+        make(&dir).map_err(|e| {
+            format!(
+                "cannot make the tls4 certificates in {}: {e}",
+                dir.display()
+            )
+        })?;
+        Ok(dir)
+    })
+    .clone()
+}
+
+fn make(dir: &Path) -> Result<(), String> {
+    std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
+    let mut ca = CertificateParams::new(Vec::<String>::new()).map_err(|e| e.to_string())?;
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca_key = KeyPair::generate().map_err(|e| e.to_string())?;
+    let ca = ca.self_signed(&ca_key).map_err(|e| e.to_string())?;
+    let write = |name: &str, text: String| {
+        std::fs::write(dir.join(name), text).map_err(|e| format!("{name}: {e}"))
+    };
+    write("ca.pem", ca.pem())?;
+    for id in BENCH_NODE_IDS {
+        let key = KeyPair::generate().map_err(|e| e.to_string())?;
+        let cert = CertificateParams::new(vec![format!("{id}.id.busway")])
+            .map_err(|e| e.to_string())?
+            .signed_by(&key, &ca, &ca_key)
+            .map_err(|e| e.to_string())?;
+        write(&format!("{id}.pem"), cert.pem())?;
+        write(&format!("{id}.key"), key.serialize_pem())?;
+    }
+    Ok(())
+}
+
+/// The TLS configuration of bench node `id` from `dir`.
+pub(super) fn node_tls(dir: &Path, id: u64) -> Result<busway::TlsConfig, String> {
+    busway::TlsConfig::from_pem_files(
+        &dir.join(format!("{id}.pem")),
+        &dir.join(format!("{id}.key")),
+        &dir.join("ca.pem"),
+    )
+}
