@@ -654,3 +654,90 @@ fn send_names_what_was_undeliverable_and_fails() {
     r.0.kill().unwrap();
     r.0.wait().unwrap();
 }
+
+/// Writes a test cluster's authority and the certificates of `ids` into a fresh directory:
+/// `ca.pem`, `ID.pem`, `ID.key`.
+fn tls_files(ids: &[u64]) -> std::path::PathBuf {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
+    let dir = std::env::temp_dir().join(format!("busway-cli-tls-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca_key = KeyPair::generate().unwrap();
+    let ca = ca.self_signed(&ca_key).unwrap();
+    std::fs::write(dir.join("ca.pem"), ca.pem()).unwrap();
+    for id in ids {
+        let key = KeyPair::generate().unwrap();
+        let cert = CertificateParams::new(vec![format!("{id}.id.busway")])
+            .unwrap()
+            .signed_by(&key, &ca, &ca_key)
+            .unwrap();
+        std::fs::write(dir.join(format!("{id}.pem")), cert.pem()).unwrap();
+        std::fs::write(dir.join(format!("{id}.key")), key.serialize_pem()).unwrap();
+    }
+    dir
+}
+
+#[test]
+fn a_tls_listener_other_hosts_reach_needs_no_secret_and_carries_messages() {
+    let dir = tls_files(&[7, 3]);
+    let file = |name: &str| dir.join(name).to_str().unwrap().to_owned();
+    let tls = |id: u64| {
+        vec![
+            "--tls-cert".to_owned(),
+            file(&format!("{id}.pem")),
+            "--tls-key".to_owned(),
+            file(&format!("{id}.key")),
+            "--tls-ca".to_owned(),
+            file("ca.pem"),
+        ]
+    };
+    let mut largs: Vec<String> = [
+        "listen",
+        "--id",
+        "7",
+        "--listen",
+        "tls://0.0.0.0:0",
+        "--count",
+        "1",
+    ]
+    .map(String::from)
+    .to_vec();
+    largs.extend(tls(7));
+    let largs: Vec<&str> = largs.iter().map(String::as_str).collect();
+    let (l, addr, out) = listener(&largs);
+    let port = addr.rsplit(':').next().unwrap();
+    let to = format!("tls://127.0.0.1:{port}");
+    let mut sargs: Vec<String> = [
+        "send",
+        "--id",
+        "3",
+        "--connect",
+        &to,
+        "--to",
+        "7",
+        "over tls",
+    ]
+    .map(String::from)
+    .to_vec();
+    sargs.extend(tls(3));
+    let sargs: Vec<&str> = sargs.iter().map(String::as_str).collect();
+    let (ok, _, _, err) = finish(spawn(&sargs), None);
+    assert!(ok, "{err}");
+    let (ok, _, stdout, _) = finish(l, Some(out));
+    assert!(ok);
+    assert_eq!(stdout.trim(), "3: over tls");
+    // A certificate that does not name the node is refused before it starts.
+    let mut bad: Vec<String> = ["node", "--id", "4", "--listen", "tls://127.0.0.1:0"]
+        .map(String::from)
+        .to_vec();
+    bad.extend(tls(3));
+    let bad: Vec<&str> = bad.iter().map(String::as_str).collect();
+    let (ok, _, _, err) = finish(spawn(&bad), None);
+    assert!(!ok);
+    assert!(
+        err.contains("names bus ids 3 but not its own id 4"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -319,6 +319,7 @@ pub(crate) fn run(args: BenchArgs) -> Result<ExitCode, String> {
         }
     }
     bar.finish_and_clear();
+    tls::remove_certificates();
     if !args.json {
         print_table(&args, &rows);
     }

@@ -47,6 +47,12 @@ fn make(dir: &Path) -> Result<(), String> {
     Ok(())
 }
 
+/// Removes the run's certificates, if they were made.
+pub(super) fn remove_certificates() {
+    let dir = std::env::temp_dir().join(format!("busway-bench-tls-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 /// The TLS configuration of bench node `id` from `dir`.
 pub(super) fn node_tls(dir: &Path, id: u64) -> Result<busway::TlsConfig, String> {
     busway::TlsConfig::from_pem_files(
