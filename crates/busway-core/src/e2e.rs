@@ -339,10 +339,16 @@ impl Departures {
 }
 
 /// The receiver's side: where each source's numbering stands.
+///
+/// A source not heard from for a while is forgotten ([`Arrivals::forget_idle`]): its next
+/// frame is numbered from where it holds messages (flagged `settled`, so it is taken). That is
+/// safe once the source has settled everything it held (acknowledged or given up), which
+/// bounds how long a source may hold a relayed message (`peer_dead_after_ms`) below the time
+/// a destination waits before it forgets.
 #[derive(Debug, Default)]
 pub struct Arrivals {
-    /// Per source: (its incarnation, the number expected next).
-    expected: HashMap<BusId, (u64, u64)>,
+    /// Per source: (its incarnation, the number expected next, when a frame of it last came).
+    expected: HashMap<BusId, (u64, u64, u64)>,
 }
 
 impl Arrivals {
@@ -361,7 +367,7 @@ impl Arrivals {
         settled: bool,
     ) -> Result<u64, u64> {
         let expected = match self.expected.get(&src) {
-            Some(&(inc, e)) if inc == src_incarnation => e,
+            Some(&(inc, e, _)) if inc == src_incarnation => e,
             _ => 0,
         };
         let expected = pending.unwrap_or(expected).max(expected);
@@ -375,13 +381,36 @@ impl Arrivals {
         }
     }
 
-    /// Messages from `src` below `next_expected` were delivered.
-    pub fn delivered(&mut self, src: BusId, src_incarnation: u64, next_expected: u64) {
-        let e = self.expected.entry(src).or_insert((src_incarnation, 0));
+    /// Messages from `src` below `next_expected` were delivered (or a frame of duplicates came)
+    /// at `now_ms`.
+    pub fn delivered(&mut self, src: BusId, src_incarnation: u64, next_expected: u64, now_ms: u64) {
+        let e = self
+            .expected
+            .entry(src)
+            .or_insert((src_incarnation, 0, now_ms));
         if e.0 != src_incarnation {
-            *e = (src_incarnation, 0);
+            *e = (src_incarnation, 0, now_ms);
         }
         e.1 = e.1.max(next_expected);
+        e.2 = e.2.max(now_ms);
+    }
+
+    /// Forgets the sources no frame came from for `idle_ms` or more; returns how many.
+    pub fn forget_idle(&mut self, now_ms: u64, idle_ms: u64) -> usize {
+        let before = self.expected.len();
+        self.expected
+            .retain(|_, &mut (_, _, last)| now_ms.saturating_sub(last) < idle_ms);
+        before - self.expected.len()
+    }
+
+    /// Sources remembered.
+    pub fn len(&self) -> usize {
+        self.expected.len()
+    }
+
+    /// Whether no source is remembered.
+    pub fn is_empty(&self) -> bool {
+        self.expected.is_empty()
     }
 }
 
@@ -485,7 +514,7 @@ mod tests {
                             delivered.push(seq);
                         }
                         let end = first + msgs.len() as u64;
-                        rx.delivered(SRC, 7, end);
+                        rx.delivered(SRC, 7, end, now);
                         if !rng.chance(20) {
                             acks.push_back(end.max(rx.check(SRC, 7, 0, None, false).unwrap_or(0)));
                         }
@@ -509,6 +538,48 @@ mod tests {
             tx.outbox().unacked(),
             0,
             "seed {seed}: everything acknowledged"
+        );
+    }
+
+    #[test]
+    fn a_forgotten_source_is_taken_again_from_its_settled_frame() {
+        let mut tx = Departures::new(1 << 20, 0);
+        let mut rx = Arrivals::default();
+        let deliver = |tx: &mut Departures, rx: &mut Arrivals, now: u64| -> Vec<u64> {
+            let mut got = Vec::new();
+            for f in tx.take_frames(SRC, 7, DST, 16, now) {
+                let (first, msgs) = open(&f);
+                let settled = crate::routed::RoutedHeader::decode(&f[crate::frame::HEADER_LEN..])
+                    .unwrap()
+                    .0
+                    .settled;
+                let skip = rx.check(SRC, 7, first, None, settled).expect("no gap");
+                for m in msgs.iter().skip(skip as usize) {
+                    got.push(u64::from_le_bytes(m[..8].try_into().unwrap()));
+                }
+                let end = first + msgs.len() as u64;
+                rx.delivered(SRC, 7, end, now);
+                tx.ack(9, end, now);
+            }
+            got
+        };
+        let batch = |r: std::ops::Range<u64>| -> Vec<Vec<u8>> {
+            r.map(|i| i.to_le_bytes().to_vec()).collect()
+        };
+        tx.outbox_mut().push_copies(&batch(0..10));
+        assert_eq!(deliver(&mut tx, &mut rx, 0), (0..10).collect::<Vec<_>>());
+        assert_eq!(
+            rx.forget_idle(999, 1_000),
+            0,
+            "heard from within the window"
+        );
+        assert_eq!(rx.forget_idle(1_000, 1_000), 1);
+        assert!(rx.is_empty());
+        // Numbered on from 10; the destination, which forgot, takes it (settled), nothing lost.
+        tx.outbox_mut().push_copies(&batch(10..15));
+        assert_eq!(
+            deliver(&mut tx, &mut rx, 2_000),
+            (10..15).collect::<Vec<_>>()
         );
     }
 

@@ -297,7 +297,8 @@ impl Cluster {
                             got.push(u64::from_le_bytes(m[..8].try_into().unwrap()));
                         }
                         let next = h.seq + msgs.len() as u64;
-                        node.arrivals.delivered(h.src, h.src_incarnation, next);
+                        node.arrivals
+                            .delivered(h.src, h.src_incarnation, next, self.now);
                         self.control(at, RoutedType::Ack, src, next, None);
                     }
                 }

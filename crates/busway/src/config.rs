@@ -77,6 +77,14 @@ pub struct NodeConfig {
     /// How long a peer may stay down before its unacknowledged messages are reported
     /// undeliverable (and sends to it fail at once until it is back).
     pub peer_dead_after_ms: u64,
+    /// How long a node keeps what it knows of a peer dead past its deadline, and of a source
+    /// of relayed messages it has not heard from, before it forgets them (and twice this for a
+    /// relayed destination that holds nothing and is not sent to), in milliseconds: every
+    /// table shrinks. Must be the same on every node of a cluster and at least twice
+    /// `peer_dead_after_ms`: a destination forgets a source only once that source has settled
+    /// (acknowledged or given up) everything it held for it, and a source renumbers a
+    /// destination only once that destination has forgotten it.
+    pub forget_after_ms: u64,
     /// First delay before redialing a link that dropped (doubling up to
     /// `DIAL_BACKOFF_MAX_MS`), in milliseconds.
     pub dial_backoff_min_ms: u64,
@@ -119,6 +127,7 @@ impl NodeConfig {
             heartbeat_interval_ms: DEFAULT_HEARTBEAT_INTERVAL_MS,
             dial_backoff_min_ms: DIAL_BACKOFF_MIN_MS,
             peer_dead_after_ms: DEFAULT_PEER_DEAD_AFTER_MS,
+            forget_after_ms: DEFAULT_FORGET_AFTER_MS,
         }
     }
 
@@ -196,6 +205,12 @@ impl NodeConfig {
             return Err(format!(
                 "dial_backoff_min_ms ({}) must be at most {DIAL_BACKOFF_MAX_MS}",
                 self.dial_backoff_min_ms
+            ));
+        }
+        if self.forget_after_ms < self.peer_dead_after_ms.saturating_mul(2) {
+            return Err(format!(
+                "forget_after_ms ({}) must be at least twice peer_dead_after_ms ({}): a source may hold a relayed message that long",
+                self.forget_after_ms, self.peer_dead_after_ms
             ));
         }
         if self.heartbeat_interval_ms == 0 {

@@ -34,6 +34,11 @@ pub const HEARTBEAT_MISSES_MAX: u64 = 3;
 /// Default time a peer may stay down before busway gives up on the messages it holds for it,
 /// in milliseconds.
 pub const DEFAULT_PEER_DEAD_AFTER_MS: u64 = 30_000;
+/// Default `NodeConfig::forget_after_ms`: how long a node keeps a dead peer or a silent relayed
+/// source (and twice that an idle relayed destination) before it forgets it, in milliseconds.
+pub const DEFAULT_FORGET_AFTER_MS: u64 = 600_000;
+/// How often a node looks for state to forget, in milliseconds.
+pub const FORGET_SWEEP_INTERVAL_MS: u64 = 1_000;
 /// How often the retry task looks at relayed destinations, in milliseconds.
 pub const ROUTED_RETRY_INTERVAL_MS: u64 = 100;
 /// Time without an end-to-end acknowledgement after which relayed messages held are written

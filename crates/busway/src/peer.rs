@@ -49,7 +49,8 @@ pub(crate) struct PeerState {
     link: Option<u64>,
     /// Bumped at every detach, so a deadline set at one detach does not fire after a later one.
     detach_epoch: u64,
-    dead: bool,
+    /// Down past its deadline since this time (the node's clock, ms), if it is.
+    dead_since_ms: Option<u64>,
     /// The node is shutting down: no more messages.
     closing: bool,
     /// The attached link is closing: its writer drains and sends CLOSE; messages still queue.
@@ -114,7 +115,7 @@ impl Peer {
                 inbound_expected: 0,
                 link: None,
                 detach_epoch: 0,
-                dead: false,
+                dead_since_ms: None,
                 closing: false,
                 link_closing: false,
                 writer_idle: false,
@@ -140,7 +141,7 @@ impl Peer {
     fn check_open(st: &PeerState) -> Result<(), PushError> {
         if st.closing {
             Err(PushError::Closed)
-        } else if st.dead {
+        } else if st.dead_since_ms.is_some() {
             Err(PushError::Dead)
         } else {
             Ok(())
@@ -155,7 +156,10 @@ impl Peer {
             up: st.link.is_some(),
             // A downstream given up (down past its deadline) no longer claims its subtree:
             // its ids may be reached another way.
-            serves: st.hello.downstream_of_you.filter(|_| !st.dead),
+            serves: st
+                .hello
+                .downstream_of_you
+                .filter(|_| st.dead_since_ms.is_none()),
         }
     }
 
@@ -185,7 +189,7 @@ impl Peer {
 
     /// Whether the peer stayed down past its deadline (sends to it fail).
     pub(crate) fn is_dead(&self) -> bool {
-        self.lock().dead
+        self.lock().dead_since_ms.is_some()
     }
 
     /// Queues a ROUTED frame, given as the buffers it is written from, for the attached link
@@ -414,7 +418,7 @@ impl Peer {
             notified.as_mut().enable();
             {
                 let mut st = self.lock();
-                if st.closing || st.dead || st.outbox.has_room(payload_len) {
+                if st.closing || st.dead_since_ms.is_some() || st.outbox.has_room(payload_len) {
                     return;
                 }
                 st.senders_waiting = true;
@@ -460,7 +464,7 @@ impl Peer {
         st.hello = est.peer.clone();
         st.addr = addr.to_owned();
         st.link = Some(link);
-        st.dead = false;
+        st.dead_since_ms = None;
         st.link_closing = false;
         st.writer_idle = false;
         // The peer's AUTH acknowledged messages (those it got before the last link dropped,
@@ -488,16 +492,28 @@ impl Peer {
 
     /// If no link came back since detach `epoch`, gives up on every unacknowledged message:
     /// returns their numbers. Later sends fail at once until a link is up again.
-    pub(crate) fn expire(&self, epoch: u64) -> Option<Range<u64>> {
+    pub(crate) fn expire(&self, epoch: u64, now_ms: u64) -> Option<Range<u64>> {
         let mut st = self.lock();
         if st.link.is_some() || st.detach_epoch != epoch {
             return None;
         }
-        st.dead = true;
+        st.dead_since_ms = Some(now_ms);
         let range = st.outbox.fail_all();
         drop(st);
         self.room.notify_waiters();
         Some(range)
+    }
+
+    /// Whether the peer has been dead (down past its deadline, nothing held) for `idle_ms` or
+    /// more: the node may forget it. A link of the same incarnation coming back later starts
+    /// from the numbers both sides state in the handshake; by then the peer has settled what
+    /// it held for this node (see `NodeConfig::forget_after_ms`).
+    pub(crate) fn dead_for(&self, now_ms: u64, idle_ms: u64) -> bool {
+        let st = self.lock();
+        st.link.is_none()
+            && st
+                .dead_since_ms
+                .is_some_and(|t| now_ms.saturating_sub(t) >= idle_ms)
     }
 
     /// Gives up on every message (the peer came back as a new incarnation).

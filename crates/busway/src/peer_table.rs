@@ -65,6 +65,16 @@ impl PeerTable {
         self.changed.notify_waiters();
     }
 
+    /// Forgets the peers dead (down past their deadline, nothing held) for `idle_ms` or more;
+    /// returns how many.
+    pub(crate) fn forget_dead(&self, now_ms: u64, idle_ms: u64) -> usize {
+        let mut peers = self.peers.write().unwrap_or_else(|p| p.into_inner());
+        let before = peers.len();
+        // Decided under the table's lock, which an attaching link takes too.
+        peers.retain(|_, p| !p.dead_for(now_ms, idle_ms));
+        before - peers.len()
+    }
+
     /// The peer an authenticated link of incarnation `incarnation` belongs to: the one of that
     /// incarnation, or a new one made by `make` in place of any previous incarnation that is
     /// down. `check` sees every neighbor first (e.g. to refuse an overlapping registration),

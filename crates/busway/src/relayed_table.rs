@@ -58,12 +58,37 @@ impl RelayedTable {
             .check(h.src, h.src_incarnation, h.seq, pending, h.settled)
     }
 
-    /// Messages from `src` up to `next_expected` are in the inbox.
-    pub(crate) fn delivered(&self, src: BusId, src_incarnation: u64, next_expected: u64) {
+    /// Messages from `src` up to `next_expected` are in the inbox (at `now_ms`).
+    pub(crate) fn delivered(
+        &self,
+        src: BusId,
+        src_incarnation: u64,
+        next_expected: u64,
+        now_ms: u64,
+    ) {
         self.arrivals
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .delivered(src, src_incarnation, next_expected);
+            .delivered(src, src_incarnation, next_expected, now_ms);
+    }
+
+    /// Forgets the sources no frame came from for `idle_ms`; returns how many.
+    pub(crate) fn forget_sources(&self, now_ms: u64, idle_ms: u64) -> usize {
+        self.arrivals
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .forget_idle(now_ms, idle_ms)
+    }
+
+    /// Forgets the destinations that hold nothing and no send looked up for `idle_ms`;
+    /// returns how many. A later send to one starts a fresh entry numbered from 0, which its
+    /// destination takes once it forgot this source (`idle_ms` is twice its window: see
+    /// `NodeConfig::forget_after_ms`).
+    pub(crate) fn forget_destinations(&self, now_ms: u64, idle_ms: u64) -> usize {
+        let mut remotes = self.remotes.write().unwrap_or_else(|p| p.into_inner());
+        let before = remotes.len();
+        remotes.retain(|_, r| !r.forget_if_idle(now_ms, idle_ms));
+        before - remotes.len()
     }
 
     /// Wakes the pump task (one wake-up is kept if it is not waiting).

@@ -13,6 +13,7 @@ use busway_core::routed::FailReason;
 use busway_core::BusId;
 use bytes::Bytes;
 use std::ops::Range;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Mutex, MutexGuard};
 use tokio::sync::Notify;
 
@@ -24,6 +25,9 @@ struct RemoteState {
     msgs_total: u64,
     /// Which relays may hint this destination.
     hints: HintGate,
+    /// Dropped from the node's table (idle, nothing held): sends get `Rerouted` and take a
+    /// fresh entry.
+    forgotten: bool,
 }
 
 pub(crate) struct Remote {
@@ -31,6 +35,9 @@ pub(crate) struct Remote {
     state: Mutex<RemoteState>,
     /// Senders waiting for room wait here; woken when acknowledgements free bytes.
     room: Notify,
+    /// When a send last looked this destination up (the node's clock, ms): how long it has
+    /// been idle.
+    touched_ms: AtomicU64,
 }
 
 impl Remote {
@@ -47,8 +54,31 @@ impl Remote {
                 pump_pending: false,
                 msgs_total: 0,
                 hints: HintGate::default(),
+                forgotten: false,
             }),
             room: Notify::new(),
+            touched_ms: AtomicU64::new(now_ms),
+        }
+    }
+
+    /// A send looked this destination up at `now_ms`.
+    pub(crate) fn touch(&self, now_ms: u64) {
+        // Relaxed: a time stamp read by the sweep alone; a stale read only delays forgetting.
+        self.touched_ms.fetch_max(now_ms, Relaxed);
+    }
+
+    /// Marks the destination forgotten if it holds nothing and no send looked it up for
+    /// `idle_ms`; true if so (the caller drops it from the table). Decided under the lock that
+    /// every push takes: a push after it gets `Rerouted`, never a queue nobody pumps.
+    pub(crate) fn forget_if_idle(&self, now_ms: u64, idle_ms: u64) -> bool {
+        let mut st = self.lock();
+        let idle = now_ms.saturating_sub(self.touched_ms.load(Relaxed)) >= idle_ms;
+        let holds = st.departures.outbox().unacked() > 0 || st.departures.has_unwritten();
+        if idle && !holds && !st.forgotten {
+            st.forgotten = true;
+            true
+        } else {
+            false
         }
     }
 
@@ -58,7 +88,7 @@ impl Remote {
     }
 
     fn check_open(st: &RemoteState) -> Result<(), PushError> {
-        if st.departures.is_superseded() {
+        if st.departures.is_superseded() || st.forgotten {
             Err(PushError::Rerouted)
         } else if st.departures.is_dead() {
             Err(PushError::Dead)
@@ -99,6 +129,7 @@ impl Remote {
             {
                 let mut st = self.lock();
                 if st.departures.is_superseded()
+                    || st.forgotten
                     || st.departures.is_dead()
                     || st.departures.outbox().has_room(payload_len)
                 {

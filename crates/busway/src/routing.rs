@@ -10,7 +10,8 @@
 use crate::addr::Addr;
 use crate::event::Path;
 use crate::limits::{
-    FORWARD_QUEUE_BYTES_MAX, FORWARD_WAIT_MS, ROUTED_RESEND_AFTER_MS, ROUTED_RETRY_INTERVAL_MS,
+    FORGET_SWEEP_INTERVAL_MS, FORWARD_QUEUE_BYTES_MAX, FORWARD_WAIT_MS, ROUTED_RESEND_AFTER_MS,
+    ROUTED_RETRY_INTERVAL_MS,
 };
 use crate::peer::Peer;
 use crate::remote::Remote;
@@ -24,6 +25,7 @@ use busway_core::routed::{
 };
 use busway_core::BusId;
 use bytes::Bytes;
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -62,6 +64,7 @@ impl Shared {
         }
         if let Some(r) = self.remote_of(dst) {
             r.resume_relaying();
+            r.touch(self.clock_ms());
             return Some(Route::Relayed(r));
         }
         if !self.relayable(dst) {
@@ -263,7 +266,8 @@ impl Shared {
 
     /// Messages from `src` up to `next_expected` are in the inbox.
     pub(crate) fn routed_delivered(&self, src: BusId, src_incarnation: u64, next_expected: u64) {
-        self.relayed.delivered(src, src_incarnation, next_expected);
+        self.relayed
+            .delivered(src, src_incarnation, next_expected, self.clock_ms());
     }
 
     /// A gap in what `src` sent: tell it where to resume.
@@ -381,9 +385,7 @@ impl Shared {
 
     /// Relayed messages written again (after a path may have lost them) count as resent.
     fn count_resent(&self, n: u64) {
-        self.counters
-            .msgs_resent
-            .fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+        self.counters.msgs_resent.fetch_add(n, Relaxed);
     }
 
     /// Lets a held direct link go once nothing sent to `id` through relays is unacknowledged.
@@ -413,12 +415,17 @@ impl Shared {
     pub(crate) async fn retry_loop(self: Arc<Self>) {
         let mut tick = tokio::time::interval(Duration::from_millis(ROUTED_RETRY_INTERVAL_MS));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut next_sweep = 0;
         loop {
             tick.tick().await;
             if self.is_shutting_down() {
                 return;
             }
             let now = self.clock_ms();
+            if now >= next_sweep {
+                next_sweep = now + FORGET_SWEEP_INTERVAL_MS;
+                self.forget_idle(now);
+            }
             for r in self.remotes_snapshot() {
                 match r.check(now, ROUTED_RESEND_AFTER_MS, self.config.peer_dead_after_ms) {
                     Check::Idle => {}
@@ -443,6 +450,24 @@ impl Shared {
                 }
             }
         }
+    }
+}
+
+impl Shared {
+    /// Forgets state nobody needs any more (issue #11: every map shrinks): peers dead for
+    /// `forget_after_ms`, relayed sources silent that long, relayed destinations that hold
+    /// nothing and were not sent to for twice that.
+    fn forget_idle(&self, now: u64) {
+        let window = self.config.forget_after_ms;
+        let c = &self.counters;
+        let n = self.peers.forget_dead(now, window) as u64;
+        c.forgotten_peers.fetch_add(n, Relaxed);
+        let n = self.relayed.forget_sources(now, window) as u64;
+        c.forgotten_sources.fetch_add(n, Relaxed);
+        let n = self
+            .relayed
+            .forget_destinations(now, window.saturating_mul(2)) as u64;
+        c.forgotten_destinations.fetch_add(n, Relaxed);
     }
 }
 

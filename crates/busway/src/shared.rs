@@ -254,7 +254,7 @@ impl Shared {
         let deadline = Duration::from_millis(self.config.peer_dead_after_ms);
         tokio::spawn(async move {
             tokio::time::sleep(deadline).await;
-            if let Some(seqs) = peer.expire(epoch) {
+            if let Some(seqs) = peer.expire(epoch, shared.clock_ms()) {
                 shared.report_undeliverable(
                     peer.id,
                     seqs,

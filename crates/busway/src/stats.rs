@@ -22,6 +22,9 @@ pub(crate) struct Counters {
     pub(crate) events_dropped: AtomicU64,
     pub(crate) shm_channels: AtomicU64,
     pub(crate) mem_channels: AtomicU64,
+    pub(crate) forgotten_peers: AtomicU64,
+    pub(crate) forgotten_sources: AtomicU64,
+    pub(crate) forgotten_destinations: AtomicU64,
 }
 
 pub(crate) fn bump(c: &AtomicU64) {
@@ -68,6 +71,13 @@ pub struct Stats {
     pub shm_channels: u64,
     /// Links whose incoming data moved to an in-process ring (peer in this process), ever.
     pub mem_channels: u64,
+    /// Peers forgotten after they stayed dead for `NodeConfig::forget_after_ms`, ever.
+    pub forgotten_peers: u64,
+    /// Sources of relayed messages forgotten after `forget_after_ms` without a frame, ever.
+    pub forgotten_sources: u64,
+    /// Relayed destinations forgotten after twice `forget_after_ms` holding nothing and not
+    /// sent to, ever.
+    pub forgotten_destinations: u64,
 }
 
 impl Counters {
@@ -92,6 +102,9 @@ impl Counters {
             peers_up: 0,
             shm_channels: self.shm_channels.load(Relaxed),
             mem_channels: self.mem_channels.load(Relaxed),
+            forgotten_peers: self.forgotten_peers.load(Relaxed),
+            forgotten_sources: self.forgotten_sources.load(Relaxed),
+            forgotten_destinations: self.forgotten_destinations.load(Relaxed),
         }
     }
 }

@@ -1,0 +1,127 @@
+//! Every map shrinks (issue #11, item 3): a node forgets a peer dead past its deadline, a relayed
+//! source it has not heard from and a relayed destination it no longer sends to, after
+//! `forget_after_ms`; and forgetting loses nothing: a stream that starts again after both
+//! ends forgot each other arrives whole, in order.
+
+mod common;
+
+use busway::{BusId, Node, NodeConfig};
+use bytes::Bytes;
+use common::*;
+
+/// Peers dead after 100 ms, forgotten 300 ms later (relayed destinations after 600 ms).
+fn forgetful(mut c: NodeConfig) -> NodeConfig {
+    c.peer_dead_after_ms = 100;
+    c.forget_after_ms = 300;
+    c.direct_links = false;
+    c.dial_backoff_min_ms = 5;
+    c
+}
+
+fn msg(n: u64) -> Vec<u8> {
+    let mut m = n.to_le_bytes().to_vec();
+    m.resize(8 + (n % 50) as usize, 7);
+    m
+}
+
+/// A forgetful relay that reports unknown ids at once.
+async fn strict_relay() -> Node {
+    let mut c = forgetful(config(100).listen(listen_addr("tcp4")));
+    c.relay_grace_ms = 0;
+    start(c).await
+}
+
+async fn below(id: u64, relay: &Node) -> Node {
+    let n = start(forgetful(
+        config(id).upstream(relay.listen_addrs()[0].clone()),
+    ))
+    .await;
+    assert!(n.wait_for_peer(relay.id(), WAIT).await, "{id} registered");
+    n
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relayed_stream_starts_again_whole_after_both_ends_forgot_each_other() {
+    let relay = strict_relay().await;
+    let a = below(1, &relay).await;
+    let b = below(2, &relay).await;
+    let mut inbox = b.take_inbox().unwrap();
+    let first: Vec<Vec<u8>> = (0..500).map(msg).collect();
+    a.send_batch(BusId(2), &first).await.unwrap();
+    expect_in_order(&mut inbox, BusId(1), 0..500, msg).await;
+    assert!(a.flush(WAIT).await, "acknowledged end to end");
+    assert_eq!(a.relayed_peers().len(), 1);
+    until("the destination forgets the source", || {
+        b.stats().forgotten_sources >= 1
+    })
+    .await;
+    until("the source forgets the destination", || {
+        a.stats().forgotten_destinations >= 1
+    })
+    .await;
+    assert!(a.relayed_peers().is_empty(), "{:?}", a.relayed_peers());
+    // Numbered from 0 again at the source; the destination, which forgot, takes them all.
+    let again: Vec<Vec<u8>> = (500..1_000).map(msg).collect();
+    a.send_batch(BusId(2), &again).await.unwrap();
+    expect_in_order(&mut inbox, BusId(1), 500..1_000, msg).await;
+    nothing_more_from(&a, &mut inbox, BusId(2)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_dead_past_its_deadline_is_forgotten_and_may_come_back() {
+    let a = start(forgetful(config(1).listen(listen_addr("tcp4")))).await;
+    let addr = a.listen_addrs()[0].clone();
+    let c = start(forgetful(config(3).connect(addr.clone()))).await;
+    assert!(a.wait_for_peer(BusId(3), WAIT).await);
+    c.shutdown().await;
+    until("the dead peer is forgotten", || {
+        a.stats().forgotten_peers >= 1
+    })
+    .await;
+    assert!(
+        a.peers().iter().all(|p| p.id != BusId(3)),
+        "{:?}",
+        a.peers()
+    );
+    let c = start(forgetful(config(3).connect(addr))).await;
+    assert!(c.wait_for_peer(BusId(1), WAIT).await);
+    let mut inbox = a.take_inbox().unwrap();
+    c.send(BusId(1), Bytes::from_static(b"back")).await.unwrap();
+    let m = tokio::time::timeout(WAIT, inbox.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((m.src, m.payload.as_ref()), (BusId(3), &b"back"[..]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sends_to_many_unknown_ids_leave_no_state_behind() {
+    let relay = strict_relay().await;
+    let a = below(1, &relay).await;
+    for id in 1_000..1_200u64 {
+        a.send(BusId(id), Bytes::from_static(b"to nobody"))
+            .await
+            .unwrap();
+    }
+    until("every unknown destination reported", || {
+        a.relayed_peers().iter().all(|r| r.unacked_msgs == 0)
+    })
+    .await;
+    until("every unknown destination forgotten", || {
+        a.relayed_peers().is_empty()
+    })
+    .await;
+    assert_eq!(a.stats().forgotten_destinations, 200);
+}
+
+#[test]
+fn a_window_shorter_than_twice_the_deadline_is_refused() {
+    let mut c = NodeConfig::new(BusId(1));
+    c.peer_dead_after_ms = 1_000;
+    c.forget_after_ms = 1_999;
+    let e = c.validate().unwrap_err();
+    assert!(
+        e.contains("forget_after_ms (1999) must be at least twice peer_dead_after_ms (1000)"),
+        "{e}"
+    );
+}
