@@ -108,10 +108,10 @@ async fn sends_to_many_unknown_ids_leave_no_state_behind() {
     })
     .await;
     until("every unknown destination forgotten", || {
-        a.relayed_peers().is_empty()
+        a.stats().forgotten_destinations == 200
     })
     .await;
-    assert_eq!(a.stats().forgotten_destinations, 200);
+    assert!(a.relayed_peers().is_empty(), "{:?}", a.relayed_peers());
 }
 
 #[test]
