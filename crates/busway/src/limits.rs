@@ -17,6 +17,10 @@ pub const READ_CHUNK_FIRST_BYTES: usize = 2 << 10;
 /// Largest room a reader offers to one `read` call, in bytes: reads grow toward it while they
 /// come back full (a busy link), and shrink back when they do not.
 pub const READ_CHUNK_MAX_BYTES: usize = 1 << 20;
+/// Bytes an idle link reads into a buffer on its task's stack (a PING, a PONG, an ACK fit)
+/// while it holds no buffer of its own; a read that fills them means traffic, and the next
+/// read gets a buffer again.
+pub const IDLE_READ_BYTES: usize = 64;
 pub use busway_core::outbox::{BATCH_BODY_BYTES_MAX, COPY_PAYLOAD_BYTES_MAX};
 /// Most buffers handed to one `writev` call.
 pub const WRITEV_SEGMENTS_MAX: usize = 64;

@@ -202,41 +202,20 @@ where
         shared.now(),
     ));
     let m = machine.get_mut().unwrap_or_else(|p| p.into_inner());
-    // In a block: the handshake's result is not kept in the task for the link's life (an idle
-    // link's memory is mostly its task).
-    let (peer, link_id) = {
-        let established = match handshake(&shared, &mut r, &mut w, m, &mut buf).await {
-            Ok(e) => e,
-            Err(reason) => {
-                reject(&shared, &mut w, m, &remote, &reason).await;
-                return Outcome::NeverUp;
-            }
-        };
-        // Authenticated: no longer a stranger's handshake.
-        drop(handshaking);
-        let id = established.peer.bus_id;
-        let link_id = shared.next_link_id();
-        let peer = match shared.attach_peer(&established, &remote, link_id, role) {
-            Ok(p) => p,
-            Err(reason) => {
-                m.reject(CloseCode::Duplicate, &reason);
-                reject(&shared, &mut w, m, &remote, &reason).await;
-                return Outcome::NeverUp;
-            }
-        };
-        // Before anyone hears of the link: what went to this id through relays first must be
-        // acknowledged before the link carries messages (order across the switch).
-        shared.switch_to_direct(&peer);
-        shared.peer_ready(&peer, role);
-        // Relayed messages held for want of a path may have one now.
-        shared.relink_remotes();
-        tracing::debug!(peer = %id, %remote, "link up");
-        shared.emit(Event::PeerUp {
-            peer: id,
-            incarnation: established.peer.incarnation,
-            addr: remote,
-        });
-        (peer, link_id)
+    // Boxed, and freed once the link is up: the handshake's state and result are not kept in
+    // the task for the link's life (an idle link's memory is mostly its task).
+    let up = Box::pin(come_up(
+        &shared,
+        &mut r,
+        &mut w,
+        m,
+        &mut buf,
+        role,
+        remote,
+        handshaking,
+    ));
+    let Some((peer, link_id)) = up.await else {
+        return Outcome::NeverUp;
     };
     // The machine asks for rings (LinkEvent::OfferRing) when both ends share a host.
     let shm = m
@@ -280,6 +259,57 @@ impl Drop for EndRings<'_> {
     }
 }
 
+/// The handshake, then the link attached to its peer and announced; `None` if it was refused
+/// (the peer told why).
+#[allow(clippy::too_many_arguments)]
+async fn come_up<R, W>(
+    shared: &Arc<Shared>,
+    r: &mut R,
+    w: &mut W,
+    m: &mut Link,
+    buf: &mut BytesMut,
+    role: Dial,
+    remote: String,
+    handshaking: Option<Handshaking<'_>>,
+) -> Option<(Arc<Peer>, u64)>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let established = match handshake(shared, r, w, m, buf).await {
+        Ok(e) => e,
+        Err(reason) => {
+            reject(shared, w, m, &remote, &reason).await;
+            return None;
+        }
+    };
+    // Authenticated: no longer a stranger's handshake.
+    drop(handshaking);
+    let id = established.peer.bus_id;
+    let link_id = shared.next_link_id();
+    let peer = match shared.attach_peer(&established, &remote, link_id, role) {
+        Ok(p) => p,
+        Err(reason) => {
+            m.reject(CloseCode::Duplicate, &reason);
+            reject(shared, w, m, &remote, &reason).await;
+            return None;
+        }
+    };
+    // Before anyone hears of the link: what went to this id through relays first must be
+    // acknowledged before the link carries messages (order across the switch).
+    shared.switch_to_direct(&peer);
+    shared.peer_ready(&peer, role);
+    // Relayed messages held for want of a path may have one now.
+    shared.relink_remotes();
+    tracing::debug!(peer = %id, %remote, "link up");
+    shared.emit(Event::PeerUp {
+        peer: id,
+        incarnation: established.peer.incarnation,
+        addr: remote,
+    });
+    Some((peer, link_id))
+}
+
 /// Runs the reader, the writer and the machine's timers of an established link until the link
 /// is done; returns why it went down.
 async fn run_up<R, W>(
@@ -303,10 +333,16 @@ where
     // acknowledgements and ends the link if the ring turns out bad.
     let ring_fault = async {
         match shm {
-            Some(shm) => tokio::select! {
-                why = shm.ring.fault() => why,
-                never = shm.ring.ack_loop() => match never {},
-            },
+            // Boxed: only a link with a ring has this wait; the others keep no room for it.
+            Some(shm) => {
+                Box::pin(async {
+                    tokio::select! {
+                        why = shm.ring.fault() => why,
+                        never = shm.ring.ack_loop() => match never {},
+                    }
+                })
+                .await
+            }
             None => std::future::pending().await,
         }
     };

@@ -3,7 +3,9 @@
 
 use super::machine::{down_reason, lock};
 use crate::event::DownReason;
-use crate::limits::{READ_CHUNK_FIRST_BYTES, READ_CHUNK_MAX_BYTES, READ_CHUNK_MIN_BYTES};
+use crate::limits::{
+    IDLE_READ_BYTES, READ_CHUNK_FIRST_BYTES, READ_CHUNK_MAX_BYTES, READ_CHUNK_MIN_BYTES,
+};
 use crate::message::MessageBatch;
 use crate::peer::Peer;
 use crate::ring_rx::InboundRing;
@@ -182,13 +184,20 @@ fn routed_in(
     Ok(())
 }
 
-/// Hands a batch to the application; while its inbox is full, the machine knows that this
-/// side stopped reading (backpressure, not a silent peer).
-async fn deliver(shared: &Shared, machine: &Mutex<Link>, batch: MessageBatch) {
-    if let Err(batch) = shared.inbox.deliver_now(batch) {
-        // Boxed: waiting is rare, and its future would otherwise take room in every link's task.
-        blocked_while(shared, machine, Box::pin(shared.inbox.deliver(batch))).await;
-    }
+/// Waits for room in the application's inbox to hand it a batch (`deliver_now` found none),
+/// the machine knowing that this side stopped reading (backpressure, not a silent peer).
+/// Returns a box: waiting is rare, and its future would otherwise take room in every link's
+/// task.
+fn wait_to_deliver<'a>(
+    shared: &'a Shared,
+    machine: &'a Mutex<Link>,
+    batch: MessageBatch,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'a>> {
+    Box::pin(async move {
+        // Whether the application still had an inbox: without one, as on the fast path, the
+        // messages are dropped (it stopped receiving).
+        let _ = blocked_while(shared, machine, shared.inbox.deliver(batch)).await;
+    })
 }
 
 /// Runs `wait`, a wait for room on this node's side during which nothing of the peer is read,
@@ -214,6 +223,9 @@ pub(super) async fn read_loop<R: AsyncRead + Unpin>(
 ) -> Result<ReadEnd, DownReason> {
     // Small until reads come back full (an idle link holds no large buffer).
     let mut read_size = READ_CHUNK_FIRST_BYTES;
+    // Bytes the last read returned: under `IDLE_READ_BYTES` with nothing left over, the link
+    // waits for its next bytes without a buffer.
+    let mut last_read = 0;
     let mut events = Vec::new();
     // Who this link may carry ROUTED frames from (fixed for its life: the registration came
     // with its handshake, and it became the upstream, or not, before it went up).
@@ -294,7 +306,9 @@ pub(super) async fn read_loop<R: AsyncRead + Unpin>(
                     let n = r.spans.len() as u64;
                     shared.counters.msgs_in.fetch_add(n, Relaxed);
                     let batch = MessageBatch::new(r.src, chunk.clone(), r.spans);
-                    deliver(shared, machine, batch).await;
+                    if let Err(batch) = shared.inbox.deliver_now(batch) {
+                        wait_to_deliver(shared, machine, batch).await;
+                    }
                 }
                 shared.routed_delivered(r.src, r.incarnation, r.next);
                 shared.send_routed_ack(r.src, r.next);
@@ -305,7 +319,10 @@ pub(super) async fn read_loop<R: AsyncRead + Unpin>(
                 c.msgs_in.fetch_add(spans.len() as u64, Relaxed);
                 c.bytes_in.fetch_add(bytes, Relaxed);
                 let n = spans.len() as u64;
-                deliver(shared, machine, MessageBatch::new(peer.id, chunk, spans)).await;
+                let batch = MessageBatch::new(peer.id, chunk, spans);
+                if let Err(batch) = shared.inbox.deliver_now(batch) {
+                    wait_to_deliver(shared, machine, batch).await;
+                }
                 // Acknowledge once the application has them (one ACK per read, not per message).
                 let next = peer.delivered(n);
                 peer.push_control(ack_frame(next));
@@ -326,11 +343,25 @@ pub(super) async fn read_loop<R: AsyncRead + Unpin>(
         if let Some(end) = work.end {
             return end;
         }
-        buf.reserve(lock(machine).bytes_needed(buf).max(read_size));
-        let n = r
-            .read_buf(buf)
-            .await
-            .map_err(|e| DownReason::Io(e.to_string()))?;
+        let n = if buf.is_empty() && last_read < IDLE_READ_BYTES {
+            // The last read drained the socket and left nothing: the link is idle (a PING now
+            // and then). Its buffer goes back while it waits; a few bytes on the task's stack
+            // take what comes, and a burst that fills them goes on with a buffer again.
+            *buf = BytesMut::new();
+            let mut first = [0u8; IDLE_READ_BYTES];
+            let n = r
+                .read(&mut first)
+                .await
+                .map_err(|e| DownReason::Io(e.to_string()))?;
+            buf.extend_from_slice(&first[..n]);
+            n
+        } else {
+            buf.reserve(lock(machine).bytes_needed(buf).max(read_size));
+            r.read_buf(buf)
+                .await
+                .map_err(|e| DownReason::Io(e.to_string()))?
+        };
+        last_read = n;
         if n == 0 {
             if buf.is_empty() {
                 return Ok(ReadEnd::Eof);
