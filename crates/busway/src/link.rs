@@ -9,6 +9,8 @@
 
 mod machine;
 mod read;
+#[cfg(test)]
+mod tests;
 mod write;
 
 use crate::admission::Handshaking;
@@ -221,6 +223,12 @@ where
     let shm = m
         .uses_rings()
         .then(|| Arc::new(ShmLink::new(shared.clone(), peer.clone(), link_id)));
+    let attachment = Attachment {
+        shared: &shared,
+        peer: &peer,
+        link_id,
+        detached: false,
+    };
     let end_rings = EndRings {
         shm: shm.as_ref(),
         peer: &peer,
@@ -236,7 +244,7 @@ where
     )
     .await;
     drop(end_rings);
-    shared.detach_peer(&peer, link_id, reason);
+    attachment.detach(reason);
     Outcome::WasUp
 }
 
@@ -256,6 +264,40 @@ impl Drop for EndRings<'_> {
                 ring.close();
             }
         }
+    }
+}
+
+/// A link attached to its peer: detached when the task says why (`detach`), or else when it
+/// is dropped, so that a link task that panics (there should be none) or is stopped mid-way
+/// still lets its peer go down, be dialed again and have its messages resent or reported,
+/// rather than stay "up" on a link nobody drives.
+struct Attachment<'a> {
+    shared: &'a Arc<Shared>,
+    peer: &'a Arc<Peer>,
+    link_id: u64,
+    detached: bool,
+}
+
+impl Attachment<'_> {
+    fn detach(mut self, reason: DownReason) {
+        self.detached = true;
+        self.shared.detach_peer(self.peer, self.link_id, reason);
+    }
+}
+
+impl Drop for Attachment<'_> {
+    fn drop(&mut self) {
+        if self.detached {
+            return;
+        }
+        let why = if std::thread::panicking() {
+            "the link's task panicked"
+        } else {
+            "the link's task was stopped"
+        };
+        tracing::error!(peer = %self.peer.id, why, "link ended abnormally");
+        self.shared
+            .detach_peer(self.peer, self.link_id, DownReason::Io(why.into()));
     }
 }
 

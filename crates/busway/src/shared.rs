@@ -252,7 +252,12 @@ impl Shared {
         let shared = self.clone();
         let peer = peer.clone();
         let deadline = Duration::from_millis(self.config.peer_dead_after_ms);
-        tokio::spawn(async move {
+        // A link task dropped with its runtime (the node going away) has no runtime to arm a
+        // timer on, and needs none: nothing will be sent any more.
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        runtime.spawn(async move {
             tokio::time::sleep(deadline).await;
             if let Some(seqs) = peer.expire(epoch, shared.clock_ms()) {
                 shared.report_undeliverable(

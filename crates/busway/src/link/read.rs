@@ -241,6 +241,8 @@ pub(super) async fn read_loop<R: AsyncRead + Unpin>(
         shm,
     };
     loop {
+        #[cfg(test)]
+        super::tests::panic_if_told(peer.id);
         // The machine walks every whole frame in the buffer; the buffer is then cut once: the
         // DATA payloads go to the application as one batch sharing that cut.
         let mut spans = Spans::new();
