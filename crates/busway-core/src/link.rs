@@ -213,7 +213,9 @@ enum Phase {
 /// One link's protocol state. Owned by the one task that drives the link.
 pub struct Link {
     config: LinkConfig,
-    local: Hello,
+    /// This host's identity, as this node's HELLO states it (what a ring needs to match);
+    /// the rest of the HELLO lives in the handshake, which goes once the link is up.
+    local_host_id: Vec<u8>,
     nonces: Arc<Mutex<NonceCache>>,
     phase: Phase,
     dec: FrameDecoder,
@@ -244,13 +246,14 @@ impl Link {
     /// A link that starts its handshake now: its HELLO is the first transmit. `local` is this
     /// node's HELLO; `nonces` the node's replay cache (shared by its links).
     pub fn new(config: LinkConfig, local: Hello, nonces: Arc<Mutex<NonceCache>>, now: Now) -> Self {
-        let mut hs = Handshake::new(config.role, local.clone(), config.secret.clone());
+        let host_id = local.host_id.clone();
+        let mut hs = Handshake::new(config.role, local, config.secret.clone());
         hs.set_clock_skew_max_ms(config.clock_skew_max_ms);
         let hello = hs.hello_frame();
         let deadline_us = now.mono_us + config.handshake_timeout_ms * 1_000;
         Self {
             config,
-            local,
+            local_host_id: host_id,
             nonces,
             phase: Phase::Handshaking {
                 hs: Box::new(hs),
@@ -477,8 +480,8 @@ impl Link {
         }
         let rings = self.config.shm
             && peer.capabilities & caps::SHM_BOUND != 0
-            && !self.local.host_id.is_empty()
-            && peer.host_id == self.local.host_id;
+            && !self.local_host_id.is_empty()
+            && peer.host_id == self.local_host_id;
         if self.config.ring_required && !rings {
             let why = if !self.config.shm {
                 "this node has shared memory turned off"

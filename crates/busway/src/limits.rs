@@ -21,6 +21,9 @@ pub const READ_CHUNK_MAX_BYTES: usize = 1 << 20;
 /// while it holds no buffer of its own; a read that fills them means traffic, and the next
 /// read gets a buffer again.
 pub const IDLE_READ_BYTES: usize = 64;
+/// Parts a link's writer keeps room for while it waits for more to write; a list grown
+/// larger by a burst is given back.
+pub const WRITE_BATCH_IDLE_PARTS: usize = 4;
 pub use busway_core::outbox::{BATCH_BODY_BYTES_MAX, COPY_PAYLOAD_BYTES_MAX};
 /// Most buffers handed to one `writev` call.
 pub const WRITEV_SEGMENTS_MAX: usize = 64;

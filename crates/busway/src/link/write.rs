@@ -2,7 +2,7 @@
 //! link's shared-memory ring once it switched.
 
 use super::machine::lock;
-use crate::limits::WRITEV_SEGMENTS_MAX;
+use crate::limits::{WRITEV_SEGMENTS_MAX, WRITE_BATCH_IDLE_PARTS};
 use crate::peer::{Peer, Take};
 use crate::ring_tx::{wait_for_room, Flush, RingWriter};
 use crate::shm_link::ShmLink;
@@ -49,7 +49,14 @@ pub(super) async fn write_loop<W: AsyncWrite + Unpin>(
             continue;
         }
         match peer.take(&mut batch) {
-            Take::Idle => peer.writer_wake.notified().await,
+            Take::Idle => {
+                // Waiting for more: a list grown by a burst goes back (an idle link writes a
+                // PONG now and then, one part).
+                if batch.capacity() > WRITE_BATCH_IDLE_PARTS {
+                    batch = Vec::new();
+                }
+                peer.writer_wake.notified().await
+            }
             Take::Drained => return write_close(w, peer).await,
             Take::Data => write_batch(w, &mut batch).await?,
         }
