@@ -17,10 +17,9 @@ pub const READ_CHUNK_FIRST_BYTES: usize = 2 << 10;
 /// Largest room a reader offers to one `read` call, in bytes: reads grow toward it while they
 /// come back full (a busy link), and shrink back when they do not.
 pub const READ_CHUNK_MAX_BYTES: usize = 1 << 20;
-/// Bytes an idle link reads into a buffer on its task's stack (a PING, a PONG, an ACK fit)
-/// while it holds no buffer of its own; a read that fills them means traffic, and the next
-/// read gets a buffer again.
-pub const IDLE_READ_BYTES: usize = 64;
+/// A read under this many bytes that drained the socket marks a link as idle or trading small
+/// messages: it waits for its next bytes holding no buffer (a fresh one takes them).
+pub const IDLE_READ_BYTES: usize = 256;
 /// Parts a link's writer keeps room for while it waits for more to write; a list grown
 /// larger by a burst is given back.
 pub const WRITE_BATCH_IDLE_PARTS: usize = 4;

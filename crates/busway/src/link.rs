@@ -185,7 +185,7 @@ async fn run<R, W>(
     peer_cert_ids: Option<CertIds>,
 ) -> Outcome
 where
-    R: AsyncRead + Unpin,
+    R: AsyncRead + read::WaitReadable + Unpin,
     W: AsyncWrite + Unpin,
 {
     let mut buf = BytesMut::with_capacity(READ_CHUNK_FIRST_BYTES);
@@ -364,7 +364,7 @@ async fn run_up<R, W>(
     shm: Option<&Arc<ShmLink>>,
 ) -> DownReason
 where
-    R: AsyncRead + Unpin,
+    R: AsyncRead + read::WaitReadable + Unpin,
     W: AsyncWrite + Unpin,
 {
     let linger = Duration::from_millis(shared.config.linger_ms);

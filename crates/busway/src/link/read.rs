@@ -213,7 +213,33 @@ async fn blocked_while<T>(
     out
 }
 
-pub(super) async fn read_loop<R: AsyncRead + Unpin>(
+/// A read half that can wait for bytes without a buffer to put them in (an idle link holds
+/// none while it waits).
+pub(crate) trait WaitReadable {
+    /// Completes when a read would find bytes, the end or an error; at once where the
+    /// transport cannot tell without reading (TLS: such a link keeps its buffer).
+    fn wait_readable(&self) -> impl std::future::Future<Output = std::io::Result<()>> + Send;
+}
+
+impl WaitReadable for tokio::net::tcp::OwnedReadHalf {
+    fn wait_readable(&self) -> impl std::future::Future<Output = std::io::Result<()>> + Send {
+        self.readable()
+    }
+}
+
+impl WaitReadable for tokio::net::unix::OwnedReadHalf {
+    fn wait_readable(&self) -> impl std::future::Future<Output = std::io::Result<()>> + Send {
+        self.readable()
+    }
+}
+
+impl<S: Send> WaitReadable for tokio::io::ReadHalf<S> {
+    fn wait_readable(&self) -> impl std::future::Future<Output = std::io::Result<()>> + Send {
+        std::future::ready(Ok(()))
+    }
+}
+
+pub(super) async fn read_loop<R: AsyncRead + WaitReadable + Unpin>(
     shared: &Shared,
     peer: &Peer,
     r: &mut R,
@@ -345,24 +371,20 @@ pub(super) async fn read_loop<R: AsyncRead + Unpin>(
         if let Some(end) = work.end {
             return end;
         }
-        let n = if buf.is_empty() && last_read < IDLE_READ_BYTES {
+        if buf.is_empty() && last_read < IDLE_READ_BYTES {
             // The last read drained the socket and left nothing: the link is idle (a PING now
-            // and then). Its buffer goes back while it waits; a few bytes on the task's stack
-            // take what comes, and a burst that fills them goes on with a buffer again.
+            // and then) or trades small messages. Its buffer goes back while it waits for
+            // bytes, and a fresh one takes them (one allocation, no extra read).
             *buf = BytesMut::new();
-            let mut first = [0u8; IDLE_READ_BYTES];
-            let n = r
-                .read(&mut first)
+            r.wait_readable()
                 .await
                 .map_err(|e| DownReason::Io(e.to_string()))?;
-            buf.extend_from_slice(&first[..n]);
-            n
-        } else {
-            buf.reserve(lock(machine).bytes_needed(buf).max(read_size));
-            r.read_buf(buf)
-                .await
-                .map_err(|e| DownReason::Io(e.to_string()))?
-        };
+        }
+        buf.reserve(lock(machine).bytes_needed(buf).max(read_size));
+        let n = r
+            .read_buf(buf)
+            .await
+            .map_err(|e| DownReason::Io(e.to_string()))?;
         last_read = n;
         if n == 0 {
             if buf.is_empty() {
