@@ -221,6 +221,7 @@ impl Node {
             loops,
             next_link_id: AtomicU64::new(1),
             epoch: Instant::now(),
+            coarse_ms: AtomicU64::new(0),
             shutting_down: AtomicBool::new(false),
             shutdown_tx,
         });

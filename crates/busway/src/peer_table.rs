@@ -66,30 +66,47 @@ impl PeerTable {
     }
 
     /// Forgets the peers dead (down past their deadline, nothing held) for `idle_ms` or more;
-    /// returns how many.
+    /// returns how many. Looked for under the read lock (sends go on meanwhile), removed under
+    /// the write lock, which an attaching link takes too, after a second look.
     pub(crate) fn forget_dead(&self, now_ms: u64, idle_ms: u64) -> usize {
+        let dead: Vec<BusId> = self
+            .peers
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .filter(|(_, p)| p.dead_for(now_ms, idle_ms))
+            .map(|(&id, _)| id)
+            .collect();
+        if dead.is_empty() {
+            return 0;
+        }
         let mut peers = self.peers.write().unwrap_or_else(|p| p.into_inner());
-        let before = peers.len();
-        // Decided under the table's lock, which an attaching link takes too.
-        peers.retain(|_, p| !p.dead_for(now_ms, idle_ms));
-        before - peers.len()
+        dead.into_iter()
+            .filter(|id| {
+                let still = peers.get(id).is_some_and(|p| p.dead_for(now_ms, idle_ms));
+                still && peers.remove(id).is_some()
+            })
+            .count()
     }
 
     /// The peer an authenticated link of incarnation `incarnation` belongs to: the one of that
     /// incarnation, or a new one made by `make` in place of any previous incarnation that is
-    /// down. `check` sees every neighbor first (e.g. to refuse an overlapping registration),
-    /// under the same lock, so that two links cannot both pass it. Refuses a second link to an
-    /// id that is up from another incarnation, naming both.
+    /// down. A subtree the peer registers with node `me` (`registers`) is checked against every
+    /// neighbor's under the same lock, so that two links cannot both pass the check. Refuses a
+    /// second link to an id that is up from another incarnation, naming both.
     pub(crate) fn attach(
         &self,
+        me: BusId,
         id: BusId,
         incarnation: u64,
-        check: impl FnOnce(&[Neighbor]) -> Result<(), String>,
+        registers: Option<(BusId, BusId)>,
         make: impl FnOnce() -> Peer,
     ) -> Result<Attached, String> {
         let mut peers = self.peers.write().unwrap_or_else(|p| p.into_inner());
-        let neighbors: Vec<Neighbor> = peers.values().map(|p| p.neighbor()).collect();
-        check(&neighbors)?;
+        if let Some(range) = registers {
+            let others: Vec<Neighbor> = peers.values().map(|p| p.neighbor()).collect();
+            busway_core::relay::check_registration(me, id, range, &others)?;
+        }
         match peers.get(&id) {
             Some(old) if old.incarnation() == incarnation => Ok(Attached {
                 peer: old.clone(),

@@ -85,10 +85,20 @@ impl RelayedTable {
     /// destination takes once it forgot this source (`idle_ms` is twice its window: see
     /// `NodeConfig::forget_after_ms`).
     pub(crate) fn forget_destinations(&self, now_ms: u64, idle_ms: u64) -> usize {
+        // Looked for under the read lock (sends go on meanwhile); removed under the write lock
+        // once each is marked forgotten (see `Remote::forget_if_idle`).
+        let idle: Vec<Arc<Remote>> = self
+            .snapshot()
+            .into_iter()
+            .filter(|r| r.is_idle(now_ms, idle_ms))
+            .collect();
+        if idle.is_empty() {
+            return 0;
+        }
         let mut remotes = self.remotes.write().unwrap_or_else(|p| p.into_inner());
-        let before = remotes.len();
-        remotes.retain(|_, r| !r.forget_if_idle(now_ms, idle_ms));
-        before - remotes.len()
+        idle.into_iter()
+            .filter(|r| r.forget_if_idle(now_ms, idle_ms) && remotes.remove(&r.id).is_some())
+            .count()
     }
 
     /// Wakes the pump task (one wake-up is kept if it is not waiting).

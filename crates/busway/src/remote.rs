@@ -67,19 +67,27 @@ impl Remote {
         self.touched_ms.fetch_max(now_ms, Relaxed);
     }
 
-    /// Marks the destination forgotten if it holds nothing and no send looked it up for
-    /// `idle_ms`; true if so (the caller drops it from the table). Decided under the lock that
-    /// every push takes: a push after it gets `Rerouted`, never a queue nobody pumps.
+    /// Whether the destination holds nothing and no send looked it up for `idle_ms`.
+    pub(crate) fn is_idle(&self, now_ms: u64, idle_ms: u64) -> bool {
+        Self::idle(&self.lock(), self.touched_ms.load(Relaxed), now_ms, idle_ms)
+    }
+
+    fn idle(st: &RemoteState, touched_ms: u64, now_ms: u64, idle_ms: u64) -> bool {
+        now_ms.saturating_sub(touched_ms) >= idle_ms
+            && st.departures.outbox().unacked() == 0
+            && !st.departures.has_unwritten()
+    }
+
+    /// Marks the destination forgotten if it is idle (see [`Remote::is_idle`]); true if so (the
+    /// caller drops it from the table). Decided under the lock that every push takes: a push
+    /// after it gets `Rerouted`, never a queue nobody pumps.
     pub(crate) fn forget_if_idle(&self, now_ms: u64, idle_ms: u64) -> bool {
         let mut st = self.lock();
-        let idle = now_ms.saturating_sub(self.touched_ms.load(Relaxed)) >= idle_ms;
-        let holds = st.departures.outbox().unacked() > 0 || st.departures.has_unwritten();
-        if idle && !holds && !st.forgotten {
-            st.forgotten = true;
-            true
-        } else {
-            false
+        if st.forgotten || !Self::idle(&st, self.touched_ms.load(Relaxed), now_ms, idle_ms) {
+            return false;
         }
+        st.forgotten = true;
+        true
     }
 
     fn lock(&self) -> MutexGuard<'_, RemoteState> {

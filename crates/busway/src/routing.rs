@@ -64,7 +64,7 @@ impl Shared {
         }
         if let Some(r) = self.remote_of(dst) {
             r.resume_relaying();
-            r.touch(self.clock_ms());
+            r.touch(self.coarse_ms.load(Relaxed));
             return Some(Route::Relayed(r));
         }
         if !self.relayable(dst) {
@@ -422,6 +422,8 @@ impl Shared {
                 return;
             }
             let now = self.clock_ms();
+            // Read by sends (a clock read per send would cost more than the send's own work).
+            self.coarse_ms.store(now, Relaxed);
             if now >= next_sweep {
                 next_sweep = now + FORGET_SWEEP_INTERVAL_MS;
                 self.forget_idle(now);

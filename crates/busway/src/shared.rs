@@ -49,6 +49,10 @@ pub(crate) struct Shared {
     pub(crate) next_link_id: AtomicU64,
     /// Start of the node's monotonic clock (heartbeats, round trips).
     pub(crate) epoch: Instant,
+    /// The node's clock in ms as of the retry task's last tick (every
+    /// `ROUTED_RETRY_INTERVAL_MS`): for stamps on a hot path that need no more precision (when
+    /// a relayed destination was last sent to). Relaxed: a time stamp, publishing nothing.
+    pub(crate) coarse_ms: AtomicU64,
     pub(crate) shutting_down: AtomicBool,
     pub(crate) shutdown_tx: watch::Sender<bool>,
 }
@@ -193,12 +197,6 @@ impl Shared {
                 crate::limits::FRAME_BODY_MIN_BYTES
             ));
         }
-        let check = |others: &[busway_core::relay::Neighbor]| match est.peer.downstream_of_you {
-            Some(range) => {
-                busway_core::relay::check_registration(self.config.id, id, range, others)
-            }
-            None => Ok(()),
-        };
         let make = || {
             Peer::new(
                 est.peer.clone(),
@@ -207,8 +205,10 @@ impl Shared {
                 matches!(dial, Dial::Direct(_)),
             )
         };
+        let registers = est.peer.downstream_of_you;
         let Attached { peer, replaced } =
-            self.peers.attach(id, est.peer.incarnation, check, make)?;
+            self.peers
+                .attach(self.config.id, id, est.peer.incarnation, registers, make)?;
         if let Some(old) = replaced {
             let seqs = old.fail_all();
             self.report_undeliverable(

@@ -37,6 +37,11 @@ async fn below(id: u64, relay: &Node) -> Node {
     ))
     .await;
     assert!(n.wait_for_peer(relay.id(), WAIT).await, "{id} registered");
+    // The relay knows it too (it reports unknown ids at once).
+    assert!(
+        relay.wait_for_peer(BusId(id), WAIT).await,
+        "{id} known to the relay"
+    );
     n
 }
 

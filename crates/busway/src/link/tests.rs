@@ -37,6 +37,7 @@ async fn a_link_task_that_panics_still_brings_its_peer_down_and_back() {
         .await
         .unwrap();
     assert!(a.wait_for_peer(BusId(2), WAIT).await);
+    assert!(b.wait_for_peer(BusId(1), WAIT).await);
     PANIC_READING_FROM.store(2, SeqCst);
     b.send(BusId(1), bytes::Bytes::from_static(b"after the panic"))
         .await
