@@ -182,18 +182,16 @@ impl Departures {
         self.outbox
             .take_chunks_within(self.window_bytes, |first_seq, inner, payload| {
                 let len = inner.len() + payload.map_or(0, Bytes::len);
-                match &mut packing {
-                    Some((_, parts, bytes)) if *bytes + len <= ROUTED_PACK_BYTES_MAX => {
-                        *bytes += len;
+                let fits =
+                    matches!(&packing, Some((_, _, bytes)) if bytes + len <= ROUTED_PACK_BYTES_MAX);
+                if !fits {
+                    if let Some((first, parts, _)) = packing.take() {
+                        frames.push(routed_frame_parts(&header(first), &parts));
                     }
-                    _ => {
-                        if let Some((first, parts, _)) = packing.take() {
-                            frames.push(routed_frame_parts(&header(first), &parts));
-                        }
-                        packing = Some((first_seq, Vec::with_capacity(2), len));
-                    }
+                    packing = Some((first_seq, Vec::with_capacity(2), 0));
                 }
-                if let Some((_, parts, _)) = &mut packing {
+                if let Some((_, parts, bytes)) = &mut packing {
+                    *bytes += len;
                     parts.push(inner.clone());
                     parts.extend(payload.cloned());
                 }
