@@ -193,9 +193,9 @@ async fn a_member_cannot_claim_an_id_its_certificate_does_not_name() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn strangers_and_plain_tcp_are_refused_and_the_node_keeps_serving() {
     let ca = Ca::new();
-    let a =
-        start(tls_node(1, ca.tls(&["1.id.busway"])).listen("tls://127.0.0.1:0".parse().unwrap()))
-            .await;
+    let mut ac = tls_node(1, ca.tls(&["1.id.busway"])).listen("tls://127.0.0.1:0".parse().unwrap());
+    ac.handshake_timeout_ms = 300;
+    let a = start(ac).await;
     let mut events = a.take_events().unwrap();
     let addr = a.listen_addrs()[0].clone();
     // A node whose certificate another authority signed.
@@ -211,6 +211,9 @@ async fn strangers_and_plain_tcp_are_refused_and_the_node_keeps_serving() {
     let mut plain = tokio::net::TcpStream::connect(tls_addr(&a)).await.unwrap();
     let _ = plain.write_all(b"not a TLS client hello").await;
     rejected(&mut events, "TLS handshake failed").await;
+    // A connection that says nothing is let go at the handshake's deadline.
+    let _silent = tokio::net::TcpStream::connect(tls_addr(&a)).await.unwrap();
+    rejected(&mut events, "TLS handshake took more than 300 ms").await;
     // The node still serves its members.
     let b = start(tls_node(3, ca.tls(&["3.id.busway"])).connect(addr)).await;
     assert!(b.wait_for_peer(BusId(1), WAIT).await);
