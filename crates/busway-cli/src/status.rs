@@ -68,6 +68,9 @@ pub(crate) fn snapshot(node: &Node) -> Value {
             "peers_up": s.peers_up,
             "shm_channels": s.shm_channels,
             "mem_channels": s.mem_channels,
+            "forgotten_peers": s.forgotten_peers,
+            "forgotten_sources": s.forgotten_sources,
+            "forgotten_destinations": s.forgotten_destinations,
         },
     })
 }
