@@ -682,58 +682,61 @@ fn tls_files(ids: &[u64]) -> std::path::PathBuf {
 fn a_tls_listener_other_hosts_reach_needs_no_secret_and_carries_messages() {
     let dir = tls_files(&[7, 3]);
     let file = |name: &str| dir.join(name).to_str().unwrap().to_owned();
-    let tls = |id: u64| {
-        vec![
-            "--tls-cert".to_owned(),
-            file(&format!("{id}.pem")),
-            "--tls-key".to_owned(),
-            file(&format!("{id}.key")),
-            "--tls-ca".to_owned(),
-            file("ca.pem"),
-        ]
+    // `base`, then the TLS flags of node `id`.
+    let with_tls = |base: &[&str], id: u64| -> Vec<String> {
+        let mut args: Vec<String> = base.iter().map(|a| a.to_string()).collect();
+        for (flag, name) in [
+            ("--tls-cert", format!("{id}.pem")),
+            ("--tls-key", format!("{id}.key")),
+            ("--tls-ca", "ca.pem".to_owned()),
+        ] {
+            args.push(flag.to_owned());
+            args.push(file(&name));
+        }
+        args
     };
-    let mut largs: Vec<String> = [
-        "listen",
-        "--id",
-        "7",
-        "--listen",
-        "tls://0.0.0.0:0",
-        "--count",
-        "1",
-    ]
-    .map(String::from)
-    .to_vec();
-    largs.extend(tls(7));
-    let largs: Vec<&str> = largs.iter().map(String::as_str).collect();
-    let (l, addr, out) = listener(&largs);
+    let largs = with_tls(
+        &[
+            "listen",
+            "--id",
+            "7",
+            "--listen",
+            "tls://0.0.0.0:0",
+            "--count",
+            "1",
+        ],
+        7,
+    );
+    let (l, addr, out) = listener(&largs.iter().map(String::as_str).collect::<Vec<_>>());
     let port = addr.rsplit(':').next().unwrap();
     let to = format!("tls://127.0.0.1:{port}");
-    let mut sargs: Vec<String> = [
-        "send",
-        "--id",
-        "3",
-        "--connect",
-        &to,
-        "--to",
-        "7",
-        "over tls",
-    ]
-    .map(String::from)
-    .to_vec();
-    sargs.extend(tls(3));
-    let sargs: Vec<&str> = sargs.iter().map(String::as_str).collect();
-    let (ok, _, _, err) = finish(spawn(&sargs), None);
+    let sargs = with_tls(
+        &[
+            "send",
+            "--id",
+            "3",
+            "--connect",
+            &to,
+            "--to",
+            "7",
+            "over tls",
+        ],
+        3,
+    );
+    let (ok, _, _, err) = finish(
+        spawn(&sargs.iter().map(String::as_str).collect::<Vec<_>>()),
+        None,
+    );
     assert!(ok, "{err}");
     let (ok, _, stdout, _) = finish(l, Some(out));
     assert!(ok);
     assert_eq!(stdout.trim(), "3: over tls");
     // A certificate that does not name the node is refused before it starts.
-    let mut bad: Vec<String> = ["node", "--id", "4", "--listen", "tls://127.0.0.1:0"]
-        .map(String::from)
-        .to_vec();
-    bad.extend(tls(3));
-    let bad: Vec<&str> = bad.iter().map(String::as_str).collect();
-    let (ok, _, _, err) = finish(spawn(&bad), None);
+    let bad = with_tls(&["node", "--id", "4", "--listen", "tls://127.0.0.1:0"], 3);
+    let (ok, _, _, err) = finish(
+        spawn(&bad.iter().map(String::as_str).collect::<Vec<_>>()),
+        None,
+    );
     assert!(!ok);
     assert!(
         err.contains("names bus ids 3 but not its own id 4"),

@@ -10,7 +10,7 @@ use busway_core::frame::{
 };
 use busway_core::handshake::{local_hello, Handshake, NonceCache, Role, Secret, Step};
 use busway_core::FrameDecoder;
-use bytes::{Bytes, BytesMut};
+use bytes::BytesMut;
 use common::*;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -63,15 +63,7 @@ async fn fixture() -> Fixture {
 impl Fixture {
     /// The node still exchanges messages with its healthy peer.
     async fn still_works(&mut self) {
-        self.healthy
-            .send(BusId(1), Bytes::from_static(b"still here"))
-            .await
-            .unwrap();
-        let m = tokio::time::timeout(WAIT, self.inbox.recv())
-            .await
-            .unwrap()
-            .unwrap();
-        assert_eq!((m.src, m.payload.as_ref()), (BusId(2), &b"still here"[..]));
+        send_and_expect(&self.healthy, BusId(1), &mut self.inbox, b"still here").await;
         assert!(self.node.peers().iter().any(|p| p.id == BusId(2)));
     }
 

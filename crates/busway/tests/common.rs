@@ -195,17 +195,28 @@ const END_MARKER: &[u8] = b"end of the stream: nothing after this";
 /// stream): `from` sends a marker, and the next message must be it. No quiet period to wait
 /// out: messages of a pair arrive in the order sent, so a duplicate would come first.
 pub async fn nothing_more_from(from: &busway::Node, inbox: &mut busway::Inbox, to: BusId) {
-    from.send(to, bytes::Bytes::from_static(END_MARKER))
+    send_and_expect(from, to, inbox, END_MARKER).await;
+}
+
+/// `from` sends `payload` to `to`, and it must be the next message in `inbox` (`to`'s), within
+/// `WAIT`.
+pub async fn send_and_expect(
+    from: &busway::Node,
+    to: BusId,
+    inbox: &mut busway::Inbox,
+    payload: &'static [u8],
+) {
+    from.send(to, bytes::Bytes::from_static(payload))
         .await
         .unwrap();
     let next = tokio::time::timeout(WAIT, inbox.recv())
         .await
-        .expect("the marker arrives")
-        .unwrap();
+        .expect("the message arrives")
+        .expect("the inbox is open");
     assert_eq!(
         (next.src, next.payload.as_ref()),
-        (from.id(), END_MARKER),
-        "nothing between the end of the stream and the marker"
+        (from.id(), payload),
+        "the next message is the one sent"
     );
 }
 

@@ -91,12 +91,7 @@ async fn a_peer_dead_past_its_deadline_is_forgotten_and_may_come_back() {
     let c = start(forgetful(config(3).connect(addr))).await;
     assert!(c.wait_for_peer(BusId(1), WAIT).await);
     let mut inbox = a.take_inbox().unwrap();
-    c.send(BusId(1), Bytes::from_static(b"back")).await.unwrap();
-    let m = tokio::time::timeout(WAIT, inbox.recv())
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!((m.src, m.payload.as_ref()), (BusId(3), &b"back"[..]));
+    send_and_expect(&c, BusId(1), &mut inbox, b"back").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -319,14 +319,7 @@ async fn a_frame_larger_than_the_next_hop_accepts_is_refused_with_a_report_not_a
         "{reason}"
     );
     // The link to 4 never carried it: nothing to refuse, and what fits still goes.
-    s.send(BusId(4), bytes::Bytes::from_static(b"this fits"))
-        .await
-        .unwrap();
-    let m = tokio::time::timeout(WAIT, inbox.recv())
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(m.payload.as_ref(), b"this fits");
+    send_and_expect(&s, BusId(4), &mut inbox, b"this fits").await;
     assert_eq!(d.stats().protocol_errors, 0);
     assert_eq!(r.stats().protocol_errors, 0);
     for n in [s, d, r] {
@@ -351,14 +344,7 @@ async fn a_direct_peer_is_sent_nothing_larger_than_it_states() {
             max: small
         })
     );
-    b.send(BusId(1), bytes::Bytes::from_static(b"this fits"))
-        .await
-        .unwrap();
-    let m = tokio::time::timeout(WAIT, inbox.recv())
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(m.payload.as_ref(), b"this fits");
+    send_and_expect(&b, BusId(1), &mut inbox, b"this fits").await;
     assert_eq!(a.stats().protocol_errors, 0);
     a.shutdown().await;
     b.shutdown().await;

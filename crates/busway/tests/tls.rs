@@ -5,7 +5,7 @@ mod common;
 
 use busway::{BusId, Event, Node, TlsConfig};
 use busway_core::handshake::{local_hello, Handshake, Hello, NonceCache, Role, Step};
-use bytes::{Bytes, BytesMut};
+use bytes::BytesMut;
 use common::*;
 use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
 use rustls::pki_types::pem::PemObject;
@@ -180,14 +180,7 @@ async fn a_member_cannot_claim_an_id_its_certificate_does_not_name() {
     assert!(a.peers().is_empty(), "{:?}", a.peers());
     let b = start(tls_node(2, ca.tls(&["2.id.busway"])).connect(a.listen_addrs()[0].clone())).await;
     assert!(b.wait_for_peer(BusId(1), WAIT).await);
-    b.send(BusId(1), Bytes::from_static(b"honest"))
-        .await
-        .unwrap();
-    let m = tokio::time::timeout(WAIT, a.take_inbox().unwrap().recv())
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(m.payload.as_ref(), b"honest");
+    send_and_expect(&b, BusId(1), &mut a.take_inbox().unwrap(), b"honest").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
