@@ -313,6 +313,18 @@ impl Link {
         self.events.pop_front()
     }
 
+    /// Gives back the room of the event and transmit queues when both are empty: called by a
+    /// driver whose link goes idle, so an idle link keeps no queue it used once (a busy link
+    /// calls it rarely, and then pays one small allocation at its next event).
+    pub fn release_idle_memory(&mut self) {
+        if self.events.is_empty() {
+            self.events = VecDeque::new();
+        }
+        if self.transmits.is_empty() {
+            self.transmits = VecDeque::new();
+        }
+    }
+
     /// When [`Link::handle_timeout`] must be called next (monotonic µs); `None` when closed.
     pub fn poll_timeout(&self) -> Option<u64> {
         match &self.phase {

@@ -449,9 +449,9 @@ impl Node {
                 let s = p.snapshot();
                 PeerInfo {
                     id: p.id,
-                    incarnation: s.hello.incarnation,
+                    incarnation: s.intro.incarnation,
                     addr: s.addr,
-                    listen_addrs: s.hello.listen_addrs,
+                    listen_addrs: s.intro.listen_addrs,
                     up: s.up,
                     unacked_msgs: s.unacked,
                     unacked_bytes: s.bytes,

@@ -39,8 +39,30 @@ pub(crate) enum Take {
     Drained,
 }
 
+/// What a node keeps of a peer's HELLO for the peer's life: what routing, hints and status
+/// read (the nonce, clock, versions and host id served the handshake only, and an idle
+/// connection's memory is mostly what is kept per peer and link).
+#[derive(Clone, Debug)]
+pub(crate) struct PeerIntro {
+    pub(crate) incarnation: u64,
+    pub(crate) listen_addrs: Vec<String>,
+    pub(crate) capabilities: u64,
+    pub(crate) downstream_of_you: Option<(BusId, BusId)>,
+}
+
+impl From<&Hello> for PeerIntro {
+    fn from(h: &Hello) -> Self {
+        Self {
+            incarnation: h.incarnation,
+            listen_addrs: h.listen_addrs.clone(),
+            capabilities: h.capabilities,
+            downstream_of_you: h.downstream_of_you,
+        }
+    }
+}
+
 pub(crate) struct PeerState {
-    pub(crate) hello: Hello,
+    pub(crate) intro: PeerIntro,
     pub(crate) addr: String,
     outbox: Outbox,
     /// The number of the next message expected from the peer.
@@ -92,7 +114,7 @@ pub(crate) struct Peer {
 
 /// A snapshot for `Node::peers`.
 pub(crate) struct PeerSnapshot {
-    pub(crate) hello: Hello,
+    pub(crate) intro: PeerIntro,
     pub(crate) addr: String,
     pub(crate) up: bool,
     pub(crate) unacked: u64,
@@ -109,7 +131,7 @@ impl Peer {
                 .frame_body_max
                 .map(|m| usize::try_from(m).unwrap_or(usize::MAX)),
             state: Mutex::new(PeerState {
-                hello,
+                intro: PeerIntro::from(&hello),
                 addr,
                 outbox: Outbox::new(limit_bytes, 0),
                 inbound_expected: 0,
@@ -157,7 +179,7 @@ impl Peer {
             // A downstream given up (down past its deadline) no longer claims its subtree:
             // its ids may be reached another way.
             serves: st
-                .hello
+                .intro
                 .downstream_of_you
                 .filter(|_| st.dead_since_ms.is_none()),
         }
@@ -171,7 +193,7 @@ impl Peer {
     /// Whether the peer accepts direct links from nodes that learned its address from a relay.
     pub(crate) fn accepts_direct(&self) -> bool {
         let st = self.lock();
-        st.hello.capabilities & caps::DIRECT != 0 && !st.hello.listen_addrs.is_empty()
+        st.intro.capabilities & caps::DIRECT != 0 && !st.intro.listen_addrs.is_empty()
     }
 
     /// Holds messages back (see `PeerState::held`).
@@ -434,7 +456,7 @@ impl Peer {
     }
 
     pub(crate) fn incarnation(&self) -> u64 {
-        self.lock().hello.incarnation
+        self.lock().intro.incarnation
     }
 
     /// Attaches the authenticated link `link`: everything the peer lacks becomes unwritten again.
@@ -461,7 +483,7 @@ impl Peer {
         let resent = written_before.saturating_sub(first);
         // The peer resumes where it says; past what we expect only if it gave up on messages.
         st.inbound_expected = st.inbound_expected.max(est.peer_auth.next_send_seq);
-        st.hello = est.peer.clone();
+        st.intro = PeerIntro::from(&est.peer);
         st.addr = addr.to_owned();
         st.link = Some(link);
         st.dead_since_ms = None;
@@ -552,7 +574,7 @@ impl Peer {
     pub(crate) fn snapshot(&self) -> PeerSnapshot {
         let st = self.lock();
         PeerSnapshot {
-            hello: st.hello.clone(),
+            intro: st.intro.clone(),
             addr: st.addr.clone(),
             up: st.link.is_some(),
             unacked: st.outbox.unacked(),

@@ -116,7 +116,7 @@ impl PeerTable {
                 let s = old.snapshot();
                 Err(format!(
                     "bus id {id} is already connected from another incarnation ({:#x} via {}; this one is {incarnation:#x})",
-                    s.hello.incarnation, s.addr
+                    s.intro.incarnation, s.addr
                 ))
             }
             _ => {

@@ -348,7 +348,7 @@ impl Shared {
         }
         let snap = dst_peer.snapshot();
         let addrs: Vec<String> = snap
-            .hello
+            .intro
             .listen_addrs
             .iter()
             .filter_map(|a| dialable(a, &snap.addr))

@@ -246,6 +246,27 @@ fn heartbeats_keep_a_quiet_link_up_and_measure_the_round_trip() {
 }
 
 #[test]
+fn an_idle_link_gives_back_its_queues_and_still_works() {
+    let mut p = Pair::plain();
+    p.drive();
+    p.advance_ms(HEARTBEAT_MS);
+    p.drive();
+    assert!(p.a.link.events.capacity() > 0 || p.a.link.transmits.capacity() > 0);
+    p.a.link.release_idle_memory();
+    assert_eq!(
+        (p.a.link.events.capacity(), p.a.link.transmits.capacity()),
+        (0, 0)
+    );
+    // Heartbeats still flow and measure after the queues were given back.
+    let rtts = |e: &End| e.events.iter().filter(|e| matches!(e, LinkEvent::Rtt(_))).count();
+    let before = rtts(&p.a);
+    p.advance_ms(HEARTBEAT_MS);
+    p.drive();
+    assert!(rtts(&p.a) > before);
+    assert!(lost(&p.a.events).is_none() && lost(&p.b.events).is_none());
+}
+
+#[test]
 fn a_silent_peer_is_lost_after_the_heartbeat_misses() {
     let mut p = Pair::plain();
     p.drive();

@@ -376,6 +376,8 @@ pub(super) async fn read_loop<R: AsyncRead + WaitReadable + Unpin>(
             // and then) or trades small messages. Its buffer goes back while it waits for
             // bytes, and a fresh one takes them (one allocation, no extra read).
             *buf = BytesMut::new();
+            events = Vec::new();
+            lock(machine).release_idle_memory();
             r.wait_readable()
                 .await
                 .map_err(|e| DownReason::Io(e.to_string()))?;
