@@ -192,9 +192,25 @@ pub enum LinkEvent {
 /// Places of the messages that one `handle_input` found, as (start, length) in its buffer.
 pub type Spans = Vec<(u32, u32)>;
 
+/// What only the handshake needs: boxed in [`Phase::Handshaking`] and gone once the link is
+/// up (an idle link's memory is what its task and machine keep).
+struct HandshakeState {
+    hs: Handshake,
+    config: LinkConfig,
+    /// This host's identity, as this node's HELLO states it (what a ring needs to match).
+    local_host_id: Vec<u8>,
+}
+
+/// What an up link needs of its configuration.
+struct UpConfig {
+    heartbeat_interval_ms: u64,
+    heartbeat_misses_max: u64,
+    ring_required: bool,
+}
+
 enum Phase {
     Handshaking {
-        hs: Box<Handshake>,
+        state: Box<HandshakeState>,
         deadline_us: u64,
         /// A PeerHello was reported and `send_auth` not called yet: input waits.
         awaiting_auth: bool,
@@ -212,10 +228,7 @@ enum Phase {
 
 /// One link's protocol state. Owned by the one task that drives the link.
 pub struct Link {
-    config: LinkConfig,
-    /// This host's identity, as this node's HELLO states it (what a ring needs to match);
-    /// the rest of the HELLO lives in the handshake, which goes once the link is up.
-    local_host_id: Vec<u8>,
+    up: UpConfig,
     nonces: Arc<Mutex<NonceCache>>,
     phase: Phase,
     dec: FrameDecoder,
@@ -233,7 +246,6 @@ impl fmt::Debug for Link {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Link")
             .field("state", &self.state())
-            .field("remote", &self.config.remote)
             .finish()
     }
 }
@@ -252,11 +264,18 @@ impl Link {
         let hello = hs.hello_frame();
         let deadline_us = now.mono_us + config.handshake_timeout_ms * 1_000;
         Self {
-            config,
-            local_host_id: host_id,
+            up: UpConfig {
+                heartbeat_interval_ms: config.heartbeat_interval_ms,
+                heartbeat_misses_max: config.heartbeat_misses_max,
+                ring_required: config.ring_required,
+            },
             nonces,
             phase: Phase::Handshaking {
-                hs: Box::new(hs),
+                state: Box::new(HandshakeState {
+                    hs,
+                    config,
+                    local_host_id: host_id,
+                }),
                 deadline_us,
                 awaiting_auth: false,
             },
@@ -338,13 +357,15 @@ impl Link {
     /// of a peer silent for `heartbeat_misses_max` intervals.
     pub fn handle_timeout(&mut self, now: Now) {
         match &self.phase {
-            Phase::Handshaking { deadline_us, .. } if now.mono_us >= *deadline_us => {
-                let ms = self.config.handshake_timeout_ms;
+            Phase::Handshaking {
+                deadline_us, state, ..
+            } if now.mono_us >= *deadline_us => {
+                let ms = state.config.handshake_timeout_ms;
                 self.lose_with_close(LinkError::HandshakeTimeout { ms });
             }
             Phase::Up { .. } | Phase::Draining if now.mono_us >= self.next_ping_us => {
-                let interval_ms = self.config.heartbeat_interval_ms;
-                let misses = self.config.heartbeat_misses_max;
+                let interval_ms = self.up.heartbeat_interval_ms;
+                let misses = self.up.heartbeat_misses_max;
                 let silent_ms = ms(now.mono_us.saturating_sub(self.last_rx_us));
                 if silent_ms >= misses * interval_ms && !self.input_blocked {
                     self.lose(LinkError::Silent {
@@ -398,7 +419,9 @@ impl Link {
         let mut pos = 0;
         loop {
             let Phase::Handshaking {
-                hs, awaiting_auth, ..
+                state,
+                awaiting_auth,
+                ..
             } = &mut self.phase
             else {
                 return pos;
@@ -422,7 +445,7 @@ impl Link {
             pos += len;
             let step = {
                 let mut nonces = self.nonces.lock().unwrap_or_else(|p| p.into_inner());
-                hs.handle_frame(&frame, now.wall_ms, &mut nonces)
+                state.hs.handle_frame(&frame, now.wall_ms, &mut nonces)
             };
             match step {
                 Ok(crate::handshake::Step::PeerHello(hello)) => {
@@ -449,23 +472,35 @@ impl Link {
     /// Answers the peer's HELLO: where this side's numbering resumes with it.
     pub fn send_auth(&mut self, next_send_seq: u64, next_expected_seq: u64) {
         if let Phase::Handshaking {
-            hs, awaiting_auth, ..
+            state,
+            awaiting_auth,
+            ..
         } = &mut self.phase
         {
             if std::mem::take(awaiting_auth) {
-                let frame = hs.auth_frame(next_send_seq, next_expected_seq);
+                let frame = state.hs.auth_frame(next_send_seq, next_expected_seq);
                 self.transmits.push_back(frame);
             }
         }
     }
 
     fn established(&mut self, est: Box<Established>, now: Now) {
+        // The handshake's state goes here, whatever the outcome (`lose` closes the link).
+        let Phase::Handshaking { state, .. } = std::mem::replace(&mut self.phase, Phase::Closed)
+        else {
+            return;
+        };
+        let HandshakeState {
+            config,
+            local_host_id,
+            ..
+        } = *state;
         let peer = &est.peer;
-        if let Some(ids) = &self.config.peer_cert_ids {
+        if let Some(ids) = &config.peer_cert_ids {
             let why = if !ids.contains(peer.bus_id) {
                 Some(format!(
                     "{} claims bus id {} but its TLS certificate names {ids}",
-                    self.config.remote, peer.bus_id
+                    config.remote, peer.bus_id
                 ))
             } else {
                 peer.downstream_of_you
@@ -473,7 +508,7 @@ impl Link {
                     .map(|(first, last)| {
                         format!(
                             "{} (bus id {}) registers bus ids {first}..={last} but its TLS certificate names {ids}",
-                            self.config.remote, peer.bus_id
+                            config.remote, peer.bus_id
                         )
                     })
             };
@@ -481,21 +516,21 @@ impl Link {
                 return self.lose_with_close(LinkError::Refused(why));
             }
         }
-        if let Some(expected) = self.config.expect_peer {
+        if let Some(expected) = config.expect_peer {
             if peer.bus_id != expected {
                 let why = format!(
                     "dialed {} to reach bus id {expected}, found bus id {}",
-                    self.config.remote, peer.bus_id
+                    config.remote, peer.bus_id
                 );
                 return self.lose_with_close(LinkError::Refused(why));
             }
         }
-        let rings = self.config.shm
+        let rings = config.shm
             && peer.capabilities & caps::SHM_BOUND != 0
-            && !self.local_host_id.is_empty()
-            && peer.host_id == self.local_host_id;
-        if self.config.ring_required && !rings {
-            let why = if !self.config.shm {
+            && !local_host_id.is_empty()
+            && peer.host_id == local_host_id;
+        if self.up.ring_required && !rings {
+            let why = if !config.shm {
                 "this node has shared memory turned off"
             } else if peer.capabilities & caps::SHM_BOUND == 0 {
                 "the peer does not allow shared memory"
@@ -504,12 +539,12 @@ impl Link {
             };
             let why = format!(
                 "{} carries its data only through shared memory, and {why} (bus id {})",
-                self.config.remote, peer.bus_id
+                config.remote, peer.bus_id
             );
             return self.lose_with_close(LinkError::Refused(why));
         }
-        self.dec.set_body_len_max(self.config.frame_body_max);
-        self.next_ping_us = now.mono_us + self.config.heartbeat_interval_ms * 1_000;
+        self.dec.set_body_len_max(config.frame_body_max);
+        self.next_ping_us = now.mono_us + config.heartbeat_interval_ms * 1_000;
         self.phase = Phase::Up {
             out: Carrier::Socket,
             inbound: Carrier::Socket,
@@ -552,7 +587,7 @@ impl Link {
     /// Our ring could not be made: the messages stay on the socket, unless the link must use
     /// shared memory (then it ends).
     pub fn ring_unavailable(&mut self, why: &str) {
-        if self.config.ring_required {
+        if self.up.ring_required {
             self.lose(LinkError::Refused(format!("cannot make a ring: {why}")));
         }
     }
@@ -575,7 +610,7 @@ impl Link {
                 *inbound = Carrier::Socket;
                 self.transmits
                     .push_back(Channel::Refuse(why.clone()).frame());
-                if self.config.ring_required {
+                if self.up.ring_required {
                     self.lose(LinkError::Refused(format!(
                         "shm:// link: cannot open the peer's ring: {why}"
                     )));
@@ -756,7 +791,7 @@ impl Link {
             }
             (Channel::Refuse(why), Carrier::RingOffered, _) => {
                 *out = Carrier::Socket;
-                if self.config.ring_required {
+                if self.up.ring_required {
                     self.lose(LinkError::Refused(format!(
                         "shm:// link: the peer refused our ring: {why}"
                     )));

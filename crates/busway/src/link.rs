@@ -6,6 +6,10 @@
 //! relayed frames, ring negotiation) and hands DATA payloads to the inbox a batch per read,
 //! cut out of the read without a copy; the writer takes everything the send queue holds and
 //! writes it in one `writev`. The machine decides; this file moves bytes and runs timers.
+//!
+//! The task's functions return `async move` blocks rather than being `async fn`s: an
+//! `async fn` keeps each argument twice in its future (as passed, and moved into its body),
+//! and an idle connection's memory is mostly these nested futures.
 
 mod machine;
 mod read;
@@ -29,6 +33,7 @@ use busway_core::link::{Link, LinkConfig, LinkError, LinkEvent, Spans};
 use bytes::{Buf, BytesMut};
 use machine::{down_reason, lock};
 use read::{read_loop, ReadEnd};
+use std::future::Future;
 use std::io;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -40,77 +45,90 @@ const REJECT_WRITE_MS: u64 = 100;
 
 /// Runs an accepted connection from handshake to close on the calling loop; refuses it at
 /// once, with a CLOSE that says why, past the node's connection or handshake limits.
-pub(crate) async fn serve_std(shared: Arc<Shared>, stream: StdStream, remote: String) -> Outcome {
-    let stream = match stream.register() {
-        Ok(s) => s,
-        Err(e) => {
-            tracing::warn!(%remote, error = %e, "could not register an accepted socket");
-            return Outcome::NeverUp;
-        }
-    };
-    let admitted = shared.admission.accepted();
-    let (_open, handshaking) = match admitted {
-        Ok(counted) => counted,
-        Err(why) => {
-            refuse(&shared, stream, &remote, &why).await;
-            return Outcome::NeverUp;
-        }
-    };
-    serve_counted(&shared, stream, Dial::Accepted, remote, Some(handshaking)).await
+#[allow(clippy::manual_async_fn)] // not an `async fn` on purpose (see the module's note)
+pub(crate) fn serve_std(
+    shared: Arc<Shared>,
+    stream: StdStream,
+    remote: String,
+) -> impl Future<Output = Outcome> {
+    async move {
+        let stream = match stream.register() {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(%remote, error = %e, "could not register an accepted socket");
+                return Outcome::NeverUp;
+            }
+        };
+        let admitted = shared.admission.accepted();
+        let (_open, handshaking) = match admitted {
+            Ok(counted) => counted,
+            Err(why) => {
+                refuse(&shared, stream, &remote, &why).await;
+                return Outcome::NeverUp;
+            }
+        };
+        serve_counted(&shared, stream, Dial::Accepted, remote, Some(handshaking)).await
+    }
 }
 
 /// Runs a dialed connection from handshake to close.
-pub(crate) async fn serve(
+#[allow(clippy::manual_async_fn)] // not an `async fn` on purpose (see the module's note)
+pub(crate) fn serve(
     shared: Arc<Shared>,
     stream: Stream,
     role: Dial,
     remote: String,
-) -> Outcome {
-    let _open = shared.admission.dialed();
-    serve_counted(&shared, stream, role, remote, None).await
+) -> impl Future<Output = Outcome> {
+    async move {
+        let _open = shared.admission.dialed();
+        serve_counted(&shared, stream, role, remote, None).await
+    }
 }
 
-async fn serve_counted(
-    shared: &Arc<Shared>,
+#[allow(clippy::manual_async_fn)] // not an `async fn` on purpose (see the module's note)
+fn serve_counted<'a>(
+    shared: &'a Arc<Shared>,
     stream: Stream,
     role: Dial,
     remote: String,
-    handshaking: Option<Handshaking<'_>>,
-) -> Outcome {
-    bump(&shared.counters.connections);
-    match stream {
-        Stream::Tcp(s) => {
-            let (r, w) = s.into_split();
-            run(shared.clone(), r, w, role, remote, handshaking, None).await
-        }
-        Stream::Unix(s) => {
-            let (r, w) = s.into_split();
-            run(shared.clone(), r, w, role, remote, handshaking, None).await
-        }
-        Stream::TlsAccepted(s) | Stream::TlsDialed(s) => {
-            let Some(tls) = shared.config.tls.as_ref() else {
-                // Refused when the node starts (`NodeConfig::validate`); a hinted tls://
-                // address is not dialed without it.
-                return Outcome::NeverUp;
-            };
-            let wait = Duration::from_millis(shared.config.handshake_timeout_ms);
-            let handshake = async {
-                if role == Dial::Accepted {
-                    tls.accept(s).await
-                } else {
-                    tls.connect(s).await
-                }
-            };
-            let (s, ids) = match tokio::time::timeout(wait, handshake).await {
-                Ok(Ok(done)) => done,
-                Ok(Err(why)) => return tls_failed(shared, &remote, &why),
-                Err(_) => {
-                    let why = format!("TLS handshake took more than {} ms", wait.as_millis());
-                    return tls_failed(shared, &remote, &why);
-                }
-            };
-            let (r, w) = tokio::io::split(s);
-            run(shared.clone(), r, w, role, remote, handshaking, Some(ids)).await
+    handshaking: Option<Handshaking<'a>>,
+) -> impl Future<Output = Outcome> + 'a {
+    async move {
+        bump(&shared.counters.connections);
+        match stream {
+            Stream::Tcp(s) => {
+                let (r, w) = s.into_split();
+                run(shared.clone(), r, w, role, remote, handshaking, None).await
+            }
+            Stream::Unix(s) => {
+                let (r, w) = s.into_split();
+                run(shared.clone(), r, w, role, remote, handshaking, None).await
+            }
+            Stream::TlsAccepted(s) | Stream::TlsDialed(s) => {
+                let Some(tls) = shared.config.tls.as_ref() else {
+                    // Refused when the node starts (`NodeConfig::validate`); a hinted tls://
+                    // address is not dialed without it.
+                    return Outcome::NeverUp;
+                };
+                let wait = Duration::from_millis(shared.config.handshake_timeout_ms);
+                let handshake = async {
+                    if role == Dial::Accepted {
+                        tls.accept(s).await
+                    } else {
+                        tls.connect(s).await
+                    }
+                };
+                let (s, ids) = match tokio::time::timeout(wait, handshake).await {
+                    Ok(Ok(done)) => done,
+                    Ok(Err(why)) => return tls_failed(shared, &remote, &why),
+                    Err(_) => {
+                        let why = format!("TLS handshake took more than {} ms", wait.as_millis());
+                        return tls_failed(shared, &remote, &why);
+                    }
+                };
+                let (r, w) = tokio::io::split(s);
+                run(shared.clone(), r, w, role, remote, handshaking, Some(ids)).await
+            }
         }
     }
 }
@@ -175,77 +193,80 @@ fn link_config(
     }
 }
 
-async fn run<R, W>(
+#[allow(clippy::manual_async_fn)] // not an `async fn` on purpose (see the module's note)
+fn run<'h, R, W>(
     shared: Arc<Shared>,
     mut r: R,
     mut w: W,
     role: Dial,
     remote: String,
-    handshaking: Option<Handshaking<'_>>,
+    handshaking: Option<Handshaking<'h>>,
     peer_cert_ids: Option<CertIds>,
-) -> Outcome
+) -> impl Future<Output = Outcome> + 'h
 where
-    R: AsyncRead + read::WaitReadable + Unpin,
-    W: AsyncWrite + Unpin,
+    R: AsyncRead + read::WaitReadable + Unpin + 'h,
+    W: AsyncWrite + Unpin + 'h,
 {
-    let mut buf = BytesMut::with_capacity(READ_CHUNK_FIRST_BYTES);
-    let mut hello = shared.local_hello();
-    if role == Dial::Upstream {
-        let me = shared.config.id;
-        hello.downstream_of_you = Some(shared.config.subtree.unwrap_or((me, me)));
+    async move {
+        let mut buf = BytesMut::with_capacity(READ_CHUNK_FIRST_BYTES);
+        let mut hello = shared.local_hello();
+        if role == Dial::Upstream {
+            let me = shared.config.id;
+            hello.downstream_of_you = Some(shared.config.subtree.unwrap_or((me, me)));
+        }
+        let config = link_config(&shared, role, &remote, peer_cert_ids);
+        // In its mutex from the start (taken without locking until the link is up): one place
+        // for the machine in the task, not one before the handshake and one after.
+        let mut machine = Mutex::new(Link::new(
+            config,
+            hello,
+            shared.nonces.clone(),
+            shared.now(),
+        ));
+        let m = machine.get_mut().unwrap_or_else(|p| p.into_inner());
+        // Boxed, and freed once the link is up: the handshake's state and result are not kept in
+        // the task for the link's life (an idle link's memory is mostly its task).
+        let up = Box::pin(come_up(
+            &shared,
+            &mut r,
+            &mut w,
+            m,
+            &mut buf,
+            role,
+            remote,
+            handshaking,
+        ));
+        let Some((peer, link_id)) = up.await else {
+            return Outcome::NeverUp;
+        };
+        // The machine asks for rings (LinkEvent::OfferRing) when both ends share a host.
+        let shm = m
+            .uses_rings()
+            .then(|| Arc::new(ShmLink::new(shared.clone(), peer.clone(), link_id)));
+        let attachment = Attachment {
+            shared: &shared,
+            peer: &peer,
+            link_id,
+            detached: false,
+        };
+        let end_rings = EndRings {
+            shm: shm.as_ref(),
+            peer: &peer,
+        };
+        let reason = run_up(
+            &shared,
+            &peer,
+            &mut r,
+            &mut w,
+            &mut buf,
+            &machine,
+            shm.as_ref(),
+        )
+        .await;
+        drop(end_rings);
+        attachment.detach(reason);
+        Outcome::WasUp
     }
-    let config = link_config(&shared, role, &remote, peer_cert_ids);
-    // In its mutex from the start (taken without locking until the link is up): one place
-    // for the machine in the task, not one before the handshake and one after.
-    let mut machine = Mutex::new(Link::new(
-        config,
-        hello,
-        shared.nonces.clone(),
-        shared.now(),
-    ));
-    let m = machine.get_mut().unwrap_or_else(|p| p.into_inner());
-    // Boxed, and freed once the link is up: the handshake's state and result are not kept in
-    // the task for the link's life (an idle link's memory is mostly its task).
-    let up = Box::pin(come_up(
-        &shared,
-        &mut r,
-        &mut w,
-        m,
-        &mut buf,
-        role,
-        remote,
-        handshaking,
-    ));
-    let Some((peer, link_id)) = up.await else {
-        return Outcome::NeverUp;
-    };
-    // The machine asks for rings (LinkEvent::OfferRing) when both ends share a host.
-    let shm = m
-        .uses_rings()
-        .then(|| Arc::new(ShmLink::new(shared.clone(), peer.clone(), link_id)));
-    let attachment = Attachment {
-        shared: &shared,
-        peer: &peer,
-        link_id,
-        detached: false,
-    };
-    let end_rings = EndRings {
-        shm: shm.as_ref(),
-        peer: &peer,
-    };
-    let reason = run_up(
-        &shared,
-        &peer,
-        &mut r,
-        &mut w,
-        &mut buf,
-        &machine,
-        shm.as_ref(),
-    )
-    .await;
-    drop(end_rings);
-    attachment.detach(reason);
-    Outcome::WasUp
 }
 
 /// Ends a link's shared-memory rings when its task ends, however it ends: returned, or dropped
@@ -354,98 +375,110 @@ where
 
 /// Runs the reader, the writer and the machine's timers of an established link until the link
 /// is done; returns why it went down.
-async fn run_up<R, W>(
-    shared: &Shared,
-    peer: &Peer,
-    r: &mut R,
-    w: &mut W,
-    buf: &mut BytesMut,
-    machine: &Mutex<Link>,
-    shm: Option<&Arc<ShmLink>>,
-) -> DownReason
+#[allow(clippy::manual_async_fn)] // not an `async fn` on purpose (see the module's note)
+fn run_up<'a, R, W>(
+    shared: &'a Shared,
+    peer: &'a Peer,
+    r: &'a mut R,
+    w: &'a mut W,
+    buf: &'a mut BytesMut,
+    machine: &'a Mutex<Link>,
+    shm: Option<&'a Arc<ShmLink>>,
+) -> impl Future<Output = DownReason> + 'a
 where
     R: AsyncRead + read::WaitReadable + Unpin,
     W: AsyncWrite + Unpin,
 {
-    let linger = Duration::from_millis(shared.config.linger_ms);
-    let reader = read_loop(shared, peer, r, buf, machine, shm);
-    let writer = write_loop(w, peer, machine, shm.map(|s| &**s));
-    let timers = timers(shared, peer, machine);
-    // The application reads the peer's ring (see `ring_rx`); the link task sends its
-    // acknowledgements and ends the link if the ring turns out bad.
-    let ring_fault = async {
-        match shm {
-            // Boxed: only a link with a ring has this wait; the others keep no room for it.
-            Some(shm) => {
-                Box::pin(async {
-                    tokio::select! {
-                        why = shm.ring.fault() => why,
-                        never = shm.ring.ack_loop() => match never {},
-                    }
-                })
-                .await
+    async move {
+        let linger = Duration::from_millis(shared.config.linger_ms);
+        let reader = read_loop(shared, peer, r, buf, machine, shm);
+        let writer = write_loop(w, peer, machine, shm.map(|s| &**s));
+        let timers = timers(shared, peer, machine);
+        // The application reads the peer's ring (see `ring_rx`); the link task sends its
+        // acknowledgements and ends the link if the ring turns out bad.
+        let ring_fault = async {
+            match shm {
+                // Boxed: only a link with a ring has this wait; the others keep no room for it.
+                Some(shm) => {
+                    Box::pin(async {
+                        tokio::select! {
+                            why = shm.ring.fault() => why,
+                            never = shm.ring.ack_loop() => match never {},
+                        }
+                    })
+                    .await
+                }
+                None => std::future::pending().await,
             }
-            None => std::future::pending().await,
-        }
-    };
-    tokio::pin!(reader, writer, timers, ring_fault);
-    tokio::select! {
-        why = &mut ring_fault => {
-            bump(&shared.counters.protocol_errors);
-            tracing::warn!(peer = %peer.id, %why, "closing link: bad shared-memory ring");
-            DownReason::ProtocolError(why)
-        }
-        end = &mut reader => {
-            let reason = match end {
-                Ok(ReadEnd::Close(c)) => DownReason::ClosedByPeer(c.reason),
-                Ok(ReadEnd::Eof) => DownReason::ClosedByPeer("connection closed".into()),
-                Err(reason) => return reason,
-            };
-            if let Some(shm) = shm {
-                // What the peer put in its ring before closing is delivered first (its
-                // acknowledgement goes out with our CLOSE).
-                let _ = tokio::time::timeout(linger, shm.ring.wait_drained()).await;
-                peer.push_control(ack_frame(peer.inbound_expected()));
+        };
+        tokio::pin!(reader, writer, timers, ring_fault);
+        tokio::select! {
+            why = &mut ring_fault => {
+                bump(&shared.counters.protocol_errors);
+                tracing::warn!(peer = %peer.id, %why, "closing link: bad shared-memory ring");
+                DownReason::ProtocolError(why)
             }
-            // The peer is going: send it what is already queued, then our CLOSE.
-            peer.close_link();
-            let _ = tokio::time::timeout(linger, &mut writer).await;
-            reason
-        }
-        done = &mut writer => {
-            if let Err(e) = done {
-                return DownReason::Io(e.to_string());
+            end = &mut reader => {
+                let reason = match end {
+                    Ok(ReadEnd::Close(c)) => DownReason::ClosedByPeer(c.reason),
+                    Ok(ReadEnd::Eof) => DownReason::ClosedByPeer("connection closed".into()),
+                    Err(reason) => return reason,
+                };
+                if let Some(shm) = shm {
+                    // What the peer put in its ring before closing is delivered first (its
+                    // acknowledgement goes out with our CLOSE).
+                    // Boxed: only a link with a ring, at its end, has this wait.
+                    let drained = Box::pin(tokio::time::timeout(linger, shm.ring.wait_drained()));
+                    let _ = drained.await;
+                    peer.push_control(ack_frame(peer.inbound_expected()));
+                }
+                // The peer is going: send it what is already queued, then our CLOSE.
+                peer.close_link();
+                let _ = tokio::time::timeout(linger, &mut writer).await;
+                reason
             }
-            // Our CLOSE is out: read what the peer still sends until it closes too.
-            match tokio::time::timeout(linger, &mut reader).await {
-                Ok(Err(reason)) => reason,
-                _ => DownReason::Shutdown,
+            done = &mut writer => {
+                if let Err(e) = done {
+                    return DownReason::Io(e.to_string());
+                }
+                // Our CLOSE is out: read what the peer still sends until it closes too.
+                match tokio::time::timeout(linger, &mut reader).await {
+                    Ok(Err(reason)) => reason,
+                    _ => DownReason::Shutdown,
+                }
             }
+            silent = &mut timers => silent,
+            _ = peer.cut.notified() => DownReason::Io("link cut by Node::disconnect".into()),
         }
-        silent = &mut timers => silent,
-        _ = peer.cut.notified() => DownReason::Io("link cut by Node::disconnect".into()),
     }
 }
 
 /// Runs the machine's timers (a PING each heartbeat interval, the end of a silent peer);
 /// returns why the link must end.
-async fn timers(shared: &Shared, peer: &Peer, machine: &Mutex<Link>) -> DownReason {
-    loop {
-        let Some(at_us) = lock(machine).poll_timeout() else {
-            return std::future::pending().await;
-        };
-        tokio::time::sleep_until(shared.instant_at(at_us).into()).await;
-        let mut m = lock(machine);
-        m.handle_timeout(shared.now());
-        while let Some(frame) = m.poll_transmit() {
-            peer.push_control(frame);
-        }
-        // A timeout makes no event but `Lost`; events the reader has yet to take (one left
-        // from the handshake, e.g. `OfferRing`) stay for it unless the link is over.
-        if m.is_closed() {
-            while let Some(e) = m.poll_event() {
-                if let LinkEvent::Lost(error) = e {
-                    return down_reason(shared, peer.id, error);
+#[allow(clippy::manual_async_fn)] // not an `async fn` on purpose (see the module's note)
+fn timers<'a>(
+    shared: &'a Shared,
+    peer: &'a Peer,
+    machine: &'a Mutex<Link>,
+) -> impl Future<Output = DownReason> + 'a {
+    async move {
+        loop {
+            let Some(at_us) = lock(machine).poll_timeout() else {
+                return std::future::pending().await;
+            };
+            tokio::time::sleep_until(shared.instant_at(at_us).into()).await;
+            let mut m = lock(machine);
+            m.handle_timeout(shared.now());
+            while let Some(frame) = m.poll_transmit() {
+                peer.push_control(frame);
+            }
+            // A timeout makes no event but `Lost`; events the reader has yet to take (one left
+            // from the handshake, e.g. `OfferRing`) stay for it unless the link is over.
+            if m.is_closed() {
+                while let Some(e) = m.poll_event() {
+                    if let LinkEvent::Lost(error) = e {
+                        return down_reason(shared, peer.id, error);
+                    }
                 }
             }
         }

@@ -258,7 +258,12 @@ fn an_idle_link_gives_back_its_queues_and_still_works() {
         (0, 0)
     );
     // Heartbeats still flow and measure after the queues were given back.
-    let rtts = |e: &End| e.events.iter().filter(|e| matches!(e, LinkEvent::Rtt(_))).count();
+    let rtts = |e: &End| {
+        e.events
+            .iter()
+            .filter(|e| matches!(e, LinkEvent::Rtt(_)))
+            .count()
+    };
     let before = rtts(&p.a);
     p.advance_ms(HEARTBEAT_MS);
     p.drive();

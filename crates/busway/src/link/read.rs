@@ -239,171 +239,175 @@ impl<S: Send> WaitReadable for tokio::io::ReadHalf<S> {
     }
 }
 
-pub(super) async fn read_loop<R: AsyncRead + WaitReadable + Unpin>(
-    shared: &Shared,
-    peer: &Peer,
-    r: &mut R,
-    buf: &mut BytesMut,
-    machine: &Mutex<Link>,
-    shm: Option<&Arc<ShmLink>>,
-) -> Result<ReadEnd, DownReason> {
-    // Small until reads come back full (an idle link holds no large buffer).
-    let mut read_size = READ_CHUNK_FIRST_BYTES;
-    // Bytes the last read returned: under `IDLE_READ_BYTES` with nothing left over, the link
-    // waits for its next bytes without a buffer.
-    let mut last_read = 0;
-    let mut events = Vec::new();
-    // Who this link may carry ROUTED frames from (fixed for its life: the registration came
-    // with its handshake, and it became the upstream, or not, before it went up).
-    let parts = Parts {
-        shared,
-        peer,
-        sources: Sources {
-            peer: peer.id,
-            serves: peer.neighbor().serves,
-            upstream: shared.upstream_id() == Some(peer.id),
-        },
-        machine,
-        shm,
-    };
-    loop {
-        #[cfg(test)]
-        super::tests::panic_if_told(peer.id);
-        // The machine walks every whole frame in the buffer; the buffer is then cut once: the
-        // DATA payloads go to the application as one batch sharing that cut.
-        let mut spans = Spans::new();
-        let mut work = ReadWork::default();
-        let pos = {
-            let mut m = lock(machine);
-            let pos = m.handle_input(buf, shared.now(), &mut spans);
-            events.extend(std::iter::from_fn(|| m.poll_event()));
-            pos
+/// An `async move` block rather than an `async fn`, which would keep every argument twice.
+#[allow(clippy::manual_async_fn)] // see the doc line above
+pub(super) fn read_loop<'a, R: AsyncRead + WaitReadable + Unpin>(
+    shared: &'a Shared,
+    peer: &'a Peer,
+    r: &'a mut R,
+    buf: &'a mut BytesMut,
+    machine: &'a Mutex<Link>,
+    shm: Option<&'a Arc<ShmLink>>,
+) -> impl std::future::Future<Output = Result<ReadEnd, DownReason>> + 'a {
+    async move {
+        // Small until reads come back full (an idle link holds no large buffer).
+        let mut read_size = READ_CHUNK_FIRST_BYTES;
+        // Bytes the last read returned: under `IDLE_READ_BYTES` with nothing left over, the link
+        // waits for its next bytes without a buffer.
+        let mut last_read = 0;
+        let mut events = Vec::new();
+        // Who this link may carry ROUTED frames from (fixed for its life: the registration came
+        // with its handshake, and it became the upstream, or not, before it went up).
+        let parts = Parts {
+            shared,
+            peer,
+            sources: Sources {
+                peer: peer.id,
+                serves: peer.neighbor().serves,
+                upstream: shared.upstream_id() == Some(peer.id),
+            },
+            machine,
+            shm,
         };
-        // Acting on an event may make more (a ring that cannot be opened ends a link that
-        // must use one).
-        while !events.is_empty() {
-            for event in events.drain(..) {
-                // Nothing after the end counts (the rest of the read included).
-                if work.end.is_none() {
-                    act_on(&parts, buf, event, &mut work);
+        loop {
+            #[cfg(test)]
+            super::tests::panic_if_told(peer.id);
+            // The machine walks every whole frame in the buffer; the buffer is then cut once: the
+            // DATA payloads go to the application as one batch sharing that cut.
+            let mut spans = Spans::new();
+            let mut work = ReadWork::default();
+            let pos = {
+                let mut m = lock(machine);
+                let pos = m.handle_input(buf, shared.now(), &mut spans);
+                events.extend(std::iter::from_fn(|| m.poll_event()));
+                pos
+            };
+            // Acting on an event may make more (a ring that cannot be opened ends a link that
+            // must use one).
+            while !events.is_empty() {
+                for event in events.drain(..) {
+                    // Nothing after the end counts (the rest of the read included).
+                    if work.end.is_none() {
+                        act_on(&parts, buf, event, &mut work);
+                    }
+                }
+                let mut m = lock(machine);
+                events.extend(std::iter::from_fn(|| m.poll_event()));
+            }
+            {
+                let mut m = lock(machine);
+                while let Some(frame) = m.poll_transmit() {
+                    peer.push_control(frame);
                 }
             }
-            let mut m = lock(machine);
-            events.extend(std::iter::from_fn(|| m.poll_event()));
-        }
-        {
-            let mut m = lock(machine);
-            while let Some(frame) = m.poll_transmit() {
-                peer.push_control(frame);
+            if work.refused_mid_read {
+                // A frame the machine took was refused here (a bad ACK, a bad ROUTED body): where
+                // it stood in the read is not known, so nothing of this read is delivered or
+                // passed on. Nothing of it was counted either: the peer writes it again.
+                spans.clear();
+                work.forwards.clear();
+                work.routed.clear();
             }
-        }
-        if work.refused_mid_read {
-            // A frame the machine took was refused here (a bad ACK, a bad ROUTED body): where
-            // it stood in the read is not known, so nothing of this read is delivered or
-            // passed on. Nothing of it was counted either: the peer writes it again.
-            spans.clear();
-            work.forwards.clear();
-            work.routed.clear();
-        }
-        if pos > 0 {
-            let chunk = buf.split_to(pos).freeze();
-            if !work.forwards.is_empty() {
-                // A relay may wait for room toward a next hop (`FORWARD_WAIT_MS` per frame):
-                // that is this side not reading, not the peer being silent. Told once per read.
-                let forwards = async {
-                    for (h, body) in work.forwards {
-                        bump(&shared.counters.relayed);
-                        // Shared with the read when it is a good part of it; a small body is
-                        // copied, so that a queue of relayed frames (bounded by their own
-                        // bytes) does not hold whole reads.
-                        let body = if body.len() * FORWARD_SHARE_MIN_FRACTION >= chunk.len() {
-                            chunk.slice(body)
-                        } else {
-                            bytes::Bytes::copy_from_slice(&chunk[body])
-                        };
-                        shared.forward(peer.id, h, body).await;
+            if pos > 0 {
+                let chunk = buf.split_to(pos).freeze();
+                if !work.forwards.is_empty() {
+                    // A relay may wait for room toward a next hop (`FORWARD_WAIT_MS` per frame):
+                    // that is this side not reading, not the peer being silent. Told once per read.
+                    let forwards = async {
+                        for (h, body) in work.forwards {
+                            bump(&shared.counters.relayed);
+                            // Shared with the read when it is a good part of it; a small body is
+                            // copied, so that a queue of relayed frames (bounded by their own
+                            // bytes) does not hold whole reads.
+                            let body = if body.len() * FORWARD_SHARE_MIN_FRACTION >= chunk.len() {
+                                chunk.slice(body)
+                            } else {
+                                bytes::Bytes::copy_from_slice(&chunk[body])
+                            };
+                            shared.forward(peer.id, h, body).await;
+                        }
+                    };
+                    // Boxed: only a relay's reads have forwards, and the wait is large; an idle
+                    // link's task does not carry its room.
+                    blocked_while(shared, machine, Box::pin(forwards)).await;
+                }
+                for r in work.routed {
+                    // Even a frame of duplicates is acknowledged: the sender may be waiting for it.
+                    if !r.spans.is_empty() {
+                        let n = r.spans.len() as u64;
+                        shared.counters.msgs_in.fetch_add(n, Relaxed);
+                        let batch = MessageBatch::new(r.src, chunk.clone(), r.spans);
+                        if let Err(batch) = shared.inbox.deliver_now(batch) {
+                            wait_to_deliver(shared, machine, batch).await;
+                        }
                     }
-                };
-                // Boxed: only a relay's reads have forwards, and the wait is large; an idle
-                // link's task does not carry its room.
-                blocked_while(shared, machine, Box::pin(forwards)).await;
-            }
-            for r in work.routed {
-                // Even a frame of duplicates is acknowledged: the sender may be waiting for it.
-                if !r.spans.is_empty() {
-                    let n = r.spans.len() as u64;
-                    shared.counters.msgs_in.fetch_add(n, Relaxed);
-                    let batch = MessageBatch::new(r.src, chunk.clone(), r.spans);
+                    shared.routed_delivered(r.src, r.incarnation, r.next);
+                    shared.send_routed_ack(r.src, r.next);
+                }
+                if !spans.is_empty() {
+                    let bytes: u64 = spans.iter().map(|&(_, len)| u64::from(len)).sum();
+                    let c = &shared.counters;
+                    c.msgs_in.fetch_add(spans.len() as u64, Relaxed);
+                    c.bytes_in.fetch_add(bytes, Relaxed);
+                    let n = spans.len() as u64;
+                    let batch = MessageBatch::new(peer.id, chunk, spans);
                     if let Err(batch) = shared.inbox.deliver_now(batch) {
                         wait_to_deliver(shared, machine, batch).await;
                     }
-                }
-                shared.routed_delivered(r.src, r.incarnation, r.next);
-                shared.send_routed_ack(r.src, r.next);
-            }
-            if !spans.is_empty() {
-                let bytes: u64 = spans.iter().map(|&(_, len)| u64::from(len)).sum();
-                let c = &shared.counters;
-                c.msgs_in.fetch_add(spans.len() as u64, Relaxed);
-                c.bytes_in.fetch_add(bytes, Relaxed);
-                let n = spans.len() as u64;
-                let batch = MessageBatch::new(peer.id, chunk, spans);
-                if let Err(batch) = shared.inbox.deliver_now(batch) {
-                    wait_to_deliver(shared, machine, batch).await;
-                }
-                // Acknowledge once the application has them (one ACK per read, not per message).
-                let next = peer.delivered(n);
-                peer.push_control(ack_frame(next));
-            }
-        }
-        if work.switch_seen {
-            // Everything the peer wrote on the socket before its SWITCH is delivered: its ring
-            // may be read now.
-            // With no inbox left (the application dropped it), a thread reads and discards,
-            // as the socket path does.
-            if let Some((shm, c)) = shm.and_then(|s| Some((s, s.switch_in()?))) {
-                let ring = InboundRing::new(c, shm.ring.clone());
-                if let Err(ring) = shared.inbox.add_ring(ring) {
-                    ring.discard_on_a_thread();
+                    // Acknowledge once the application has them (one ACK per read, not per message).
+                    let next = peer.delivered(n);
+                    peer.push_control(ack_frame(next));
                 }
             }
-        }
-        if let Some(end) = work.end {
-            return end;
-        }
-        if buf.is_empty() && last_read < IDLE_READ_BYTES {
-            // The last read drained the socket and left nothing: the link is idle (a PING now
-            // and then) or trades small messages. Its buffer goes back while it waits for
-            // bytes, and a fresh one takes them (one allocation, no extra read).
-            *buf = BytesMut::new();
-            events = Vec::new();
-            lock(machine).release_idle_memory();
-            r.wait_readable()
+            if work.switch_seen {
+                // Everything the peer wrote on the socket before its SWITCH is delivered: its ring
+                // may be read now.
+                // With no inbox left (the application dropped it), a thread reads and discards,
+                // as the socket path does.
+                if let Some((shm, c)) = shm.and_then(|s| Some((s, s.switch_in()?))) {
+                    let ring = InboundRing::new(c, shm.ring.clone());
+                    if let Err(ring) = shared.inbox.add_ring(ring) {
+                        ring.discard_on_a_thread();
+                    }
+                }
+            }
+            if let Some(end) = work.end {
+                return end;
+            }
+            if buf.is_empty() && last_read < IDLE_READ_BYTES {
+                // The last read drained the socket and left nothing: the link is idle (a PING now
+                // and then) or trades small messages. Its buffer goes back while it waits for
+                // bytes, and a fresh one takes them (one allocation, no extra read).
+                *buf = BytesMut::new();
+                events = Vec::new();
+                lock(machine).release_idle_memory();
+                r.wait_readable()
+                    .await
+                    .map_err(|e| DownReason::Io(e.to_string()))?;
+            }
+            buf.reserve(lock(machine).bytes_needed(buf).max(read_size));
+            let n = r
+                .read_buf(buf)
                 .await
                 .map_err(|e| DownReason::Io(e.to_string()))?;
-        }
-        buf.reserve(lock(machine).bytes_needed(buf).max(read_size));
-        let n = r
-            .read_buf(buf)
-            .await
-            .map_err(|e| DownReason::Io(e.to_string()))?;
-        last_read = n;
-        if n == 0 {
-            if buf.is_empty() {
-                return Ok(ReadEnd::Eof);
+            last_read = n;
+            if n == 0 {
+                if buf.is_empty() {
+                    return Ok(ReadEnd::Eof);
+                }
+                let at = lock(machine).offset();
+                let what = format!(
+                    "connection closed in the middle of a frame ({} bytes of it received) at stream offset {at}",
+                    buf.len()
+                );
+                return Err(down_reason(shared, peer.id, LinkError::Protocol(what)));
             }
-            let at = lock(machine).offset();
-            let what = format!(
-                "connection closed in the middle of a frame ({} bytes of it received) at stream offset {at}",
-                buf.len()
-            );
-            return Err(down_reason(shared, peer.id, LinkError::Protocol(what)));
-        }
-        // Grow the read while reads come back full, shrink it when they come back mostly empty.
-        if n >= read_size {
-            read_size = (read_size * 2).min(READ_CHUNK_MAX_BYTES);
-        } else if n < read_size / 4 && read_size > READ_CHUNK_MIN_BYTES {
-            read_size = (read_size / 2).max(READ_CHUNK_MIN_BYTES);
+            // Grow the read while reads come back full, shrink it when they come back mostly empty.
+            if n >= read_size {
+                read_size = (read_size * 2).min(READ_CHUNK_MAX_BYTES);
+            } else if n < read_size / 4 && read_size > READ_CHUNK_MIN_BYTES {
+                read_size = (read_size / 2).max(READ_CHUNK_MIN_BYTES);
+            }
         }
     }
 }

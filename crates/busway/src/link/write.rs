@@ -14,51 +14,55 @@ use std::io::{self, IoSlice};
 use std::sync::Mutex;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 
-pub(super) async fn write_loop<W: AsyncWrite + Unpin>(
-    w: &mut W,
-    peer: &Peer,
-    machine: &Mutex<Link>,
-    shm: Option<&ShmLink>,
-) -> io::Result<()> {
-    // Grows with the first writes (an idle link holds no large list).
-    let mut batch: Vec<Bytes> = Vec::new();
-    let mut switched = false;
-    loop {
-        if !switched {
-            if let Some(p) = shm.and_then(ShmLink::take_producer) {
-                // Everything taken so far is on the socket: from here on, messages go into
-                // the ring, and the peer reads it once it read this.
-                w.write_all(&Channel::Switch.frame()).await?;
-                lock(machine).switched_out();
-                peer.start_ring(RingWriter::new(p));
-                switched = true;
-            }
-        }
-        if switched {
-            flush_ring(w, peer, &mut batch).await?;
-            match peer.take_control(&mut batch) {
-                Take::Idle => peer.writer_wake.notified().await,
-                Take::Drained => {
-                    if let Some(mut ring) = peer.end_ring() {
-                        ring.close();
-                    }
-                    return write_close(w, peer).await;
+/// An `async move` block rather than an `async fn`, which would keep every argument twice.
+#[allow(clippy::manual_async_fn)] // see the doc line above
+pub(super) fn write_loop<'a, W: AsyncWrite + Unpin>(
+    w: &'a mut W,
+    peer: &'a Peer,
+    machine: &'a Mutex<Link>,
+    shm: Option<&'a ShmLink>,
+) -> impl std::future::Future<Output = io::Result<()>> + 'a {
+    async move {
+        // Grows with the first writes (an idle link holds no large list).
+        let mut batch: Vec<Bytes> = Vec::new();
+        let mut switched = false;
+        loop {
+            if !switched {
+                if let Some(p) = shm.and_then(ShmLink::take_producer) {
+                    // Everything taken so far is on the socket: from here on, messages go into
+                    // the ring, and the peer reads it once it read this.
+                    w.write_all(&Channel::Switch.frame()).await?;
+                    lock(machine).switched_out();
+                    peer.start_ring(RingWriter::new(p));
+                    switched = true;
                 }
+            }
+            if switched {
+                flush_ring(w, peer, &mut batch).await?;
+                match peer.take_control(&mut batch) {
+                    Take::Idle => peer.writer_wake.notified().await,
+                    Take::Drained => {
+                        if let Some(mut ring) = peer.end_ring() {
+                            ring.close();
+                        }
+                        return write_close(w, peer).await;
+                    }
+                    Take::Data => write_batch(w, &mut batch).await?,
+                }
+                continue;
+            }
+            match peer.take(&mut batch) {
+                Take::Idle => {
+                    // Waiting for more: a list grown by a burst goes back (an idle link writes a
+                    // PONG now and then, one part).
+                    if batch.capacity() > WRITE_BATCH_IDLE_PARTS {
+                        batch = Vec::new();
+                    }
+                    peer.writer_wake.notified().await
+                }
+                Take::Drained => return write_close(w, peer).await,
                 Take::Data => write_batch(w, &mut batch).await?,
             }
-            continue;
-        }
-        match peer.take(&mut batch) {
-            Take::Idle => {
-                // Waiting for more: a list grown by a burst goes back (an idle link writes a
-                // PONG now and then, one part).
-                if batch.capacity() > WRITE_BATCH_IDLE_PARTS {
-                    batch = Vec::new();
-                }
-                peer.writer_wake.notified().await
-            }
-            Take::Drained => return write_close(w, peer).await,
-            Take::Data => write_batch(w, &mut batch).await?,
         }
     }
 }
