@@ -52,6 +52,13 @@ pub enum FrameKind {
     /// payload`. One header and one check for the lot: what small messages pay per message is
     /// two bytes.
     DataBatch = 0x07,
+    /// Reserved (capability `calls`): a request, one application message numbered like any
+    /// other; body: u64 call id, payload.
+    Call = 0x08,
+    /// Reserved (capability `calls`): the answer to a CALL, one message numbered like any
+    /// other; body: u64 call id, u8 status (`REPLY_OK` or an error), payload (the error's text
+    /// when the status is not OK).
+    Reply = 0x09,
     /// First handshake frame of each side.
     Hello = 0x10,
     /// Second handshake frame of each side: proof of the shared secret.
@@ -71,6 +78,8 @@ impl FrameKind {
             0x05 => Self::Pong,
             0x06 => Self::Close,
             0x07 => Self::DataBatch,
+            0x08 => Self::Call,
+            0x09 => Self::Reply,
             0x10 => Self::Hello,
             0x11 => Self::Auth,
             0x20 => Self::Channel,
@@ -355,9 +364,30 @@ pub fn for_each_batch_entry(body: &[u8], mut f: impl FnMut(usize, usize)) -> Res
     Ok(())
 }
 
-/// Appends the (start, len) of each message of a DATA or DATA_BATCH frame whose body starts at
-/// `base` in the caller's buffer. Any other kind, or a batch whose entries do not tile its
-/// body, is an error naming what was found (and nothing is appended).
+/// Bytes of a CALL body before its payload: the call id.
+pub const CALL_HEADER_LEN: usize = 8;
+/// Bytes of a REPLY body before its payload: the call id and the status.
+pub const REPLY_HEADER_LEN: usize = 9;
+/// A REPLY's status: the handler answered; the payload is its answer.
+pub const REPLY_OK: u8 = 0;
+/// A REPLY's status: the request reached the node but nothing answered it (the application
+/// dropped it unanswered, or had no inbox); the payload says why.
+pub const REPLY_NO_HANDLER: u8 = 1;
+
+/// The length part of a span's second field (see [`message_spans`]).
+pub const SPAN_LEN_MASK: u32 = BODY_LEN_CEILING as u32;
+/// Span tag: the span is a CALL body (call id, then the payload).
+pub const SPAN_CALL: u32 = 1 << 24;
+/// Span tag: the span is a REPLY body (call id, status, then the payload).
+pub const SPAN_REPLY: u32 = 2 << 24;
+/// The tag bits of a span's second field.
+pub const SPAN_TAG_MASK: u32 = !SPAN_LEN_MASK;
+
+/// Appends the (start, len) of each message of a DATA, DATA_BATCH, CALL or REPLY frame whose
+/// body starts at `base` in the caller's buffer. A CALL or REPLY span covers its whole body
+/// and carries `SPAN_CALL` or `SPAN_REPLY` in the length's top bits (lengths are under 2^24).
+/// Any other kind, a batch whose entries do not tile its body, or a CALL or REPLY too short
+/// for its header is an error naming what was found (and nothing is appended).
 pub fn message_spans(
     kind: FrameKind,
     body: &[u8],
@@ -375,6 +405,21 @@ pub fn message_spans(
                 spans.push(((base + start) as u32, len as u32));
             })
             .inspect_err(|_| spans.truncate(before))
+        }
+        FrameKind::Call | FrameKind::Reply => {
+            let (need, tag) = if kind == FrameKind::Call {
+                (CALL_HEADER_LEN, SPAN_CALL)
+            } else {
+                (REPLY_HEADER_LEN, SPAN_REPLY)
+            };
+            if body.len() < need {
+                return Err(format!(
+                    "{kind:?} body of {} bytes (its header alone is {need})",
+                    body.len()
+                ));
+            }
+            spans.push((base as u32, body.len() as u32 | tag));
+            Ok(())
         }
         other => Err(format!("{other:?} frame where only messages may be")),
     }

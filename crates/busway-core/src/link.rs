@@ -689,7 +689,7 @@ impl Link {
         spans: &mut Spans,
     ) -> bool {
         match kind {
-            FrameKind::Data | FrameKind::DataBatch => {
+            FrameKind::Data | FrameKind::DataBatch | FrameKind::Call | FrameKind::Reply => {
                 if let Phase::Up {
                     inbound: Carrier::Ring,
                     ..

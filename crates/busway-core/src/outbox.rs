@@ -275,6 +275,43 @@ impl Outbox {
         Some(seq)
     }
 
+    /// Queues one message that travels as its own frame of `kind` (CALL or REPLY), its body
+    /// `head` then `payload`: numbered, held and resent like any message. A large payload is
+    /// kept by reference (no copy). Returns its number, or `None` if it does not fit.
+    pub fn push_framed(&mut self, kind: FrameKind, head: &[u8], payload: &Bytes) -> Option<u64> {
+        let body_len = head.len() + payload.len();
+        let cost = HEADER_LEN + body_len;
+        if self.bytes + cost > self.limit_bytes && self.bytes > 0 {
+            return None;
+        }
+        let seq = self.next_seq;
+        if payload.len() <= COPY_PAYLOAD_BYTES_MAX {
+            self.seal_if_full(body_len);
+            self.bytes += cost;
+            self.append_frame(kind, head, payload);
+            return Some(seq);
+        }
+        self.seal_tail();
+        let mut frames = BytesMut::with_capacity(HEADER_LEN + head.len());
+        frames.extend_from_slice(&if self.checks {
+            crate::frame::encode_header_gathered(kind, &[head, payload])
+        } else {
+            encode_header_unchecked(kind, body_len)
+        });
+        frames.extend_from_slice(head);
+        self.chunks.push_back(Chunk {
+            frames: frames.freeze(),
+            payload: Some(payload.clone()),
+            first_seq: seq,
+            msgs: 1,
+            checked: self.checks,
+        });
+        self.bytes += cost;
+        self.next_seq += 1;
+        self.tail_first_seq = self.next_seq;
+        Some(seq)
+    }
+
     /// Queues a control frame, or a part of one, for the current link, ahead of any data not
     /// yet written (a ROUTED frame may be queued as its parts, one call each).
     pub fn push_control(&mut self, frame: Bytes) {
@@ -564,6 +601,27 @@ impl Outbox {
         self.next_seq += 1;
     }
 
+    /// Copies one message framed on its own (`kind`: CALL or REPLY) into the tail.
+    fn append_frame(&mut self, kind: FrameKind, head: &[u8], payload: &[u8]) {
+        if self.tail.capacity() == 0 {
+            self.tail.reserve(TAIL_INITIAL_BYTES);
+        }
+        if self.tail.len() >= CHUNK_BYTES_MAX {
+            self.seal_tail();
+        }
+        if self.tail.is_empty() {
+            self.tail_first_seq = self.next_seq;
+        }
+        self.seal_batch();
+        // Checked with the whole chunk at `seal_tail`.
+        self.tail
+            .extend_from_slice(&encode_header_unchecked(kind, head.len() + payload.len()));
+        self.tail.extend_from_slice(head);
+        self.tail.extend_from_slice(payload);
+        self.tail_msgs += 1;
+        self.next_seq += 1;
+    }
+
     /// The bytes counted equal the bytes held (for tests).
     #[cfg(test)]
     fn check_accounting(&self) {
@@ -640,6 +698,12 @@ fn reframe(frames: &Bytes, skip: u64) -> Bytes {
                     }
                     index += 1;
                 });
+            }
+            FrameKind::Call | FrameKind::Reply => {
+                if index >= skip {
+                    out.append_frame(kind, &[], body);
+                }
+                index += 1;
             }
             _ => {
                 if index >= skip {
@@ -769,6 +833,62 @@ mod tests {
             ]
         );
         o.check_accounting();
+    }
+
+    /// Every message frame in written bytes, in order: (kind, body) with DATA_BATCH entries as
+    /// DATA.
+    fn messages(parts: &[Bytes]) -> Vec<(FrameKind, Vec<u8>)> {
+        let mut wire = BytesMut::new();
+        parts.iter().for_each(|p| wire.extend_from_slice(p));
+        let mut dec = FrameDecoder::new(BODY_LEN_CEILING);
+        let mut out = Vec::new();
+        while let Some(f) = dec.decode(&mut wire).unwrap() {
+            match f.kind {
+                FrameKind::DataBatch => crate::frame::for_each_batch_entry(&f.body, |s, n| {
+                    out.push((FrameKind::Data, f.body[s..s + n].to_vec()))
+                })
+                .unwrap(),
+                k => out.push((k, f.body.to_vec())),
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn calls_and_replies_are_numbered_among_messages_and_keep_their_kind_on_a_resend() {
+        let mut o = Outbox::new(1 << 20, 0);
+        let big = Bytes::from(vec![5u8; 5000]);
+        assert_eq!(o.push_copies(&[msg(0, 10)]), 1);
+        assert_eq!(
+            o.push_framed(FrameKind::Call, &7u64.to_le_bytes(), &Bytes::from_static(b"req")),
+            Some(1)
+        );
+        assert_eq!(o.push_copies(&[msg(2, 10)]), 1);
+        assert_eq!(o.push_framed(FrameKind::Reply, &[9; 9], &big), Some(3));
+        assert_eq!(o.push_copies(&[msg(4, 10)]), 1);
+        let mut call = 7u64.to_le_bytes().to_vec();
+        call.extend_from_slice(b"req");
+        let mut reply = vec![9u8; 9];
+        reply.extend_from_slice(&big);
+        let expected = vec![
+            (FrameKind::Data, msg(0, 10)),
+            (FrameKind::Call, call),
+            (FrameKind::Data, msg(2, 10)),
+            (FrameKind::Reply, reply),
+            (FrameKind::Data, msg(4, 10)),
+        ];
+        let mut out = Vec::new();
+        o.take_unwritten(&mut out);
+        assert_eq!(messages(&out), expected);
+        o.check_accounting();
+        // The link drops; the peer had the first message only: the rest is written again, the
+        // CALL still a CALL (its chunk is cut and framed anew).
+        assert_eq!(o.resume(1), Ok(1));
+        let mut again = Vec::new();
+        o.take_unwritten(&mut again);
+        assert_eq!(messages(&again), expected[1..].to_vec());
+        o.ack(5).unwrap();
+        assert_eq!(o.bytes(), 0);
     }
 
     #[test]
