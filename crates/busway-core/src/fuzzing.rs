@@ -30,6 +30,7 @@ pub fn frame_decoder(data: &[u8]) {
                     let mut spans = Vec::new();
                     if crate::frame::message_spans(f.kind, &f.body, 0, &mut spans).is_ok() {
                         for (start, len) in spans {
+                            let len = len & crate::frame::SPAN_LEN_MASK;
                             assert!((start + len) as usize <= f.body.len());
                         }
                     } else {
@@ -243,6 +244,7 @@ pub fn link(data: &[u8]) {
         spans.clear();
         let n = b.handle_input(&stream[pos..], now, &mut spans);
         for &(s, l) in &spans {
+            let l = l & crate::frame::SPAN_LEN_MASK;
             assert!(
                 (s + l) as usize <= stream.len() - pos,
                 "a message outside the input"

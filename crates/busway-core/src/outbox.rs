@@ -860,7 +860,11 @@ mod tests {
         let big = Bytes::from(vec![5u8; 5000]);
         assert_eq!(o.push_copies(&[msg(0, 10)]), 1);
         assert_eq!(
-            o.push_framed(FrameKind::Call, &7u64.to_le_bytes(), &Bytes::from_static(b"req")),
+            o.push_framed(
+                FrameKind::Call,
+                &7u64.to_le_bytes(),
+                &Bytes::from_static(b"req")
+            ),
             Some(1)
         );
         assert_eq!(o.push_copies(&[msg(2, 10)]), 1);

@@ -275,7 +275,9 @@ impl Inbox {
             if let Some((batch, next)) = &mut self.current {
                 if *next < batch.len() {
                     *next += 1;
-                    return Some(batch.message(*next - 1));
+                    // The request (if it is one) moves to the message: answered or dropped
+                    // by the application, not kept alive by the rest of the batch.
+                    return Some(batch.take_message(*next - 1));
                 }
                 self.current = None;
             }

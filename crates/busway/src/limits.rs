@@ -128,3 +128,6 @@ pub const RING_WAIT_POLL_MS: u64 = 100;
 /// milliseconds (before it answers the CLOSE).
 pub const RING_DRAIN_POLL_MS: u64 = 5;
 const _: () = assert!(RING_ACK_EVERY_BYTES < DEFAULT_SEND_QUEUE_BYTES_MAX / 4);
+/// Calls one node may have pending at once (`Node::call`): past it a call waits for one to
+/// end, or fails at once with `CallError::TooManyPending` if its caller chose so.
+pub const CALLS_PENDING_MAX: usize = 65_536;

@@ -1,5 +1,7 @@
 //! What the application receives: messages, in batches that share one buffer.
 
+use crate::request::{ReplyError, Request};
+use busway_core::frame::{CALL_HEADER_LEN, REPLY_HEADER_LEN, SPAN_CALL, SPAN_LEN_MASK, SPAN_REPLY};
 use busway_core::BusId;
 use bytes::Bytes;
 
@@ -10,6 +12,30 @@ pub struct Message {
     pub src: BusId,
     /// The payload, sharing the receive buffer (no copy).
     pub payload: Bytes,
+    /// Set when the message is a request (sent with `Node::call`): answer it with
+    /// [`Message::reply`]. Dropped unanswered, the caller gets an error reply at once.
+    pub request: Option<Request>,
+}
+
+impl Message {
+    /// Answers the request this message is, waiting while the queue to the caller is full.
+    pub async fn reply(&self, payload: Bytes) -> Result<(), ReplyError> {
+        match &self.request {
+            Some(r) => r.reply(payload).await,
+            None => Err(ReplyError::NotARequest),
+        }
+    }
+}
+
+/// Where a span's payload lies in its buffer: a CALL span starts with its call id, a REPLY
+/// span with its call id and status (see `busway_core::frame::message_spans`).
+pub(crate) fn payload_range((start, len): (u32, u32)) -> std::ops::Range<usize> {
+    let skip = match len & !SPAN_LEN_MASK {
+        SPAN_CALL => CALL_HEADER_LEN,
+        SPAN_REPLY => REPLY_HEADER_LEN,
+        _ => 0,
+    };
+    start as usize + skip..(start + (len & SPAN_LEN_MASK)) as usize
 }
 
 /// Messages from one sender, in the order sent, sharing one buffer.
@@ -17,13 +43,35 @@ pub struct Message {
 pub struct MessageBatch {
     src: BusId,
     buf: Bytes,
-    /// (start, length) of each payload in `buf`.
+    /// (start, length) of each payload in `buf`; a request's length carries `SPAN_CALL`.
     spans: Vec<(u32, u32)>,
+    /// The requests among the messages, by index, in order (most batches have none).
+    requests: Vec<(u32, Request)>,
 }
 
 impl MessageBatch {
     pub(crate) fn new(src: BusId, buf: Bytes, spans: Vec<(u32, u32)>) -> Self {
-        Self { src, buf, spans }
+        Self {
+            src,
+            buf,
+            spans,
+            requests: Vec::new(),
+        }
+    }
+
+    /// A batch whose messages include the `requests` (index in `spans`, handle).
+    pub(crate) fn with_requests(
+        src: BusId,
+        buf: Bytes,
+        spans: Vec<(u32, u32)>,
+        requests: Vec<(u32, Request)>,
+    ) -> Self {
+        Self {
+            src,
+            buf,
+            spans,
+            requests,
+        }
     }
 
     pub(crate) fn single(src: BusId, payload: Bytes) -> Self {
@@ -46,29 +94,55 @@ impl MessageBatch {
 
     /// The payload of message `i`, borrowed from the batch.
     pub fn payload(&self, i: usize) -> &[u8] {
-        let (start, len) = self.spans[i];
-        &self.buf[start as usize..(start + len) as usize]
+        &self.buf[payload_range(self.spans[i])]
     }
 
     /// Every payload, in order.
     pub fn iter(&self) -> impl Iterator<Item = &[u8]> + '_ {
-        self.spans
-            .iter()
-            .map(|&(start, len)| &self.buf[start as usize..(start + len) as usize])
+        self.spans.iter().map(|&s| &self.buf[payload_range(s)])
+    }
+
+    /// The request message `i` is, if it is one (answer it with [`Request::reply`]).
+    pub fn request(&self, i: usize) -> Option<&Request> {
+        let i = i as u32;
+        self.requests
+            .binary_search_by_key(&i, |(at, _)| *at)
+            .ok()
+            .map(|k| &self.requests[k].1)
     }
 
     /// Message `i` as an owned [`Message`] (shares the buffer; no copy).
     pub fn message(&self, i: usize) -> Message {
-        let (start, len) = self.spans[i];
         Message {
             src: self.src,
-            payload: self.buf.slice(start as usize..(start + len) as usize),
+            payload: self.buf.slice(payload_range(self.spans[i])),
+            request: self.request(i).cloned(),
+        }
+    }
+
+    /// Message `i`, its request handle (if any) moved out of the batch.
+    pub(crate) fn take_message(&mut self, i: usize) -> Message {
+        let at = i as u32;
+        let request = self
+            .requests
+            .binary_search_by_key(&at, |(k, _)| *k)
+            .ok()
+            .map(|k| self.requests.remove(k).1);
+        Message {
+            src: self.src,
+            payload: self.buf.slice(payload_range(self.spans[i])),
+            request,
         }
     }
 
     /// Drops the first `n` messages (already read).
     pub(crate) fn skip(&mut self, n: usize) {
         self.spans.drain(..n);
+        if !self.requests.is_empty() {
+            let n = n as u32;
+            self.requests.retain(|(at, _)| *at >= n);
+            self.requests.iter_mut().for_each(|(at, _)| *at -= n);
+        }
     }
 
     /// Bytes of buffer the batch holds (what it counts against the inbox limit).

@@ -1,6 +1,7 @@
 //! The public face of busway: a node with a bus id that sends to and receives from peers.
 
 use crate::addr::Addr;
+use crate::call_table::CallTable;
 use crate::config::NodeConfig;
 use crate::connector::{accept_loop, dial_loop};
 use crate::event::{Event, Path};
@@ -8,14 +9,15 @@ use crate::event_queue::EventQueue;
 use crate::hints::Hints;
 use crate::inbox::{inbox, Inbox};
 use crate::io_loops::IoLoops;
-use crate::limits::{REROUTES_MAX, ROUTED_OVERHEAD_BYTES_MAX};
+use crate::limits::CALLS_PENDING_MAX;
+use crate::limits::REROUTES_MAX;
 use crate::message::MessageBatch;
 use crate::peer::PushError;
 use crate::peer_table::PeerTable;
 use crate::relayed_table::RelayedTable;
 use crate::routing::Route;
 use crate::shared::{random_bytes, Shared};
-use crate::stats::Stats;
+use crate::stats::{Counters, Stats};
 use crate::transport;
 use busway_core::BusId;
 use bytes::Bytes;
@@ -134,6 +136,7 @@ impl Drop for Owner {
         let _ = self.shared.shutdown_tx.send(true);
         self.shared.loops.stop();
         report_held(&self.shared);
+        self.shared.calls.fail_all();
         self.shared.events.close();
     }
 }
@@ -205,6 +208,7 @@ impl Node {
         let (inbox_tx, inbox_rx) = inbox(config.inbox_bytes_max, config.shm_spins);
         let (shutdown_tx, _) = watch::channel(false);
         let connect = config.connect.clone();
+        let counters = Arc::<Counters>::default();
         let shared = Arc::new(Shared {
             incarnation: u64::from_le_bytes(random_bytes::<8>()),
             host_id: crate::shm_link::host_identity(),
@@ -217,7 +221,8 @@ impl Node {
             events: events.clone(),
             admission,
             inbox: inbox_tx,
-            counters: Arc::default(),
+            calls: Arc::new(CallTable::new(counters.clone(), CALLS_PENDING_MAX)),
+            counters,
             loops,
             next_link_id: AtomicU64::new(1),
             epoch: Instant::now(),
@@ -225,6 +230,8 @@ impl Node {
             shutting_down: AtomicBool::new(false),
             shutdown_tx,
         });
+        let replier: Arc<dyn crate::request::Replier> = shared.clone();
+        shared.calls.set_replier(Arc::downgrade(&replier));
         for l in listeners {
             let shared2 = shared.clone();
             shared.loops.pick().spawn(accept_loop(shared2, l));
@@ -249,7 +256,7 @@ impl Node {
         })
     }
 
-    fn shared(&self) -> &Shared {
+    pub(crate) fn shared(&self) -> &Shared {
         &self.owner.shared
     }
 
@@ -283,71 +290,21 @@ impl Node {
         Some(events)
     }
 
-    fn check_size(&self, payload: &Bytes) -> Result<(), SendError> {
-        let max = self.shared().config.frame_body_max;
-        if payload.len() > max {
-            return Err(SendError::TooLarge {
-                len: payload.len(),
-                max,
-            });
-        }
-        Ok(())
-    }
-
-    fn route_for(&self, dst: BusId, len: usize) -> Result<Route, SendError> {
-        let route = self.shared().route(dst).ok_or(SendError::NoRoute(dst))?;
-        match &route {
-            Route::Relayed(_) => {
-                // A relayed message also carries the ROUTED header and its route.
-                let max = self.shared().config.frame_body_max - ROUTED_OVERHEAD_BYTES_MAX;
-                if len > max {
-                    return Err(SendError::TooLarge { len, max });
-                }
-            }
-            Route::Direct(p) => {
-                // Both ends use the smaller limit: the peer closes a link over a larger frame.
-                if let Some(max) = p.frame_body_max().filter(|&max| len > max) {
-                    return Err(SendError::TooLarge { len, max });
-                }
-            }
-        }
-        Ok(route)
-    }
-
-    fn push_error(dst: BusId, e: PushError) -> SendError {
-        match e {
-            PushError::Full => SendError::Full(dst),
-            PushError::Closed => SendError::Closed(dst),
-            PushError::Dead => SendError::PeerDown(dst),
-            // Callers route again; seen here only if the route keeps changing under them.
-            PushError::Rerouted => SendError::Full(dst),
-        }
-    }
-
     /// Queues `payload` for `dst` without waiting: `Full` if its queue has no room. Returns the
     /// message's sequence number to `dst` (what `Event::Undeliverable` names).
     pub fn try_send(&self, dst: BusId, payload: Bytes) -> Result<u64, SendError> {
-        self.check_size(&payload)?;
+        self.shared().check_size(payload.len())?;
         if dst == self.id() {
             return self.deliver_local(payload);
         }
         let mut reroutes = 0;
         loop {
-            let pushed = self.push_one(&self.route_for(dst, payload.len())?, &payload);
+            let pushed = self
+                .shared()
+                .push_payload(&self.shared().route_for(dst, payload.len())?, &payload);
             match pushed {
                 Err(PushError::Rerouted) if reroutes < REROUTES_MAX => reroutes += 1,
-                other => return other.map_err(|e| Self::push_error(dst, e)),
-            }
-        }
-    }
-
-    fn push_one(&self, route: &Route, payload: &Bytes) -> Result<u64, PushError> {
-        match route {
-            Route::Direct(p) => p.push_shared(payload),
-            Route::Relayed(r) => {
-                let seq = r.push_shared(payload);
-                self.shared().schedule_pump(r);
-                seq
+                other => return other.map_err(|e| Shared::push_error(dst, e)),
             }
         }
     }
@@ -355,21 +312,21 @@ impl Node {
     /// Queues `payload` for `dst`, waiting while its queue is full. Returns the message's
     /// sequence number to `dst`.
     pub async fn send(&self, dst: BusId, payload: Bytes) -> Result<u64, SendError> {
-        self.check_size(&payload)?;
+        self.shared().check_size(payload.len())?;
         if dst == self.id() {
             let batch = MessageBatch::single(dst, payload);
             self.shared().inbox.deliver(batch).await;
             return Ok(0);
         }
-        let mut route = self.route_for(dst, payload.len())?;
+        let mut route = self.shared().route_for(dst, payload.len())?;
         loop {
-            match self.push_one(&route, &payload) {
-                Err(PushError::Rerouted) => route = self.route_for(dst, payload.len())?,
+            match self.shared().push_payload(&route, &payload) {
+                Err(PushError::Rerouted) => route = self.shared().route_for(dst, payload.len())?,
                 Err(PushError::Full) => match &route {
                     Route::Direct(p) => p.wait_for_room(payload.len()).await,
                     Route::Relayed(r) => r.wait_for_room(payload.len()).await,
                 },
-                other => return other.map_err(|e| Self::push_error(dst, e)),
+                other => return other.map_err(|e| Shared::push_error(dst, e)),
             }
         }
     }
@@ -397,7 +354,7 @@ impl Node {
             return Ok(0..0);
         }
         let longest = payloads.iter().map(|p| p.as_ref().len()).max().unwrap_or(0);
-        let mut route = self.route_for(dst, longest)?;
+        let mut route = self.shared().route_for(dst, longest)?;
         let mut rest = payloads;
         let mut seqs: Option<Range<u64>> = None;
         while !rest.is_empty() {
@@ -410,10 +367,10 @@ impl Node {
                 }
             };
             if let Err(PushError::Rerouted) = got {
-                route = self.route_for(dst, longest)?;
+                route = self.shared().route_for(dst, longest)?;
                 continue;
             }
-            let got = got.map_err(|e| Self::push_error(dst, e))?;
+            let got = got.map_err(|e| Shared::push_error(dst, e))?;
             let n = (got.end - got.start) as usize;
             seqs = Some(seqs.map_or(got.clone(), |s| s.start..got.end));
             rest = &rest[n..];
@@ -551,6 +508,7 @@ impl Node {
     pub fn stats(&self) -> Stats {
         let mut s = self.shared().counters.snapshot();
         s.connections_open = self.shared().admission.open() as u64;
+        s.calls_pending = self.shared().calls.len() as u64;
         for p in self.peers() {
             s.peers_up += u64::from(p.up);
             s.msgs_out += p.msgs_sent;

@@ -7,6 +7,7 @@
 //! at a time (its writer: `take`; its reader: `delivered`, `ack`).
 
 use crate::ring_tx::{Flush, RingWriter};
+use busway_core::frame::FrameKind;
 use busway_core::handshake::{caps, Established, Hello};
 use busway_core::outbox::{AckError, Outbox};
 use busway_core::relay::Neighbor;
@@ -330,9 +331,23 @@ impl Peer {
 
     /// Queues one message; returns its sequence number.
     pub(crate) fn push_shared(&self, payload: &Bytes) -> Result<u64, PushError> {
+        self.push_one(|o| o.push_shared(payload))
+    }
+
+    /// Queues one message framed on its own (a CALL or REPLY); returns its sequence number.
+    pub(crate) fn push_framed(
+        &self,
+        kind: FrameKind,
+        head: &[u8],
+        payload: &Bytes,
+    ) -> Result<u64, PushError> {
+        self.push_one(|o| o.push_framed(kind, head, payload))
+    }
+
+    fn push_one(&self, push: impl FnOnce(&mut Outbox) -> Option<u64>) -> Result<u64, PushError> {
         let mut st = self.lock();
         Self::check_open(&st)?;
-        let seq = st.outbox.push_shared(payload).ok_or(PushError::Full)?;
+        let seq = push(&mut st.outbox).ok_or(PushError::Full)?;
         st.msgs_total += 1;
         self.pushed(st);
         Ok(seq)

@@ -8,7 +8,9 @@
 use crate::limits::RELAYED_WINDOW_BYTES;
 use crate::peer::PushError;
 use busway_core::e2e::{Check, Departures, FailOutcome, Verdict};
+use busway_core::frame::FrameKind;
 use busway_core::hints::HintGate;
+use busway_core::outbox::Outbox;
 use busway_core::routed::FailReason;
 use busway_core::BusId;
 use bytes::Bytes;
@@ -106,13 +108,23 @@ impl Remote {
     }
 
     pub(crate) fn push_shared(&self, payload: &Bytes) -> Result<u64, PushError> {
+        self.push_one(|o| o.push_shared(payload))
+    }
+
+    /// Queues one message framed on its own (a CALL or REPLY); returns its sequence number.
+    pub(crate) fn push_framed(
+        &self,
+        kind: FrameKind,
+        head: &[u8],
+        payload: &Bytes,
+    ) -> Result<u64, PushError> {
+        self.push_one(|o| o.push_framed(kind, head, payload))
+    }
+
+    fn push_one(&self, push: impl FnOnce(&mut Outbox) -> Option<u64>) -> Result<u64, PushError> {
         let mut st = self.lock();
         Self::check_open(&st)?;
-        let seq = st
-            .departures
-            .outbox_mut()
-            .push_shared(payload)
-            .ok_or(PushError::Full)?;
+        let seq = push(st.departures.outbox_mut()).ok_or(PushError::Full)?;
         st.msgs_total += 1;
         Ok(seq)
     }

@@ -2,6 +2,7 @@
 //! the link still stands, why the ring could not be read, acknowledgements due, and whether
 //! the ring was read out. Knows nothing of the node: the reader needs no more than this.
 
+use crate::call_table::CallTable;
 use crate::limits::{RING_ACK_DELAY_MS, RING_DRAIN_POLL_MS};
 use crate::peer::Peer;
 use crate::stats::Counters;
@@ -22,6 +23,8 @@ pub(crate) struct RingLink {
     pub(crate) peer: Arc<Peer>,
     pub(crate) link_id: u64,
     pub(crate) counters: Arc<Counters>,
+    /// The node's calls: replies read from the ring end them.
+    pub(crate) calls: Arc<CallTable>,
     /// Largest frame body the ring may hold, in bytes (the node's limit).
     pub(crate) frame_body_max: usize,
     /// The link ended: its ring is not read any more (what was not acknowledged is written
@@ -48,12 +51,14 @@ impl RingLink {
         peer: Arc<Peer>,
         link_id: u64,
         counters: Arc<Counters>,
+        calls: Arc<CallTable>,
         frame_body_max: usize,
     ) -> Self {
         Self {
             peer,
             link_id,
             counters,
+            calls,
             frame_body_max,
             gone: AtomicBool::new(false),
             fault: Mutex::default(),

@@ -12,7 +12,7 @@ use crate::message::MessageBatch;
 use crate::ring_link::RingLink;
 use crate::stats::bump;
 use busway_core::control::ack_frame;
-use busway_core::frame::{message_spans, HEADER_LEN};
+use busway_core::frame::{message_spans, HEADER_LEN, SPAN_LEN_MASK};
 use busway_core::{DecodeError, FrameDecoder};
 use busway_shm::ring::{Consumer, ReadWaiter, Wait};
 use bytes::BytesMut;
@@ -162,7 +162,10 @@ impl InboundRing {
         };
         let counters = &self.link.counters;
         counters.msgs_in.fetch_add(n, Relaxed);
-        let bytes: u64 = spans.iter().map(|&(_, len)| u64::from(len)).sum();
+        let bytes: u64 = spans
+            .iter()
+            .map(|&(_, len)| u64::from(len & SPAN_LEN_MASK))
+            .sum();
         counters.bytes_in.fetch_add(bytes, Relaxed);
         // Acknowledge in steps: at once past RING_ACK_EVERY_BYTES (the sender's queue must not
         // fill with delivered messages), otherwise a little later from the link task.
@@ -174,7 +177,17 @@ impl InboundRing {
         } else {
             self.link.ack_soon();
         }
-        Polled::Batch(MessageBatch::new(self.link.peer.id, chunk, spans), ack_now)
+        let src = self.link.peer.id;
+        // Replies end their calls here (this is the application's thread reading the ring);
+        // requests go on with a handle to answer them.
+        let requests = self.link.calls.sort_out(src, &chunk, &mut spans);
+        if spans.is_empty() {
+            return Polled::Empty;
+        }
+        Polled::Batch(
+            MessageBatch::with_requests(src, chunk, spans, requests),
+            ack_now,
+        )
     }
 
     /// The inbox is about to sleep: `waker` is called once the ring has something to read (or

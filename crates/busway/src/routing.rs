@@ -17,7 +17,7 @@ use crate::peer::Peer;
 use crate::remote::Remote;
 use crate::shared::Shared;
 use busway_core::e2e::{Check, FailOutcome, Verdict};
-use busway_core::frame::{FrameDecoder, FrameKind, BODY_LEN_CEILING, HEADER_LEN};
+use busway_core::frame::{FrameDecoder, BODY_LEN_CEILING, HEADER_LEN};
 use busway_core::relay::{self, Neighbor};
 use busway_core::routed::{
     decode_fail, decode_hint, encode_fail, encode_hint, forwarded_parts, routed_frame, FailReason,
@@ -400,7 +400,7 @@ impl Shared {
 
     fn report_verdict(&self, r: &Remote, v: Verdict) {
         if let Verdict::Restarted(seqs, old) = v {
-            self.report_undeliverable(
+            self.give_up_on_peer(
                 r.id,
                 seqs,
                 format!("bus id {} restarted (incarnation {old:#x} replaced)", r.id),
@@ -438,7 +438,7 @@ impl Shared {
                     Check::Expire => {
                         let seqs = r.fail_all();
                         self.release_if_drained(r.id);
-                        self.report_undeliverable(
+                        self.give_up_on_peer(
                             r.id,
                             seqs,
                             format!(
@@ -498,9 +498,9 @@ fn bumped_congestion(shared: &Shared) {
     crate::stats::bump(&shared.counters.relay_congested);
 }
 
-/// The messages inside a ROUTED DATA frame's inner part, as (offset, length) from the inner
-/// part's start; an error names what is wrong.
-pub(crate) fn inner_spans(inner: &[u8]) -> Result<Vec<(usize, usize)>, String> {
+/// The messages inside a ROUTED DATA frame's inner part, as (offset from the inner part's
+/// start, length with its tag) like `message_spans` gives them; an error names what is wrong.
+pub(crate) fn inner_spans(inner: &[u8]) -> Result<Vec<(u32, u32)>, String> {
     let mut spans = Vec::new();
     // The ROUTED frame's own check covered these bytes on every hop: the inner checks need no
     // second look (kinds, lengths and batch entries still do).
@@ -514,13 +514,8 @@ pub(crate) fn inner_spans(inner: &[u8]) -> Result<Vec<(usize, usize)>, String> {
         };
         let body_at = pos + HEADER_LEN;
         let body = &inner[body_at..pos + len];
-        match kind {
-            FrameKind::Data => spans.push((body_at, body.len())),
-            FrameKind::DataBatch => {
-                busway_core::frame::for_each_batch_entry(body, |s, n| spans.push((body_at + s, n)))?
-            }
-            other => return Err(format!("ROUTED DATA carries a {other:?} frame")),
-        }
+        busway_core::frame::message_spans(kind, body, body_at, &mut spans)
+            .map_err(|what| format!("ROUTED DATA: {what}"))?;
         pos += len;
     }
     Ok(spans)

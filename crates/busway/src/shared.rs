@@ -6,6 +6,7 @@
 
 use crate::addr::Addr;
 use crate::admission::Admission;
+use crate::call_table::CallTable;
 use crate::config::NodeConfig;
 use crate::dial::Dial;
 use crate::event::{DownReason, Event, Path};
@@ -44,6 +45,8 @@ pub(crate) struct Shared {
     /// Open connections and handshakes in progress, within their limits.
     pub(crate) admission: Admission,
     pub(crate) inbox: InboxSender,
+    /// The calls this node made and waits on.
+    pub(crate) calls: Arc<CallTable>,
     pub(crate) counters: Arc<Counters>,
     pub(crate) loops: IoLoops,
     pub(crate) next_link_id: AtomicU64,
@@ -129,6 +132,7 @@ impl Shared {
         path: Path,
         incarnation: Option<u64>,
     ) {
+        self.calls.fail_requests(peer, path, &seqs, &reason);
         if !seqs.is_empty() {
             self.emit(Event::Undeliverable {
                 peer,
@@ -138,6 +142,21 @@ impl Shared {
                 incarnation,
             });
         }
+    }
+
+    /// busway gave up on `peer` itself (down past its deadline, or restarted): the messages
+    /// `seqs` held for it are reported, and every call to it fails with `reason` (a reply
+    /// cannot come, even to a request it had received).
+    pub(crate) fn give_up_on_peer(
+        &self,
+        peer: BusId,
+        seqs: std::ops::Range<u64>,
+        reason: String,
+        path: Path,
+        incarnation: Option<u64>,
+    ) {
+        self.calls.fail_peer(peer, &reason);
+        self.report_undeliverable(peer, seqs, reason, path, incarnation);
     }
 
     pub(crate) fn emit(&self, event: Event) {
@@ -211,7 +230,7 @@ impl Shared {
                 .attach(self.config.id, id, est.peer.incarnation, registers, make)?;
         if let Some(old) = replaced {
             let seqs = old.fail_all();
-            self.report_undeliverable(
+            self.give_up_on_peer(
                 id,
                 seqs,
                 format!(
@@ -260,7 +279,7 @@ impl Shared {
         runtime.spawn(async move {
             tokio::time::sleep(deadline).await;
             if let Some(seqs) = peer.expire(epoch, shared.clock_ms()) {
-                shared.report_undeliverable(
+                shared.give_up_on_peer(
                     peer.id,
                     seqs,
                     format!(

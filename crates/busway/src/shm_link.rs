@@ -78,6 +78,7 @@ impl ShmLink {
             peer,
             link_id,
             shared.counters.clone(),
+            shared.calls.clone(),
             shared.config.frame_body_max,
         );
         Self {

@@ -25,6 +25,8 @@ pub(crate) struct Counters {
     pub(crate) forgotten_peers: AtomicU64,
     pub(crate) forgotten_sources: AtomicU64,
     pub(crate) forgotten_destinations: AtomicU64,
+    pub(crate) late_replies: AtomicU64,
+    pub(crate) misdirected_replies: AtomicU64,
 }
 
 pub(crate) fn bump(c: &AtomicU64) {
@@ -78,6 +80,12 @@ pub struct Stats {
     /// Relayed destinations forgotten after twice `forget_after_ms` holding nothing and not
     /// sent to, ever.
     pub forgotten_destinations: u64,
+    /// Calls made by this node and not ended yet.
+    pub calls_pending: u64,
+    /// Replies that came after their call ended (timed out, cancelled, failed), dropped.
+    pub late_replies: u64,
+    /// Replies from a node other than the one called, dropped (the call goes on waiting).
+    pub misdirected_replies: u64,
 }
 
 impl Counters {
@@ -105,6 +113,9 @@ impl Counters {
             forgotten_peers: self.forgotten_peers.load(Relaxed),
             forgotten_sources: self.forgotten_sources.load(Relaxed),
             forgotten_destinations: self.forgotten_destinations.load(Relaxed),
+            calls_pending: 0,
+            late_replies: self.late_replies.load(Relaxed),
+            misdirected_replies: self.misdirected_replies.load(Relaxed),
         }
     }
 }

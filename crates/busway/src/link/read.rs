@@ -14,6 +14,7 @@ use crate::shared::Shared;
 use crate::shm_link::ShmLink;
 use crate::stats::bump;
 use busway_core::control::{ack_frame, Close};
+use busway_core::frame::SPAN_LEN_MASK;
 use busway_core::link::{Link, LinkError, LinkEvent, Spans};
 use busway_core::relay::Sources;
 use busway_core::routed::{RoutedHeader, RoutedType};
@@ -171,7 +172,7 @@ fn routed_in(
             let fresh: Vec<(u32, u32)> = spans
                 .iter()
                 .skip(skip as usize)
-                .map(|&(s, n)| ((base + s) as u32, n as u32))
+                .map(|&(s, n)| (base as u32 + s, n))
                 .collect();
             work.routed.push(RoutedIn {
                 src: h.src,
@@ -182,6 +183,25 @@ fn routed_in(
         }
     }
     Ok(())
+}
+
+/// Hands messages from `src` to the application: replies end their calls here, the rest
+/// (requests with a handle to answer them) go to the inbox, waiting for room if need be.
+async fn deliver(
+    shared: &Shared,
+    machine: &Mutex<Link>,
+    src: BusId,
+    chunk: bytes::Bytes,
+    mut spans: Vec<(u32, u32)>,
+) {
+    let requests = shared.calls.sort_out(src, &chunk, &mut spans);
+    if spans.is_empty() {
+        return;
+    }
+    let batch = MessageBatch::with_requests(src, chunk, spans, requests);
+    if let Err(batch) = shared.inbox.deliver_now(batch) {
+        wait_to_deliver(shared, machine, batch).await;
+    }
 }
 
 /// Waits for room in the application's inbox to hand it a batch (`deliver_now` found none),
@@ -336,24 +356,21 @@ pub(super) fn read_loop<'a, R: AsyncRead + WaitReadable + Unpin>(
                     if !r.spans.is_empty() {
                         let n = r.spans.len() as u64;
                         shared.counters.msgs_in.fetch_add(n, Relaxed);
-                        let batch = MessageBatch::new(r.src, chunk.clone(), r.spans);
-                        if let Err(batch) = shared.inbox.deliver_now(batch) {
-                            wait_to_deliver(shared, machine, batch).await;
-                        }
+                        deliver(shared, machine, r.src, chunk.clone(), r.spans).await;
                     }
                     shared.routed_delivered(r.src, r.incarnation, r.next);
                     shared.send_routed_ack(r.src, r.next);
                 }
                 if !spans.is_empty() {
-                    let bytes: u64 = spans.iter().map(|&(_, len)| u64::from(len)).sum();
+                    let bytes: u64 = spans
+                        .iter()
+                        .map(|&(_, len)| u64::from(len & SPAN_LEN_MASK))
+                        .sum();
                     let c = &shared.counters;
                     c.msgs_in.fetch_add(spans.len() as u64, Relaxed);
                     c.bytes_in.fetch_add(bytes, Relaxed);
                     let n = spans.len() as u64;
-                    let batch = MessageBatch::new(peer.id, chunk, spans);
-                    if let Err(batch) = shared.inbox.deliver_now(batch) {
-                        wait_to_deliver(shared, machine, batch).await;
-                    }
+                    deliver(shared, machine, peer.id, chunk, spans).await;
                     // Acknowledge once the application has them (one ACK per read, not per message).
                     let next = peer.delivered(n);
                     peer.push_control(ack_frame(next));

@@ -1,0 +1,306 @@
+//! The calls this node made and waits on (`Node::call`), by call id; and the sorting of the
+//! requests and replies out of received messages.
+//!
+//! A call holds one of `CALLS_PENDING_MAX` slots from before its request is queued until it
+//! ends: replied, timed out, cancelled (its future dropped), or failed (its request given up,
+//! its peer restarted, dead or unknown). A reply that finds no call (it came after the end) is
+//! dropped and counted, never given to another call: ids are never reused by a node.
+
+use crate::event::Path;
+use crate::request::{Replier, Request};
+use crate::stats::{bump, Counters};
+use busway_core::frame::{CALL_HEADER_LEN, REPLY_OK, SPAN_CALL, SPAN_LEN_MASK, SPAN_REPLY};
+use busway_core::BusId;
+use bytes::Bytes;
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use tokio::sync::{oneshot, OwnedSemaphorePermit, Semaphore};
+
+/// The answer to a call.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Reply {
+    /// The node that answered.
+    pub src: BusId,
+    /// What it answered, sharing the receive buffer.
+    pub payload: Bytes,
+}
+
+/// Why a call failed. Only that call fails; the link and other calls go on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CallError {
+    /// The request could not be queued (no route, too large, shutting down, ...).
+    Send(String),
+    /// No reply within the call's timeout, in milliseconds.
+    Timeout { after_ms: u64 },
+    /// busway gave up on the request or its reply: the peer was given up (down past its
+    /// deadline), restarted (a new incarnation), or the request was undeliverable.
+    Failed { peer: BusId, reason: String },
+    /// The request arrived but nothing answered it (dropped unanswered, or no inbox).
+    NoHandler { peer: BusId, reason: String },
+    /// `CALLS_PENDING_MAX` calls are pending and the caller chose not to wait.
+    TooManyPending { max: usize },
+    /// The node is shutting down.
+    Closed,
+}
+
+impl fmt::Display for CallError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Send(why) => write!(f, "the request could not be sent: {why}"),
+            Self::Timeout { after_ms } => write!(f, "no reply within {after_ms} ms"),
+            Self::Failed { peer, reason } => write!(f, "call to bus id {peer} failed: {reason}"),
+            Self::NoHandler { peer, reason } => {
+                write!(f, "bus id {peer} did not handle the request: {reason}")
+            }
+            Self::TooManyPending { max } => write!(f, "{max} calls are pending already"),
+            Self::Closed => write!(f, "the node is shutting down"),
+        }
+    }
+}
+
+impl std::error::Error for CallError {}
+
+type Outcome = Result<Reply, CallError>;
+
+struct Pending {
+    dst: BusId,
+    /// Where its request went (path, sequence number), once queued.
+    sent: Option<(Path, u64)>,
+    done: oneshot::Sender<Outcome>,
+    _slot: OwnedSemaphorePermit,
+}
+
+/// The calls pending at this node.
+pub(crate) struct CallTable {
+    pending: Mutex<HashMap<u64, Pending>>,
+    /// Ids are never reused (a late reply can only miss).
+    next_id: std::sync::atomic::AtomicU64,
+    slots: Arc<Semaphore>,
+    /// The node, to give received requests a way to be answered (set once it exists).
+    replier: OnceLock<Weak<dyn Replier>>,
+    counters: Arc<Counters>,
+}
+
+/// A call registered in the table; ends it (cancelled) when dropped before it is done.
+pub(crate) struct CallGuard<'a> {
+    table: &'a CallTable,
+    pub(crate) id: u64,
+    pub(crate) done: oneshot::Receiver<Outcome>,
+}
+
+impl Drop for CallGuard<'_> {
+    fn drop(&mut self) {
+        self.table.lock().remove(&self.id);
+    }
+}
+
+impl CallTable {
+    pub(crate) fn new(counters: Arc<Counters>, slots: usize) -> Self {
+        Self {
+            pending: Mutex::new(HashMap::new()),
+            next_id: std::sync::atomic::AtomicU64::new(1),
+            slots: Arc::new(Semaphore::new(slots)),
+            replier: OnceLock::new(),
+            counters,
+        }
+    }
+
+    pub(crate) fn set_replier(&self, node: Weak<dyn Replier>) {
+        let _ = self.replier.set(node);
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Pending>> {
+        // A panic while holding this lock leaves plain data behind; keep going.
+        self.pending.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A free slot: waits for one if `wait`, else `None` when all are taken.
+    pub(crate) async fn slot(&self, wait: bool) -> Option<OwnedSemaphorePermit> {
+        if wait {
+            self.slots.clone().acquire_owned().await.ok()
+        } else {
+            self.slots.clone().try_acquire_owned().ok()
+        }
+    }
+
+    /// Registers a call to `dst` holding `slot`.
+    pub(crate) fn register(&self, dst: BusId, slot: OwnedSemaphorePermit) -> CallGuard<'_> {
+        // Relaxed: a counter handing out unique numbers; nothing is published through it.
+        let id = self
+            .next_id
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let (tx, rx) = oneshot::channel();
+        self.lock().insert(
+            id,
+            Pending {
+                dst,
+                sent: None,
+                done: tx,
+                _slot: slot,
+            },
+        );
+        CallGuard {
+            table: self,
+            id,
+            done: rx,
+        }
+    }
+
+    /// The call's request was queued as message `seq` on `path`.
+    pub(crate) fn sent(&self, id: u64, path: Path, seq: u64) {
+        if let Some(p) = self.lock().get_mut(&id) {
+            p.sent = Some((path, seq));
+        }
+    }
+
+    /// Fails every call to `peer` (given up, restarted, or this node is going).
+    pub(crate) fn fail_peer(&self, peer: BusId, reason: &str) {
+        let mut pending = self.lock();
+        let ids: Vec<u64> = pending
+            .iter()
+            .filter(|(_, p)| p.dst == peer)
+            .map(|(&id, _)| id)
+            .collect();
+        for id in ids {
+            if let Some(p) = pending.remove(&id) {
+                let _ = p.done.send(Err(CallError::Failed {
+                    peer,
+                    reason: reason.to_owned(),
+                }));
+            }
+        }
+    }
+
+    /// Fails the calls to `peer` whose request is among the messages `seqs` on `path` that
+    /// busway gave up on.
+    pub(crate) fn fail_requests(
+        &self,
+        peer: BusId,
+        path: Path,
+        seqs: &std::ops::Range<u64>,
+        reason: &str,
+    ) {
+        if seqs.is_empty() {
+            return;
+        }
+        let mut pending = self.lock();
+        let ids: Vec<u64> = pending
+            .iter()
+            .filter(|(_, p)| {
+                p.dst == peer
+                    && matches!(p.sent, Some((on, seq)) if on == path && seqs.contains(&seq))
+            })
+            .map(|(&id, _)| id)
+            .collect();
+        for id in ids {
+            if let Some(p) = pending.remove(&id) {
+                let _ = p.done.send(Err(CallError::Failed {
+                    peer,
+                    reason: reason.to_owned(),
+                }));
+            }
+        }
+    }
+
+    /// Fails every call: the node is going.
+    pub(crate) fn fail_all(&self) {
+        for (_, p) in self.lock().drain() {
+            let _ = p.done.send(Err(CallError::Closed));
+        }
+    }
+
+    /// Calls pending now.
+    pub(crate) fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// A REPLY `body` (call id, status, payload at `payload` in `buf`) from `src`.
+    pub(crate) fn on_reply(&self, src: BusId, id: u64, status: u8, payload: Bytes) {
+        let mut pending = self.lock();
+        match pending.get(&id) {
+            None => {
+                drop(pending);
+                // Its call ended (timed out, cancelled, failed) before it came.
+                bump(&self.counters.late_replies);
+            }
+            Some(p) if p.dst != src => {
+                let dst = p.dst;
+                drop(pending);
+                bump(&self.counters.misdirected_replies);
+                tracing::warn!(%src, call = id, expected = %dst, "reply from a node the call was not made to; dropped");
+            }
+            Some(_) => {
+                let Some(p) = pending.remove(&id) else {
+                    return;
+                };
+                drop(pending);
+                let outcome = if status == REPLY_OK {
+                    Ok(Reply { src, payload })
+                } else {
+                    Err(CallError::NoHandler {
+                        peer: src,
+                        reason: String::from_utf8_lossy(&payload).into_owned(),
+                    })
+                };
+                let _ = p.done.send(outcome);
+            }
+        }
+    }
+
+    /// Sorts the requests and replies out of messages from `src` about to be delivered:
+    /// replies end their calls and leave `spans`; requests stay, and are returned (by index
+    /// in what is left of `spans`) with a handle to answer them.
+    pub(crate) fn sort_out(
+        &self,
+        src: BusId,
+        buf: &Bytes,
+        spans: &mut Vec<(u32, u32)>,
+    ) -> Vec<(u32, Request)> {
+        let mut requests = Vec::new();
+        if spans.iter().all(|&(_, len)| len & !SPAN_LEN_MASK == 0) {
+            return requests;
+        }
+        let mut kept = 0;
+        for i in 0..spans.len() {
+            let (start, len) = spans[i];
+            let at = start as usize;
+            match len & !SPAN_LEN_MASK {
+                SPAN_REPLY => {
+                    let end = at + (len & SPAN_LEN_MASK) as usize;
+                    let id = read_id(&buf[at..]);
+                    let status = buf[at + CALL_HEADER_LEN];
+                    let payload = buf.slice(at + CALL_HEADER_LEN + 1..end);
+                    self.on_reply(src, id, status, payload);
+                    continue;
+                }
+                SPAN_CALL => {
+                    if let Some(node) = self.replier.get() {
+                        let request = Request::new(src, read_id(&buf[at..]), node.clone());
+                        requests.push((kept as u32, request));
+                    }
+                }
+                _ => {}
+            }
+            spans[kept] = spans[i];
+            kept += 1;
+        }
+        spans.truncate(kept);
+        requests
+    }
+}
+
+/// The call id at the start of a CALL or REPLY body (`message_spans` checked its length).
+fn read_id(body: &[u8]) -> u64 {
+    let mut id = [0u8; 8];
+    id.copy_from_slice(&body[..8]);
+    u64::from_le_bytes(id)
+}
+
+/// A REPLY's head: call id and status.
+pub(crate) fn reply_head(id: u64, status: u8) -> [u8; 9] {
+    let mut head = [0u8; 9];
+    head[..8].copy_from_slice(&id.to_le_bytes());
+    head[8] = status;
+    head
+}

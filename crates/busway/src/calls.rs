@@ -1,0 +1,143 @@
+//! Request/reply: `Node::call` sends a CALL and waits for its REPLY; a received request is
+//! answered through the node (`Replier`). Requests and replies are messages like any other on
+//! their path: numbered, in order with plain sends of the same pair, held and resent across a
+//! dropped link, reported when given up.
+
+use crate::call_table::{reply_head, CallError, Reply};
+use crate::message::MessageBatch;
+use crate::node::Node;
+use crate::request::{Replier, ReplyError, ReplyFuture};
+use crate::shared::Shared;
+use busway_core::frame::{FrameKind, CALL_HEADER_LEN, SPAN_CALL};
+use busway_core::BusId;
+use bytes::{Bytes, BytesMut};
+use std::time::Duration;
+
+/// What a call does when `CALLS_PENDING_MAX` calls are pending already.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum WhenFull {
+    /// Wait (within the call's timeout) for a pending call to end.
+    #[default]
+    Wait,
+    /// Fail at once with `CallError::TooManyPending`.
+    Fail,
+}
+
+/// How a call is made (see [`Node::call_with`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CallOptions {
+    /// Longest wait for the reply, counted from the call (the wait for a free slot included).
+    pub timeout: Duration,
+    /// What to do past `CALLS_PENDING_MAX` pending calls.
+    pub when_full: WhenFull,
+}
+
+impl Node {
+    /// Sends `payload` to `dst` as a request and waits for its reply, at most `timeout`. The
+    /// receiving application gets the request in its inbox (`Message::request`) and answers
+    /// with `Message::reply`. Dropping the returned future cancels the call (a reply that
+    /// comes later is dropped and counted in `Stats::late_replies`). Fails at once when `dst`
+    /// cannot be reached (no route), and as soon as busway gives up on the request or on
+    /// `dst` (down past its deadline, restarted).
+    pub async fn call(
+        &self,
+        dst: BusId,
+        payload: Bytes,
+        timeout: Duration,
+    ) -> Result<Reply, CallError> {
+        let options = CallOptions {
+            timeout,
+            when_full: WhenFull::Wait,
+        };
+        self.call_with(dst, payload, options).await
+    }
+
+    /// [`Node::call`] with its options.
+    pub async fn call_with(
+        &self,
+        dst: BusId,
+        payload: Bytes,
+        options: CallOptions,
+    ) -> Result<Reply, CallError> {
+        let shared = self.shared();
+        let after_ms = options.timeout.as_millis() as u64;
+        let timed_out = CallError::Timeout { after_ms };
+        let work = async {
+            let wait = options.when_full == WhenFull::Wait;
+            let slot = shared
+                .calls
+                .slot(wait)
+                .await
+                .ok_or(CallError::TooManyPending {
+                    max: crate::limits::CALLS_PENDING_MAX,
+                })?;
+            let mut call = shared.calls.register(dst, slot);
+            let head = call.id.to_le_bytes();
+            if dst == shared.config.id {
+                shared.call_self(call.id, &payload)?;
+            } else {
+                let (path, seq) = shared
+                    .send_framed(dst, FrameKind::Call, &head, &payload)
+                    .await
+                    .map_err(|e| CallError::Send(e.to_string()))?;
+                shared.calls.sent(call.id, path, seq);
+            }
+            (&mut call.done).await.unwrap_or(Err(CallError::Closed))
+        };
+        tokio::time::timeout(options.timeout, work)
+            .await
+            .unwrap_or(Err(timed_out))
+    }
+}
+
+impl Shared {
+    /// A call to this node itself: its request goes into the inbox as a message from us.
+    fn call_self(&self, id: u64, payload: &Bytes) -> Result<(), CallError> {
+        let mut buf = BytesMut::with_capacity(CALL_HEADER_LEN + payload.len());
+        buf.extend_from_slice(&id.to_le_bytes());
+        buf.extend_from_slice(payload);
+        let buf = buf.freeze();
+        let mut spans = vec![(0, buf.len() as u32 | SPAN_CALL)];
+        let me = self.config.id;
+        let requests = self.calls.sort_out(me, &buf, &mut spans);
+        let batch = MessageBatch::with_requests(me, buf, spans, requests);
+        if self.inbox.try_deliver(batch) {
+            Ok(())
+        } else {
+            Err(CallError::Send(format!("bus id {me}'s own inbox is full")))
+        }
+    }
+
+    /// The head of a REPLY to `to`, or `None` when the reply is to this node's own call
+    /// (which it ends here).
+    fn reply_head_to(&self, to: BusId, id: u64, status: u8, payload: &Bytes) -> Option<[u8; 9]> {
+        if to == self.config.id {
+            self.calls.on_reply(to, id, status, payload.clone());
+            return None;
+        }
+        Some(reply_head(id, status))
+    }
+}
+
+impl Replier for Shared {
+    fn reply(&self, to: BusId, id: u64, status: u8, payload: Bytes) -> ReplyFuture<'_> {
+        Box::pin(async move {
+            let Some(head) = self.reply_head_to(to, id, status, &payload) else {
+                return Ok(());
+            };
+            self.send_framed(to, FrameKind::Reply, &head, &payload)
+                .await
+                .map(drop)
+                .map_err(|e| ReplyError::Send(e.to_string()))
+        })
+    }
+
+    fn try_reply(&self, to: BusId, id: u64, status: u8, payload: Bytes) -> Result<(), ReplyError> {
+        let Some(head) = self.reply_head_to(to, id, status, &payload) else {
+            return Ok(());
+        };
+        self.try_send_framed(to, FrameKind::Reply, &head, &payload)
+            .map(drop)
+            .map_err(|e| ReplyError::Send(e.to_string()))
+    }
+}

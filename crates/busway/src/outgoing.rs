@@ -1,0 +1,129 @@
+//! Where a message to a bus id goes, and queuing it there: shared by `Node`'s sends and by
+//! calls (their requests and replies).
+
+use crate::event::Path;
+use crate::limits::{REROUTES_MAX, ROUTED_OVERHEAD_BYTES_MAX};
+use crate::node::SendError;
+use crate::peer::PushError;
+use crate::routing::Route;
+use crate::shared::Shared;
+use busway_core::frame::FrameKind;
+use busway_core::BusId;
+use bytes::Bytes;
+
+impl Shared {
+    /// A payload over the node's frame limit is refused before it is routed.
+    pub(crate) fn check_size(&self, len: usize) -> Result<(), SendError> {
+        let max = self.config.frame_body_max;
+        if len > max {
+            return Err(SendError::TooLarge { len, max });
+        }
+        Ok(())
+    }
+
+    /// The way to `dst` for a message of `len` bytes.
+    pub(crate) fn route_for(&self, dst: BusId, len: usize) -> Result<Route, SendError> {
+        let route = self.route(dst).ok_or(SendError::NoRoute(dst))?;
+        match &route {
+            Route::Relayed(_) => {
+                // A relayed message also carries the ROUTED header and its route.
+                let max = self.config.frame_body_max - ROUTED_OVERHEAD_BYTES_MAX;
+                if len > max {
+                    return Err(SendError::TooLarge { len, max });
+                }
+            }
+            Route::Direct(p) => {
+                // Both ends use the smaller limit: the peer closes a link over a larger frame.
+                if let Some(max) = p.frame_body_max().filter(|&max| len > max) {
+                    return Err(SendError::TooLarge { len, max });
+                }
+            }
+        }
+        Ok(route)
+    }
+
+    pub(crate) fn push_error(dst: BusId, e: PushError) -> SendError {
+        match e {
+            PushError::Full => SendError::Full(dst),
+            PushError::Closed => SendError::Closed(dst),
+            PushError::Dead => SendError::PeerDown(dst),
+            // Callers route again; seen here only if the route keeps changing under them.
+            PushError::Rerouted => SendError::Full(dst),
+        }
+    }
+
+    /// Queues one plain message on `route`; returns its number there.
+    pub(crate) fn push_payload(&self, route: &Route, payload: &Bytes) -> Result<u64, PushError> {
+        match route {
+            Route::Direct(p) => p.push_shared(payload),
+            Route::Relayed(r) => {
+                let seq = r.push_shared(payload);
+                self.schedule_pump(r);
+                seq
+            }
+        }
+    }
+
+    /// Queues one CALL or REPLY on `route`; returns its path and number there.
+    fn push_framed(
+        &self,
+        route: &Route,
+        kind: FrameKind,
+        head: &[u8],
+        payload: &Bytes,
+    ) -> Result<(Path, u64), PushError> {
+        match route {
+            Route::Direct(p) => p
+                .push_framed(kind, head, payload)
+                .map(|s| (Path::Direct, s)),
+            Route::Relayed(r) => {
+                let seq = r.push_framed(kind, head, payload);
+                self.schedule_pump(r);
+                seq.map(|s| (Path::Relayed, s))
+            }
+        }
+    }
+
+    /// Queues one CALL or REPLY (`head`, then `payload`) for `dst` (not this node) without
+    /// waiting; returns the path and number it was given.
+    pub(crate) fn try_send_framed(
+        &self,
+        dst: BusId,
+        kind: FrameKind,
+        head: &[u8],
+        payload: &Bytes,
+    ) -> Result<(Path, u64), SendError> {
+        let len = head.len() + payload.len();
+        self.check_size(len)?;
+        for _ in 0..=REROUTES_MAX {
+            match self.push_framed(&self.route_for(dst, len)?, kind, head, payload) {
+                Err(PushError::Rerouted) => continue,
+                other => return other.map_err(|e| Self::push_error(dst, e)),
+            }
+        }
+        Err(SendError::Full(dst))
+    }
+
+    /// [`Shared::try_send_framed`], waiting while the queue toward `dst` is full.
+    pub(crate) async fn send_framed(
+        &self,
+        dst: BusId,
+        kind: FrameKind,
+        head: &[u8],
+        payload: &Bytes,
+    ) -> Result<(Path, u64), SendError> {
+        let len = head.len() + payload.len();
+        self.check_size(len)?;
+        let mut route = self.route_for(dst, len)?;
+        loop {
+            match self.push_framed(&route, kind, head, payload) {
+                Err(PushError::Rerouted) => route = self.route_for(dst, len)?,
+                Err(PushError::Full) => match &route {
+                    Route::Direct(p) => p.wait_for_room(len).await,
+                    Route::Relayed(r) => r.wait_for_room(len).await,
+                },
+                other => return other.map_err(|e| Self::push_error(dst, e)),
+            }
+        }
+    }
+}
