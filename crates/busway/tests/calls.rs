@@ -357,3 +357,67 @@ async fn a_peer_that_restarts_or_stays_down_fails_its_pending_calls_with_the_rea
     drop(inbox2);
     b.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replies_to_no_call_or_from_the_wrong_node_and_malformed_requests_disturb_nothing_else() {
+    use busway_core::frame::{frame_bytes, FrameKind};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (a, b) = pair("tcp4", config(1), config(2)).await;
+    let a_addr = match &a.listen_addrs()[0] {
+        busway::Addr::Tcp(s) => *s,
+        other => panic!("{other}"),
+    };
+    let mut b_inbox = b.take_inbox().unwrap();
+    let mut events = a.take_events().unwrap();
+    let pending = {
+        let a = a.clone();
+        tokio::spawn(async move { a.call(BusId(2), Bytes::from_static(b"q"), WAIT).await })
+    };
+    let request = tokio::time::timeout(WAIT, b_inbox.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    let id = request.request.as_ref().unwrap().id();
+    // A stranger with a link of its own answers that call, and one nobody made.
+    let mut liar = authenticated(a_addr, 3, None).await;
+    let reply = |id: u64| {
+        let mut body = id.to_le_bytes().to_vec();
+        body.push(0);
+        body.extend_from_slice(b"forged");
+        frame_bytes(FrameKind::Reply, &body)
+    };
+    liar.write_all(&reply(id)).await.unwrap();
+    liar.write_all(&reply(u64::MAX)).await.unwrap();
+    until("both replies are counted", || {
+        let s = a.stats();
+        s.misdirected_replies == 1 && s.late_replies == 1
+    })
+    .await;
+    assert!(
+        !pending.is_finished(),
+        "the call still waits for its own reply"
+    );
+    // A request too short for its call id: that link ends with the reason, nothing else does.
+    liar.write_all(&frame_bytes(FrameKind::Call, b"abc"))
+        .await
+        .unwrap();
+    let why = wait_event(&mut events, |e| match e {
+        busway::Event::PeerDown {
+            peer: BusId(3),
+            reason: busway::DownReason::ProtocolError(why),
+            ..
+        } => Some(why.clone()),
+        _ => None,
+    })
+    .await;
+    assert!(why.contains("Call body of 3 bytes"), "{why}");
+    let mut rest = Vec::new();
+    let closed = tokio::time::timeout(WAIT, liar.read_to_end(&mut rest)).await;
+    assert!(closed.is_ok(), "the liar's link was closed");
+    assert_eq!(a.stats().protocol_errors, 1);
+    request.reply(Bytes::from_static(b"real")).await.unwrap();
+    let reply = pending.await.unwrap().unwrap();
+    assert_eq!((reply.src, &reply.payload[..]), (BusId(2), &b"real"[..]));
+    b.shutdown().await;
+    a.shutdown().await;
+}
