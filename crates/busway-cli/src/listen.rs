@@ -20,6 +20,10 @@ pub(crate) struct ListenArgs {
     /// Give up after this many seconds without a message.
     #[arg(long)]
     idle_timeout: Option<f64>,
+    /// Answer every request (`busway call`) with its own payload. Without it a request is
+    /// printed and answered with "no handler".
+    #[arg(long)]
+    echo: bool,
 }
 
 pub(crate) async fn run(args: ListenArgs) -> Result<ExitCode, String> {
@@ -53,14 +57,21 @@ pub(crate) async fn run(args: ListenArgs) -> Result<ExitCode, String> {
             Some(None) => break,
             Some(Some(b)) => b,
         };
-        for payload in batch.iter() {
+        for (i, payload) in batch.iter().enumerate() {
+            let request = batch.request(i);
+            if let (true, Some(r)) = (args.echo, request) {
+                if let Err(e) = r.reply(bytes::Bytes::copy_from_slice(payload)).await {
+                    eprintln!("busway listen: no reply to {}: {e}", batch.src());
+                }
+            }
+            let what = if request.is_some() { " (request)" } else { "" };
             if args.verify {
                 verifier.record(payload);
             } else {
                 verifier.count_unchecked();
                 match std::str::from_utf8(payload) {
-                    Ok(text) => println!("{}: {}", batch.src(), text),
-                    Err(_) => println!("{}: <{} bytes>", batch.src(), payload.len()),
+                    Ok(text) => println!("{}{what}: {}", batch.src(), text),
+                    Err(_) => println!("{}{what}: <{} bytes>", batch.src(), payload.len()),
                 }
             }
             if args.count.is_some_and(|n| verifier.received() >= n) {

@@ -1,6 +1,7 @@
 //! `busway`: run a node, send and listen from a shell, and benchmark the bus.
 
 mod bench;
+mod call;
 mod common;
 mod listen;
 mod send;
@@ -30,6 +31,8 @@ enum Command {
     Listen(listen::ListenArgs),
     /// Send a text message, or N sequenced messages of a given size.
     Send(send::SendArgs),
+    /// Send one request and print its reply (exit code 1 and the reason if none came).
+    Call(call::CallArgs),
     /// Show what a running node knows: its peers, their state, round trip, unacknowledged
     /// messages, and its counters (from the node's `--admin` address).
     Status(status::StatusArgs),
@@ -53,6 +56,7 @@ fn main() -> ExitCode {
         Command::Node(args) => common::block_on(run_node(args)),
         Command::Listen(args) => common::block_on(listen::run(args)),
         Command::Send(args) => common::block_on(send::run(args)),
+        Command::Call(args) => common::block_on(call::run(args)),
         Command::Status(args) => common::block_on(status::run(args)),
         Command::Bench(args) => bench::run(args),
         Command::BenchWorker(args) => bench::worker::run(args),

@@ -182,6 +182,72 @@ fn text_is_printed_with_its_source() {
 }
 
 #[test]
+fn call_prints_the_reply_of_listen_echo_and_fails_with_the_reason() {
+    let (l, addr, out) = listener(&[
+        "listen",
+        "--id",
+        "7",
+        "--listen",
+        "tcp://127.0.0.1:0",
+        "--echo",
+        "--count",
+        "1",
+    ]);
+    let call = |to: &str| {
+        spawn(&[
+            "call",
+            "--id",
+            "3",
+            "--connect",
+            &addr,
+            "--to",
+            to,
+            "--timeout",
+            "5",
+            "are you there",
+        ])
+    };
+    let (ok, _, stdout, err) = finish(call("7"), None);
+    assert!(ok, "{err}");
+    assert_eq!(stdout.trim(), "are you there");
+    let (ok, _, stdout, _) = finish(l, Some(out));
+    assert!(ok);
+    assert_eq!(stdout.trim(), "3 (request): are you there");
+    // Without --echo a request is answered with "no handler": the caller says so and fails.
+    let (l, addr, out) = listener(&[
+        "listen",
+        "--id",
+        "7",
+        "--listen",
+        "tcp://127.0.0.1:0",
+        "--count",
+        "1",
+    ]);
+    let (ok, code, stdout, err) = finish(
+        spawn(&[
+            "call",
+            "--id",
+            "3",
+            "--connect",
+            &addr,
+            "--to",
+            "7",
+            "hello?",
+        ]),
+        None,
+    );
+    assert!(
+        !ok && code == Some(1) && stdout.is_empty(),
+        "{stdout} {err}"
+    );
+    assert!(
+        err.contains("call to bus id 7: bus id 7 did not handle the request"),
+        "{err}"
+    );
+    let _ = finish(l, Some(out));
+}
+
+#[test]
 fn verify_fails_loudly_on_a_gap() {
     // Two text messages are not sequence numbers 0 and 1: verify must say so and exit non-zero.
     let (l, addr, out) = listener(&[
