@@ -8,6 +8,7 @@
 
 mod idle;
 mod round_trips;
+mod rpc;
 mod sizes;
 mod sysinfo;
 mod tls;
@@ -78,6 +79,14 @@ pub(crate) struct BenchArgs {
     /// and after.
     #[arg(long, value_delimiter = ',')]
     idle: Vec<usize>,
+    /// Calls instead of one-way messages: 64-byte requests answered with their payload, from
+    /// `--concurrency` async tasks at once; calls/s and p50/p99/p99.9 per transport, beside the
+    /// same round trips with as many in flight over a bare socket or bare rings.
+    #[arg(long)]
+    rpc: bool,
+    /// Concurrent calls per `--rpc` row, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "1,100,10000")]
+    concurrency: Vec<usize>,
 }
 
 /// One row of the latency table.
@@ -291,6 +300,9 @@ pub(crate) fn run(args: BenchArgs) -> Result<ExitCode, String> {
         return Ok(ExitCode::SUCCESS);
     }
     let specs = parse_specs(&args)?;
+    if args.rpc {
+        return rpc::run(&args, &specs);
+    }
     if args.latency {
         return run_latency(&args, &specs);
     }

@@ -66,7 +66,7 @@ pub(crate) struct WorkerArgs {
     size_max: usize,
     /// Seconds the sender sends.
     #[arg(long, default_value_t = 1.0)]
-    duration: f64,
+    pub(super) duration: f64,
     /// Run the node's links on the worker's own thread (current) or on a dedicated I/O thread.
     #[arg(long, default_value = "current")]
     io: String,
@@ -81,7 +81,11 @@ pub(crate) struct WorkerArgs {
     shm: bool,
     /// Spins of the shared-memory reader before it sleeps (bus, with `--shm`).
     #[arg(long)]
-    shm_spins: Option<u32>,
+    pub(super) shm_spins: Option<u32>,
+    /// Calls instead of one-way messages (`bench --rpc`): the sender keeps this many calls
+    /// out from as many tasks; the receiver answers each with its payload.
+    #[arg(long)]
+    pub(super) calls: Option<usize>,
     /// Round trips instead of throughput: the sender sends one message of `--size-min` bytes
     /// and waits for its echo, this many times; the receiver echoes.
     #[arg(long)]
@@ -117,7 +121,9 @@ pub(crate) struct Report {
 pub(crate) fn run(args: WorkerArgs) -> Result<ExitCode, String> {
     let born = Instant::now();
     if args.role == Role::Pair {
-        let (mut send, mut recv) = if args.raw && args.round_trips.is_some() {
+        let (mut send, mut recv) = if args.raw && args.calls.is_some() {
+            super::rpc::raw_ring_calls(&args)?
+        } else if args.raw && args.round_trips.is_some() {
             raw_ring_round_trips(&args)?
         } else if args.raw {
             raw_mem_pair(&args)?
@@ -135,8 +141,11 @@ pub(crate) fn run(args: WorkerArgs) -> Result<ExitCode, String> {
         return Ok(ExitCode::SUCCESS);
     }
     let mut report = match (args.raw, args.role) {
+        (true, Role::Send) if args.calls.is_some() => raw_calls(&args)?,
         (true, Role::Send) if args.round_trips.is_some() => raw_ping(&args)?,
-        (true, Role::Recv) if args.round_trips.is_some() => raw_echo(&args)?,
+        (true, Role::Recv) if args.round_trips.is_some() || args.calls.is_some() => {
+            raw_echo(&args)?
+        }
         (true, Role::Send) if args.shm => raw_ring_send(&args)?,
         (true, Role::Recv) if args.shm => raw_ring_recv()?,
         (true, Role::Send) => raw_send(&args)?,
@@ -151,8 +160,12 @@ pub(crate) fn run(args: WorkerArgs) -> Result<ExitCode, String> {
                 .map_err(|e| e.to_string())?;
             rt.block_on(async {
                 match role {
+                    Role::Send if args.calls.is_some() => {
+                        let node = dialing_node(&args, SENDER_ID).await?;
+                        super::rpc::bus_caller(node, &args, RECEIVER_ID).await
+                    }
                     Role::Send if args.round_trips.is_some() => bus_ping(&args).await,
-                    Role::Recv if args.round_trips.is_some() => {
+                    Role::Recv if args.round_trips.is_some() || args.calls.is_some() => {
                         bus_echo(&args, |a| announce(&a)).await
                     }
                     Role::Send => bus_send(&args).await,
@@ -231,10 +244,17 @@ async fn bus_ping(args: &WorkerArgs) -> Result<Report, String> {
 /// Echoes every message back to its source until the link goes down; `ready` gets the address
 /// it listens on.
 async fn bus_echo(args: &WorkerArgs, ready: impl FnOnce(String)) -> Result<Report, String> {
-    let node = Node::start(node_config(args, RECEIVER_ID).listen(args.addr.clone()))
-        .await
-        .map_err(|e| e.to_string())?;
-    ready(node.listen_addrs()[0].to_string());
+    let node = if args.via_relay {
+        let node = dialing_node(args, RECEIVER_ID).await?;
+        ready("registered".into());
+        node
+    } else {
+        let node = Node::start(node_config(args, RECEIVER_ID).listen(args.addr.clone()))
+            .await
+            .map_err(|e| e.to_string())?;
+        ready(node.listen_addrs()[0].to_string());
+        node
+    };
     let mut inbox = node.take_inbox().expect("inbox is taken once");
     let mut events = node.take_events().expect("events are taken once");
     let mut msgs = 0u64;
@@ -243,7 +263,14 @@ async fn bus_echo(args: &WorkerArgs, ready: impl FnOnce(String)) -> Result<Repor
             m = inbox.recv() => match m {
                 Some(m) => {
                     msgs += 1;
-                    node.send(m.src, m.payload).await.map_err(|e| e.to_string())?;
+                    if m.request.is_some() {
+                        m.reply(m.payload.clone()).await.map_err(|e| e.to_string())?;
+                    } else if m.payload.is_empty() {
+                        // The caller's last word (a relayed caller's going is not seen here).
+                        break;
+                    } else {
+                        node.send(m.src, m.payload).await.map_err(|e| e.to_string())?;
+                    }
                 }
                 None => break,
             },
@@ -499,7 +526,7 @@ fn bus_pair(args: &WorkerArgs) -> Result<(Report, Report), String> {
         let ready = move |a| {
             let _ = addr_tx.send(a);
         };
-        if recv_args.round_trips.is_some() {
+        if recv_args.round_trips.is_some() || recv_args.calls.is_some() {
             runtime()?.block_on(bus_echo(&recv_args, ready))
         } else {
             runtime()?.block_on(bus_recv(&recv_args, ready))
@@ -517,7 +544,12 @@ fn bus_pair(args: &WorkerArgs) -> Result<(Report, Report), String> {
         tls_dir: args.tls_dir.clone(),
         ..*args
     };
-    let sent = if send_args.round_trips.is_some() {
+    let sent = if send_args.calls.is_some() {
+        runtime()?.block_on(async {
+            let node = dialing_node(&send_args, SENDER_ID).await?;
+            super::rpc::bus_caller(node, &send_args, RECEIVER_ID).await
+        })?
+    } else if send_args.round_trips.is_some() {
         runtime()?.block_on(bus_ping(&send_args))?
     } else {
         runtime()?.block_on(bus_send(&send_args))?
@@ -559,6 +591,16 @@ fn raw_ping(args: &WorkerArgs) -> Result<Report, String> {
         secs: start.elapsed().as_secs_f64(),
         rtt_us,
         ..Report::default()
+    })
+}
+
+/// The socket baseline of `--rpc`: `--calls` requests kept out over one bare socket.
+fn raw_calls(args: &WorkerArgs) -> Result<Report, String> {
+    let stream = RawStream::connect_within(&args.addr, CONNECT_WAIT)?;
+    let reader = stream.try_clone().map_err(|e| e.to_string())?;
+    let closer = stream.try_clone().map_err(|e| e.to_string())?;
+    super::rpc::raw_socket_calls(stream, reader, args, move || {
+        let _ = closer.shutdown_write();
     })
 }
 
@@ -650,6 +692,13 @@ impl RawStream {
             }
             Addr::Shm(_) | Addr::Tls(_) => Err(not_a_socket(addr)),
         }
+    }
+
+    fn try_clone(&self) -> std::io::Result<Self> {
+        Ok(match self {
+            RawStream::Tcp(s) => RawStream::Tcp(s.try_clone()?),
+            RawStream::Unix(s) => RawStream::Unix(s.try_clone()?),
+        })
     }
 
     fn shutdown_write(&self) -> std::io::Result<()> {
