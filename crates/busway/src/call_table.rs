@@ -15,7 +15,7 @@ use bytes::Bytes;
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
-use tokio::sync::{oneshot, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{oneshot, Notify, OwnedSemaphorePermit, Semaphore};
 
 /// The answer to a call.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -77,6 +77,8 @@ pub(crate) struct CallTable {
     /// Ids are never reused (a late reply can only miss).
     next_id: std::sync::atomic::AtomicU64,
     slots: Arc<Semaphore>,
+    /// Told when a call is registered (links with rings watch for replies only meanwhile).
+    registered: Notify,
     /// The node, to give received requests a way to be answered (set once it exists).
     replier: OnceLock<Weak<dyn Replier>>,
     counters: Arc<Counters>,
@@ -101,6 +103,7 @@ impl CallTable {
             pending: Mutex::new(HashMap::new()),
             next_id: std::sync::atomic::AtomicU64::new(1),
             slots: Arc::new(Semaphore::new(slots)),
+            registered: Notify::new(),
             replier: OnceLock::new(),
             counters,
         }
@@ -140,6 +143,7 @@ impl CallTable {
                 _slot: slot,
             },
         );
+        self.registered.notify_waiters();
         CallGuard {
             table: self,
             id,
@@ -207,6 +211,17 @@ impl CallTable {
     pub(crate) fn fail_all(&self) {
         for (_, p) in self.lock().drain() {
             let _ = p.done.send(Err(CallError::Closed));
+        }
+    }
+
+    /// Waits until a call is pending.
+    pub(crate) async fn wait_pending(&self) {
+        let registered = self.registered.notified();
+        tokio::pin!(registered);
+        // Enabled before the look: a call registered in between is not missed.
+        registered.as_mut().enable();
+        if self.len() == 0 {
+            registered.await;
         }
     }
 

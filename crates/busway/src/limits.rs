@@ -124,6 +124,13 @@ pub const RING_ACK_DELAY_MS: u64 = 1;
 /// Longest a ring's waiter thread sleeps before it looks whether its ring is still wanted, in
 /// milliseconds (the futex wake-up does not depend on it).
 pub const RING_WAIT_POLL_MS: u64 = 100;
+/// How often a link with a ring, while this node has calls pending, looks whether the
+/// application left the ring unread (then the link takes the replies out itself), in ms.
+pub const RING_REPLY_WATCH_MS: u64 = 1;
+/// Bytes of other messages a link may hold for the application while it takes replies out of
+/// a ring the application does not read; past it, it stops (the peer's writer then waits,
+/// and calls wait for the application or their timeout).
+pub const RING_STASH_BYTES_MAX: usize = 4 << 20;
 /// How often a link whose peer closed looks whether the application read its ring out, in
 /// milliseconds (before it answers the CLOSE).
 pub const RING_DRAIN_POLL_MS: u64 = 5;

@@ -404,6 +404,7 @@ where
                         tokio::select! {
                             why = shm.ring.fault() => why,
                             never = shm.ring.ack_loop() => match never {},
+                            never = shm.watch_replies() => match never {},
                         }
                     })
                     .await

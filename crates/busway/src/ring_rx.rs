@@ -7,7 +7,9 @@
 //! DATA_BATCH frames with good checks; anything else ends the link with a reason (the node and
 //! its other links go on).
 
-use crate::limits::{RING_ACK_EVERY_BYTES, RING_READ_RECORDS_MAX, RING_WAIT_POLL_MS};
+use crate::limits::{
+    RING_ACK_EVERY_BYTES, RING_READ_RECORDS_MAX, RING_STASH_BYTES_MAX, RING_WAIT_POLL_MS,
+};
 use crate::message::MessageBatch;
 use crate::ring_link::RingLink;
 use crate::stats::bump;
@@ -16,9 +18,10 @@ use busway_core::frame::{message_spans, HEADER_LEN, SPAN_LEN_MASK};
 use busway_core::{DecodeError, FrameDecoder};
 use busway_shm::ring::{Consumer, ReadWaiter, Wait};
 use bytes::BytesMut;
+use std::collections::VecDeque;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::mpsc as std_mpsc;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
 /// Most message places a batch reserves room for before it walks the bytes read.
@@ -42,17 +45,35 @@ pub(crate) trait WakeInbox: Clone + Send + 'static {
     fn wake(&self) -> bool;
 }
 
+/// The application's reader of one peer's ring (see [`InboundRing`]).
 pub(crate) struct InboundRing {
+    reader: Arc<Mutex<RingReader>>,
+    /// Arms the waiter thread (started at the first sleep).
+    arm: Option<std_mpsc::SyncSender<()>>,
+}
+
+/// What reads the ring: the inbox, or now and then the link task taking the replies out of a
+/// ring the application does not read (see [`take_over_replies`]); one at a time.
+pub(crate) struct RingReader {
     consumer: Consumer,
     link: Arc<RingLink>,
     /// Bytes read from the ring and not yet cut into a batch (at most a partial frame).
     buf: BytesMut,
     dec: FrameDecoder,
     bytes_since_ack: usize,
-    /// Arms the waiter thread (started at the first sleep).
-    arm: Option<std_mpsc::SyncSender<()>>,
     /// `poll` returned `Gone`.
     gone: bool,
+    /// Batches the link task read (taking replies out) while the application did not: the
+    /// inbox gets them first, in order, before it reads the ring again.
+    stash: VecDeque<MessageBatch>,
+    stash_bytes: usize,
+    /// Looks by the inbox, counted; the link task compares them between its own looks.
+    inbox_polls: u64,
+}
+
+fn lock(m: &Mutex<RingReader>) -> MutexGuard<'_, RingReader> {
+    // A panic while holding this lock leaves plain data behind; keep going.
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl InboundRing {
@@ -61,17 +82,80 @@ impl InboundRing {
         // them in transit, so their checks are neither computed nor verified (see
         // `docs/PROTOCOL.md`); kinds, lengths and batch entries still are.
         let dec = FrameDecoder::new(link.frame_body_max).skip_checks();
-        Self {
+        let reader = RingReader {
             consumer,
             link,
             buf: BytesMut::new(),
             dec,
             bytes_since_ack: 0,
-            arm: None,
             gone: false,
+            stash: VecDeque::new(),
+            stash_bytes: 0,
+            inbox_polls: 0,
+        };
+        Self {
+            reader: Arc::new(Mutex::new(reader)),
+            arm: None,
         }
     }
 
+    /// A handle for the link task (see [`take_over_replies`]); it does not keep the ring.
+    pub(crate) fn handle(&self) -> Weak<Mutex<RingReader>> {
+        Arc::downgrade(&self.reader)
+    }
+
+    /// Reads what the peer published and returns the whole messages in it as one batch.
+    pub(crate) fn poll(&mut self) -> Polled {
+        let mut r = lock(&self.reader);
+        r.inbox_polls += 1;
+        r.poll()
+    }
+
+    pub(crate) fn is_gone(&self) -> bool {
+        lock(&self.reader).gone
+    }
+}
+
+/// Takes the replies out of the ring behind `reader` if the inbox has not looked at it since
+/// `last_polls` (the count this returns, for the next call) and it holds unread records:
+/// replies end their calls, the other batches wait in the reader's stash for the inbox, up to
+/// `RING_STASH_BYTES_MAX`. True if anything was read (the inbox is then woken by the caller).
+pub(crate) fn take_over_replies(reader: &Weak<Mutex<RingReader>>, last_polls: &mut u64) -> bool {
+    let Some(reader) = reader.upgrade() else {
+        return false;
+    };
+    // Busy: the inbox is reading it right now.
+    let Ok(mut r) = reader.try_lock() else {
+        return false;
+    };
+    let polls = std::mem::replace(last_polls, r.inbox_polls);
+    if polls != r.inbox_polls || r.gone || r.stash_bytes >= RING_STASH_BYTES_MAX {
+        return false;
+    }
+    if !r.consumer.is_readable() {
+        return false;
+    }
+    let mut took = false;
+    while r.stash_bytes < RING_STASH_BYTES_MAX {
+        match r.read_messages() {
+            Polled::Batch(b, _) => {
+                r.stash_bytes += b.footprint();
+                r.stash.push_back(b);
+                took = true;
+            }
+            // Replies only, or nothing whole yet.
+            Polled::Empty if r.consumer.is_readable() => took = true,
+            Polled::Empty => break,
+            Polled::Gone => {
+                r.gone = true;
+                break;
+            }
+        }
+    }
+    took
+}
+
+impl RingReader {
     fn fail(&self, why: String) -> Polled {
         self.link.raise_fault(format!(
             "shared-memory ring from bus id {}: {why}",
@@ -80,18 +164,18 @@ impl InboundRing {
         Polled::Gone
     }
 
-    /// Reads what the peer published and returns the whole messages in it as one batch.
-    pub(crate) fn poll(&mut self) -> Polled {
+    /// What the link task stashed first, then what the peer published, as one batch.
+    fn poll(&mut self) -> Polled {
+        if let Some(b) = self.stash.pop_front() {
+            self.stash_bytes -= b.footprint();
+            return Polled::Batch(b, false);
+        }
         if self.gone {
             return Polled::Gone;
         }
         let polled = self.read_messages();
         self.gone = matches!(polled, Polled::Gone);
         polled
-    }
-
-    pub(crate) fn is_gone(&self) -> bool {
-        self.gone
     }
 
     fn read_messages(&mut self) -> Polled {
@@ -189,7 +273,9 @@ impl InboundRing {
             ack_now,
         )
     }
+}
 
+impl InboundRing {
     /// The inbox is about to sleep: `waker` is called once the ring has something to read (or
     /// was closed). Starts the ring's waiter thread the first time.
     pub(crate) fn arm<W: WakeInbox>(&mut self, waker: &W) {
@@ -197,14 +283,15 @@ impl InboundRing {
             // One arming at most waits: an inbox woken often by other peers while this ring
             // stays idle arms it again and again, and those must not pile up.
             let (tx, rx) = std_mpsc::sync_channel(1);
-            let waiter = self.consumer.waiter();
+            let waiter = lock(&self.reader).consumer.waiter();
             let waker = waker.clone();
             let spawned = std::thread::Builder::new()
                 .name("busway-shm-wait".into())
                 .spawn(move || wait_for_records(waiter, rx, waker));
             if let Err(e) = spawned {
                 // Without it the inbox would not wake for this ring: end the link instead.
-                self.link
+                lock(&self.reader)
+                    .link
                     .raise_fault(format!("cannot start a shared-memory waiter thread: {e}"));
                 return;
             }
@@ -221,7 +308,7 @@ impl InboundRing {
     pub(crate) fn discard_on_a_thread(mut self) {
         // The inbox's waiter thread, if any, ends (its arming channel closes).
         self.arm = None;
-        let waiter = self.consumer.waiter();
+        let waiter = lock(&self.reader).consumer.waiter();
         let _ = std::thread::Builder::new()
             .name("busway-shm-discard".into())
             .spawn(move || loop {
@@ -236,7 +323,7 @@ impl InboundRing {
     }
 }
 
-impl Drop for InboundRing {
+impl Drop for RingReader {
     fn drop(&mut self) {
         // Nobody reads any more: the peer's writer must not wait for room forever.
         self.consumer.close();

@@ -7,8 +7,10 @@
 //! holds, and the application reads the ring itself (see `ring_rx`). A ring lives and dies with
 //! its link: what it held unacknowledged is written again on the next link, like anything else.
 
+use crate::limits::RING_REPLY_WATCH_MS;
 use crate::peer::Peer;
 use crate::ring_link::RingLink;
+use crate::ring_rx::{take_over_replies, RingReader};
 use crate::shared::Shared;
 use crate::stats::bump;
 use busway_shm::ring::{Binding, Consumer, Producer, Ring};
@@ -16,6 +18,7 @@ use busway_shm::Segment;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
 
 /// This host's identity for HELLO: the kernel's boot id (the same for every process of one
 /// boot of one machine, and container-independent); empty if it cannot be read.
@@ -40,6 +43,8 @@ pub(crate) struct ShmLink {
     /// The peer runs in this process: its ring was taken from `IN_PROCESS_RINGS` (an
     /// in-process channel, counted in `Stats::mem_channels`).
     in_process: AtomicBool,
+    /// The reader of the peer's ring once it went to the inbox (see `watch_replies`).
+    reader: Mutex<Option<Weak<Mutex<RingReader>>>>,
 }
 
 /// Rings this process offered, by (descriptor, inode): a peer in the same process takes its
@@ -88,6 +93,7 @@ impl ShmLink {
             accepted: AtomicBool::new(false),
             inbound: Mutex::default(),
             in_process: AtomicBool::new(false),
+            reader: Mutex::default(),
         }
     }
 
@@ -216,6 +222,35 @@ impl ShmLink {
     }
 
     /// The link ended: the application stops reading its ring.
+    /// The peer's ring went to the inbox, read through `reader`.
+    pub(crate) fn set_reader(&self, reader: Weak<Mutex<RingReader>>) {
+        *lock(&self.reader) = Some(reader);
+    }
+
+    /// While this node has calls pending, looks every `RING_REPLY_WATCH_MS` whether the
+    /// application left the peer's ring unread, and then takes the replies out itself (the
+    /// rest waits for the application, in order): a call over shared memory does not depend on
+    /// its application reading the inbox. Never returns.
+    pub(crate) async fn watch_replies(&self) -> std::convert::Infallible {
+        let mut last_polls = 0;
+        loop {
+            let calls = &self.shared.calls;
+            if calls.len() == 0 {
+                calls.wait_pending().await;
+                continue;
+            }
+            tokio::time::sleep(Duration::from_millis(RING_REPLY_WATCH_MS)).await;
+            let reader = lock(&self.reader).clone();
+            if let Some(reader) = reader {
+                if take_over_replies(&reader, &mut last_polls) {
+                    // What it left for the application must not wait for the ring's next
+                    // record to be seen.
+                    self.shared.inbox.wake();
+                }
+            }
+        }
+    }
+
     pub(crate) fn end(&self) {
         self.ring.set_gone();
         // A sleeping inbox drops the ring at once (and with it this link's state).

@@ -421,3 +421,42 @@ async fn replies_to_no_call_or_from_the_wrong_node_and_malformed_requests_distur
     b.shutdown().await;
     a.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_caller_that_does_not_read_its_inbox_still_gets_its_replies_over_rings() {
+    for t in ["shm", "mem"] {
+        let (a, b) = pair(t, config(1), config(2)).await;
+        let server = echo(a.take_inbox().unwrap());
+        // b's inbox is taken and not read: messages a sends it meanwhile must wait for it, in
+        // order, while b's replies come through the same ring.
+        let mut inbox = b.take_inbox().unwrap();
+        for i in 0..20u64 {
+            a.send(b.id(), payload(i)).await.unwrap();
+            let reply = b.call(a.id(), payload(i), WAIT).await;
+            assert_eq!(&reply.unwrap().payload[3..], &payload(i)[..], "over {t}");
+        }
+        assert!(
+            b.stats().shm_channels + b.stats().mem_channels > 0,
+            "the replies came over a ring ({t})"
+        );
+        for i in 0..20u64 {
+            let m = tokio::time::timeout(WAIT, inbox.recv())
+                .await
+                .unwrap()
+                .unwrap();
+            assert_eq!(&m.payload[..], &payload(i)[..], "over {t}");
+        }
+        server.abort();
+        b.shutdown().await;
+        a.shutdown().await;
+    }
+    // A caller that never takes its inbox at all.
+    let (a, b) = pair("mem", config(1), config(2)).await;
+    let server = echo(a.take_inbox().unwrap());
+    for i in 0..20u64 {
+        b.call(a.id(), payload(i), WAIT).await.unwrap();
+    }
+    server.abort();
+    b.shutdown().await;
+    a.shutdown().await;
+}

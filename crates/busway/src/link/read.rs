@@ -383,6 +383,7 @@ pub(super) fn read_loop<'a, R: AsyncRead + WaitReadable + Unpin>(
                 // as the socket path does.
                 if let Some((shm, c)) = shm.and_then(|s| Some((s, s.switch_in()?))) {
                     let ring = InboundRing::new(c, shm.ring.clone());
+                    shm.set_reader(ring.handle());
                     if let Err(ring) = shared.inbox.add_ring(ring) {
                         ring.discard_on_a_thread();
                     }
