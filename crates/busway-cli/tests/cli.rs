@@ -336,6 +336,44 @@ fn json_rows(p: Proc) -> Vec<serde_json::Value> {
 }
 
 #[test]
+fn bench_rpc_rows_give_calls_per_second_and_percentiles_beside_the_bare_round_trips() {
+    let p = spawn(&[
+        "bench",
+        "--rpc",
+        "--json",
+        "--duration",
+        "0.2",
+        "--transports",
+        "tcp4,shm",
+        "--concurrency",
+        "1,50",
+    ]);
+    let rows = json_rows(p);
+    assert_eq!(rows.len(), 4);
+    for row in &rows {
+        assert_eq!(row["workload"], "rpc");
+        assert_eq!(row["size"], 64);
+        for key in [
+            "calls_per_sec",
+            "p50_us",
+            "p99_us",
+            "p999_us",
+            "raw_calls_per_sec",
+        ] {
+            let v = row[key]
+                .as_f64()
+                .unwrap_or_else(|| panic!("{key} missing in {row}"));
+            assert!(v > 0.0, "{key} in {row}");
+        }
+        assert!(row["p50_us"].as_f64() <= row["p99_us"].as_f64(), "{row}");
+    }
+    assert_eq!(
+        (&rows[1]["transport"], &rows[1]["concurrency"]),
+        (&"tcp4".into(), &50.into())
+    );
+}
+
+#[test]
 fn bench_json_rows_carry_the_documented_keys() {
     let p = spawn(&[
         "bench",

@@ -6,7 +6,9 @@
 //! Rounds alternate busway and raw, so both see the same noise; the table reports the median
 //! with min-max.
 
+mod calls;
 mod idle;
+mod report;
 mod round_trips;
 mod rpc;
 mod sizes;

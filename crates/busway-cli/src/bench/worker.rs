@@ -1,6 +1,7 @@
 //! One side of one benchmark run, in its own process so that its CPU time and memory are its
 //! own. The receiver prints `ready ADDR` once it listens; both print one JSON report at the end.
 
+pub(crate) use super::report::Report;
 use super::round_trips;
 use super::sizes::Sizes;
 use super::sysinfo;
@@ -8,7 +9,6 @@ use busway::{Addr, BusId, Event, IoThreads, Node, NodeConfig};
 use busway_core::frame::{encode_frame, FrameKind, HEADER_LEN};
 use bytes::{Bytes, BytesMut};
 use clap::{Args, ValueEnum};
-use serde::{Deserialize, Serialize};
 use std::io::{Read, Write};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -66,7 +66,7 @@ pub(crate) struct WorkerArgs {
     size_max: usize,
     /// Seconds the sender sends.
     #[arg(long, default_value_t = 1.0)]
-    pub(super) duration: f64,
+    duration: f64,
     /// Run the node's links on the worker's own thread (current) or on a dedicated I/O thread.
     #[arg(long, default_value = "current")]
     io: String,
@@ -81,11 +81,11 @@ pub(crate) struct WorkerArgs {
     shm: bool,
     /// Spins of the shared-memory reader before it sleeps (bus, with `--shm`).
     #[arg(long)]
-    pub(super) shm_spins: Option<u32>,
+    shm_spins: Option<u32>,
     /// Calls instead of one-way messages (`bench --rpc`): the sender keeps this many calls
     /// out from as many tasks; the receiver answers each with its payload.
     #[arg(long)]
-    pub(super) calls: Option<usize>,
+    calls: Option<usize>,
     /// Round trips instead of throughput: the sender sends one message of `--size-min` bytes
     /// and waits for its echo, this many times; the receiver echoes.
     #[arg(long)]
@@ -102,27 +102,11 @@ pub(crate) struct WorkerArgs {
     peers: usize,
 }
 
-/// What each side reports.
-#[derive(Serialize, Deserialize, Debug, Clone, Default)]
-pub(crate) struct Report {
-    pub(crate) msgs: u64,
-    pub(crate) bytes: u64,
-    /// Seconds from the first to the last message (receiver) or of sending (sender).
-    pub(crate) secs: f64,
-    pub(crate) cpu_secs: f64,
-    /// Wall seconds the process lived, for CPU%.
-    pub(crate) wall_secs: f64,
-    pub(crate) peak_rss_kib: u64,
-    /// Round trips (`--round-trips`): percentiles in microseconds.
-    #[serde(default)]
-    pub(crate) rtt_us: [f64; 3],
-}
-
 pub(crate) fn run(args: WorkerArgs) -> Result<ExitCode, String> {
     let born = Instant::now();
     if args.role == Role::Pair {
         let (mut send, mut recv) = if args.raw && args.calls.is_some() {
-            super::rpc::raw_ring_calls(&args)?
+            super::calls::raw_ring_calls(&args.call_run())?
         } else if args.raw && args.round_trips.is_some() {
             raw_ring_round_trips(&args)?
         } else if args.raw {
@@ -162,7 +146,7 @@ pub(crate) fn run(args: WorkerArgs) -> Result<ExitCode, String> {
                 match role {
                     Role::Send if args.calls.is_some() => {
                         let node = dialing_node(&args, SENDER_ID).await?;
-                        super::rpc::bus_caller(node, &args, RECEIVER_ID).await
+                        super::calls::bus_caller(node, &args.call_run(), RECEIVER_ID).await
                     }
                     Role::Send if args.round_trips.is_some() => bus_ping(&args).await,
                     Role::Recv if args.round_trips.is_some() || args.calls.is_some() => {
@@ -547,7 +531,7 @@ fn bus_pair(args: &WorkerArgs) -> Result<(Report, Report), String> {
     let sent = if send_args.calls.is_some() {
         runtime()?.block_on(async {
             let node = dialing_node(&send_args, SENDER_ID).await?;
-            super::rpc::bus_caller(node, &send_args, RECEIVER_ID).await
+            super::calls::bus_caller(node, &send_args.call_run(), RECEIVER_ID).await
         })?
     } else if send_args.round_trips.is_some() {
         runtime()?.block_on(bus_ping(&send_args))?
@@ -594,12 +578,23 @@ fn raw_ping(args: &WorkerArgs) -> Result<Report, String> {
     })
 }
 
+impl WorkerArgs {
+    /// What a `--rpc` run of this worker does.
+    fn call_run(&self) -> super::calls::CallRun {
+        super::calls::CallRun {
+            calls: self.calls.unwrap_or(1).max(1),
+            duration: self.duration,
+            shm_spins: self.shm_spins,
+        }
+    }
+}
+
 /// The socket baseline of `--rpc`: `--calls` requests kept out over one bare socket.
 fn raw_calls(args: &WorkerArgs) -> Result<Report, String> {
     let stream = RawStream::connect_within(&args.addr, CONNECT_WAIT)?;
     let reader = stream.try_clone().map_err(|e| e.to_string())?;
     let closer = stream.try_clone().map_err(|e| e.to_string())?;
-    super::rpc::raw_socket_calls(stream, reader, args, move || {
+    super::calls::raw_socket_calls(stream, reader, &args.call_run(), move || {
         let _ = closer.shutdown_write();
     })
 }
