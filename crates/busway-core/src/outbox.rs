@@ -199,6 +199,11 @@ impl Outbox {
         self.bytes
     }
 
+    /// Bytes of small messages copied and not yet sealed into a chunk.
+    pub fn tail_bytes(&self) -> usize {
+        self.tail.len()
+    }
+
     /// Whether a message of `payload_len` bytes would fit now (at its largest framing).
     pub fn has_room(&self, payload_len: usize) -> bool {
         self.bytes + HEADER_LEN + BATCH_ENTRY_HEADER_LEN + payload_len <= self.limit_bytes

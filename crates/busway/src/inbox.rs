@@ -12,6 +12,7 @@
 //! then sleeps until a ring's waiter thread or a link wakes it. A ring that fills stops its
 //! sender the same way a full inbox does.
 
+use crate::deferred::Deferred;
 use crate::message::{Message, MessageBatch};
 use crate::ring_rx::{InboundRing, Polled, WakeInbox};
 use std::sync::Arc;
@@ -67,9 +68,16 @@ pub struct Inbox {
     /// Looks over rings and channel before sleeping, while there are rings.
     spins: u32,
     waker: InboxWaker,
+    /// Single sends of this node waiting to be published into rings: published before the
+    /// inbox looks for messages (the application's next await is often here).
+    deferred: Arc<Deferred>,
 }
 
-pub(crate) fn inbox(limit_bytes: usize, spins: u32) -> (InboxSender, Inbox) {
+pub(crate) fn inbox(
+    limit_bytes: usize,
+    spins: u32,
+    deferred: Arc<Deferred>,
+) -> (InboxSender, Inbox) {
     let limit = u32::try_from(limit_bytes).unwrap_or(u32::MAX);
     let budget = Arc::new(Semaphore::new(limit as usize));
     let (tx, rx) = mpsc::unbounded_channel();
@@ -90,6 +98,7 @@ pub(crate) fn inbox(limit_bytes: usize, spins: u32) -> (InboxSender, Inbox) {
             ack_queued: false,
             spins,
             waker,
+            deferred,
         },
     )
 }
@@ -224,6 +233,7 @@ impl Inbox {
     /// The next batch, waiting for one: spins over rings and channel first while there are
     /// rings, then sleeps.
     async fn next_batch(&mut self) -> Option<MessageBatch> {
+        self.deferred.publish_all();
         let mut spins = 0;
         loop {
             match self.poll_ready() {
@@ -297,6 +307,7 @@ impl Inbox {
 
     /// The next batch if one is ready now.
     pub fn try_recv_batch(&mut self) -> Option<MessageBatch> {
+        self.deferred.publish_all();
         if let Some(b) = self.take_current() {
             return Some(b);
         }
@@ -332,7 +343,7 @@ mod tests {
 
     #[tokio::test]
     async fn recv_and_recv_batch_see_every_message_once_in_order() {
-        let (tx, mut rx) = inbox(1 << 20, 0);
+        let (tx, mut rx) = inbox(1 << 20, 0, Arc::default());
         let buf = Bytes::from_static(b"aabbbcc");
         assert!(
             tx.deliver(MessageBatch::new(
@@ -357,7 +368,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_full_inbox_refuses_without_waiting() {
-        let (tx, _rx) = inbox(4, 0);
+        let (tx, _rx) = inbox(4, 0, Arc::default());
         assert!(tx.try_deliver(MessageBatch::single(BusId(1), Bytes::from_static(b"1234"))));
         assert!(!tx.try_deliver(MessageBatch::single(BusId(1), Bytes::from_static(b"5"))));
     }

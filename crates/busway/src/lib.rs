@@ -24,6 +24,7 @@ mod call_table;
 mod calls;
 mod config;
 mod connector;
+mod deferred;
 mod dial;
 mod direct;
 mod event;

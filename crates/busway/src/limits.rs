@@ -131,6 +131,10 @@ pub const RING_REPLY_WATCH_MS: u64 = 1;
 /// a ring the application does not read; past it, it stops (the peer's writer then waits,
 /// and calls wait for the application or their timeout).
 pub const RING_STASH_BYTES_MAX: usize = 4 << 20;
+/// Bytes of single sends (`Node::send`, `try_send`) to a peer reached through a ring that may
+/// wait unpublished for the sender's next look at its inbox, a flush, or the link's writer;
+/// the send that reaches it publishes them all at once.
+pub const RING_DEFER_BYTES_MAX: usize = 64 << 10;
 /// How often a link whose peer closed looks whether the application read its ring out, in
 /// milliseconds (before it answers the CLOSE).
 pub const RING_DRAIN_POLL_MS: u64 = 5;

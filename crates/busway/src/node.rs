@@ -4,6 +4,7 @@ use crate::addr::Addr;
 use crate::call_table::CallTable;
 use crate::config::NodeConfig;
 use crate::connector::{accept_loop, dial_loop};
+use crate::deferred::Deferred;
 use crate::event::{Event, Path};
 use crate::event_queue::EventQueue;
 use crate::hints::Hints;
@@ -205,7 +206,9 @@ impl Node {
             .map_err(StartError::Io)?;
         let events = Arc::new(EventQueue::new());
         let admission = crate::admission::Admission::new(config.connections_max);
-        let (inbox_tx, inbox_rx) = inbox(config.inbox_bytes_max, config.shm_spins);
+        let deferred = Arc::<Deferred>::default();
+        let (inbox_tx, inbox_rx) =
+            inbox(config.inbox_bytes_max, config.shm_spins, deferred.clone());
         let (shutdown_tx, _) = watch::channel(false);
         let connect = config.connect.clone();
         let counters = Arc::<Counters>::default();
@@ -222,6 +225,7 @@ impl Node {
             admission,
             inbox: inbox_tx,
             calls: Arc::new(CallTable::new(counters.clone(), CALLS_PENDING_MAX)),
+            deferred,
             counters,
             loops,
             next_link_id: AtomicU64::new(1),
@@ -491,6 +495,7 @@ impl Node {
     /// Waits until every message sent so far, direct or relayed, is acknowledged by its
     /// destination (or reported undeliverable), at most `timeout`; true if so.
     pub async fn flush(&self, timeout: Duration) -> bool {
+        self.shared().deferred.publish_all();
         let settled = || {
             self.peers().iter().all(|p| p.unacked_msgs == 0)
                 && self.relayed_peers().iter().all(|r| r.unacked_msgs == 0)

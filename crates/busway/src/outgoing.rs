@@ -52,10 +52,17 @@ impl Shared {
         }
     }
 
-    /// Queues one plain message on `route`; returns its number there.
+    /// Queues one plain message sent on its own on `route`; returns its number there. Over a
+    /// ring it may wait unpublished (see `Peer::push_single`).
     pub(crate) fn push_payload(&self, route: &Route, payload: &Bytes) -> Result<u64, PushError> {
         match route {
-            Route::Direct(p) => p.push_shared(payload),
+            Route::Direct(p) => {
+                let (seq, note) = p.push_single(payload)?;
+                if note {
+                    self.deferred.note(p);
+                }
+                Ok(seq)
+            }
             Route::Relayed(r) => {
                 let seq = r.push_shared(payload);
                 self.schedule_pump(r);

@@ -6,6 +6,7 @@
 //! Shared by the application (any thread: `push_*`, `wait_for_room`) and the one link attached
 //! at a time (its writer: `take`; its reader: `delivered`, `ack`).
 
+use crate::limits::{COPY_PAYLOAD_BYTES_MAX, RING_DEFER_BYTES_MAX};
 use crate::ring_tx::{Flush, RingWriter};
 use busway_core::frame::FrameKind;
 use busway_core::handshake::{caps, Established, Hello};
@@ -85,6 +86,9 @@ pub(crate) struct PeerState {
     held: bool,
     /// The attached link's messages go through its shared-memory ring (`Peer::ring`).
     ring_mode: bool,
+    /// The peer is on the node's list of peers whose single sends may wait in the outbox for
+    /// the ring (`Deferred`; see `push_single`); taken off when the list is published.
+    deferred: bool,
     msgs_total: u64,
 }
 
@@ -145,6 +149,7 @@ impl Peer {
                 senders_waiting: false,
                 held: false,
                 ring_mode: false,
+                deferred: false,
                 msgs_total: 0,
             }),
             ring: Mutex::new(None),
@@ -329,9 +334,36 @@ impl Peer {
         true
     }
 
-    /// Queues one message; returns its sequence number.
-    pub(crate) fn push_shared(&self, payload: &Bytes) -> Result<u64, PushError> {
-        self.push_one(|o| o.push_shared(payload))
+    /// Queues one message sent on its own (`Node::send`); returns its sequence number, and
+    /// whether the peer must go on the node's `Deferred` list. Over a ring, a small message is
+    /// not published at once while less than `RING_DEFER_BYTES_MAX` wait: the sender's next
+    /// look at its inbox, a flush or the link's writer (woken now) publishes the burst with
+    /// one publication. Elsewhere it is written or handed to the writer at once.
+    pub(crate) fn push_single(&self, payload: &Bytes) -> Result<(u64, bool), PushError> {
+        let mut st = self.lock();
+        Self::check_open(&st)?;
+        let seq = st.outbox.push_shared(payload).ok_or(PushError::Full)?;
+        st.msgs_total += 1;
+        if st.ring_mode
+            && !st.held
+            && payload.len() <= COPY_PAYLOAD_BYTES_MAX
+            && st.outbox.tail_bytes() < RING_DEFER_BYTES_MAX
+        {
+            let first = !std::mem::replace(&mut st.deferred, true);
+            self.wake_writer(st);
+            return Ok((seq, first));
+        }
+        self.pushed(st);
+        Ok((seq, false))
+    }
+
+    /// Publishes into the ring what single sends left waiting (see `push_single`).
+    pub(crate) fn publish_deferred(&self) {
+        self.lock().deferred = false;
+        if !matches!(self.flush_ring(false), Some(Ok(Flush::Done))) {
+            // Busy, full or broken: the writer task carries on (and reports a broken ring).
+            self.writer_wake.notify_one();
+        }
     }
 
     /// Queues one message framed on its own (a CALL or REPLY); returns its sequence number.

@@ -8,6 +8,7 @@ use crate::addr::Addr;
 use crate::admission::Admission;
 use crate::call_table::CallTable;
 use crate::config::NodeConfig;
+use crate::deferred::Deferred;
 use crate::dial::Dial;
 use crate::event::{DownReason, Event, Path};
 use crate::event_queue::EventQueue;
@@ -47,6 +48,8 @@ pub(crate) struct Shared {
     pub(crate) inbox: InboxSender,
     /// The calls this node made and waits on.
     pub(crate) calls: Arc<CallTable>,
+    /// Peers whose rings hold single sends not yet published.
+    pub(crate) deferred: Arc<Deferred>,
     pub(crate) counters: Arc<Counters>,
     pub(crate) loops: IoLoops,
     pub(crate) next_link_id: AtomicU64,

@@ -355,3 +355,47 @@ async fn a_clean_close_carries_the_last_acknowledgement_every_time() {
         b.shutdown().await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn single_sends_over_a_ring_are_published_in_bursts_in_order_and_none_waits_for_good() {
+    for mem in [false, true] {
+        let (a, b) = if mem {
+            pair("mem", config(1), config(2)).await
+        } else {
+            shm_pair("unix").await
+        };
+        let mut inbox = a.take_inbox().unwrap();
+        let mut b_inbox = b.take_inbox().unwrap();
+        // Single sends, try_send, and batches mixed: one numbering, in order.
+        let mut next = 0u64;
+        for round in 0..50u64 {
+            for _ in 0..2_000 {
+                b.send(a.id(), bytes::Bytes::from(msg(next))).await.unwrap();
+                next += 1;
+            }
+            loop {
+                match b.try_send(a.id(), bytes::Bytes::from(msg(next))) {
+                    Ok(_) => break,
+                    Err(busway::SendError::Full(_)) => tokio::task::yield_now().await,
+                    Err(e) => panic!("{e}"),
+                }
+            }
+            next += 1;
+            let batch: Vec<Vec<u8>> = (next..next + round).map(msg).collect();
+            b.send_batch(a.id(), &batch).await.unwrap();
+            next += round;
+        }
+        expect(&mut inbox, b.id(), 0..next).await;
+        // A lone single send with nothing after it arrives: the sender's next look at its own
+        // inbox publishes it (its link's writer would too).
+        b.send(a.id(), bytes::Bytes::from(msg(next))).await.unwrap();
+        assert!(b_inbox.try_recv_batch().is_none());
+        expect(&mut inbox, b.id(), next..next + 1).await;
+        // And with no look at all, the link's writer publishes it.
+        b.send(a.id(), bytes::Bytes::from(msg(next + 1))).await.unwrap();
+        expect(&mut inbox, b.id(), next + 1..next + 2).await;
+        assert!(b.stats().shm_channels + b.stats().mem_channels > 0);
+        b.shutdown().await;
+        a.shutdown().await;
+    }
+}
