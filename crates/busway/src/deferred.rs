@@ -4,7 +4,7 @@
 //! the inbox publishes before it looks for its own messages or waits.
 
 use crate::peer::Peer;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// Peers whose rings have single sends waiting to be published.
@@ -13,6 +13,9 @@ pub(crate) struct Deferred {
     peers: Mutex<Vec<Arc<Peer>>>,
     /// Whether `peers` may be non-empty: a look that costs no lock when nothing waits.
     any: AtomicBool,
+    /// Looks of the inbox, counted: a single send that is the first since the last look is
+    /// published at once (a lone message, e.g. a request or an answer, never waits).
+    looks: AtomicU64,
 }
 
 impl Deferred {
@@ -24,9 +27,17 @@ impl Deferred {
         self.any.store(true, Ordering::Relaxed);
     }
 
-    /// Publishes what every listed peer holds (a peer whose writer is at its ring already
-    /// publishes it itself).
+    /// How many looks the inbox made (see `looks`).
+    pub(crate) fn looks(&self) -> u64 {
+        // Relaxed: a count compared for equality; nothing is published through it.
+        self.looks.load(Ordering::Relaxed)
+    }
+
+    /// The inbox looks for messages: publishes what every listed peer holds (a peer whose
+    /// writer is at its ring already publishes it itself).
     pub(crate) fn publish_all(&self) {
+        // Relaxed: see `looks`.
+        self.looks.fetch_add(1, Ordering::Relaxed);
         // Relaxed: see `note`; a note racing this look is published by the writer it woke.
         if !self.any.load(Ordering::Relaxed) {
             return;

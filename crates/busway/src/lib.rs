@@ -30,6 +30,7 @@ mod direct;
 mod event;
 mod event_queue;
 mod hints;
+mod id_hash;
 mod inbox;
 mod io_loops;
 pub mod limits;

@@ -57,7 +57,7 @@ impl Shared {
     pub(crate) fn push_payload(&self, route: &Route, payload: &Bytes) -> Result<u64, PushError> {
         match route {
             Route::Direct(p) => {
-                let (seq, note) = p.push_single(payload)?;
+                let (seq, note) = p.push_single(payload, self.deferred.looks())?;
                 if note {
                     self.deferred.note(p);
                 }

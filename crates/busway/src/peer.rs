@@ -89,6 +89,8 @@ pub(crate) struct PeerState {
     /// The peer is on the node's list of peers whose single sends may wait in the outbox for
     /// the ring (`Deferred`; see `push_single`); taken off when the list is published.
     deferred: bool,
+    /// The inbox's look count at the last single send (see `push_single`).
+    single_look: u64,
     msgs_total: u64,
 }
 
@@ -150,6 +152,7 @@ impl Peer {
                 held: false,
                 ring_mode: false,
                 deferred: false,
+                single_look: u64::MAX,
                 msgs_total: 0,
             }),
             ring: Mutex::new(None),
@@ -335,16 +338,25 @@ impl Peer {
     }
 
     /// Queues one message sent on its own (`Node::send`); returns its sequence number, and
-    /// whether the peer must go on the node's `Deferred` list. Over a ring, a small message is
-    /// not published at once while less than `RING_DEFER_BYTES_MAX` wait: the sender's next
-    /// look at its inbox, a flush or the link's writer (woken now) publishes the burst with
-    /// one publication. Elsewhere it is written or handed to the writer at once.
-    pub(crate) fn push_single(&self, payload: &Bytes) -> Result<(u64, bool), PushError> {
+    /// whether the peer must go on the node's `Deferred` list. Over a ring, a small message
+    /// that follows another single send with no look at the inbox in between (`looks`, the
+    /// inbox's count) is not published at once while less than `RING_DEFER_BYTES_MAX` wait:
+    /// the sender's next look at its inbox, a flush or the link's writer (woken now) publishes
+    /// the burst with one publication. The first send after a look (a lone request or
+    /// answer) is published at once; elsewhere a message is written or handed to the writer
+    /// at once.
+    pub(crate) fn push_single(
+        &self,
+        payload: &Bytes,
+        looks: u64,
+    ) -> Result<(u64, bool), PushError> {
         let mut st = self.lock();
         Self::check_open(&st)?;
         let seq = st.outbox.push_shared(payload).ok_or(PushError::Full)?;
         st.msgs_total += 1;
-        if st.ring_mode
+        let follows_a_send = std::mem::replace(&mut st.single_look, looks) == looks;
+        if follows_a_send
+            && st.ring_mode
             && !st.held
             && payload.len() <= COPY_PAYLOAD_BYTES_MAX
             && st.outbox.tail_bytes() < RING_DEFER_BYTES_MAX

@@ -3,6 +3,7 @@
 //! whoever waits for a link to come or go. This module owns that table; links attach and
 //! detach through `Shared`, which reports what the table hands back.
 
+use crate::id_hash::IdHashState;
 use crate::peer::Peer;
 use busway_core::relay::Neighbor;
 use busway_core::BusId;
@@ -14,7 +15,7 @@ use tokio::sync::Notify;
 /// The peers of one node, keyed by bus id.
 #[derive(Default)]
 pub(crate) struct PeerTable {
-    peers: RwLock<HashMap<BusId, Arc<Peer>>>,
+    peers: RwLock<HashMap<BusId, Arc<Peer>, IdHashState>>,
     /// The bus id behind the `upstream` address, once a link to it was up.
     upstream: Mutex<Option<BusId>>,
     /// Woken when a link comes up or goes down.

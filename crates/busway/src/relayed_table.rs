@@ -3,6 +3,7 @@
 //! stands ([`Arrivals`]), and the wake-up of the pump task that hands queued messages to their
 //! next hops. This module owns those; `routing` decides with them.
 
+use crate::id_hash::IdHashState;
 use crate::remote::Remote;
 use busway_core::e2e::Arrivals;
 use busway_core::routed::RoutedHeader;
@@ -15,7 +16,7 @@ use tokio::sync::Notify;
 /// Relayed destinations and sources of one node.
 #[derive(Default)]
 pub(crate) struct RelayedTable {
-    remotes: RwLock<HashMap<BusId, Arc<Remote>>>,
+    remotes: RwLock<HashMap<BusId, Arc<Remote>, IdHashState>>,
     arrivals: Mutex<Arrivals>,
     /// Wakes the pump task: relayed messages were queued.
     pump_wake: Notify,

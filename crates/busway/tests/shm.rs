@@ -392,7 +392,9 @@ async fn single_sends_over_a_ring_are_published_in_bursts_in_order_and_none_wait
         assert!(b_inbox.try_recv_batch().is_none());
         expect(&mut inbox, b.id(), next..next + 1).await;
         // And with no look at all, the link's writer publishes it.
-        b.send(a.id(), bytes::Bytes::from(msg(next + 1))).await.unwrap();
+        b.send(a.id(), bytes::Bytes::from(msg(next + 1)))
+            .await
+            .unwrap();
         expect(&mut inbox, b.id(), next + 1..next + 2).await;
         assert!(b.stats().shm_channels + b.stats().mem_channels > 0);
         b.shutdown().await;
