@@ -62,8 +62,8 @@ pub(crate) struct BenchArgs {
     /// `single` (one `send` per message, the payload shared as `Bytes`, no copy), or `auto`:
     /// `batch` for rows whose messages fit the copy limit (2 KiB), `single` beyond (what an
     /// application holding large payloads in `Bytes` does).
-    #[arg(long, default_value = "auto")]
-    api: String,
+    #[arg(long, value_delimiter = ',', default_value = "auto")]
+    api: Vec<String>,
     /// Print one JSON object per row instead of the table.
     #[arg(long)]
     json: bool,
@@ -142,6 +142,7 @@ fn run_latency(args: &BenchArgs, specs: &[Spec]) -> Result<ExitCode, String> {
                 transport: t.to_owned(),
                 size_min: size,
                 size_max: size,
+                api: "single".into(),
             };
             let limit = Duration::from_secs_f64(WORKER_GRACE_SECS * 2.0);
             let rt = args.round_trips.to_string();
@@ -207,8 +208,8 @@ fn run_latency(args: &BenchArgs, specs: &[Spec]) -> Result<ExitCode, String> {
 }
 
 /// The sender api of a row (see `BenchArgs::api`).
-fn api_for<'a>(args: &'a BenchArgs, spec: &Spec) -> &'a str {
-    match args.api.as_str() {
+fn api_for<'a>(_args: &BenchArgs, spec: &'a Spec) -> &'a str {
+    match spec.api.as_str() {
         "auto" if spec.size_max > busway::limits::COPY_PAYLOAD_BYTES_MAX => "single",
         "auto" => "batch",
         other => other,
@@ -247,6 +248,8 @@ struct Spec {
     transport: String,
     size_min: usize,
     size_max: usize,
+    /// The sender's api (one of `BenchArgs::api`).
+    api: String,
 }
 
 fn parse_specs(args: &BenchArgs) -> Result<Vec<Spec>, String> {
@@ -271,11 +274,14 @@ fn parse_specs(args: &BenchArgs) -> Result<Vec<Spec>, String> {
                     busway_core::frame::DEFAULT_BODY_LEN_MAX
                 ));
             }
-            specs.push(Spec {
-                transport: t.clone(),
-                size_min: lo,
-                size_max: hi,
-            });
+            for api in &args.api {
+                specs.push(Spec {
+                    transport: t.clone(),
+                    size_min: lo,
+                    size_max: hi,
+                    api: api.clone(),
+                });
+            }
         }
     }
     Ok(specs)
@@ -288,11 +294,12 @@ pub(crate) fn run(args: BenchArgs) -> Result<ExitCode, String> {
     if args.round_trips == 0 {
         return Err("--round-trips must be at least 1".into());
     }
-    if !matches!(args.api.as_str(), "batch" | "single" | "auto") {
-        return Err(format!(
-            "--api {:?}: expected batch, single or auto",
-            args.api
-        ));
+    if let Some(api) = args
+        .api
+        .iter()
+        .find(|a| !matches!(a.as_str(), "batch" | "single" | "auto"))
+    {
+        return Err(format!("--api {api:?}: expected batch, single or auto"));
     }
     if !matches!(args.io.as_str(), "current" | "dedicated") {
         return Err(format!("--io {:?}: expected current or dedicated", args.io));
@@ -665,10 +672,10 @@ fn print_table(args: &BenchArgs, rows: &[Row]) {
         "busway bench: throughput, 1 sender -> 1 receiver, 1 link; {} s x {} rounds per row, median [min-max]; sender api: {}; links on the {} thread; not pinned",
         args.duration,
         args.rounds,
-        if args.api == "auto" {
-            "auto (send_batch for messages up to 2 KiB, send(Bytes) for larger)"
+        if args.api == ["auto"] {
+            "auto (send_batch for messages up to 2 KiB, send(Bytes) for larger)".to_owned()
         } else {
-            &args.api
+            args.api.join(", ")
         },
         if args.io == "current" { "worker's own" } else { "a dedicated I/O" },
     );
@@ -690,7 +697,11 @@ fn print_table(args: &BenchArgs, rows: &[Row]) {
     for r in rows {
         println!(
             "{:<12} {:>9} {:>26} {:>9.0} {:>26} {:>9.0} {:>6.2} {:>13} {:>13} {:>15}",
-            r.transport,
+            if args.api.len() > 1 {
+                format!("{} {}", r.transport, r.api)
+            } else {
+                r.transport.clone()
+            },
             format!("{}-{}", r.size_min, r.size_max),
             format!(
                 "{} [{}-{}]",

@@ -42,6 +42,7 @@ pub(super) fn run(args: &BenchArgs, specs: &[Spec]) -> Result<ExitCode, String> 
                 transport: t.to_owned(),
                 size_min: RPC_PAYLOAD_BYTES,
                 size_max: RPC_PAYLOAD_BYTES,
+                api: "single".into(),
             };
             let calls = c.to_string();
             let extra = ["--calls", calls.as_str()];
