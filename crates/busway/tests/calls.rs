@@ -460,3 +460,66 @@ async fn a_caller_that_does_not_read_its_inbox_still_gets_its_replies_over_rings
     b.shutdown().await;
     a.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_survive_a_cut_link_and_each_request_is_handled_once() {
+    for t in ["tcp4", "shm"] {
+        let mut cb = config(2);
+        cb.dial_backoff_min_ms = 5;
+        let (a, b) = pair(t, config(1), cb).await;
+        let mut inbox = a.take_inbox().unwrap();
+        let handled = std::sync::Arc::new(std::sync::Mutex::new(std::collections::HashMap::new()));
+        // The server holds its answers until the link was cut: every call is pending then.
+        let (go_tx, go_rx) = tokio::sync::oneshot::channel::<()>();
+        let server = {
+            let handled = handled.clone();
+            tokio::spawn(async move {
+                let mut go = Some(go_rx);
+                while let Some(m) = inbox.recv().await {
+                    if m.request.is_some() {
+                        if let Some(go) = go.take() {
+                            let _ = go.await;
+                        }
+                        *handled
+                            .lock()
+                            .unwrap()
+                            .entry(m.payload.clone())
+                            .or_insert(0) += 1;
+                        m.reply(m.payload.clone()).await.unwrap();
+                    }
+                }
+            })
+        };
+        let calls: Vec<_> = (0..2_000u64)
+            .map(|i| {
+                let b = b.clone();
+                tokio::spawn(async move { (i, b.call(BusId(1), payload(i), WAIT).await) })
+            })
+            .collect();
+        // The link is cut three times while the calls are pending.
+        let links_before = b.stats().connections;
+        for k in 1..=3 {
+            until("calls are pending", || b.stats().calls_pending > 0).await;
+            assert!(b.disconnect(BusId(1)), "a link to cut ({t})");
+            until("the link is back", || {
+                b.stats().connections >= links_before + k
+            })
+            .await;
+            assert!(
+                b.wait_for_peer(BusId(1), WAIT).await,
+                "the link comes back ({t})"
+            );
+        }
+        go_tx.send(()).unwrap();
+        for c in calls {
+            let (i, reply) = c.await.unwrap();
+            assert_eq!(&reply.unwrap().payload[..], &payload(i)[..], "over {t}");
+        }
+        let handled = handled.lock().unwrap().clone();
+        assert_eq!(handled.len(), 2_000, "every request handled ({t})");
+        assert!(handled.values().all(|&n| n == 1), "each once ({t})");
+        server.abort();
+        b.shutdown().await;
+        a.shutdown().await;
+    }
+}
