@@ -9,7 +9,9 @@
 use crate::event::Path;
 use crate::request::{Replier, Request};
 use crate::stats::{bump, Counters};
-use busway_core::frame::{CALL_HEADER_LEN, REPLY_OK, SPAN_CALL, SPAN_LEN_MASK, SPAN_REPLY};
+use busway_core::frame::{
+    CALL_HEADER_LEN, REPLY_HEADER_LEN, REPLY_OK, SPAN_CALL, SPAN_LEN_MASK, SPAN_REPLY,
+};
 use busway_core::BusId;
 use bytes::Bytes;
 use std::collections::HashMap;
@@ -160,20 +162,7 @@ impl CallTable {
 
     /// Fails every call to `peer` (given up, restarted, or this node is going).
     pub(crate) fn fail_peer(&self, peer: BusId, reason: &str) {
-        let mut pending = self.lock();
-        let ids: Vec<u64> = pending
-            .iter()
-            .filter(|(_, p)| p.dst == peer)
-            .map(|(&id, _)| id)
-            .collect();
-        for id in ids {
-            if let Some(p) = pending.remove(&id) {
-                let _ = p.done.send(Err(CallError::Failed {
-                    peer,
-                    reason: reason.to_owned(),
-                }));
-            }
-        }
+        self.fail_where(peer, reason, |_| true);
     }
 
     /// Fails the calls to `peer` whose request is among the messages `seqs` on `path` that
@@ -185,16 +174,21 @@ impl CallTable {
         seqs: &std::ops::Range<u64>,
         reason: &str,
     ) {
-        if seqs.is_empty() {
-            return;
+        if !seqs.is_empty() {
+            self.fail_where(
+                peer,
+                reason,
+                |p| matches!(p.sent, Some((on, seq)) if on == path && seqs.contains(&seq)),
+            );
         }
+    }
+
+    /// Fails the calls to `peer` that `which` picks, with `reason`.
+    fn fail_where(&self, peer: BusId, reason: &str, which: impl Fn(&Pending) -> bool) {
         let mut pending = self.lock();
         let ids: Vec<u64> = pending
             .iter()
-            .filter(|(_, p)| {
-                p.dst == peer
-                    && matches!(p.sent, Some((on, seq)) if on == path && seqs.contains(&seq))
-            })
+            .filter(|(_, p)| p.dst == peer && which(p))
             .map(|(&id, _)| id)
             .collect();
         for id in ids {
@@ -285,7 +279,7 @@ impl CallTable {
                     let end = at + (len & SPAN_LEN_MASK) as usize;
                     let id = read_id(&buf[at..]);
                     let status = buf[at + CALL_HEADER_LEN];
-                    let payload = buf.slice(at + CALL_HEADER_LEN + 1..end);
+                    let payload = buf.slice(at + REPLY_HEADER_LEN..end);
                     self.on_reply(src, id, status, payload);
                     continue;
                 }
@@ -313,9 +307,9 @@ fn read_id(body: &[u8]) -> u64 {
 }
 
 /// A REPLY's head: call id and status.
-pub(crate) fn reply_head(id: u64, status: u8) -> [u8; 9] {
-    let mut head = [0u8; 9];
-    head[..8].copy_from_slice(&id.to_le_bytes());
-    head[8] = status;
+pub(crate) fn reply_head(id: u64, status: u8) -> [u8; REPLY_HEADER_LEN] {
+    let mut head = [0u8; REPLY_HEADER_LEN];
+    head[..CALL_HEADER_LEN].copy_from_slice(&id.to_le_bytes());
+    head[CALL_HEADER_LEN] = status;
     head
 }

@@ -8,7 +8,7 @@ use crate::message::MessageBatch;
 use crate::node::Node;
 use crate::request::{Replier, ReplyError, ReplyFuture};
 use crate::shared::Shared;
-use busway_core::frame::{FrameKind, CALL_HEADER_LEN, SPAN_CALL};
+use busway_core::frame::{FrameKind, CALL_HEADER_LEN, REPLY_HEADER_LEN, SPAN_CALL};
 use busway_core::BusId;
 use bytes::{Bytes, BytesMut};
 use std::time::Duration;
@@ -110,7 +110,13 @@ impl Shared {
 
     /// The head of a REPLY to `to`, or `None` when the reply is to this node's own call
     /// (which it ends here).
-    fn reply_head_to(&self, to: BusId, id: u64, status: u8, payload: &Bytes) -> Option<[u8; 9]> {
+    fn reply_head_to(
+        &self,
+        to: BusId,
+        id: u64,
+        status: u8,
+        payload: &Bytes,
+    ) -> Option<[u8; REPLY_HEADER_LEN]> {
         if to == self.config.id {
             self.calls.on_reply(to, id, status, payload.clone());
             return None;

@@ -261,6 +261,7 @@ where
             &mut buf,
             &machine,
             shm.as_ref(),
+            link_id,
         )
         .await;
         drop(end_rings);
@@ -376,6 +377,7 @@ where
 /// Runs the reader, the writer and the machine's timers of an established link until the link
 /// is done; returns why it went down.
 #[allow(clippy::manual_async_fn)] // not an `async fn` on purpose (see the module's note)
+#[allow(clippy::too_many_arguments)]
 fn run_up<'a, R, W>(
     shared: &'a Shared,
     peer: &'a Peer,
@@ -384,6 +386,7 @@ fn run_up<'a, R, W>(
     buf: &'a mut BytesMut,
     machine: &'a Mutex<Link>,
     shm: Option<&'a Arc<ShmLink>>,
+    link_id: u64,
 ) -> impl Future<Output = DownReason> + 'a
 where
     R: AsyncRead + read::WaitReadable + Unpin,
@@ -449,7 +452,7 @@ where
                 }
             }
             silent = &mut timers => silent,
-            _ = peer.cut.notified() => DownReason::Io("link cut by Node::disconnect".into()),
+            _ = peer.cut_requested(link_id) => DownReason::Io("link cut by Node::disconnect".into()),
         }
     }
 }

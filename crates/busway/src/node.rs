@@ -449,13 +449,7 @@ impl Node {
     /// flight are written again when a link is back. For tests and for operators who need to
     /// force a reconnect. Returns whether a link was up.
     pub fn disconnect(&self, id: BusId) -> bool {
-        match self.shared().peer(id) {
-            Some(p) if p.is_up() => {
-                p.cut.notify_waiters();
-                true
-            }
-            _ => false,
-        }
+        self.shared().peer(id).is_some_and(|p| p.request_cut())
     }
 
     /// Waits until a link to `id` is up, at most `timeout`; true if it is.

@@ -71,6 +71,9 @@ pub(crate) struct PeerState {
     inbound_expected: u64,
     /// The link attached now, if any.
     link: Option<u64>,
+    /// `Node::disconnect` asked to cut this link (see `request_cut`); 0: none (link ids start
+    /// at 1).
+    cut_link: u64,
     /// Bumped at every detach, so a deadline set at one detach does not fire after a later one.
     detach_epoch: u64,
     /// Down past its deadline since this time (the node's clock, ms), if it is.
@@ -113,8 +116,8 @@ pub(crate) struct Peer {
     room: Notify,
     /// Relays waiting for room in the queue of ROUTED frames wait here; woken at each take.
     forward_room: Notify,
-    /// Cuts the attached link at once (see `Node::disconnect`).
-    pub(crate) cut: Notify,
+    /// Wakes the attached link when a cut was asked for (see `request_cut`).
+    cut: Notify,
     /// Last measured round trip, in microseconds (0: none yet).
     pub(crate) rtt_us: AtomicU64,
 }
@@ -143,6 +146,7 @@ impl Peer {
                 outbox: Outbox::new(limit_bytes, 0),
                 inbound_expected: 0,
                 link: None,
+                cut_link: 0,
                 detach_epoch: 0,
                 dead_since_ms: None,
                 closing: false,
@@ -606,6 +610,32 @@ impl Peer {
 
     pub(crate) fn is_up(&self) -> bool {
         self.lock().link.is_some()
+    }
+
+    /// Asks the attached link to drop at once; false if none is attached. The request names
+    /// the link and leaves a permit (`notify_one`): a link task that was not waiting yet (just
+    /// up) still sees it, and a later link ignores a request meant for an earlier one.
+    pub(crate) fn request_cut(&self) -> bool {
+        let mut st = self.lock();
+        let Some(link) = st.link else {
+            return false;
+        };
+        st.cut_link = link;
+        drop(st);
+        self.cut.notify_one();
+        true
+    }
+
+    /// Completes once a cut of link `link` was asked for (see `request_cut`).
+    pub(crate) async fn cut_requested(&self, link: u64) {
+        loop {
+            self.cut.notified().await;
+            let mut st = self.lock();
+            if st.cut_link == link {
+                st.cut_link = 0;
+                return;
+            }
+        }
     }
 
     /// No more messages; the writer drains what is queued and closes the link.

@@ -3,9 +3,9 @@
 //! Once a link switched, the inbox reads the peer's ring itself, on the application's thread:
 //! one copy out of shared memory into the batch the application gets, no thread or task in
 //! between. A thread of the ring's own sleeps on the futex only while the inbox sleeps, and
-//! wakes it when a record is published. Everything in the ring must be whole DATA or
-//! DATA_BATCH frames with good checks; anything else ends the link with a reason (the node and
-//! its other links go on).
+//! wakes it when a record is published. Everything in the ring must be whole DATA, DATA_BATCH,
+//! CALL or REPLY frames (their kinds, lengths and batch entries checked); anything else ends
+//! the link with a reason (the node and its other links go on).
 
 use crate::limits::{
     RING_ACK_EVERY_BYTES, RING_READ_RECORDS_MAX, RING_STASH_BYTES_MAX, RING_WAIT_POLL_MS,
