@@ -23,6 +23,16 @@ fn echo(mut inbox: Inbox) -> tokio::task::JoinHandle<()> {
     })
 }
 
+/// A call from a task of its own, waiting at most `WAIT`.
+fn spawn_call(
+    from: &Node,
+    to: BusId,
+    payload: Bytes,
+) -> tokio::task::JoinHandle<Result<busway::Reply, CallError>> {
+    let from = from.clone();
+    tokio::spawn(async move { from.call(to, payload, WAIT).await })
+}
+
 fn payload(i: u64) -> Bytes {
     Bytes::from(i.to_le_bytes().to_vec())
 }
@@ -37,10 +47,7 @@ async fn calls_are_answered_over_every_transport_in_order_with_plain_messages() 
         let caller_inbox = echo(b.take_inbox().unwrap());
         // A plain message, a call, a plain message: a receives them in that order.
         b.send(a.id(), Bytes::from_static(b"before")).await.unwrap();
-        let call = {
-            let b = b.clone();
-            tokio::spawn(async move { b.call(BusId(1), Bytes::from_static(b"ping"), WAIT).await })
-        };
+        let call = spawn_call(&b, BusId(1), Bytes::from_static(b"ping"));
         let first = tokio::time::timeout(WAIT, inbox.recv())
             .await
             .unwrap()
@@ -76,13 +83,10 @@ async fn calls_are_answered_over_every_transport_in_order_with_plain_messages() 
         // Many at once, each answered to its own caller.
         let server = echo(inbox);
         let calls: Vec<_> = (0..200u64)
-            .map(|i| {
-                let b = b.clone();
-                tokio::spawn(async move { (i, b.call(BusId(1), payload(i), WAIT).await) })
-            })
+            .map(|i| spawn_call(&b, BusId(1), payload(i)))
             .collect();
-        for c in calls {
-            let (i, reply) = c.await.unwrap();
+        for (i, c) in calls.into_iter().enumerate() {
+            let (i, reply) = (i as u64, c.await.unwrap());
             let mut expected = b"re:".to_vec();
             expected.extend_from_slice(&payload(i));
             assert_eq!(&reply.unwrap().payload[..], &expected[..], "over {t}");
@@ -100,13 +104,10 @@ async fn ten_thousand_concurrent_calls_each_get_their_own_reply() {
     let (a, b) = pair("tcp4", config(1), config(2)).await;
     let server = echo(a.take_inbox().unwrap());
     let calls: Vec<_> = (0..10_000u64)
-        .map(|i| {
-            let b = b.clone();
-            tokio::spawn(async move { (i, b.call(BusId(1), payload(i), WAIT).await) })
-        })
+        .map(|i| spawn_call(&b, BusId(1), payload(i)))
         .collect();
-    for c in calls {
-        let (i, reply) = c.await.unwrap();
+    for (i, c) in calls.into_iter().enumerate() {
+        let (i, reply) = (i as u64, c.await.unwrap());
         let reply = reply.unwrap();
         assert_eq!(&reply.payload[3..], &payload(i)[..], "call {i}");
     }
@@ -206,10 +207,7 @@ async fn a_dropped_call_is_cancelled_and_its_reply_is_never_given_to_another() {
                 let m = m.unwrap();
                 assert_eq!(&m.payload[..], b"first");
                 // Held: answered after the cancellation and after a second call started.
-                let second = {
-                    let b = b.clone();
-                    tokio::spawn(async move { b.call(BusId(1), Bytes::from_static(b"second"), WAIT).await })
-                };
+                let second = spawn_call(&b, BusId(1), Bytes::from_static(b"second"));
                 let m2 = tokio::time::timeout(WAIT, inbox.recv()).await.unwrap().unwrap();
                 m.reply(Bytes::from_static(b"for first")).await.unwrap();
                 m2.reply(Bytes::from_static(b"for second")).await.unwrap();
@@ -268,10 +266,7 @@ async fn an_unknown_id_fails_at_once_and_pending_calls_are_bounded() {
         when_full: WhenFull::Fail,
     };
     let held: Vec<_> = (0..busway::limits::CALLS_PENDING_MAX)
-        .map(|i| {
-            let b = b.clone();
-            tokio::spawn(async move { b.call(BusId(1), payload(i as u64), WAIT).await })
-        })
+        .map(|i| spawn_call(&b, BusId(1), payload(i as u64)))
         .collect();
     until("every slot is taken", || {
         b.stats().calls_pending == busway::limits::CALLS_PENDING_MAX as u64
@@ -301,10 +296,7 @@ async fn a_peer_that_restarts_or_stays_down_fails_its_pending_calls_with_the_rea
     let (a, b) = pair("tcp4", config(1), cb).await;
     let addr = a.listen_addrs()[0].clone();
     let mut inbox = a.take_inbox().unwrap();
-    let pending = {
-        let b = b.clone();
-        tokio::spawn(async move { b.call(BusId(1), Bytes::from_static(b"q"), WAIT).await })
-    };
+    let pending = spawn_call(&b, BusId(1), Bytes::from_static(b"q"));
     // Received, never answered: the node restarts (a new incarnation at the same address).
     let request = tokio::time::timeout(WAIT, inbox.recv())
         .await
@@ -328,20 +320,14 @@ async fn a_peer_that_restarts_or_stays_down_fails_its_pending_calls_with_the_rea
     // The new one is called as usual; then it goes for good with a request it received and
     // never answered: the call fails at the deadline.
     let mut inbox2 = a2.take_inbox().unwrap();
-    let hi = {
-        let b = b.clone();
-        tokio::spawn(async move { b.call(BusId(1), Bytes::from_static(b"hi"), WAIT).await })
-    };
+    let hi = spawn_call(&b, BusId(1), Bytes::from_static(b"hi"));
     let m = tokio::time::timeout(WAIT, inbox2.recv())
         .await
         .unwrap()
         .unwrap();
     m.reply(Bytes::from_static(b"hello")).await.unwrap();
     assert_eq!(&hi.await.unwrap().unwrap().payload[..], b"hello");
-    let pending = {
-        let b = b.clone();
-        tokio::spawn(async move { b.call(BusId(1), Bytes::from_static(b"q2"), WAIT).await })
-    };
+    let pending = spawn_call(&b, BusId(1), Bytes::from_static(b"q2"));
     let m2 = tokio::time::timeout(WAIT, inbox2.recv())
         .await
         .unwrap()
@@ -369,10 +355,7 @@ async fn replies_to_no_call_or_from_the_wrong_node_and_malformed_requests_distur
     };
     let mut b_inbox = b.take_inbox().unwrap();
     let mut events = a.take_events().unwrap();
-    let pending = {
-        let a = a.clone();
-        tokio::spawn(async move { a.call(BusId(2), Bytes::from_static(b"q"), WAIT).await })
-    };
+    let pending = spawn_call(&a, BusId(2), Bytes::from_static(b"q"));
     let request = tokio::time::timeout(WAIT, b_inbox.recv())
         .await
         .unwrap()
@@ -491,10 +474,7 @@ async fn calls_survive_a_cut_link_and_each_request_is_handled_once() {
             })
         };
         let calls: Vec<_> = (0..2_000u64)
-            .map(|i| {
-                let b = b.clone();
-                tokio::spawn(async move { (i, b.call(BusId(1), payload(i), WAIT).await) })
-            })
+            .map(|i| spawn_call(&b, BusId(1), payload(i)))
             .collect();
         // The link is cut three times while the calls are pending.
         let links_before = b.stats().connections;
@@ -511,8 +491,8 @@ async fn calls_survive_a_cut_link_and_each_request_is_handled_once() {
             );
         }
         go_tx.send(()).unwrap();
-        for c in calls {
-            let (i, reply) = c.await.unwrap();
+        for (i, c) in calls.into_iter().enumerate() {
+            let (i, reply) = (i as u64, c.await.unwrap());
             assert_eq!(&reply.unwrap().payload[..], &payload(i)[..], "over {t}");
         }
         let handled = handled.lock().unwrap().clone();
