@@ -8,9 +8,6 @@ use std::io::Write;
 use std::process::ExitCode;
 use std::time::Duration;
 
-/// How long `call` waits for the link to the destination, in seconds.
-const PEER_WAIT_SECS: u64 = 10;
-
 #[derive(Args, Debug)]
 pub(crate) struct CallArgs {
     #[command(flatten)]
@@ -37,18 +34,9 @@ pub(crate) async fn run(args: CallArgs) -> Result<ExitCode, String> {
     // else arrives is dropped; a request among it is answered with "no handler").
     let mut inbox = node.take_inbox().expect("inbox is taken once");
     let reader = tokio::spawn(async move { while inbox.recv_batch().await.is_some() {} });
-    let wait = Duration::from_secs(PEER_WAIT_SECS);
-    let reachable = if args.node.upstream.is_some() && args.node.connect.is_empty() {
-        node.wait_for_any_link(wait).await
-    } else {
-        node.wait_for_peer(args.to, wait).await
-    };
-    if !reachable {
+    if let Err(why) = args.node.wait_reachable(&node, args.to).await {
         node.shutdown().await;
-        return Err(format!(
-            "no link to bus id {} came up within {PEER_WAIT_SECS} s",
-            args.to
-        ));
+        return Err(why);
     }
     let timeout = Duration::from_secs_f64(args.timeout);
     let result = node

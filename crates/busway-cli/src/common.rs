@@ -4,6 +4,10 @@ use busway::{Addr, BusId, Event, IoThreads, Node, NodeConfig, Secret};
 use clap::Args;
 use std::future::Future;
 use std::process::ExitCode;
+use std::time::Duration;
+
+/// How long `send` and `call` wait for the link to their destination, in seconds.
+const PEER_WAIT_SECS: u64 = 10;
 
 /// How a command's node is set up.
 #[derive(Args, Clone, Debug)]
@@ -93,6 +97,25 @@ impl NodeArgs {
             (None, None) => return Ok(None),
         };
         Secret::new(text.as_bytes()).map(Some)
+    }
+
+    /// Waits until `to` can be sent to from `node`: its link up, or (a node that only has an
+    /// upstream) the upstream's; the error says which did not come up in time.
+    pub(crate) async fn wait_reachable(&self, node: &Node, to: BusId) -> Result<(), String> {
+        let wait = Duration::from_secs(PEER_WAIT_SECS);
+        let reachable = if self.upstream.is_some() && self.connect.is_empty() {
+            // Through the upstream: its link is what must be up.
+            node.wait_for_any_link(wait).await
+        } else {
+            node.wait_for_peer(to, wait).await
+        };
+        if reachable {
+            Ok(())
+        } else {
+            Err(format!(
+                "no link to bus id {to} came up within {PEER_WAIT_SECS} s"
+            ))
+        }
     }
 
     pub(crate) async fn start(&self) -> Result<Node, String> {

@@ -8,8 +8,6 @@ use clap::Args;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-/// How long `send` waits for the link to the destination, in seconds.
-const PEER_WAIT_SECS: u64 = 10;
 /// How long `send` waits for the destination to acknowledge everything, in seconds.
 const FLUSH_WAIT_SECS: u64 = 60;
 /// How long `send` waits for each event still on its way once the node is shut down.
@@ -45,19 +43,9 @@ pub(crate) async fn run(args: SendArgs) -> Result<ExitCode, String> {
     // A sender reads nothing: what others send it is acknowledged and discarded.
     drop(node.take_inbox());
     let mut events = node.take_events().expect("events are taken once");
-    let wait = Duration::from_secs(PEER_WAIT_SECS);
-    let reachable = if args.node.upstream.is_some() && args.node.connect.is_empty() {
-        // Through the upstream: its link is what must be up.
-        node.wait_for_any_link(wait).await
-    } else {
-        node.wait_for_peer(args.to, wait).await
-    };
-    if !reachable {
+    if let Err(why) = args.node.wait_reachable(&node, args.to).await {
         node.shutdown().await;
-        return Err(format!(
-            "no link to bus id {} came up within {PEER_WAIT_SECS} s",
-            args.to
-        ));
+        return Err(why);
     }
     let start = Instant::now();
     let mut sent = 0u64;

@@ -260,13 +260,19 @@ impl Outbox {
             return None;
         }
         self.seal_tail();
-        let seq = self.next_seq;
         let header = if self.checks {
             encode_header(FrameKind::Data, payload)
         } else {
             encode_header_unchecked(FrameKind::Data, payload.len())
         };
         let frames = self.header_bytes(&header);
+        Some(self.push_referenced(frames, payload, cost))
+    }
+
+    /// Queues one message as a chunk of its own after the sealed tail: `frames` (its header,
+    /// and the start of its body if any), then `payload` kept by reference. Returns its number.
+    fn push_referenced(&mut self, frames: Bytes, payload: &Bytes, cost: usize) -> u64 {
+        let seq = self.next_seq;
         self.chunks.push_back(Chunk {
             frames,
             payload: Some(payload.clone()),
@@ -277,7 +283,7 @@ impl Outbox {
         self.bytes += cost;
         self.next_seq += 1;
         self.tail_first_seq = self.next_seq;
-        Some(seq)
+        seq
     }
 
     /// Queues one message that travels as its own frame of `kind` (CALL or REPLY), its body
@@ -304,17 +310,7 @@ impl Outbox {
             encode_header_unchecked(kind, body_len)
         });
         frames.extend_from_slice(head);
-        self.chunks.push_back(Chunk {
-            frames: frames.freeze(),
-            payload: Some(payload.clone()),
-            first_seq: seq,
-            msgs: 1,
-            checked: self.checks,
-        });
-        self.bytes += cost;
-        self.next_seq += 1;
-        self.tail_first_seq = self.next_seq;
-        Some(seq)
+        Some(self.push_referenced(frames.freeze(), payload, cost))
     }
 
     /// Queues a control frame, or a part of one, for the current link, ahead of any data not

@@ -553,12 +553,12 @@ fn run_pair(args: &BenchArgs, spec: &Spec, raw: bool, round: usize) -> Result<Pa
     if spec.transport == "relay4-stuck" {
         if raw {
             // The baseline: the same stream through the same relay, alone.
-            return relayed_pair(args, spec, false, &addr, limit);
+            return relayed_pair(args, spec, false, &addr, &[], limit);
         }
         return relayed_beside_a_stuck_destination(args, spec, &addr, limit);
     }
     if spec.transport == "relay4" {
-        return relayed_pair(args, spec, raw, &addr, limit);
+        return relayed_pair(args, spec, raw, &addr, &[], limit);
     }
     if spec.transport == "mem" {
         return in_one_process(args, spec, raw, &addr, &[], limit);
@@ -566,19 +566,21 @@ fn run_pair(args: &BenchArgs, spec: &Spec, raw: bool, round: usize) -> Result<Pa
     receiver_then_sender(args, spec, raw, &addr, &[], limit)
 }
 
-/// Sender -> relay -> receiver, three processes (busway nodes, or bare sockets with `raw`).
+/// Sender -> relay -> receiver, three processes (busway nodes, or bare sockets with `raw`);
+/// `extra` goes to each worker.
 fn relayed_pair(
     args: &BenchArgs,
     spec: &Spec,
     raw: bool,
     addr: &str,
+    extra: &[&str],
     limit: Duration,
 ) -> Result<Pair, String> {
-    let mut relay = worker(args, spec, "relay", raw, addr, false)?;
+    let mut relay = worker_with(args, spec, "relay", raw, addr, false, extra)?;
     let (mut relay_lines, relay_addr) = ready(&mut relay, "relay")?;
-    let mut recv = worker(args, spec, "recv", raw, &relay_addr, true)?;
+    let mut recv = worker_with(args, spec, "recv", raw, &relay_addr, true, extra)?;
     let (mut recv_lines, _) = ready(&mut recv, "receiver")?;
-    let mut send = worker(args, spec, "send", raw, &relay_addr, true)?;
+    let mut send = worker_with(args, spec, "send", raw, &relay_addr, true, extra)?;
     let send_lines = send.0.stdout.take().ok_or("worker has no stdout")?;
     let mut send_lines = BufReader::new(send_lines).lines().map_while(Result::ok);
     let s = finish(send, &mut send_lines, limit)?;

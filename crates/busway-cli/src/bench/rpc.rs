@@ -5,10 +5,9 @@
 //! and reading, an echoing thread).
 
 use super::calls::RPC_PAYLOAD_BYTES;
-use super::{finish, sysinfo, BenchArgs, Pair, Spec, WORKER_GRACE_SECS};
-use super::{in_one_process, listen_addr, ready, receiver_then_sender, worker_with};
+use super::{in_one_process, listen_addr, receiver_then_sender, relayed_pair};
+use super::{sysinfo, BenchArgs, Spec, WORKER_GRACE_SECS};
 use serde::Serialize;
-use std::io::{BufRead, BufReader};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -50,7 +49,7 @@ pub(super) fn run(args: &BenchArgs, specs: &[Spec]) -> Result<ExitCode, String> 
             let n = 2000 + i * 64 + j * 2;
             let (bus, _) = match t {
                 "mem" => in_one_process(args, &spec, false, &listen_addr(t, n), &extra, limit)?,
-                "relay4" => relayed(args, &spec, &listen_addr(t, n), &extra, limit)?,
+                "relay4" => relayed_pair(args, &spec, false, &listen_addr(t, n), &extra, limit)?,
                 _ => receiver_then_sender(args, &spec, false, &listen_addr(t, n), &extra, limit)?,
             };
             // The baseline of a relayed call is the bare socket between the two ends.
@@ -110,25 +109,4 @@ fn print_table(rows: &[RpcRow]) {
             r.calls_per_sec / r.raw_calls_per_sec.max(1e-9)
         );
     }
-}
-
-/// Caller -> relay -> answering node, three processes.
-fn relayed(
-    args: &BenchArgs,
-    spec: &Spec,
-    addr: &str,
-    extra: &[&str],
-    limit: Duration,
-) -> Result<Pair, String> {
-    let mut relay = worker_with(args, spec, "relay", false, addr, false, extra)?;
-    let (mut relay_lines, relay_addr) = ready(&mut relay, "relay")?;
-    let mut recv = worker_with(args, spec, "recv", false, &relay_addr, true, extra)?;
-    let (mut recv_lines, _) = ready(&mut recv, "receiver")?;
-    let mut send = worker_with(args, spec, "send", false, &relay_addr, true, extra)?;
-    let send_lines = send.0.stdout.take().ok_or("worker has no stdout")?;
-    let mut send_lines = BufReader::new(send_lines).lines().map_while(Result::ok);
-    let s = finish(send, &mut send_lines, limit)?;
-    let r = finish(recv, &mut recv_lines, limit)?;
-    finish(relay, &mut relay_lines, limit)?;
-    Ok((s, r))
 }

@@ -228,17 +228,7 @@ async fn bus_ping(args: &WorkerArgs) -> Result<Report, String> {
 /// Echoes every message back to its source until the link goes down; `ready` gets the address
 /// it listens on.
 async fn bus_echo(args: &WorkerArgs, ready: impl FnOnce(String)) -> Result<Report, String> {
-    let node = if args.via_relay {
-        let node = dialing_node(args, RECEIVER_ID).await?;
-        ready("registered".into());
-        node
-    } else {
-        let node = Node::start(node_config(args, RECEIVER_ID).listen(args.addr.clone()))
-            .await
-            .map_err(|e| e.to_string())?;
-        ready(node.listen_addrs()[0].to_string());
-        node
-    };
+    let node = receiving_node(args, ready).await?;
     let mut inbox = node.take_inbox().expect("inbox is taken once");
     let mut events = node.take_events().expect("events are taken once");
     let mut msgs = 0u64;
@@ -420,19 +410,24 @@ async fn bus_relay(args: &WorkerArgs) -> Result<Report, String> {
     })
 }
 
-/// The receiving node; `ready` gets its address once it listens (or "registered").
-async fn bus_recv(args: &WorkerArgs, ready: impl FnOnce(String)) -> Result<Report, String> {
-    let node = if args.via_relay {
+/// The receiving node, listening at `addr` or registered below the relay there; `ready` gets
+/// the address it listens on (or "registered").
+async fn receiving_node(args: &WorkerArgs, ready: impl FnOnce(String)) -> Result<Node, String> {
+    if args.via_relay {
         let node = dialing_node(args, RECEIVER_ID).await?;
         ready("registered".into());
-        node
-    } else {
-        let node = Node::start(node_config(args, RECEIVER_ID).listen(args.addr.clone()))
-            .await
-            .map_err(|e| e.to_string())?;
-        ready(node.listen_addrs()[0].to_string());
-        node
-    };
+        return Ok(node);
+    }
+    let node = Node::start(node_config(args, RECEIVER_ID).listen(args.addr.clone()))
+        .await
+        .map_err(|e| e.to_string())?;
+    ready(node.listen_addrs()[0].to_string());
+    Ok(node)
+}
+
+/// The receiving node; `ready` gets its address once it listens (or "registered").
+async fn bus_recv(args: &WorkerArgs, ready: impl FnOnce(String)) -> Result<Report, String> {
+    let node = receiving_node(args, ready).await?;
     let mut inbox = node.take_inbox().expect("inbox is taken once");
     let mut events = node.take_events().expect("events are taken once");
 
