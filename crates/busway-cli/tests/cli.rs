@@ -245,6 +245,61 @@ fn call_prints_the_reply_of_listen_echo_and_fails_with_the_reason() {
         "{err}"
     );
     let _ = finish(l, Some(out));
+    // An id nobody has, through a relay: at once, with the relay's reason.
+    let relay_addr = format!("tcp://127.0.0.1:{}", free_port());
+    let mut r = spawn(&[
+        "node",
+        "--id",
+        "100",
+        "--listen",
+        &relay_addr,
+        "--relay-grace-ms",
+        "0",
+    ]);
+    let mut r_out = BufReader::new(r.0.stdout.take().unwrap());
+    let mut line = String::new();
+    r_out.read_line(&mut line).unwrap();
+    assert!(line.starts_with("listening on"), "relay said {line:?}");
+    let (ok, code, _, err) = finish(
+        spawn(&[
+            "call",
+            "--id",
+            "3",
+            "--upstream",
+            &relay_addr,
+            "--to",
+            "99",
+            "x",
+        ]),
+        None,
+    );
+    assert!(!ok && code == Some(1), "{err}");
+    assert!(
+        err.contains(
+            "call to bus id 99: busway gave up: unknown bus id: no route to bus id 99 at relay 100"
+        ),
+        "{err}"
+    );
+    // A timeout that is not a positive number of seconds is refused before anything starts.
+    let (ok, _, _, err) = finish(
+        spawn(&[
+            "call",
+            "--id",
+            "3",
+            "--connect",
+            &relay_addr,
+            "--to",
+            "100",
+            "--timeout",
+            "0",
+            "x",
+        ]),
+        None,
+    );
+    assert!(
+        !ok && err.contains("--timeout must be a positive number of seconds"),
+        "{err}"
+    );
 }
 
 #[test]

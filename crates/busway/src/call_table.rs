@@ -51,7 +51,8 @@ impl fmt::Display for CallError {
         match self {
             Self::Send(why) => write!(f, "the request could not be sent: {why}"),
             Self::Timeout { after_ms } => write!(f, "no reply within {after_ms} ms"),
-            Self::Failed { peer, reason } => write!(f, "call to bus id {peer} failed: {reason}"),
+            // The reason names the peer and what happened to it (callers name the call).
+            Self::Failed { peer: _, reason } => write!(f, "busway gave up: {reason}"),
             Self::NoHandler { peer, reason } => {
                 write!(f, "bus id {peer} did not handle the request: {reason}")
             }
