@@ -429,6 +429,71 @@ fn bench_rpc_rows_give_calls_per_second_and_percentiles_beside_the_bare_round_tr
 }
 
 #[test]
+fn bench_pingpong_rows_give_mib_per_second_beside_the_epoll_echo_per_loop_count() {
+    let p = spawn(&[
+        "bench",
+        "--pingpong",
+        "--json",
+        "--duration",
+        "0.2",
+        "--transports",
+        "tcp4,relay4",
+        "--sessions",
+        "1,20",
+        "--pingpong-sizes",
+        "4096",
+        "--io-threads",
+        "1,2",
+    ]);
+    let rows = json_rows(p);
+    assert_eq!(rows.len(), 8);
+    for row in &rows {
+        assert_eq!(row["workload"], "pingpong");
+        assert_eq!(row["size"], 4096);
+        for key in ["mib_per_sec", "raw_mib_per_sec", "ratio_to_raw"] {
+            let v = row[key]
+                .as_f64()
+                .unwrap_or_else(|| panic!("{key} missing in {row}"));
+            assert!(v > 0.0, "{key} in {row}");
+        }
+    }
+    let keys: Vec<_> = rows
+        .iter()
+        .map(|r| {
+            (
+                r["transport"].as_str().unwrap_or_default().to_owned(),
+                r["io_threads"].as_u64().unwrap_or_default(),
+                r["sessions"].as_u64().unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert_eq!(keys[0], ("tcp4".to_owned(), 1, 1));
+    assert_eq!(keys[3], ("tcp4".to_owned(), 2, 20));
+    assert_eq!(keys[7], ("relay4".to_owned(), 2, 20));
+}
+
+#[test]
+fn bench_refuses_io_threads_it_cannot_apply() {
+    for (args, says) in [
+        (&["--io-threads", "0", "--rpc"][..], "at least 1"),
+        (&["--io-threads", "2"][..], "--rpc and --pingpong"),
+        (
+            &["--pingpong", "--transports", "mem"][..],
+            "--pingpong runs over",
+        ),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_busway"))
+            .arg("bench")
+            .args(args)
+            .output()
+            .expect("busway runs");
+        assert!(!out.status.success(), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+}
+
+#[test]
 fn bench_json_rows_carry_the_documented_keys() {
     let p = spawn(&[
         "bench",

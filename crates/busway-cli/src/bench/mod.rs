@@ -8,6 +8,9 @@
 
 mod calls;
 mod idle;
+mod pingpong;
+mod pingpong_bus;
+mod pingpong_raw;
 mod report;
 mod round_trips;
 mod rpc;
@@ -89,6 +92,22 @@ pub(crate) struct BenchArgs {
     /// Concurrent calls per `--rpc` row, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "1,100,10000")]
     concurrency: Vec<usize>,
+    /// muduo's ping-pong (seed 002) instead of one-way messages: `--sessions` sessions, each
+    /// one message of a `--pingpong-sizes` size in flight, echoed by both sides; MiB/s the
+    /// client receives, beside an epoll echo client and server with as many connections.
+    #[arg(long)]
+    pingpong: bool,
+    /// Sessions per `--pingpong` row, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "1,100,1000,10000")]
+    sessions: Vec<usize>,
+    /// Message sizes of `--pingpong` rows in bytes, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "4096,16384")]
+    pingpong_sizes: Vec<usize>,
+    /// Event loops for `--rpc` and `--pingpong` rows, comma-separated (one row per count): the
+    /// nodes' dedicated I/O threads (muduo's model: one loop per thread, a link stays on one),
+    /// and the raw ping-pong's epoll threads on each side. Without it, `--io` decides.
+    #[arg(long, value_delimiter = ',')]
+    io_threads: Vec<usize>,
 }
 
 /// One row of the latency table.
@@ -308,7 +327,31 @@ pub(crate) fn run(args: BenchArgs) -> Result<ExitCode, String> {
         idle::run(&args.idle, args.json)?;
         return Ok(ExitCode::SUCCESS);
     }
+    if args.io_threads.contains(&0) {
+        return Err("--io-threads: each count must be at least 1".into());
+    }
+    if !(args.io_threads.is_empty() || args.rpc || args.pingpong) {
+        return Err(
+            "--io-threads applies to --rpc and --pingpong rows (use --io for throughput)".into(),
+        );
+    }
+    if args.sessions.contains(&0) || args.concurrency.contains(&0) {
+        return Err("--sessions and --concurrency: each count must be at least 1".into());
+    }
+    if let Some(s) = args
+        .pingpong_sizes
+        .iter()
+        .find(|&&s| s == 0 || s > busway_core::frame::DEFAULT_BODY_LEN_MAX)
+    {
+        return Err(format!(
+            "--pingpong-sizes {s}: must be 1..={}",
+            busway_core::frame::DEFAULT_BODY_LEN_MAX
+        ));
+    }
     let specs = parse_specs(&args)?;
+    if args.pingpong {
+        return pingpong::run(&args, &specs);
+    }
     if args.rpc {
         return rpc::run(&args, &specs);
     }

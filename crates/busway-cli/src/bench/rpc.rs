@@ -18,6 +18,8 @@ struct RpcRow {
     transport: String,
     concurrency: usize,
     size: usize,
+    /// The nodes' dedicated I/O threads (`--io-threads`); 0: `--io` decided.
+    io_threads: usize,
     calls_per_sec: f64,
     p50_us: f64,
     p99_us: f64,
@@ -31,12 +33,22 @@ struct RpcRow {
 pub(super) fn run(args: &BenchArgs, specs: &[Spec]) -> Result<ExitCode, String> {
     let mut transports: Vec<&str> = specs.iter().map(|s| s.transport.as_str()).collect();
     transports.dedup();
+    let loops: Vec<Option<usize>> = if args.io_threads.is_empty() {
+        vec![None]
+    } else {
+        args.io_threads.iter().copied().map(Some).collect()
+    };
     let mut rows = Vec::new();
     for (i, t) in transports.into_iter().enumerate() {
         if matches!(t, "relay4-stuck" | "tls4") {
             continue;
         }
-        for (j, &c) in args.concurrency.iter().enumerate() {
+        for (j, (&c, io)) in args
+            .concurrency
+            .iter()
+            .flat_map(|c| loops.iter().map(move |io| (c, *io)))
+            .enumerate()
+        {
             let spec = Spec {
                 transport: t.to_owned(),
                 size_min: RPC_PAYLOAD_BYTES,
@@ -44,7 +56,11 @@ pub(super) fn run(args: &BenchArgs, specs: &[Spec]) -> Result<ExitCode, String> 
                 api: "single".into(),
             };
             let calls = c.to_string();
-            let extra = ["--calls", calls.as_str()];
+            let io_arg = io.unwrap_or(1).to_string();
+            let mut extra = vec!["--calls", calls.as_str()];
+            if io.is_some() {
+                extra.extend(["--io-threads", io_arg.as_str()]);
+            }
             let limit = Duration::from_secs_f64(args.duration * 2.0 + WORKER_GRACE_SECS);
             let n = 2000 + i * 64 + j * 2;
             let (bus, _) = match t {
@@ -65,6 +81,7 @@ pub(super) fn run(args: &BenchArgs, specs: &[Spec]) -> Result<ExitCode, String> 
                 transport: t.to_owned(),
                 concurrency: c,
                 size: RPC_PAYLOAD_BYTES,
+                io_threads: io.unwrap_or(0),
                 calls_per_sec: bus.msgs as f64 / bus.secs.max(1e-9),
                 p50_us: bus.rtt_us[0],
                 p99_us: bus.rtt_us[1],
@@ -75,7 +92,10 @@ pub(super) fn run(args: &BenchArgs, specs: &[Spec]) -> Result<ExitCode, String> 
             if args.json {
                 println!("{}", serde_json::to_string(&row).unwrap_or_default());
             } else {
-                eprintln!("{t} x{c}: {:.0} calls/s", row.calls_per_sec);
+                eprintln!(
+                    "{t} x{c}, {} loops: {:.0} calls/s",
+                    row.io_threads, row.calls_per_sec
+                );
             }
             rows.push(row);
         }
@@ -92,13 +112,23 @@ fn print_table(rows: &[RpcRow]) {
     );
     println!("machine: {}", sysinfo::machine());
     println!(
-        "{:<7} {:>7} {:>11} {:>9} {:>9} {:>9} {:>11} {:>9} {:>6}",
-        "link", "calls", "calls/s", "p50", "p99", "p99.9", "raw calls/s", "raw p50", "ratio"
+        "{:<7} {:>5} {:>7} {:>11} {:>9} {:>9} {:>9} {:>11} {:>9} {:>6}",
+        "link",
+        "loops",
+        "calls",
+        "calls/s",
+        "p50",
+        "p99",
+        "p99.9",
+        "raw calls/s",
+        "raw p50",
+        "ratio"
     );
     for r in rows {
         println!(
-            "{:<7} {:>7} {:>11.0} {:>9.1} {:>9.1} {:>9.1} {:>11.0} {:>9.1} {:>6.2}",
+            "{:<7} {:>5} {:>7} {:>11.0} {:>9.1} {:>9.1} {:>9.1} {:>11.0} {:>9.1} {:>6.2}",
             r.transport,
+            r.io_threads,
             r.concurrency,
             r.calls_per_sec,
             r.p50_us,

@@ -100,6 +100,14 @@ pub(crate) struct WorkerArgs {
     /// Relay: how many peers come and go before it reports.
     #[arg(long, default_value_t = 2)]
     peers: usize,
+    /// Ping-pong instead of one-way messages (`bench --pingpong`): this many sessions, each
+    /// one message of `--size-min` bytes in flight, echoed by both sides.
+    #[arg(long)]
+    sessions: Option<usize>,
+    /// Event loops: the node's dedicated I/O threads (overrides `--io`), or the raw
+    /// ping-pong's epoll threads on each side.
+    #[arg(long)]
+    io_threads: Option<usize>,
 }
 
 pub(crate) fn run(args: WorkerArgs) -> Result<ExitCode, String> {
@@ -125,6 +133,12 @@ pub(crate) fn run(args: WorkerArgs) -> Result<ExitCode, String> {
         return Ok(ExitCode::SUCCESS);
     }
     let mut report = match (args.raw, args.role) {
+        (true, Role::Send) if args.sessions.is_some() => {
+            super::pingpong_raw::client(&args.addr, &args.pingpong_run())?
+        }
+        (true, Role::Recv) if args.sessions.is_some() => {
+            super::pingpong_raw::server(&args.addr, &args.pingpong_run(), |a| announce(&a))?
+        }
         (true, Role::Send) if args.calls.is_some() => raw_calls(&args)?,
         (true, Role::Send) if args.round_trips.is_some() => raw_ping(&args)?,
         (true, Role::Recv) if args.round_trips.is_some() || args.calls.is_some() => {
@@ -144,6 +158,14 @@ pub(crate) fn run(args: WorkerArgs) -> Result<ExitCode, String> {
                 .map_err(|e| e.to_string())?;
             rt.block_on(async {
                 match role {
+                    Role::Send if args.sessions.is_some() => {
+                        let node = dialing_node(&args, SENDER_ID).await?;
+                        super::pingpong_bus::client(node, RECEIVER_ID, &args.pingpong_run()).await
+                    }
+                    Role::Recv if args.sessions.is_some() => {
+                        let node = receiving_node(&args, |a| announce(&a)).await?;
+                        super::pingpong_bus::server(node).await
+                    }
                     Role::Send if args.calls.is_some() => {
                         let node = dialing_node(&args, SENDER_ID).await?;
                         super::calls::bus_caller(node, &args.call_run(), RECEIVER_ID).await
@@ -177,11 +199,18 @@ fn node_config(args: &WorkerArgs, id: BusId) -> NodeConfig {
         // A worker without its certificate cannot run the row: Node::start says why.
         c.tls = super::tls::node_tls(dir, id.0).ok();
     }
-    c.io_threads = if args.io == "dedicated" {
-        IoThreads::Dedicated(1)
-    } else {
-        IoThreads::Current
+    c.io_threads = match args.io_threads {
+        Some(n) => IoThreads::Dedicated(n),
+        None if args.io == "dedicated" => IoThreads::Dedicated(1),
+        None => IoThreads::Current,
     };
+    if args.sessions.is_some() {
+        // Every session's message may sit in one queue: an echo must never wait for room
+        // while the other side waits for it.
+        let in_flight = args.pingpong_run().in_flight_bytes();
+        c.send_queue_bytes_max = c.send_queue_bytes_max.max(in_flight);
+        c.inbox_bytes_max = c.inbox_bytes_max.max(in_flight);
+    }
     c.linger_ms = 10_000;
     // The socket rows measure the sockets: no shared-memory ring may replace them.
     c.shm_channels = args.shm;
@@ -574,6 +603,16 @@ fn raw_ping(args: &WorkerArgs) -> Result<Report, String> {
 }
 
 impl WorkerArgs {
+    /// What a `--pingpong` run of this worker does.
+    fn pingpong_run(&self) -> super::pingpong_bus::PingpongRun {
+        super::pingpong_bus::PingpongRun {
+            sessions: self.sessions.unwrap_or(1).max(1),
+            size: self.size_min,
+            duration: self.duration,
+            loops: self.io_threads.unwrap_or(1),
+        }
+    }
+
     /// What a `--rpc` run of this worker does.
     fn call_run(&self) -> super::calls::CallRun {
         super::calls::CallRun {

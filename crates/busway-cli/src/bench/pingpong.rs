@@ -1,0 +1,153 @@
+//! `busway bench --pingpong`: muduo's ping-pong method (seed 002). N sessions, each one message
+//! of S bytes in flight, echoed back and forth; MiB/s the client receives. Beside it, in the
+//! same run, muduo's own baseline: an epoll (mio) echo client and server between two processes
+//! with N connections, one event loop per thread on each side.
+
+use super::{listen_addr, receiver_then_sender, relayed_pair, sysinfo};
+use super::{BenchArgs, Spec, WORKER_GRACE_SECS};
+use serde::Serialize;
+use std::process::ExitCode;
+use std::time::Duration;
+
+/// Transports a ping-pong row can run over (the raw baseline needs two processes and sockets).
+const PINGPONG_TRANSPORTS: [&str; 5] = ["tcp4", "tcp6", "unix", "shm", "relay4"];
+
+/// One row of the `--pingpong` table.
+#[derive(Serialize, Debug)]
+struct PingpongRow {
+    workload: &'static str,
+    transport: String,
+    sessions: usize,
+    size: usize,
+    /// Event loops: the nodes' dedicated I/O threads and the raw baseline's epoll threads, on
+    /// each side; 0: the nodes' links on the worker's own thread (`--io current`), one raw loop.
+    io_threads: usize,
+    mib_per_sec: f64,
+    /// The epoll echo over N connections of the same kind of socket (shm: unix, where its
+    /// links start; relay4: tcp4 between the two ends).
+    raw_mib_per_sec: f64,
+    ratio_to_raw: f64,
+}
+
+/// Runs `--pingpong`: one row per transport, event-loop count, session count and size.
+pub(super) fn run(args: &BenchArgs, specs: &[Spec]) -> Result<ExitCode, String> {
+    let mut transports: Vec<&str> = specs.iter().map(|s| s.transport.as_str()).collect();
+    transports.dedup();
+    transports.retain(|t| PINGPONG_TRANSPORTS.contains(t));
+    if transports.is_empty() {
+        return Err(format!(
+            "--pingpong runs over {}",
+            PINGPONG_TRANSPORTS.join(", ")
+        ));
+    }
+    let loops: Vec<Option<usize>> = if args.io_threads.is_empty() {
+        vec![None]
+    } else {
+        args.io_threads.iter().copied().map(Some).collect()
+    };
+    let mut rows = Vec::new();
+    let mut n = 3000;
+    for t in transports {
+        for &io in &loops {
+            for &sessions in &args.sessions {
+                for &size in &args.pingpong_sizes {
+                    n += 2;
+                    let row = measure(args, t, io, sessions, size, n)?;
+                    if args.json {
+                        println!("{}", serde_json::to_string(&row).unwrap_or_default());
+                    } else {
+                        eprintln!(
+                            "{t} {sessions} x {size} B, {} loops: {:.0} MiB/s (raw {:.0})",
+                            row.io_threads, row.mib_per_sec, row.raw_mib_per_sec
+                        );
+                    }
+                    rows.push(row);
+                }
+            }
+        }
+    }
+    if !args.json {
+        print_table(&rows);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn measure(
+    args: &BenchArgs,
+    t: &str,
+    io: Option<usize>,
+    sessions: usize,
+    size: usize,
+    n: usize,
+) -> Result<PingpongRow, String> {
+    let spec = Spec {
+        transport: t.to_owned(),
+        size_min: size,
+        size_max: size,
+        api: "single".into(),
+    };
+    let sessions_arg = sessions.to_string();
+    let io_arg = io.unwrap_or(1).to_string();
+    let mut extra = vec!["--sessions", sessions_arg.as_str()];
+    if io.is_some() {
+        extra.extend(["--io-threads", io_arg.as_str()]);
+    }
+    // Opening thousands of connections takes a while before the clock starts.
+    let limit = Duration::from_secs_f64(args.duration * 2.0 + WORKER_GRACE_SECS);
+    let (bus, _) = if t == "relay4" {
+        relayed_pair(args, &spec, false, &listen_addr(t, n), &extra, limit)?
+    } else {
+        receiver_then_sender(args, &spec, false, &listen_addr(t, n), &extra, limit)?
+    };
+    let raw_t = match t {
+        "relay4" => "tcp4",
+        "shm" => "unix",
+        other => other,
+    };
+    let raw_spec = Spec {
+        transport: raw_t.to_owned(),
+        ..spec
+    };
+    let (raw, _) = receiver_then_sender(
+        args,
+        &raw_spec,
+        true,
+        &listen_addr(raw_t, n + 1),
+        &extra,
+        limit,
+    )?;
+    let mib = |r: &super::worker::Report| r.bytes as f64 / r.secs.max(1e-9) / f64::from(1 << 20);
+    Ok(PingpongRow {
+        workload: "pingpong",
+        transport: t.to_owned(),
+        sessions,
+        size,
+        io_threads: io.unwrap_or(0),
+        mib_per_sec: mib(&bus),
+        raw_mib_per_sec: mib(&raw),
+        ratio_to_raw: mib(&bus) / mib(&raw).max(1e-9),
+    })
+}
+
+fn print_table(rows: &[PingpongRow]) {
+    println!(
+        "busway bench --pingpong: N sessions, each one message of S bytes in flight, echoed by both sides; MiB/s the client receives; raw: an epoll (mio) echo client and server, two processes, N connections (shm: over unix sockets; relay4: tcp4 between the two ends); loops: I/O threads per side (0: the nodes' links on the worker's own thread, one raw loop)"
+    );
+    println!("machine: {}", sysinfo::machine());
+    println!(
+        "{:<7} {:>5} {:>9} {:>7} {:>11} {:>11} {:>6}",
+        "link", "loops", "sessions", "size B", "MiB/s", "raw MiB/s", "ratio"
+    );
+    for r in rows {
+        println!(
+            "{:<7} {:>5} {:>9} {:>7} {:>11.0} {:>11.0} {:>6.2}",
+            r.transport,
+            r.io_threads,
+            r.sessions,
+            r.size,
+            r.mib_per_sec,
+            r.raw_mib_per_sec,
+            r.ratio_to_raw
+        );
+    }
+}
