@@ -430,8 +430,12 @@ fn bench_rpc_rows_give_calls_per_second_and_percentiles_beside_the_bare_round_tr
 
 #[test]
 fn bench_pingpong_rows_give_mib_per_second_beside_the_epoll_echo_per_loop_count() {
+    let plots = std::env::temp_dir().join(format!("busway-plot-test-{}", std::process::id()));
+    let plots_arg = plots.to_string_lossy().into_owned();
     let p = spawn(&[
         "bench",
+        "--plot",
+        &plots_arg,
         "--pingpong",
         "--json",
         "--duration",
@@ -470,6 +474,12 @@ fn bench_pingpong_rows_give_mib_per_second_beside_the_epoll_echo_per_loop_count(
     assert_eq!(keys[0], ("tcp4".to_owned(), 1, 1));
     assert_eq!(keys[3], ("tcp4".to_owned(), 2, 20));
     assert_eq!(keys[7], ("relay4".to_owned(), 2, 20));
+    // --plot: the same rows as a chart, a busway bar and a raw bar each.
+    let svg = std::fs::read_to_string(plots.join("pingpong.svg")).expect("the chart is written");
+    let _ = std::fs::remove_dir_all(&plots);
+    assert!(svg.starts_with("<svg"), "{svg}");
+    assert!(svg.contains("relay4 20 x 4096 B loops 2"), "{svg}");
+    assert_eq!(svg.matches(r##"fill="#1f6fb2""##).count(), 8 + 1, "{svg}");
 }
 
 #[test]

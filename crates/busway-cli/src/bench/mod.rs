@@ -11,6 +11,7 @@ mod idle;
 mod pingpong;
 mod pingpong_bus;
 mod pingpong_raw;
+mod plot;
 mod report;
 mod round_trips;
 mod rpc;
@@ -108,6 +109,21 @@ pub(crate) struct BenchArgs {
     /// and the raw ping-pong's epoll threads on each side. Without it, `--io` decides.
     #[arg(long, value_delimiter = ',')]
     io_threads: Vec<usize>,
+    /// Also write the table as an SVG chart into this directory (busway beside raw, one pair
+    /// of bars per row): throughput.svg, latency.svg, rpc.svg or pingpong.svg.
+    #[arg(long)]
+    plot: Option<std::path::PathBuf>,
+}
+
+impl BenchArgs {
+    /// Writes `chart` if `--plot` asked for it, and says where.
+    fn plot(&self, chart: plot::Chart) -> Result<(), String> {
+        if let Some(dir) = &self.plot {
+            let path = plot::write(dir, &chart)?;
+            eprintln!("busway bench: chart written to {}", path.display());
+        }
+        Ok(())
+    }
 }
 
 /// One row of the latency table.
@@ -198,6 +214,23 @@ fn run_latency(args: &BenchArgs, specs: &[Spec]) -> Result<ExitCode, String> {
             rows.push(row);
         }
     }
+    args.plot(plot::Chart {
+        name: "latency",
+        title: format!("busway bench --latency: round trips of one {size}-byte message"),
+        unit: "p50 round trip, microseconds",
+        lower_is_better: true,
+        series: ["busway".into(), "raw (bare ring or socket)".into()],
+        rows: rows
+            .iter()
+            .map(|r| {
+                (
+                    format!("{} {}", r.transport, r.mode),
+                    r.p50_us,
+                    r.raw_p50_us,
+                )
+            })
+            .collect(),
+    })?;
     if !args.json {
         println!(
             "busway bench --latency: round trips of one {size}-byte message and its echo, {} per row; microseconds; raw: bare rings between two threads (shm, mem: readers spinning as the bus's do), a bare blocking socket between two processes (unix, tcp)",
@@ -384,6 +417,23 @@ pub(crate) fn run(args: BenchArgs) -> Result<ExitCode, String> {
     }
     bar.finish_and_clear();
     tls::remove_certificates();
+    args.plot(plot::Chart {
+        name: "throughput",
+        title: "busway bench: throughput, 1 sender -> 1 receiver, 1 link".into(),
+        unit: "M msg/s (median of the rounds)",
+        lower_is_better: false,
+        series: ["busway".into(), "raw (same frames, no bus)".into()],
+        rows: rows
+            .iter()
+            .map(|r| {
+                (
+                    format!("{} {} {}-{} B", r.transport, r.api, r.size_min, r.size_max),
+                    r.msgs_per_sec / 1e6,
+                    r.raw_msgs_per_sec / 1e6,
+                )
+            })
+            .collect(),
+    })?;
     if !args.json {
         print_table(&args, &rows);
     }

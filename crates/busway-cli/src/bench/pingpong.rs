@@ -66,6 +66,26 @@ pub(super) fn run(args: &BenchArgs, specs: &[Spec]) -> Result<ExitCode, String> 
             }
         }
     }
+    args.plot(super::plot::Chart {
+        name: "pingpong",
+        title: "busway bench --pingpong: N sessions, one message each in flight".into(),
+        unit: "MiB/s the client receives",
+        lower_is_better: false,
+        series: ["busway".into(), "raw (epoll echo, N connections)".into()],
+        rows: rows
+            .iter()
+            .map(|r| {
+                (
+                    format!(
+                        "{} {} x {} B loops {}",
+                        r.transport, r.sessions, r.size, r.io_threads
+                    ),
+                    r.mib_per_sec,
+                    r.raw_mib_per_sec,
+                )
+            })
+            .collect(),
+    })?;
     if !args.json {
         print_table(&rows);
     }

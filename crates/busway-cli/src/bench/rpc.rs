@@ -100,6 +100,23 @@ pub(super) fn run(args: &BenchArgs, specs: &[Spec]) -> Result<ExitCode, String> 
             rows.push(row);
         }
     }
+    args.plot(super::plot::Chart {
+        name: "rpc",
+        title: format!("busway bench --rpc: {RPC_PAYLOAD_BYTES}-byte calls from concurrent tasks"),
+        unit: "k calls/s",
+        lower_is_better: false,
+        series: ["busway".into(), "raw (bare socket or rings)".into()],
+        rows: rows
+            .iter()
+            .map(|r| {
+                (
+                    format!("{} x{} loops {}", r.transport, r.concurrency, r.io_threads),
+                    r.calls_per_sec / 1e3,
+                    r.raw_calls_per_sec / 1e3,
+                )
+            })
+            .collect(),
+    })?;
     if !args.json {
         print_table(&rows);
     }
