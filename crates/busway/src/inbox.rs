@@ -65,6 +65,8 @@ pub struct Inbox {
     rings_first: bool,
     /// A ring read queued an acknowledgement: let the link task run before returning.
     ack_queued: bool,
+    /// A ring read held only replies, which woke their callers: let them run before spinning.
+    answered: bool,
     /// Looks over rings and channel before sleeping, while there are rings.
     spins: u32,
     waker: InboxWaker,
@@ -96,6 +98,7 @@ pub(crate) fn inbox(
             next_ring: 0,
             rings_first: false,
             ack_queued: false,
+            answered: false,
             spins,
             waker,
             deferred,
@@ -189,6 +192,7 @@ impl Inbox {
                     found = Some(b);
                     break;
                 }
+                Polled::Answered => self.answered = true,
                 Polled::Empty => {}
                 Polled::Gone => gone = true,
             }
@@ -253,6 +257,13 @@ impl Inbox {
                 }
                 Ok(None) => {}
                 Err(_) => return None,
+            }
+            if std::mem::take(&mut self.answered) {
+                // Callers were woken by their replies: let them run now (they may share this
+                // thread), then spin afresh for what they send next.
+                spins = 0;
+                tokio::task::yield_now().await;
+                continue;
             }
             if !self.rings.is_empty() && spins < self.spins {
                 spins += 1;

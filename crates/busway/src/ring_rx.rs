@@ -34,6 +34,9 @@ pub(crate) enum Polled {
     Batch(MessageBatch, bool),
     /// Nothing whole to deliver now.
     Empty,
+    /// Only replies, which ended their calls (their callers were woken): nothing for the
+    /// inbox, but the callers should run before the reader spins on.
+    Answered,
     /// The ring is done with (its link ended, it was closed and read out, or it is corrupt):
     /// drop it.
     Gone,
@@ -143,7 +146,8 @@ pub(crate) fn take_over_replies(reader: &Weak<Mutex<RingReader>>, last_polls: &m
                 r.stash.push_back(b);
                 took = true;
             }
-            // Replies only, or nothing whole yet.
+            Polled::Answered => took = true,
+            // Nothing whole yet.
             Polled::Empty if r.consumer.is_readable() => took = true,
             Polled::Empty => break,
             Polled::Gone => {
@@ -266,7 +270,7 @@ impl RingReader {
         // requests go on with a handle to answer them.
         let requests = self.link.calls.sort_out(src, &chunk, &mut spans);
         if spans.is_empty() {
-            return Polled::Empty;
+            return Polled::Answered;
         }
         Polled::Batch(
             MessageBatch::with_requests(src, chunk, spans, requests),
@@ -313,7 +317,7 @@ impl InboundRing {
             .name("busway-shm-discard".into())
             .spawn(move || loop {
                 match self.poll() {
-                    Polled::Batch(..) => {}
+                    Polled::Batch(..) | Polled::Answered => {}
                     Polled::Empty => {
                         waiter.wait_readable(Duration::from_millis(RING_WAIT_POLL_MS));
                     }
