@@ -447,7 +447,7 @@ fn bench_pingpong_rows_give_mib_per_second_beside_the_epoll_echo_per_loop_count(
         "--pingpong-sizes",
         "4096",
         "--io-threads",
-        "1,2",
+        "0,2",
     ]);
     let rows = json_rows(p);
     assert_eq!(rows.len(), 8);
@@ -471,7 +471,7 @@ fn bench_pingpong_rows_give_mib_per_second_beside_the_epoll_echo_per_loop_count(
             )
         })
         .collect();
-    assert_eq!(keys[0], ("tcp4".to_owned(), 1, 1));
+    assert_eq!(keys[0], ("tcp4".to_owned(), 0, 1));
     assert_eq!(keys[3], ("tcp4".to_owned(), 2, 20));
     assert_eq!(keys[7], ("relay4".to_owned(), 2, 20));
     // --plot: the same rows as a chart, a busway bar and a raw bar each.
@@ -485,7 +485,6 @@ fn bench_pingpong_rows_give_mib_per_second_beside_the_epoll_echo_per_loop_count(
 #[test]
 fn bench_refuses_io_threads_it_cannot_apply() {
     for (args, says) in [
-        (&["--io-threads", "0", "--rpc"][..], "at least 1"),
         (&["--io-threads", "2"][..], "--rpc and --pingpong"),
         (
             &["--pingpong", "--transports", "mem"][..],

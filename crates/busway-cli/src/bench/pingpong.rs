@@ -20,7 +20,7 @@ struct PingpongRow {
     sessions: usize,
     size: usize,
     /// Event loops: the nodes' dedicated I/O threads and the raw baseline's epoll threads, on
-    /// each side; 0: the nodes' links on the worker's own thread (`--io current`), one raw loop.
+    /// each side; 0: the nodes' links on the worker's own thread, one raw loop.
     io_threads: usize,
     mib_per_sec: f64,
     /// The epoll echo over N connections of the same kind of socket (shm: unix, where its
@@ -40,11 +40,7 @@ pub(super) fn run(args: &BenchArgs, specs: &[Spec]) -> Result<ExitCode, String> 
             PINGPONG_TRANSPORTS.join(", ")
         ));
     }
-    let loops: Vec<Option<usize>> = if args.io_threads.is_empty() {
-        vec![None]
-    } else {
-        args.io_threads.iter().copied().map(Some).collect()
-    };
+    let loops = args.loop_counts();
     let mut rows = Vec::new();
     let mut n = 3000;
     for t in transports {
@@ -95,7 +91,7 @@ pub(super) fn run(args: &BenchArgs, specs: &[Spec]) -> Result<ExitCode, String> 
 fn measure(
     args: &BenchArgs,
     t: &str,
-    io: Option<usize>,
+    io: usize,
     sessions: usize,
     size: usize,
     n: usize,
@@ -107,11 +103,13 @@ fn measure(
         api: "single".into(),
     };
     let sessions_arg = sessions.to_string();
-    let io_arg = io.unwrap_or(1).to_string();
-    let mut extra = vec!["--sessions", sessions_arg.as_str()];
-    if io.is_some() {
-        extra.extend(["--io-threads", io_arg.as_str()]);
-    }
+    let io_arg = io.to_string();
+    let extra = [
+        "--sessions",
+        sessions_arg.as_str(),
+        "--io-threads",
+        io_arg.as_str(),
+    ];
     // Opening thousands of connections takes a while before the clock starts.
     let limit = Duration::from_secs_f64(args.duration * 2.0 + WORKER_GRACE_SECS);
     let (bus, _) = if t == "relay4" {
@@ -142,7 +140,7 @@ fn measure(
         transport: t.to_owned(),
         sessions,
         size,
-        io_threads: io.unwrap_or(0),
+        io_threads: io,
         mib_per_sec: mib(&bus),
         raw_mib_per_sec: mib(&raw),
         ratio_to_raw: mib(&bus) / mib(&raw).max(1e-9),

@@ -18,7 +18,7 @@ struct RpcRow {
     transport: String,
     concurrency: usize,
     size: usize,
-    /// The nodes' dedicated I/O threads (`--io-threads`); 0: `--io` decided.
+    /// The nodes' dedicated I/O threads (`--io-threads`); 0: the links on the worker's thread.
     io_threads: usize,
     calls_per_sec: f64,
     p50_us: f64,
@@ -33,11 +33,7 @@ struct RpcRow {
 pub(super) fn run(args: &BenchArgs, specs: &[Spec]) -> Result<ExitCode, String> {
     let mut transports: Vec<&str> = specs.iter().map(|s| s.transport.as_str()).collect();
     transports.dedup();
-    let loops: Vec<Option<usize>> = if args.io_threads.is_empty() {
-        vec![None]
-    } else {
-        args.io_threads.iter().copied().map(Some).collect()
-    };
+    let loops = args.loop_counts();
     let mut rows = Vec::new();
     for (i, t) in transports.into_iter().enumerate() {
         if matches!(t, "relay4-stuck" | "tls4") {
@@ -56,11 +52,8 @@ pub(super) fn run(args: &BenchArgs, specs: &[Spec]) -> Result<ExitCode, String> 
                 api: "single".into(),
             };
             let calls = c.to_string();
-            let io_arg = io.unwrap_or(1).to_string();
-            let mut extra = vec!["--calls", calls.as_str()];
-            if io.is_some() {
-                extra.extend(["--io-threads", io_arg.as_str()]);
-            }
+            let io_arg = io.to_string();
+            let extra = ["--calls", calls.as_str(), "--io-threads", io_arg.as_str()];
             let limit = Duration::from_secs_f64(args.duration * 2.0 + WORKER_GRACE_SECS);
             let n = 2000 + i * 64 + j * 2;
             let (bus, _) = match t {
@@ -81,7 +74,7 @@ pub(super) fn run(args: &BenchArgs, specs: &[Spec]) -> Result<ExitCode, String> 
                 transport: t.to_owned(),
                 concurrency: c,
                 size: RPC_PAYLOAD_BYTES,
-                io_threads: io.unwrap_or(0),
+                io_threads: io,
                 calls_per_sec: bus.msgs as f64 / bus.secs.max(1e-9),
                 p50_us: bus.rtt_us[0],
                 p99_us: bus.rtt_us[1],

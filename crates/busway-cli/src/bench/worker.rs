@@ -104,8 +104,8 @@ pub(crate) struct WorkerArgs {
     /// one message of `--size-min` bytes in flight, echoed by both sides.
     #[arg(long)]
     sessions: Option<usize>,
-    /// Event loops: the node's dedicated I/O threads (overrides `--io`), or the raw
-    /// ping-pong's epoll threads on each side.
+    /// Event loops: the node's dedicated I/O threads (0: its links on this thread; overrides
+    /// `--io`), or the raw ping-pong's epoll threads on each side (at least one).
     #[arg(long)]
     io_threads: Option<usize>,
 }
@@ -200,6 +200,7 @@ fn node_config(args: &WorkerArgs, id: BusId) -> NodeConfig {
         c.tls = super::tls::node_tls(dir, id.0).ok();
     }
     c.io_threads = match args.io_threads {
+        Some(0) => IoThreads::Current,
         Some(n) => IoThreads::Dedicated(n),
         None if args.io == "dedicated" => IoThreads::Dedicated(1),
         None => IoThreads::Current,
@@ -609,7 +610,7 @@ impl WorkerArgs {
             sessions: self.sessions.unwrap_or(1).max(1),
             size: self.size_min,
             duration: self.duration,
-            loops: self.io_threads.unwrap_or(1),
+            loops: self.io_threads.unwrap_or(1).max(1),
         }
     }
 
