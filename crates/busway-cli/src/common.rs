@@ -208,5 +208,10 @@ pub(crate) fn describe(ev: &Event) -> String {
         ),
         Event::Rejected { addr, reason } => format!("rejected {addr}: {reason}"),
         Event::DialFailed { addr, reason } => format!("dial {addr} failed: {reason} (retrying)"),
+        Event::GroupGap {
+            group,
+            publisher,
+            missed,
+        } => format!("group {group}: {missed} publishes of {publisher} never arrived"),
     }
 }

@@ -59,6 +59,12 @@ pub enum FrameKind {
     /// other; body: u64 call id, u8 status (`REPLY_OK` or an error), payload (the error's text
     /// when the status is not OK).
     Reply = 0x09,
+    /// A node's interest in a group changed (see [`crate::group`]): one message numbered like
+    /// any other, on a direct link only; body: u8 op, u8 name length, name.
+    Interest = 0x0A,
+    /// One publish to a group (see [`crate::group`]): one message numbered like any other, on
+    /// a direct link only; body: u64 publisher, u64 number, u8 name length, name, payload.
+    Publish = 0x0B,
     /// First handshake frame of each side.
     Hello = 0x10,
     /// Second handshake frame of each side: proof of the shared secret.
@@ -80,6 +86,8 @@ impl FrameKind {
             0x07 => Self::DataBatch,
             0x08 => Self::Call,
             0x09 => Self::Reply,
+            0x0A => Self::Interest,
+            0x0B => Self::Publish,
             0x10 => Self::Hello,
             0x11 => Self::Auth,
             0x20 => Self::Channel,
@@ -380,14 +388,20 @@ pub const SPAN_LEN_MASK: u32 = BODY_LEN_CEILING as u32;
 pub const SPAN_CALL: u32 = 1 << 24;
 /// Span tag: the span is a REPLY body (call id, status, then the payload).
 pub const SPAN_REPLY: u32 = 2 << 24;
+/// Span tag: the span is an INTEREST body (see [`crate::group`]).
+pub const SPAN_INTEREST: u32 = 3 << 24;
+/// Span tag: the span is a PUBLISH body (see [`crate::group`]).
+pub const SPAN_PUBLISH: u32 = 4 << 24;
 /// The tag bits of a span's second field.
 pub const SPAN_TAG_MASK: u32 = !SPAN_LEN_MASK;
 
-/// Appends the (start, len) of each message of a DATA, DATA_BATCH, CALL or REPLY frame whose
-/// body starts at `base` in the caller's buffer. A CALL or REPLY span covers its whole body
-/// and carries `SPAN_CALL` or `SPAN_REPLY` in the length's top bits (lengths are under 2^24).
-/// Any other kind, a batch whose entries do not tile its body, or a CALL or REPLY too short
-/// for its header is an error naming what was found (and nothing is appended).
+/// Appends the (start, len) of each message of a DATA, DATA_BATCH, CALL, REPLY, INTEREST or
+/// PUBLISH frame whose body starts at `base` in the caller's buffer. A CALL, REPLY, INTEREST
+/// or PUBLISH span covers its whole body and carries `SPAN_CALL`, `SPAN_REPLY`,
+/// `SPAN_INTEREST` or `SPAN_PUBLISH` in the length's top bits (lengths are under 2^24). Any
+/// other kind, a batch whose entries do not tile its body, or a CALL, REPLY, INTEREST or
+/// PUBLISH whose head is short or false is an error naming what was found (and nothing is
+/// appended).
 pub fn message_spans(
     kind: FrameKind,
     body: &[u8],
@@ -419,6 +433,16 @@ pub fn message_spans(
                 ));
             }
             spans.push((base as u32, body.len() as u32 | tag));
+            Ok(())
+        }
+        FrameKind::Interest => {
+            crate::group::decode_interest(body)?;
+            spans.push((base as u32, body.len() as u32 | SPAN_INTEREST));
+            Ok(())
+        }
+        FrameKind::Publish => {
+            crate::group::decode_publish(body)?;
+            spans.push((base as u32, body.len() as u32 | SPAN_PUBLISH));
             Ok(())
         }
         other => Err(format!("{other:?} frame where only messages may be")),

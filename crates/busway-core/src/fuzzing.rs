@@ -49,8 +49,8 @@ pub fn frame_decoder(data: &[u8]) {
 /// the input. Most kind bytes pick a valid kind; 0xf0 and above send the body as raw bytes
 /// (whatever the reader makes of them as a header).
 fn frames_with_valid_checks(mut input: &[u8], stream: &mut Vec<u8>) {
-    const KINDS: [u8; 12] = [
-        0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08, 0x09, 0x10, 0x11, 0x20,
+    const KINDS: [u8; 14] = [
+        0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08, 0x09, 0x0A, 0x0B, 0x10, 0x11, 0x20,
     ];
     while input.len() >= 3 {
         let kind = input[0];

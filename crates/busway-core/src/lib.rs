@@ -12,6 +12,7 @@
 //! - [`link`]: one link's protocol as a state machine (handshake, frame rules, heartbeats, rings).
 //! - [`outbox`], [`e2e`]: numbering, holding and resending messages on a link and end to end.
 //! - [`routed`], [`relay`], [`hints`]: the ROUTED frame, routing decisions, direct-link hints.
+//! - [`group`]: the INTEREST and PUBLISH frames of groups.
 //! - [`fuzzing`]: entry points shared by the fuzz targets and the property tests.
 
 pub mod cert_ids;
@@ -20,6 +21,7 @@ pub mod control;
 pub mod e2e;
 pub mod frame;
 pub mod fuzzing;
+pub mod group;
 pub mod handshake;
 pub mod hints;
 pub mod id;

@@ -689,7 +689,12 @@ impl Link {
         spans: &mut Spans,
     ) -> bool {
         match kind {
-            FrameKind::Data | FrameKind::DataBatch | FrameKind::Call | FrameKind::Reply => {
+            FrameKind::Data
+            | FrameKind::DataBatch
+            | FrameKind::Call
+            | FrameKind::Reply
+            | FrameKind::Interest
+            | FrameKind::Publish => {
                 if let Phase::Up {
                     inbound: Carrier::Ring,
                     ..

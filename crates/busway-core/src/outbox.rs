@@ -700,7 +700,7 @@ fn reframe(frames: &Bytes, skip: u64) -> Bytes {
                     index += 1;
                 });
             }
-            FrameKind::Call | FrameKind::Reply => {
+            FrameKind::Call | FrameKind::Reply | FrameKind::Interest | FrameKind::Publish => {
                 if index >= skip {
                     out.append_frame(kind, &[], body);
                 }

@@ -87,4 +87,12 @@ pub enum Event {
     Rejected { addr: String, reason: String },
     /// A dial attempt failed; busway keeps retrying with backoff.
     DialFailed { addr: String, reason: String },
+    /// Publishes of `publisher` to `group`, a group this node joined, never reached it:
+    /// `missed` of them, just before the one that did (a relay on the way could not pass
+    /// them on, or died with them).
+    GroupGap {
+        group: String,
+        publisher: BusId,
+        missed: u64,
+    },
 }

@@ -127,6 +127,10 @@ pub const RING_WAIT_POLL_MS: u64 = 100;
 /// How often a link with a ring, while this node has calls pending, looks whether the
 /// application left the ring unread (then the link takes the replies out itself), in ms.
 pub const RING_REPLY_WATCH_MS: u64 = 1;
+/// How often a link with a ring, while this node has no call pending and no part in a group,
+/// looks whether the application left the ring unread (a group message from the peer is then
+/// acted on by the link), in ms.
+pub const RING_IDLE_WATCH_MS: u64 = 100;
 /// Bytes of other messages a link may hold for the application while it takes replies out of
 /// a ring the application does not read; past it, it stops (the peer's writer then waits,
 /// and calls wait for the application or their timeout).
@@ -142,3 +146,6 @@ const _: () = assert!(RING_ACK_EVERY_BYTES < DEFAULT_SEND_QUEUE_BYTES_MAX / 4);
 /// Calls one node may have pending at once (`Node::call`): past it a call waits for one to
 /// end, or fails at once with `CallError::TooManyPending` if its caller chose so.
 pub const CALLS_PENDING_MAX: usize = 65_536;
+
+/// Groups a node may join at once; `Node::join` past it fails.
+pub const GROUPS_JOINED_MAX: usize = 4_096;

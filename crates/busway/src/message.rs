@@ -4,17 +4,21 @@ use crate::request::{ReplyError, Request};
 use busway_core::frame::{CALL_HEADER_LEN, REPLY_HEADER_LEN, SPAN_CALL, SPAN_LEN_MASK, SPAN_REPLY};
 use busway_core::BusId;
 use bytes::Bytes;
+use std::sync::Arc;
 
 /// One received message.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Message {
-    /// The node that sent it.
+    /// The node that sent it (for a publish, its publisher, whichever node passed it on).
     pub src: BusId,
     /// The payload, sharing the receive buffer (no copy).
     pub payload: Bytes,
     /// Set when the message is a request (sent with `Node::call`): answer it with
     /// [`Message::reply`]. Dropped unanswered, the caller gets an error reply at once.
     pub request: Option<Request>,
+    /// Set when the message was published to a group this node joined (`Node::publish`):
+    /// the group's name.
+    pub group: Option<Arc<str>>,
 }
 
 impl Message {
@@ -47,6 +51,8 @@ pub struct MessageBatch {
     spans: Vec<(u32, u32)>,
     /// The requests among the messages, by index, in order (most batches have none).
     requests: Vec<(u32, Request)>,
+    /// The group every message of the batch was published to, if they were.
+    group: Option<Arc<str>>,
 }
 
 impl MessageBatch {
@@ -56,7 +62,38 @@ impl MessageBatch {
             buf,
             spans,
             requests: Vec::new(),
+            group: None,
         }
+    }
+
+    /// Publishes from `publisher` to `group`: the messages at `spans` of `buf`.
+    pub(crate) fn published_in(
+        publisher: BusId,
+        group: Arc<str>,
+        buf: Bytes,
+        spans: Vec<(u32, u32)>,
+    ) -> Self {
+        Self {
+            group: Some(group),
+            ..Self::new(publisher, buf, spans)
+        }
+    }
+
+    /// One publish from `publisher` to `group`.
+    pub(crate) fn published(publisher: BusId, group: Arc<str>, payload: Bytes) -> Self {
+        let len = payload.len() as u32;
+        Self::published_in(publisher, group, payload, vec![(0, len)])
+    }
+
+    /// Appends the publish at `span` of the batch's buffer (same publisher, same group).
+    pub(crate) fn push_span(&mut self, span: (u32, u32)) {
+        self.spans.push(span);
+    }
+
+    /// The group the batch's messages were published to, if they were (all of them were, or
+    /// none).
+    pub fn group(&self) -> Option<&str> {
+        self.group.as_deref()
     }
 
     /// A batch whose messages include the `requests` (index in `spans`, handle).
@@ -71,6 +108,7 @@ impl MessageBatch {
             buf,
             spans,
             requests,
+            group: None,
         }
     }
 
@@ -79,7 +117,7 @@ impl MessageBatch {
         Self::new(src, payload, vec![(0, len)])
     }
 
-    /// The node that sent every message of the batch.
+    /// The node that sent every message of the batch (for publishes, their publisher).
     pub fn src(&self) -> BusId {
         self.src
     }
@@ -117,6 +155,7 @@ impl MessageBatch {
             src: self.src,
             payload: self.buf.slice(payload_range(self.spans[i])),
             request: self.request(i).cloned(),
+            group: self.group.clone(),
         }
     }
 
@@ -132,6 +171,7 @@ impl MessageBatch {
             src: self.src,
             payload: self.buf.slice(payload_range(self.spans[i])),
             request,
+            group: self.group.clone(),
         }
     }
 

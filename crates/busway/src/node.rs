@@ -225,6 +225,7 @@ impl Node {
             admission,
             inbox: inbox_tx,
             calls: Arc::new(CallTable::new(counters.clone(), CALLS_PENDING_MAX)),
+            groups: Default::default(),
             deferred,
             counters,
             loops,

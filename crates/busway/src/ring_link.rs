@@ -4,12 +4,15 @@
 
 use crate::call_table::CallTable;
 use crate::limits::{RING_ACK_DELAY_MS, RING_DRAIN_POLL_MS};
+use crate::message::MessageBatch;
 use crate::peer::Peer;
 use crate::stats::Counters;
 use busway_core::control::ack_frame;
+use busway_core::BusId;
 use busway_shm::ring::ReadWaiter;
+use bytes::Bytes;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 use tokio::sync::Notify;
 
@@ -19,6 +22,18 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 /// One link's side of the peer's ring, shared by the link task and the application's reader.
+/// What a ring's reader hands the group messages it reads to: the node (see `groups`).
+pub(crate) trait GroupMessages: Send + Sync {
+    /// Takes the group messages out of `spans` (from the direct peer `from`, in `chunk`);
+    /// returns the publishes for this node's inbox.
+    fn sort_out(
+        &self,
+        from: BusId,
+        chunk: &Bytes,
+        spans: &mut Vec<(u32, u32)>,
+    ) -> Vec<MessageBatch>;
+}
+
 pub(crate) struct RingLink {
     pub(crate) peer: Arc<Peer>,
     pub(crate) link_id: u64,
@@ -27,6 +42,9 @@ pub(crate) struct RingLink {
     pub(crate) calls: Arc<CallTable>,
     /// Largest frame body the ring may hold, in bytes (the node's limit).
     pub(crate) frame_body_max: usize,
+    /// The node, for the group messages read from the ring (interest to record, publishes to
+    /// pass on). Weak: the node owns its links, not the other way round.
+    pub(crate) node: Weak<dyn GroupMessages>,
     /// The link ended: its ring is not read any more (what was not acknowledged is written
     /// again on the next link).
     gone: AtomicBool,
@@ -53,6 +71,7 @@ impl RingLink {
         counters: Arc<Counters>,
         calls: Arc<CallTable>,
         frame_body_max: usize,
+        node: Weak<dyn GroupMessages>,
     ) -> Self {
         Self {
             peer,
@@ -60,6 +79,7 @@ impl RingLink {
             counters,
             calls,
             frame_body_max,
+            node,
             gone: AtomicBool::new(false),
             fault: Mutex::default(),
             fault_raised: Notify::new(),

@@ -34,8 +34,9 @@ pub(crate) enum Polled {
     Batch(MessageBatch, bool),
     /// Nothing whole to deliver now.
     Empty,
-    /// Only replies, which ended their calls (their callers were woken): nothing for the
-    /// inbox, but the callers should run before the reader spins on.
+    /// Nothing for the inbox in the read itself: replies, which ended their calls (their
+    /// callers were woken: they should run before the reader spins on), or publishes, which
+    /// went to the stash.
     Answered,
     /// The ring is done with (its link ended, it was closed and read out, or it is corrupt):
     /// drop it.
@@ -179,6 +180,13 @@ impl RingReader {
         }
         let polled = self.read_messages();
         self.gone = matches!(polled, Polled::Gone);
+        if matches!(polled, Polled::Answered) {
+            // The stash was empty before this read: what it holds now came from it, in order.
+            if let Some(b) = self.stash.pop_front() {
+                self.stash_bytes -= b.footprint();
+                return Polled::Batch(b, false);
+            }
+        }
         polled
     }
 
@@ -266,10 +274,19 @@ impl RingReader {
             self.link.ack_soon();
         }
         let src = self.link.peer.id;
+        // Group messages: interest is recorded, publishes are passed on, and those for this
+        // node wait in the stash, handed out by the next polls.
+        if let Some(node) = self.link.node.upgrade() {
+            for b in node.sort_out(src, &chunk, &mut spans) {
+                self.stash_bytes += b.footprint();
+                self.stash.push_back(b);
+            }
+        }
         // Replies end their calls here (this is the application's thread reading the ring);
         // requests go on with a handle to answer them.
         let requests = self.link.calls.sort_out(src, &chunk, &mut spans);
         if spans.is_empty() {
+            // Replies, and publishes now at the back of the stash (in their order).
             return Polled::Answered;
         }
         Polled::Batch(

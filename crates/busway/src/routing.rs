@@ -17,7 +17,7 @@ use crate::peer::Peer;
 use crate::remote::Remote;
 use crate::shared::Shared;
 use busway_core::e2e::{Check, FailOutcome, Verdict};
-use busway_core::frame::{FrameDecoder, BODY_LEN_CEILING, HEADER_LEN};
+use busway_core::frame::{FrameDecoder, FrameKind, BODY_LEN_CEILING, HEADER_LEN};
 use busway_core::relay::{self, Neighbor};
 use busway_core::routed::{
     decode_fail, decode_hint, encode_fail, encode_hint, forwarded_parts, routed_frame, FailReason,
@@ -428,6 +428,10 @@ impl Shared {
                 next_sweep = now + FORGET_SWEEP_INTERVAL_MS;
                 self.forget_idle(now);
             }
+            if !self.groups.is_idle() {
+                // Interest that did not fit a peer's queue when it changed.
+                self.sync_group_adverts();
+            }
             for r in self.remotes_snapshot() {
                 match r.check(now, ROUTED_RESEND_AFTER_MS, self.config.peer_dead_after_ms) {
                     Check::Idle => {}
@@ -514,6 +518,12 @@ pub(crate) fn inner_spans(inner: &[u8]) -> Result<Vec<(u32, u32)>, String> {
         };
         let body_at = pos + HEADER_LEN;
         let body = &inner[body_at..pos + len];
+        if matches!(kind, FrameKind::Interest | FrameKind::Publish) {
+            // A group's traffic goes hop by hop, each hop choosing its links: never end to end.
+            return Err(format!(
+                "ROUTED DATA: a {kind:?} frame inside, at {pos} (group frames travel on direct links only)"
+            ));
+        }
         busway_core::frame::message_spans(kind, body, body_at, &mut spans)
             .map_err(|what| format!("ROUTED DATA: {what}"))?;
         pos += len;

@@ -12,6 +12,7 @@ use crate::deferred::Deferred;
 use crate::dial::Dial;
 use crate::event::{DownReason, Event, Path};
 use crate::event_queue::EventQueue;
+use crate::group_table::GroupTable;
 use crate::hints::Hints;
 use crate::inbox::InboxSender;
 use crate::io_loops::IoLoops;
@@ -48,6 +49,8 @@ pub(crate) struct Shared {
     pub(crate) inbox: InboxSender,
     /// The calls this node made and waits on.
     pub(crate) calls: Arc<CallTable>,
+    /// The groups this node joined and the groups its peers asked for.
+    pub(crate) groups: GroupTable,
     /// Peers whose rings hold single sends not yet published.
     pub(crate) deferred: Arc<Deferred>,
     pub(crate) counters: Arc<Counters>,
@@ -159,6 +162,7 @@ impl Shared {
         incarnation: Option<u64>,
     ) {
         self.calls.fail_peer(peer, &reason);
+        self.group_peer_gone(peer, path);
         self.report_undeliverable(peer, seqs, reason, path, incarnation);
     }
 
@@ -256,6 +260,8 @@ impl Shared {
         if dial == Dial::Upstream {
             self.peers.set_upstream(peer.id);
         }
+        // A new peer (or a new incarnation) learns what this node wants through it.
+        self.sync_group_adverts();
         self.peers.notify_changed();
     }
 

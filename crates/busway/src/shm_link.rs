@@ -7,7 +7,7 @@
 //! holds, and the application reads the ring itself (see `ring_rx`). A ring lives and dies with
 //! its link: what it held unacknowledged is written again on the next link, like anything else.
 
-use crate::limits::RING_REPLY_WATCH_MS;
+use crate::limits::{RING_IDLE_WATCH_MS, RING_REPLY_WATCH_MS};
 use crate::peer::Peer;
 use crate::ring_link::RingLink;
 use crate::ring_rx::{take_over_replies, RingReader};
@@ -85,6 +85,7 @@ impl ShmLink {
             shared.counters.clone(),
             shared.calls.clone(),
             shared.config.frame_body_max,
+            Arc::downgrade(&shared) as Weak<dyn crate::ring_link::GroupMessages>,
         );
         Self {
             shared,
@@ -227,19 +228,29 @@ impl ShmLink {
         *lock(&self.reader) = Some(reader);
     }
 
-    /// While this node has calls pending, looks every `RING_REPLY_WATCH_MS` whether the
-    /// application left the peer's ring unread, and then takes the replies out itself (the
-    /// rest waits for the application, in order): a call over shared memory does not depend on
-    /// its application reading the inbox. Never returns.
+    /// Looks whether the application left the peer's ring unread, and then takes out itself
+    /// what the node must act on (replies end their calls; group messages are recorded and
+    /// passed on; the rest waits for the application, in order): a call over shared memory,
+    /// or a relay's part in a group, does not depend on its application reading the inbox.
+    /// Looks every `RING_REPLY_WATCH_MS` while calls are pending or the node takes part in a
+    /// group, every `RING_IDLE_WATCH_MS` otherwise (a peer may start a group's traffic).
+    /// Never returns.
     pub(crate) async fn watch_replies(&self) -> std::convert::Infallible {
         let mut last_polls = 0;
         loop {
             let calls = &self.shared.calls;
-            if calls.len() == 0 {
-                calls.wait_pending().await;
-                continue;
+            if calls.len() == 0 && self.shared.groups.is_idle() {
+                let idle = Duration::from_millis(RING_IDLE_WATCH_MS);
+                // Woken early by a call; else a look now and then.
+                if tokio::time::timeout(idle, calls.wait_pending())
+                    .await
+                    .is_ok()
+                {
+                    continue;
+                }
+            } else {
+                tokio::time::sleep(Duration::from_millis(RING_REPLY_WATCH_MS)).await;
             }
-            tokio::time::sleep(Duration::from_millis(RING_REPLY_WATCH_MS)).await;
             let reader = lock(&self.reader).clone();
             if let Some(reader) = reader {
                 if take_over_replies(&reader, &mut last_polls) {

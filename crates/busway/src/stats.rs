@@ -27,6 +27,11 @@ pub(crate) struct Counters {
     pub(crate) forgotten_destinations: AtomicU64,
     pub(crate) late_replies: AtomicU64,
     pub(crate) misdirected_replies: AtomicU64,
+    pub(crate) publishes_unheard: AtomicU64,
+    pub(crate) publishes_unwanted: AtomicU64,
+    pub(crate) group_copies_dropped: AtomicU64,
+    pub(crate) group_forwards_dropped: AtomicU64,
+    pub(crate) group_interest_refused: AtomicU64,
 }
 
 pub(crate) fn bump(c: &AtomicU64) {
@@ -86,6 +91,18 @@ pub struct Stats {
     pub late_replies: u64,
     /// Replies from a node other than the one called, dropped (the call goes on waiting).
     pub misdirected_replies: u64,
+    /// Publishes of this node that reached no member (none was known), ever.
+    pub publishes_unheard: u64,
+    /// Publishes received for a group this node neither joined nor passes on (no peer asked
+    /// for it here, e.g. a member that just left), dropped, ever.
+    pub publishes_unwanted: u64,
+    /// Publishes received a second time (by another path), dropped, ever.
+    pub group_copies_dropped: u64,
+    /// Publishes this node could not pass on to a peer that asked for them (its queue was
+    /// full, or it was gone): that peer's members see a gap (`Event::GroupGap`), ever.
+    pub group_forwards_dropped: u64,
+    /// INTEREST messages ignored: the peer asked for `GROUPS_PER_PEER_MAX` groups already.
+    pub group_interest_refused: u64,
 }
 
 impl Counters {
@@ -116,6 +133,11 @@ impl Counters {
             calls_pending: 0,
             late_replies: self.late_replies.load(Relaxed),
             misdirected_replies: self.misdirected_replies.load(Relaxed),
+            publishes_unheard: self.publishes_unheard.load(Relaxed),
+            publishes_unwanted: self.publishes_unwanted.load(Relaxed),
+            group_copies_dropped: self.group_copies_dropped.load(Relaxed),
+            group_forwards_dropped: self.group_forwards_dropped.load(Relaxed),
+            group_interest_refused: self.group_interest_refused.load(Relaxed),
         }
     }
 }

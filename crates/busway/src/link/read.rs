@@ -185,8 +185,10 @@ fn routed_in(
     Ok(())
 }
 
-/// Hands messages from `src` to the application: replies end their calls here, the rest
-/// (requests with a handle to answer them) go to the inbox, waiting for room if need be.
+/// Hands messages from `src` to the application: group messages are sorted out (interest
+/// recorded, publishes passed on and delivered as batches of their publishers), replies end
+/// their calls here, the rest (requests with a handle to answer them) go to the inbox,
+/// waiting for room if need be.
 async fn deliver(
     shared: &Shared,
     machine: &Mutex<Link>,
@@ -194,11 +196,19 @@ async fn deliver(
     chunk: bytes::Bytes,
     mut spans: Vec<(u32, u32)>,
 ) {
+    let published = shared.sort_out_groups(src, &chunk, &mut spans);
     let requests = shared.calls.sort_out(src, &chunk, &mut spans);
-    if spans.is_empty() {
-        return;
+    if !spans.is_empty() {
+        let batch = MessageBatch::with_requests(src, chunk, spans, requests);
+        hand_over(shared, machine, batch).await;
     }
-    let batch = MessageBatch::with_requests(src, chunk, spans, requests);
+    for batch in published {
+        hand_over(shared, machine, batch).await;
+    }
+}
+
+/// Hands one batch to the inbox, waiting for room if need be.
+async fn hand_over(shared: &Shared, machine: &Mutex<Link>, batch: MessageBatch) {
     if let Err(batch) = shared.inbox.deliver_now(batch) {
         wait_to_deliver(shared, machine, batch).await;
     }

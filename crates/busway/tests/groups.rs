@@ -1,0 +1,414 @@
+//! Groups (`Node::join`, `Node::publish`): publishes reach every member once and in order over
+//! every transport, through one and two levels of relays and from a publisher linked with a
+//! plain `connect`; a copy that comes by a second path is dropped; a member that leaves stops
+//! getting them; bad group frames close only the link that sent them.
+
+mod common;
+
+use busway::{BusId, Inbox, Node, NodeConfig};
+use bytes::Bytes;
+use common::*;
+
+const GROUP: &str = "world";
+
+fn numbered(i: u64) -> Bytes {
+    Bytes::from(i.to_le_bytes().to_vec())
+}
+
+/// Waits until `publisher` sends `GROUP`'s publishes to each of `links`.
+async fn until_linked(publisher: &Node, links: &[u64]) {
+    let want: Vec<BusId> = links.iter().map(|&i| BusId(i)).collect();
+    let got = tokio::time::timeout(WAIT, async {
+        loop {
+            if publisher.group_links(GROUP) == want {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(POLL_MS)).await;
+        }
+    })
+    .await;
+    assert!(
+        got.is_ok(),
+        "node {} sends {GROUP} to {:?}, expected {want:?}",
+        publisher.id(),
+        publisher.group_links(GROUP)
+    );
+}
+
+/// Receives publishes 0..n of `publisher` to `GROUP`, in order, each once.
+async fn expect_publishes(inbox: &mut Inbox, publisher: BusId, n: u64, what: &str) {
+    let mut next = 0;
+    while next < n {
+        let batch = tokio::time::timeout(WAIT, inbox.recv_batch())
+            .await
+            .unwrap_or_else(|_| panic!("{what}: stalled at {next}"))
+            .expect("inbox open");
+        assert_eq!(batch.group(), Some(GROUP), "{what}");
+        assert_eq!(
+            batch.src(),
+            publisher,
+            "{what}: the publisher is the source"
+        );
+        for p in batch.iter() {
+            assert_eq!(p, &next.to_le_bytes()[..], "{what}: in order, each once");
+            next += 1;
+        }
+    }
+}
+
+/// A node registered below the relay at `addr`, with no direct links of its own.
+async fn below(id: u64, addr: &busway::Addr) -> Node {
+    let mut c = config(id).upstream(addr.clone());
+    c.direct_links = false;
+    start(c).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn publishes_reach_a_member_over_every_transport_once_in_order() {
+    for t in transports() {
+        let (a, b) = pair(t, config(1), config(2)).await;
+        let mut inbox = b.take_inbox().unwrap();
+        let mut own = a.take_inbox().unwrap();
+        b.join(GROUP).unwrap();
+        a.join(GROUP).unwrap();
+        assert_eq!(a.groups(), vec![GROUP.to_owned()]);
+        until_linked(&a, &[2]).await;
+        for i in 0..1_000 {
+            // The member, and the publisher itself (a member too).
+            assert_eq!(a.publish(GROUP, numbered(i)).await.unwrap(), 2, "over {t}");
+        }
+        expect_publishes(&mut inbox, BusId(1), 1_000, t).await;
+        expect_publishes(&mut own, BusId(1), 1_000, t).await;
+        // Plain messages still flow beside them, with no group.
+        b.send(a.id(), Bytes::from_static(b"plain")).await.unwrap();
+        let m = tokio::time::timeout(WAIT, own.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!((&m.payload[..], m.group), (&b"plain"[..], None));
+        a.shutdown().await;
+        b.shutdown().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_fans_out_to_its_members_only_and_two_levels_deep() {
+    // top (100) <- mid (101) <- deep member 4; members 2 and 3 and a bystander 5 below top;
+    // the publisher 1 below top too.
+    let top = start(config(100).listen(listen_addr("tcp4"))).await;
+    let top_addr = top.listen_addrs()[0].clone();
+    let mut mid_config = config(101).upstream(top_addr.clone());
+    mid_config.direct_links = false;
+    mid_config.subtree = Some((BusId(101), BusId(199)));
+    let mid = start(mid_config.listen(listen_addr("tcp4"))).await;
+    let mid_addr = mid.listen_addrs()[0].clone();
+    let publisher = below(1, &top_addr).await;
+    let (m2, m3, bystander) = (
+        below(2, &top_addr).await,
+        below(3, &top_addr).await,
+        below(5, &top_addr).await,
+    );
+    let deep = below(104, &mid_addr).await;
+    let mut inboxes: Vec<(Inbox, &str)> = Vec::new();
+    for (n, what) in [(&m2, "member 2"), (&m3, "member 3"), (&deep, "member 104")] {
+        n.join(GROUP).unwrap();
+        inboxes.push((n.take_inbox().unwrap(), what));
+    }
+    let mut bystander_inbox = bystander.take_inbox().unwrap();
+    until_linked(&top, &[2, 3, 101]).await;
+    until_linked(&publisher, &[100]).await;
+    for i in 0..2_000 {
+        assert_eq!(publisher.publish(GROUP, numbered(i)).await.unwrap(), 1);
+    }
+    for (inbox, what) in &mut inboxes {
+        expect_publishes(inbox, BusId(1), 2_000, what).await;
+    }
+    // One frame per link: the publisher wrote each publish once, to the top relay.
+    assert_eq!(publisher.peers().len(), 1);
+    // The bystander got none of them: the next thing it reads is a plain message.
+    send_and_expect(&publisher, BusId(5), &mut bystander_inbox, b"only this").await;
+    for n in [publisher, m2, m3, bystander, deep, mid, top] {
+        n.shutdown().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_publisher_linked_by_connect_reaches_the_members_below_a_relay() {
+    let hub = start(config(100).listen(listen_addr("tcp4"))).await;
+    let addr = hub.listen_addrs()[0].clone();
+    let member = below(2, &addr).await;
+    member.join(GROUP).unwrap();
+    let mut inbox = member.take_inbox().unwrap();
+    let publisher = start(config(1).connect(addr)).await;
+    assert!(publisher.wait_for_peer(BusId(100), WAIT).await);
+    until_linked(&publisher, &[100]).await;
+    for i in 0..500 {
+        publisher.publish(GROUP, numbered(i)).await.unwrap();
+    }
+    expect_publishes(&mut inbox, BusId(1), 500, "member below the hub").await;
+    for n in [publisher, member, hub] {
+        n.shutdown().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_by_a_second_path_is_dropped() {
+    // The member is linked to the publisher directly and, through the relay, again.
+    let relay = start(config(100).listen(listen_addr("tcp4"))).await;
+    let addr = relay.listen_addrs()[0].clone();
+    let member = start(
+        NodeConfig {
+            direct_links: false,
+            ..config(2)
+        }
+        .upstream(addr.clone())
+        .listen(listen_addr("tcp4")),
+    )
+    .await;
+    member.join(GROUP).unwrap();
+    let mut inbox = member.take_inbox().unwrap();
+    let publisher = start(
+        NodeConfig {
+            direct_links: false,
+            ..config(1)
+        }
+        .upstream(addr)
+        .connect(member.listen_addrs()[0].clone()),
+    )
+    .await;
+    until_linked(&publisher, &[2, 100]).await;
+    for i in 0..1_000 {
+        assert_eq!(publisher.publish(GROUP, numbered(i)).await.unwrap(), 2);
+    }
+    expect_publishes(&mut inbox, BusId(1), 1_000, "member on two paths").await;
+    nothing_more_from(&publisher, &mut inbox, BusId(2)).await;
+    until("the member dropped the second copies", || {
+        member.stats().group_copies_dropped == 1_000
+    })
+    .await;
+    for n in [publisher, member, relay] {
+        n.shutdown().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_that_leaves_gets_no_more_and_a_publish_to_nobody_is_counted() {
+    let (a, b) = pair("tcp4", config(1), config(2)).await;
+    let mut inbox = b.take_inbox().unwrap();
+    b.join(GROUP).unwrap();
+    until_linked(&a, &[2]).await;
+    a.publish(GROUP, numbered(0)).await.unwrap();
+    expect_publishes(&mut inbox, BusId(1), 1, "before leaving").await;
+    b.leave(GROUP);
+    assert!(b.groups().is_empty());
+    until_linked(&a, &[]).await;
+    assert_eq!(a.publish(GROUP, numbered(1)).await.unwrap(), 0);
+    assert_eq!(a.stats().publishes_unheard, 1);
+    // Nothing of the group came after the first: the next message is a plain one.
+    nothing_more_from(&a, &mut inbox, BusId(2)).await;
+    // Joining again works: the publisher learns it anew.
+    b.join(GROUP).unwrap();
+    until_linked(&a, &[2]).await;
+    a.publish(GROUP, numbered(2)).await.unwrap();
+    let m = tokio::time::timeout(WAIT, inbox.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (&m.payload[..], m.group.as_deref()),
+        (&2u64.to_le_bytes()[..], Some(GROUP))
+    );
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_member_is_forgotten_until_it_joins_again() {
+    let a = start(config(1).listen(listen_addr("tcp4"))).await;
+    let addr = a.listen_addrs()[0].clone();
+    let b = start(config(2).connect(addr.clone())).await;
+    b.join(GROUP).unwrap();
+    until_linked(&a, &[2]).await;
+    b.shutdown().await;
+    // A new incarnation of bus id 2 that did not join.
+    let b2 = start(config(2).connect(addr)).await;
+    assert!(b2.wait_for_peer(BusId(1), WAIT).await);
+    until_linked(&a, &[]).await;
+    assert_eq!(a.publish(GROUP, numbered(0)).await.unwrap(), 0);
+    a.shutdown().await;
+    b2.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_names_and_oversize_publishes_are_refused_with_the_reason() {
+    let (a, b) = pair("tcp4", config(1), config(2)).await;
+    let long = "g".repeat(busway_core::group::GROUP_NAME_BYTES_MAX + 1);
+    assert!(a.join("").unwrap_err().to_string().contains("0 bytes"));
+    assert!(a.join(&long).unwrap_err().to_string().contains("129 bytes"));
+    let huge = Bytes::from(vec![0u8; a_frame_body_max() + 1]);
+    let err = a.publish(GROUP, huge).await.unwrap_err().to_string();
+    assert!(err.contains("does not fit a frame"), "{err}");
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
+fn a_frame_body_max() -> usize {
+    busway_core::frame::DEFAULT_BODY_LEN_MAX
+}
+
+mod lies {
+    //! Group frames a peer may not send: each closes only that peer's link, with the reason.
+
+    use super::*;
+    use busway::{DownReason, Event};
+    use busway_core::frame::{encode_header, frame_bytes, FrameKind};
+    use busway_core::group::{encode_interest, encode_publish_head};
+    use tokio::io::AsyncWriteExt;
+
+    async fn raw_peer_says(
+        node: &Node,
+        events: &mut busway::Events,
+        id: u64,
+        frame: &[u8],
+    ) -> String {
+        let busway::Addr::Tcp(addr) = node.listen_addrs()[0].clone() else {
+            unreachable!()
+        };
+        let mut s = authenticated(addr, id, None).await;
+        assert!(node.wait_for_peer(BusId(id), WAIT).await);
+        s.write_all(frame).await.unwrap();
+        wait_event(events, |e| match e {
+            Event::PeerDown {
+                peer,
+                reason: DownReason::ProtocolError(r),
+                ..
+            } if peer.0 == id => Some(r.clone()),
+            _ => None,
+        })
+        .await
+    }
+
+    /// A frame of `kind` with `body` and a valid check.
+    fn framed(kind: FrameKind, body: &[u8]) -> Vec<u8> {
+        let mut f = encode_header(kind, body).to_vec();
+        f.extend_from_slice(body);
+        f
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn false_group_frames_close_only_their_link() {
+        let (node, healthy) = pair("tcp4", config(1), config(2)).await;
+        let mut events = node.take_events().unwrap();
+        let mut inbox = node.take_inbox().unwrap();
+        node.join(GROUP).unwrap();
+        until_linked(&healthy, &[1]).await;
+
+        let mut bad_op = encode_interest(true, GROUP);
+        bad_op[0] = 7;
+        let why = raw_peer_says(&node, &mut events, 9, &framed(FrameKind::Interest, &bad_op)).await;
+        assert!(why.contains("INTEREST op 7"), "{why}");
+
+        let mut short = encode_publish_head(BusId(9), 1, 1, GROUP);
+        short.truncate(short.len() - 2);
+        let why = raw_peer_says(&node, &mut events, 10, &framed(FrameKind::Publish, &short)).await;
+        assert!(
+            why.contains("PUBLISH names a group of 5 bytes but only 3 follow"),
+            "{why}"
+        );
+
+        let zero = encode_publish_head(BusId(11), 1, 0, GROUP);
+        let why = raw_peer_says(
+            &node,
+            &mut events,
+            11,
+            &frame_bytes(FrameKind::Publish, &zero),
+        )
+        .await;
+        assert!(why.contains("numbered 0"), "{why}");
+
+        // A publish inside a ROUTED frame: groups go hop by hop only.
+        use busway_core::routed::{routed_frame, RoutedHeader, RoutedType};
+        let mut inner = encode_publish_head(BusId(12), 1, 1, GROUP);
+        inner.extend_from_slice(b"x");
+        let h = RoutedHeader {
+            kind: RoutedType::Data,
+            ttl: 16,
+            src: BusId(12),
+            src_incarnation: 12,
+            dst: BusId(1),
+            seq: 0,
+            settled: false,
+            route: vec![],
+        };
+        let routed = routed_frame(&h, &frame_bytes(FrameKind::Publish, &inner));
+        let why = raw_peer_says(&node, &mut events, 12, &routed).await;
+        assert!(
+            why.contains("group frames travel on direct links only"),
+            "{why}"
+        );
+
+        // The node and its healthy member link are untouched: a publish still arrives.
+        healthy.publish(GROUP, numbered(0)).await.unwrap();
+        expect_publishes(&mut inbox, BusId(2), 1, "after the lies").await;
+        assert!(node.stats().protocol_errors >= 4);
+        node.shutdown().await;
+        healthy.shutdown().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_publish_for_a_group_nobody_here_wants_is_dropped_and_counted() {
+        let (node, other) = pair("tcp4", config(1), config(2)).await;
+        let mut inbox = node.take_inbox().unwrap();
+        let busway::Addr::Tcp(addr) = node.listen_addrs()[0].clone() else {
+            unreachable!()
+        };
+        let mut s = authenticated(addr, 9, None).await;
+        assert!(node.wait_for_peer(BusId(9), WAIT).await);
+        let mut body = encode_publish_head(BusId(9), 9, 1, "never-joined");
+        body.extend_from_slice(b"x");
+        s.write_all(&framed(FrameKind::Publish, &body))
+            .await
+            .unwrap();
+        until("the unwanted publish was counted", || {
+            node.stats().publishes_unwanted == 1
+        })
+        .await;
+        assert!(
+            node.peers().iter().any(|p| p.id == BusId(9)),
+            "the link stays"
+        );
+        send_and_expect(&other, BusId(1), &mut inbox, b"still here").await;
+        node.shutdown().await;
+        other.shutdown().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn interest_stated_before_the_link_is_up_and_through_a_mid_tier_relay_arrives() {
+    let top = start(config(100).listen(listen_addr("tcp4"))).await;
+    let top_addr = top.listen_addrs()[0].clone();
+    let m2 = below(2, &top_addr).await;
+    m2.join(GROUP).unwrap();
+    let m3 = below(3, &top_addr).await;
+    assert!(m3.wait_for_peer(BusId(100), WAIT).await);
+    m3.join(GROUP).unwrap();
+    until_linked(&top, &[2, 3]).await;
+    let _b5 = below(5, &top_addr).await;
+    until_linked(&top, &[2, 3]).await;
+    let p1 = below(1, &top_addr).await;
+    until_linked(&p1, &[100]).await;
+    until_linked(&top, &[2, 3]).await;
+    let mut mid_config = config(101).upstream(top_addr.clone());
+    mid_config.direct_links = false;
+    mid_config.subtree = Some((BusId(101), BusId(199)));
+    let mid = start(mid_config.listen(listen_addr("tcp4"))).await;
+    assert!(mid.wait_for_peer(BusId(100), WAIT).await);
+    until_linked(&top, &[2, 3]).await;
+    let mid_addr = mid.listen_addrs()[0].clone();
+    let deep = below(104, &mid_addr).await;
+    assert!(deep.wait_for_peer(BusId(101), WAIT).await);
+    until_linked(&top, &[2, 3]).await;
+    deep.join(GROUP).unwrap();
+    until_linked(&mid, &[100, 104]).await;
+    until_linked(&top, &[2, 3, 101]).await;
+}
