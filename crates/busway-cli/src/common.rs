@@ -8,6 +8,8 @@ use std::time::Duration;
 
 /// How long `send` and `call` wait for the link to their destination, in seconds.
 const PEER_WAIT_SECS: u64 = 10;
+/// How often `send --group` looks whether a member of its group is known yet.
+const GROUP_POLL: Duration = Duration::from_millis(10);
 
 /// How a command's node is set up.
 #[derive(Args, Clone, Debug)]
@@ -116,6 +118,29 @@ impl NodeArgs {
                 "no link to bus id {to} came up within {PEER_WAIT_SECS} s"
             ))
         }
+    }
+
+    /// Waits (as `wait_reachable` does) until `links` links of `node` lead to members of
+    /// `group` (their peers asked for its publishes).
+    pub(crate) async fn wait_for_group(
+        &self,
+        node: &Node,
+        group: &str,
+        links: usize,
+    ) -> Result<(), String> {
+        let wait = Duration::from_secs(PEER_WAIT_SECS);
+        let deadline = std::time::Instant::now() + wait;
+        while node.group_links(group).len() < links {
+            if std::time::Instant::now() >= deadline {
+                return Err(format!(
+                    "{} of {links} links to members of group {group} were known after {PEER_WAIT_SECS} s",
+                    node.group_links(group).len()
+                ));
+            }
+            // Interest arrives as messages, not events: look again shortly.
+            tokio::time::sleep(GROUP_POLL).await;
+        }
+        Ok(())
     }
 
     pub(crate) async fn start(&self) -> Result<Node, String> {

@@ -24,6 +24,10 @@ pub(crate) struct ListenArgs {
     /// printed and answered with "no handler".
     #[arg(long)]
     echo: bool,
+    /// Join this group (repeatable): its publishes arrive with the rest (`--verify` checks
+    /// them as one stream).
+    #[arg(long)]
+    group: Vec<String>,
 }
 
 pub(crate) async fn run(args: ListenArgs) -> Result<ExitCode, String> {
@@ -31,6 +35,13 @@ pub(crate) async fn run(args: ListenArgs) -> Result<ExitCode, String> {
     let mut inbox = node.take_inbox().expect("inbox is taken once");
     let mut events = node.take_events().expect("events are taken once");
     common::print_listening(&node);
+    for g in &args.group {
+        if let Err(e) = node.join(g) {
+            node.shutdown().await;
+            return Err(format!("--group {g:?}: {e}"));
+        }
+        println!("joined group {g}");
+    }
     let mut verifier = Verifier::default();
     let idle = args.idle_timeout.map(Duration::from_secs_f64);
     let mut timed_out = false;
@@ -64,7 +75,11 @@ pub(crate) async fn run(args: ListenArgs) -> Result<ExitCode, String> {
                     eprintln!("busway listen: no reply to {}: {e}", batch.src());
                 }
             }
-            let what = if request.is_some() { " (request)" } else { "" };
+            let what = match (request.is_some(), batch.group()) {
+                (true, _) => " (request)".to_owned(),
+                (false, Some(g)) => format!(" (group {g})"),
+                (false, None) => String::new(),
+            };
             if args.verify {
                 verifier.record(payload);
             } else {

@@ -18,8 +18,15 @@ pub(crate) struct SendArgs {
     #[command(flatten)]
     node: NodeArgs,
     /// The destination bus id.
+    #[arg(long, required_unless_present = "group", conflicts_with = "group")]
+    to: Option<BusId>,
+    /// Publish to this group instead (every member gets each message; waits until a member
+    /// is known).
     #[arg(long)]
-    to: BusId,
+    group: Option<String>,
+    /// With --group: wait until this many of this node's links lead to members first.
+    #[arg(long, default_value_t = 1)]
+    group_links: usize,
     /// Send this many messages, each starting with its 8-byte little-endian sequence number.
     #[arg(long)]
     count: Option<u64>,
@@ -43,7 +50,16 @@ pub(crate) async fn run(args: SendArgs) -> Result<ExitCode, String> {
     // A sender reads nothing: what others send it is acknowledged and discarded.
     drop(node.take_inbox());
     let mut events = node.take_events().expect("events are taken once");
-    if let Err(why) = args.node.wait_reachable(&node, args.to).await {
+    let target = match (&args.group, args.to) {
+        (Some(g), _) => Target::Group(g.clone()),
+        (None, Some(to)) => Target::Node(to),
+        (None, None) => return Err("give --to ID or --group NAME".into()),
+    };
+    let ready = match &target {
+        Target::Node(to) => args.node.wait_reachable(&node, *to).await,
+        Target::Group(g) => args.node.wait_for_group(&node, g, args.group_links).await,
+    };
+    if let Err(why) = ready {
         node.shutdown().await;
         return Err(why);
     }
@@ -55,7 +71,7 @@ pub(crate) async fn run(args: SendArgs) -> Result<ExitCode, String> {
             let text = Bytes::from(args.text.unwrap_or_default());
             bytes += text.len() as u64;
             sent += 1;
-            node.send(args.to, text).await.map(drop)
+            target.send(&node, text).await
         }
         Some(n) => {
             let filler = vec![0xA5u8; args.size - SEQ_LEN];
@@ -65,7 +81,7 @@ pub(crate) async fn run(args: SendArgs) -> Result<ExitCode, String> {
                 buf.reserve(args.size);
                 buf.put_u64_le(seq);
                 buf.put_slice(&filler);
-                if let Err(e) = node.send(args.to, buf.split().freeze()).await {
+                if let Err(e) = target.send(&node, buf.split().freeze()).await {
                     result = Err(e);
                     break;
                 }
@@ -83,7 +99,7 @@ pub(crate) async fn run(args: SendArgs) -> Result<ExitCode, String> {
     let mut undeliverable = 0;
     while let Ok(Some(ev)) = tokio::time::timeout(EVENTS_DRAIN_WAIT, events.recv()).await {
         if let busway::Event::Undeliverable { peer, seqs, .. } = &ev {
-            if *peer == args.to {
+            if target.counts_loss_to(*peer) {
                 undeliverable += seqs.end - seqs.start;
                 eprintln!("{}", crate::common::describe(&ev));
             }
@@ -92,8 +108,7 @@ pub(crate) async fn run(args: SendArgs) -> Result<ExitCode, String> {
     result.map_err(|e| format!("after {sent} messages: {e}"))?;
     if undeliverable > 0 {
         return Err(format!(
-            "{undeliverable} of {sent} messages to bus id {} were not delivered",
-            args.to
+            "{undeliverable} of {sent} messages to {target} were not delivered"
         ));
     }
     if !flushed {
@@ -107,4 +122,45 @@ pub(crate) async fn run(args: SendArgs) -> Result<ExitCode, String> {
         sent as f64 / secs.max(1e-9)
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// Where `send` sends.
+enum Target {
+    Node(BusId),
+    Group(String),
+}
+
+impl Target {
+    async fn send(&self, node: &busway::Node, payload: Bytes) -> Result<(), String> {
+        match self {
+            Target::Node(to) => node
+                .send(*to, payload)
+                .await
+                .map(drop)
+                .map_err(|e| e.to_string()),
+            Target::Group(g) => node
+                .publish(g, payload)
+                .await
+                .map(drop)
+                .map_err(|e| e.to_string()),
+        }
+    }
+
+    /// Whether messages given up on toward `peer` are this send's loss: any peer's, for a
+    /// group (each link carries its members' publishes).
+    fn counts_loss_to(&self, peer: BusId) -> bool {
+        match self {
+            Target::Node(to) => *to == peer,
+            Target::Group(_) => true,
+        }
+    }
+}
+
+impl std::fmt::Display for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Target::Node(to) => write!(f, "bus id {to}"),
+            Target::Group(g) => write!(f, "group {g}"),
+        }
+    }
 }

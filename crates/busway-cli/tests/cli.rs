@@ -556,6 +556,91 @@ fn relay(addr: &str) -> Proc {
 }
 
 #[test]
+fn send_group_reaches_a_direct_member_and_one_behind_a_relay_each_verified() {
+    const N: &str = "20000";
+    let relay_addr = format!("tcp://127.0.0.1:{}", free_port());
+    let _r = relay(&relay_addr);
+    let (direct, direct_addr, mut direct_out) = listener(&[
+        "listen",
+        "--id",
+        "1",
+        "--listen",
+        "tcp://127.0.0.1:0",
+        "--no-shm",
+        "--group",
+        "g",
+        "--count",
+        N,
+        "--verify",
+    ]);
+    let mut line = String::new();
+    direct_out.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "joined group g");
+    let mut behind = spawn(&[
+        "listen",
+        "--id",
+        "3",
+        "--upstream",
+        &relay_addr,
+        "--group",
+        "g",
+        "--count",
+        N,
+        "--verify",
+    ]);
+    let mut behind_out = BufReader::new(behind.0.stdout.take().unwrap());
+    let mut line = String::new();
+    behind_out.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "joined group g");
+    // Two links lead to members: the relay (for 3) and the direct member.
+    let (ok, _, _, err) = finish(
+        spawn(&[
+            "send",
+            "--id",
+            "2",
+            "--upstream",
+            &relay_addr,
+            "--connect",
+            &direct_addr,
+            "--group",
+            "g",
+            "--group-links",
+            "2",
+            "--count",
+            N,
+        ]),
+        None,
+    );
+    assert!(ok, "{err}");
+    for (p, out) in [(direct, direct_out), (behind, behind_out)] {
+        let (ok, _, stdout, err) = finish(p, Some(out));
+        assert!(ok, "{stdout} {err}");
+        assert!(
+            stdout.contains("received 20000, missing 0, duplicates 0, out-of-order 0"),
+            "{stdout}"
+        );
+    }
+    // Without a member, a publish waits for one, then says none came.
+    let (ok, _, _, err) = finish(
+        spawn(&[
+            "send",
+            "--id",
+            "4",
+            "--connect",
+            &relay_addr,
+            "--group",
+            "nobody",
+            "x",
+        ]),
+        None,
+    );
+    assert!(
+        !ok && err.contains("0 of 1 links to members of group nobody"),
+        "{err}"
+    );
+}
+
+#[test]
 fn a_million_messages_cross_a_relay_killed_three_times() {
     let addr = format!("tcp://127.0.0.1:{}", free_port());
     let mut r = relay(&addr);
