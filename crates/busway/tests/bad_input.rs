@@ -76,15 +76,7 @@ impl Fixture {
     }
 
     async fn down(&mut self, id: u64) -> String {
-        wait_event(&mut self.events, |e| match e {
-            Event::PeerDown {
-                peer,
-                reason: DownReason::ProtocolError(r),
-                ..
-            } if peer.0 == id => Some(r.clone()),
-            _ => None,
-        })
-        .await
+        protocol_error_of(&mut self.events, id).await
     }
 
     fn stats(&self) -> Stats {

@@ -90,6 +90,19 @@ pub async fn wait_event<T>(events: &mut Events, mut pick: impl FnMut(&Event) -> 
     found.expect("the expected event within the wait")
 }
 
+/// Waits for `id`'s link to go down for a protocol error; returns the reason.
+pub async fn protocol_error_of(events: &mut Events, id: u64) -> String {
+    wait_event(events, |e| match e {
+        Event::PeerDown {
+            peer,
+            reason: busway::DownReason::ProtocolError(r),
+            ..
+        } if peer.0 == id => Some(r.clone()),
+        _ => None,
+    })
+    .await
+}
+
 fn now_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

@@ -260,8 +260,7 @@ mod lies {
     //! Group frames a peer may not send: each closes only that peer's link, with the reason.
 
     use super::*;
-    use busway::{DownReason, Event};
-    use busway_core::frame::{encode_header, frame_bytes, FrameKind};
+    use busway_core::frame::{frame_bytes, FrameKind};
     use busway_core::group::{encode_interest, encode_publish_head};
     use tokio::io::AsyncWriteExt;
 
@@ -277,22 +276,7 @@ mod lies {
         let mut s = authenticated(addr, id, None).await;
         assert!(node.wait_for_peer(BusId(id), WAIT).await);
         s.write_all(frame).await.unwrap();
-        wait_event(events, |e| match e {
-            Event::PeerDown {
-                peer,
-                reason: DownReason::ProtocolError(r),
-                ..
-            } if peer.0 == id => Some(r.clone()),
-            _ => None,
-        })
-        .await
-    }
-
-    /// A frame of `kind` with `body` and a valid check.
-    fn framed(kind: FrameKind, body: &[u8]) -> Vec<u8> {
-        let mut f = encode_header(kind, body).to_vec();
-        f.extend_from_slice(body);
-        f
+        protocol_error_of(events, id).await
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -305,12 +289,24 @@ mod lies {
 
         let mut bad_op = encode_interest(true, GROUP);
         bad_op[0] = 7;
-        let why = raw_peer_says(&node, &mut events, 9, &framed(FrameKind::Interest, &bad_op)).await;
+        let why = raw_peer_says(
+            &node,
+            &mut events,
+            9,
+            &frame_bytes(FrameKind::Interest, &bad_op),
+        )
+        .await;
         assert!(why.contains("INTEREST op 7"), "{why}");
 
         let mut short = encode_publish_head(BusId(9), 1, 1, GROUP);
         short.truncate(short.len() - 2);
-        let why = raw_peer_says(&node, &mut events, 10, &framed(FrameKind::Publish, &short)).await;
+        let why = raw_peer_says(
+            &node,
+            &mut events,
+            10,
+            &frame_bytes(FrameKind::Publish, &short),
+        )
+        .await;
         assert!(
             why.contains("PUBLISH names a group of 5 bytes but only 3 follow"),
             "{why}"
@@ -366,7 +362,7 @@ mod lies {
         assert!(node.wait_for_peer(BusId(9), WAIT).await);
         let mut body = encode_publish_head(BusId(9), 9, 1, "never-joined");
         body.extend_from_slice(b"x");
-        s.write_all(&framed(FrameKind::Publish, &body))
+        s.write_all(&frame_bytes(FrameKind::Publish, &body))
             .await
             .unwrap();
         until("the unwanted publish was counted", || {
