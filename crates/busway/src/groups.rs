@@ -112,6 +112,11 @@ impl Node {
             let Some(peer) = shared.peer(id) else {
                 continue;
             };
+            if peer.frame_body_max().is_some_and(|m| len > m) {
+                // The peer closes a link over a frame past its stated limit: it cannot have it.
+                bump(&shared.counters.group_forwards_dropped);
+                continue;
+            }
             loop {
                 match peer.push_framed(FrameKind::Publish, &head, &payload) {
                     Ok(_) => {
@@ -228,8 +233,10 @@ impl Shared {
                 return false;
             }
             for id in fresh.forward_to {
+                // A frame past the peer's stated limit would close its link: not sent.
                 let sent = self
                     .peer(id)
+                    .filter(|p| p.frame_body_max().is_none_or(|m| body.len() <= m))
                     .map(|p| p.push_framed(FrameKind::Publish, &[], &body));
                 if !matches!(sent, Some(Ok(_))) {
                     // Relays never wait for one member: that member sees the gap.

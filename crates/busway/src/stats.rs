@@ -99,7 +99,7 @@ pub struct Stats {
     /// Publishes received a second time (by another path), dropped, ever.
     pub group_copies_dropped: u64,
     /// Publishes this node could not pass on to a peer that asked for them (its queue was
-    /// full, or it was gone): that peer's members see a gap (`Event::GroupGap`), ever.
+    /// full, it was gone, or the publish is larger than the frames it accepts): that peer's members see a gap (`Event::GroupGap`), ever.
     pub group_forwards_dropped: u64,
     /// INTEREST messages ignored: the peer asked for `GROUPS_PER_PEER_MAX` groups already.
     pub group_interest_refused: u64,

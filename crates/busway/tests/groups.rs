@@ -252,6 +252,31 @@ async fn bad_names_and_oversize_publishes_are_refused_with_the_reason() {
     b.shutdown().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_publish_past_a_members_frame_limit_is_not_sent_to_it_and_is_counted() {
+    let small = busway::limits::FRAME_BODY_MIN_BYTES;
+    let member = NodeConfig {
+        frame_body_max: small,
+        ..config(2)
+    };
+    let (a, b) = pair("tcp4", config(1), member).await;
+    let mut inbox = b.take_inbox().unwrap();
+    b.join(GROUP).unwrap();
+    until_linked(&a, &[2]).await;
+    let big = Bytes::from(vec![7u8; small]);
+    assert_eq!(a.publish(GROUP, big).await.unwrap(), 0);
+    assert_eq!(a.stats().group_forwards_dropped, 1);
+    // The member's link stays, and a publish that fits still arrives.
+    a.publish(GROUP, numbered(0)).await.unwrap();
+    let m = tokio::time::timeout(WAIT, inbox.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(&m.payload[..], &0u64.to_le_bytes()[..]);
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
 fn a_frame_body_max() -> usize {
     busway_core::frame::DEFAULT_BODY_LEN_MAX
 }
