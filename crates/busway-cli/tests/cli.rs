@@ -247,19 +247,7 @@ fn call_prints_the_reply_of_listen_echo_and_fails_with_the_reason() {
     let _ = finish(l, Some(out));
     // An id nobody has, through a relay: at once, with the relay's reason.
     let relay_addr = format!("tcp://127.0.0.1:{}", free_port());
-    let mut r = spawn(&[
-        "node",
-        "--id",
-        "100",
-        "--listen",
-        &relay_addr,
-        "--relay-grace-ms",
-        "0",
-    ]);
-    let mut r_out = BufReader::new(r.0.stdout.take().unwrap());
-    let mut line = String::new();
-    r_out.read_line(&mut line).unwrap();
-    assert!(line.starts_with("listening on"), "relay said {line:?}");
+    let _r = relay_with(&relay_addr, &["--relay-grace-ms", "0"]);
     let (ok, code, _, err) = finish(
         spawn(&[
             "call",
@@ -547,7 +535,14 @@ fn free_port() -> u16 {
 
 /// A relay node at `addr`, once it listens.
 fn relay(addr: &str) -> Proc {
-    let mut p = spawn(&["node", "--id", "100", "--listen", addr]);
+    relay_with(addr, &[])
+}
+
+/// Like `relay`, with `extra` arguments for `busway node`.
+fn relay_with(addr: &str, extra: &[&str]) -> Proc {
+    let mut args = vec!["node", "--id", "100", "--listen", addr];
+    args.extend_from_slice(extra);
+    let mut p = spawn(&args);
     let mut out = BufReader::new(p.0.stdout.take().unwrap());
     let mut line = String::new();
     out.read_line(&mut line).unwrap();
@@ -944,19 +939,7 @@ fn listening_where_other_hosts_reach_needs_a_secret_or_insecure() {
 #[test]
 fn send_names_what_was_undeliverable_and_fails() {
     let addr = format!("tcp://127.0.0.1:{}", free_port());
-    let mut r = spawn(&[
-        "node",
-        "--id",
-        "100",
-        "--listen",
-        &addr,
-        "--relay-grace-ms",
-        "0",
-    ]);
-    let mut out = BufReader::new(r.0.stdout.take().unwrap());
-    let mut line = String::new();
-    out.read_line(&mut line).unwrap();
-    assert!(line.starts_with("listening on"), "relay said {line:?}");
+    let mut r = relay_with(&addr, &["--relay-grace-ms", "0"]);
     let (ok, code, _, err) = finish(
         spawn(&["send", "--id", "6", "--upstream", &addr, "--to", "99", "x"]),
         None,
