@@ -382,7 +382,8 @@ impl Peer {
         }
     }
 
-    /// Queues one message framed on its own (a CALL or REPLY); returns its sequence number.
+    /// Queues one message framed on its own (a CALL, REPLY, INTEREST or PUBLISH); returns its
+    /// sequence number.
     pub(crate) fn push_framed(
         &self,
         kind: FrameKind,
