@@ -65,6 +65,10 @@ pub(crate) struct NodeArgs {
     /// I/O loop threads (default: one per core).
     #[arg(long)]
     pub(crate) io_threads: Option<usize>,
+    /// Bytes of its recent publishes a publisher keeps per group to send members copies of
+    /// what a dead relay lost (default 32 MiB).
+    #[arg(long)]
+    pub(crate) group_retain_bytes: Option<usize>,
 }
 
 impl NodeArgs {
@@ -84,6 +88,9 @@ impl NodeArgs {
         }
         if let Some(n) = self.io_threads {
             config.io_threads = IoThreads::Dedicated(n);
+        }
+        if let Some(n) = self.group_retain_bytes {
+            config.group_retain_bytes = n;
         }
         Ok(config)
     }

@@ -41,6 +41,9 @@ enum Command {
     /// One side of one benchmark run (started by `busway bench`).
     #[command(hide = true)]
     BenchWorker(bench::worker::WorkerArgs),
+    /// One process of a `busway bench --broadcast` run (started by `busway bench`).
+    #[command(hide = true)]
+    BenchBroadcastWorker(bench::broadcast_worker::BroadcastWorkerArgs),
 }
 
 fn main() -> ExitCode {
@@ -60,6 +63,7 @@ fn main() -> ExitCode {
         Command::Status(args) => common::block_on(status::run(args)),
         Command::Bench(args) => bench::run(args),
         Command::BenchWorker(args) => bench::worker::run(args),
+        Command::BenchBroadcastWorker(args) => bench::broadcast_worker::run(args),
     };
     match result {
         Ok(code) => code,

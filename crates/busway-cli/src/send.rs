@@ -12,6 +12,10 @@ use std::time::{Duration, Instant};
 const FLUSH_WAIT_SECS: u64 = 60;
 /// How long `send` waits for each event still on its way once the node is shut down.
 const EVENTS_DRAIN_WAIT: Duration = Duration::from_millis(100);
+/// How long a publisher stays after its last publish was acknowledged with no member asking
+/// for copies, before it exits: its tail mark goes out `GROUP_TAIL_MARK_MS` after the last
+/// publish, and a member behind a relay that died with the end of the stream asks then.
+const GROUP_QUIET_MS: u64 = 1_000;
 
 #[derive(Args, Debug)]
 pub(crate) struct SendArgs {
@@ -93,7 +97,10 @@ pub(crate) async fn run(args: SendArgs) -> Result<ExitCode, String> {
     };
     // Exit only once the destination has everything (a relay may die meanwhile: what it lost
     // is written again).
-    let flushed = result.is_ok() && node.flush(Duration::from_secs(FLUSH_WAIT_SECS)).await;
+    let mut flushed = result.is_ok() && node.flush(Duration::from_secs(FLUSH_WAIT_SECS)).await;
+    if flushed && matches!(target, Target::Group(_)) {
+        flushed = serve_repairs(&node).await;
+    }
     node.shutdown().await;
     // "Acknowledged" includes given up: say which messages were, and why.
     let mut undeliverable = 0;
@@ -116,12 +123,35 @@ pub(crate) async fn run(args: SendArgs) -> Result<ExitCode, String> {
             "{sent} messages queued, but not all were acknowledged within {FLUSH_WAIT_SECS} s"
         ));
     }
+    let copies = node.stats().group_copies_sent;
+    if copies > 0 {
+        eprintln!("sent {copies} copies to members that lost publishes with a link or relay");
+    }
     let secs = start.elapsed().as_secs_f64();
     eprintln!(
         "sent {sent} messages ({bytes} bytes) in {secs:.3} s ({:.0} msg/s)",
         sent as f64 / secs.max(1e-9)
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// A publisher's last duty: copies for members that lost publishes with a relay. Returns once
+/// no copy was sent for `GROUP_QUIET_MS` and what was sent is acknowledged; false if that did
+/// not happen within `FLUSH_WAIT_SECS`.
+async fn serve_repairs(node: &busway::Node) -> bool {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(FLUSH_WAIT_SECS);
+    loop {
+        let copies = node.stats().group_copies_sent;
+        // A linger, not a synchronization: members ask within it if they miss anything.
+        tokio::time::sleep(Duration::from_millis(GROUP_QUIET_MS)).await;
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        if !node.flush(left).await {
+            return false;
+        }
+        if node.stats().group_copies_sent == copies {
+            return true;
+        }
+    }
 }
 
 /// Where `send` sends.
@@ -146,12 +176,13 @@ impl Target {
         }
     }
 
-    /// Whether messages given up on toward `peer` are this send's loss: any peer's, for a
-    /// group (each link carries its members' publishes).
+    /// Whether messages given up on toward `peer` are this send's loss: none for a group
+    /// (a member asks the publisher for what a dead link or relay lost, and reports what it
+    /// cannot get back, `listen --verify` included).
     fn counts_loss_to(&self, peer: BusId) -> bool {
         match self {
             Target::Node(to) => *to == peer,
-            Target::Group(_) => true,
+            Target::Group(_) => false,
         }
     }
 }

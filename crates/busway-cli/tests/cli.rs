@@ -471,6 +471,63 @@ fn bench_pingpong_rows_give_mib_per_second_beside_the_epoll_echo_per_loop_count(
 }
 
 #[test]
+fn bench_broadcast_rows_give_deliveries_and_bytes_per_link_beside_unicast_sends() {
+    let p = spawn(&[
+        "bench",
+        "--broadcast",
+        "--json",
+        "--duration",
+        "0.2",
+        "--rounds",
+        "1",
+        "--transports",
+        "mem,tcp4,relay4",
+        "--receivers",
+        "1,10",
+    ]);
+    let rows = json_rows(p);
+    assert_eq!(rows.len(), 6);
+    let size = 64.0;
+    for row in &rows {
+        assert_eq!(row["workload"], "broadcast");
+        assert_eq!(row["size"], 64);
+        for key in [
+            "deliveries_per_sec",
+            "ns_per_delivery",
+            "link_bytes_per_publish",
+            "unicast_deliveries_per_sec",
+            "unicast_ns_per_delivery",
+            "unicast_link_bytes_per_publish",
+            "ratio_to_unicast",
+        ] {
+            let v = row[key]
+                .as_f64()
+                .unwrap_or_else(|| panic!("{key} missing in {row}"));
+            assert!(v > 0.0, "{key} in {row}");
+        }
+        // Each link carries one frame per publish, whatever the number of members behind it.
+        let per_link = row["link_bytes_per_publish"].as_f64().unwrap_or_default();
+        assert!(per_link >= size && per_link <= size + 64.0, "{row}");
+    }
+    let keys: Vec<_> = rows
+        .iter()
+        .map(|r| {
+            (
+                r["transport"].as_str().unwrap_or_default().to_owned(),
+                r["receivers"].as_u64().unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert_eq!(keys[0], ("mem".to_owned(), 1));
+    assert_eq!(keys[5], ("relay4".to_owned(), 10));
+    // Through the relay, unicast sends put one message per member on the publisher's link.
+    let unicast = rows[5]["unicast_link_bytes_per_publish"]
+        .as_f64()
+        .unwrap_or_default();
+    assert!(unicast >= 10.0 * size, "{}", rows[5]);
+}
+
+#[test]
 fn bench_refuses_io_threads_it_cannot_apply() {
     for (args, says) in [
         (&["--io-threads", "2"][..], "--rpc and --pingpong"),
@@ -635,10 +692,124 @@ fn send_group_reaches_a_direct_member_and_one_behind_a_relay_each_verified() {
     );
 }
 
+/// Kills the relay `r` at `addr` with SIGKILL (whatever it held is gone) and starts it again,
+/// three times, the stream flowing a while in between; returns the last relay.
+fn relay_killed_three_times(mut r: Proc, addr: &str) -> Proc {
+    for _ in 0..3 {
+        // Pacing, not synchronization: the stream flows a while between kills.
+        std::thread::sleep(Duration::from_millis(120));
+        r.0.kill().unwrap();
+        r.0.wait().unwrap();
+        r = relay(addr);
+    }
+    r
+}
+
+fn strs(v: &[String]) -> Vec<&str> {
+    v.iter().map(String::as_str).collect()
+}
+
+/// Starts `busway listen ... --group g` and returns it once it joined, with its address (if it
+/// listens) and its stdout.
+fn member(args: &[&str]) -> (Proc, Option<String>, BufReader<std::process::ChildStdout>) {
+    let mut p = spawn(args);
+    let mut out = BufReader::new(p.0.stdout.take().unwrap());
+    let mut addr = None;
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    if let Some(a) = line.trim().strip_prefix("listening on ") {
+        addr = Some(a.to_owned());
+        line.clear();
+        out.read_line(&mut line).unwrap();
+    }
+    assert_eq!(line.trim(), "joined group g");
+    (p, addr, out)
+}
+
+#[test]
+fn a_million_publishes_reach_members_over_shm_tcp_and_a_relay_killed_three_times() {
+    const N: &str = "1000000";
+    let relay_addr = format!("tcp://127.0.0.1:{}", free_port());
+    let r = relay(&relay_addr);
+    let verify = [
+        "--group",
+        "g",
+        "--count",
+        N,
+        "--verify",
+        "--idle-timeout",
+        "60",
+    ];
+    let with = |head: &[&'static str]| -> Vec<String> {
+        head.iter()
+            .chain(verify.iter())
+            .map(|s| s.to_string())
+            .collect()
+    };
+    // Local over shared memory, over TCP, and registered below the relay.
+    let shm_args = with(&["listen", "--id", "1", "--listen", "tcp://127.0.0.1:0"]);
+    let (shm, shm_addr, shm_out) = member(&strs(&shm_args));
+    let tcp_args = with(&[
+        "listen",
+        "--id",
+        "2",
+        "--listen",
+        "tcp://127.0.0.1:0",
+        "--no-shm",
+    ]);
+    let (tcp, tcp_addr, tcp_out) = member(&strs(&tcp_args));
+    let mut behind_args = with(&["listen", "--id", "3"]);
+    behind_args.extend(["--upstream".to_string(), relay_addr.clone()]);
+    let (behind, _, behind_out) = member(&strs(&behind_args));
+    let publisher = spawn(&[
+        "send",
+        "--id",
+        "9",
+        "--upstream",
+        &relay_addr,
+        "--connect",
+        &shm_addr.unwrap(),
+        "--connect",
+        &tcp_addr.unwrap(),
+        "--group",
+        "g",
+        "--group-links",
+        "3",
+        "--count",
+        N,
+        "--size",
+        "16",
+        // The whole stream fits: whatever a killed relay held can be sent again.
+        "--group-retain-bytes",
+        "268435456",
+    ]);
+    // Whatever the relay held for the member behind it is lost with it each time.
+    let r = relay_killed_three_times(r, &relay_addr);
+    let (ok, _, _, err) = finish(publisher, None);
+    assert!(ok, "send failed: {err}");
+    for (what, p, out) in [
+        ("over shared memory", shm, shm_out),
+        ("over tcp", tcp, tcp_out),
+        ("behind the relay", behind, behind_out),
+    ] {
+        let (ok, _, stdout, err) = finish(p, Some(out));
+        assert!(ok, "member {what}: {stdout} {err}");
+        assert_eq!(
+            stdout.lines().last().unwrap_or_default(),
+            "received 1000000, missing 0, duplicates 0, out-of-order 0",
+            "member {what}: {err}"
+        );
+        if what == "over shared memory" {
+            assert!(err.contains(SHM_LINE), "member {what}: {err}");
+        }
+    }
+    drop(r);
+}
+
 #[test]
 fn a_million_messages_cross_a_relay_killed_three_times() {
     let addr = format!("tcp://127.0.0.1:{}", free_port());
-    let mut r = relay(&addr);
+    let r = relay(&addr);
     let l = spawn(&[
         "listen",
         "--id",
@@ -675,14 +846,7 @@ fn a_million_messages_cross_a_relay_killed_three_times() {
         "--size",
         "64",
     ]);
-    for _ in 0..3 {
-        // Pacing, not synchronization: the stream flows a while between kills.
-        std::thread::sleep(Duration::from_millis(120));
-        // SIGKILL: whatever the relay held is gone.
-        r.0.kill().unwrap();
-        r.0.wait().unwrap();
-        r = relay(&addr);
-    }
+    let r = relay_killed_three_times(r, &addr);
     let (ok, _, _, err) = finish(s, None);
     assert!(ok, "send failed: {err}");
     let (ok, _, stdout, err) = finish_with(l, None, Some(l_err));

@@ -65,6 +65,11 @@ pub enum FrameKind {
     /// One publish to a group (see [`crate::group`]): one message numbered like any other, on
     /// a direct link only; body: u64 publisher, u64 number, u8 name length, name, payload.
     Publish = 0x0B,
+    /// The end-to-end repair of a group's stream (see [`crate::group`]): one message numbered
+    /// like any other, on a direct link or inside ROUTED; body: u8 op, then the op's fields (a
+    /// member asks its publisher for what it missed, the publisher sends copies or says what
+    /// it no longer holds).
+    Repair = 0x0C,
     /// First handshake frame of each side.
     Hello = 0x10,
     /// Second handshake frame of each side: proof of the shared secret.
@@ -88,6 +93,7 @@ impl FrameKind {
             0x09 => Self::Reply,
             0x0A => Self::Interest,
             0x0B => Self::Publish,
+            0x0C => Self::Repair,
             0x10 => Self::Hello,
             0x11 => Self::Auth,
             0x20 => Self::Channel,
@@ -392,16 +398,18 @@ pub const SPAN_REPLY: u32 = 2 << 24;
 pub const SPAN_INTEREST: u32 = 3 << 24;
 /// Span tag: the span is a PUBLISH body (see [`crate::group`]).
 pub const SPAN_PUBLISH: u32 = 4 << 24;
+/// Span tag: the span is a REPAIR body (see [`crate::group`]).
+pub const SPAN_REPAIR: u32 = 5 << 24;
 /// The tag bits of a span's second field.
 pub const SPAN_TAG_MASK: u32 = !SPAN_LEN_MASK;
 
-/// Appends the (start, len) of each message of a DATA, DATA_BATCH, CALL, REPLY, INTEREST or
-/// PUBLISH frame whose body starts at `base` in the caller's buffer. A CALL, REPLY, INTEREST
-/// or PUBLISH span covers its whole body and carries `SPAN_CALL`, `SPAN_REPLY`,
-/// `SPAN_INTEREST` or `SPAN_PUBLISH` in the length's top bits (lengths are under 2^24). Any
-/// other kind, a batch whose entries do not tile its body, or a CALL, REPLY, INTEREST or
-/// PUBLISH whose head is short or false is an error naming what was found (and nothing is
-/// appended).
+/// Appends the (start, len) of each message of a DATA, DATA_BATCH, CALL, REPLY, INTEREST,
+/// PUBLISH or REPAIR frame whose body starts at `base` in the caller's buffer. A CALL, REPLY,
+/// INTEREST, PUBLISH or REPAIR span covers its whole body and carries `SPAN_CALL`,
+/// `SPAN_REPLY`, `SPAN_INTEREST`, `SPAN_PUBLISH` or `SPAN_REPAIR` in the length's top bits
+/// (lengths are under 2^24). Any other kind, a batch whose entries do not tile its body, or a
+/// CALL, REPLY, INTEREST, PUBLISH or REPAIR whose head is short or false is an error naming
+/// what was found (and nothing is appended).
 pub fn message_spans(
     kind: FrameKind,
     body: &[u8],
@@ -443,6 +451,11 @@ pub fn message_spans(
         FrameKind::Publish => {
             crate::group::decode_publish(body)?;
             spans.push((base as u32, body.len() as u32 | SPAN_PUBLISH));
+            Ok(())
+        }
+        FrameKind::Repair => {
+            crate::group::decode_repair(body)?;
+            spans.push((base as u32, body.len() as u32 | SPAN_REPAIR));
             Ok(())
         }
         other => Err(format!("{other:?} frame where only messages may be")),

@@ -8,6 +8,15 @@
 //!   payload`: one publish, which crosses each link once however many members lie behind it.
 //!   `number` counts the publisher's publishes to this group from 1 (per incarnation), so that
 //!   a node drops a copy that reached it by a second path and sees a gap for what it missed.
+//!   With `PUBLISH_MARK_BIT` set in `number` it is a *mark*: no payload, it says
+//!   only that the publisher's last publish to the group is `number`, so that a member that
+//!   lost the end of a stream (a relay died with it) sees the gap without a later publish.
+//! * REPAIR, end to end (direct or inside ROUTED), one of three ops:
+//!   `REPAIR_ASK` (member to publisher): `u64 publisher's incarnation, u64 from, u8 name
+//!   length, name`: send me your publishes to the group from number `from` on;
+//!   `REPAIR_COPY` (publisher to member): a PUBLISH body (never a mark), for the member alone;
+//!   `REPAIR_LOST` (publisher to member): `u64 incarnation, u64 from, u64 to, u8 name length,
+//!   name`: publishes `from..to` are no longer held and will never come.
 //!
 //! A name is 1 to `GROUP_NAME_BYTES_MAX` bytes of UTF-8.
 
@@ -21,6 +30,15 @@ pub const INTEREST_JOIN: u8 = 1;
 pub const INTEREST_LEAVE: u8 = 0;
 /// Bytes of a PUBLISH body before its name: publisher, incarnation, number, name length.
 pub const PUBLISH_FIXED_BYTES: usize = 25;
+/// Set in a PUBLISH's number: the frame is a mark, with no payload (a publisher never makes
+/// 2^63 publishes, so the bit is free).
+pub const PUBLISH_MARK_BIT: u64 = 1 << 63;
+/// REPAIR op: a member asks the publisher for its publishes from a number on.
+pub const REPAIR_ASK: u8 = 1;
+/// REPAIR op: a publisher's copy of one publish, for the asking member alone.
+pub const REPAIR_COPY: u8 = 2;
+/// REPAIR op: the publisher no longer holds a range of its publishes.
+pub const REPAIR_LOST: u8 = 3;
 
 /// A decoded INTEREST body.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -37,6 +55,28 @@ pub struct PublishHead<'a> {
     pub number: u64,
     pub name: &'a str,
     pub payload_at: usize,
+    /// A mark: no payload; the publisher's last publish to the group is `number`.
+    pub mark: bool,
+}
+
+/// A decoded REPAIR body.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Repair<'a> {
+    /// Send me your publishes to `name` from `from` on (if you are still `incarnation`).
+    Ask {
+        incarnation: u64,
+        from: u64,
+        name: &'a str,
+    },
+    /// A copy of one publish; its head's `payload_at` counts from the REPAIR body's start.
+    Copy(PublishHead<'a>),
+    /// Publishes `from..to` of `incarnation` to `name` are no longer held.
+    Lost {
+        incarnation: u64,
+        from: u64,
+        to: u64,
+        name: &'a str,
+    },
 }
 
 /// Whether `name` may name a group; the error says why not.
@@ -123,20 +163,145 @@ pub fn decode_publish(body: &[u8]) -> Result<PublishHead<'_>, String> {
     };
     let publisher = BusId(u64_at(0));
     let incarnation = u64_at(8);
-    let number = u64_at(16);
+    let mark = u64_at(16) & PUBLISH_MARK_BIT != 0;
+    let number = u64_at(16) & !PUBLISH_MARK_BIT;
     if number == 0 {
         return Err("PUBLISH numbered 0 (publishes count from 1)".into());
     }
     let len = usize::from(body[PUBLISH_FIXED_BYTES - 1]);
     let rest = &body[PUBLISH_FIXED_BYTES..];
     let name = name_at(rest, len, "PUBLISH")?;
+    let payload_at = PUBLISH_FIXED_BYTES + len;
+    if mark && body.len() != payload_at {
+        return Err(format!(
+            "PUBLISH mark with {} bytes of payload (a mark has none)",
+            body.len() - payload_at
+        ));
+    }
     Ok(PublishHead {
         publisher,
         incarnation,
         number,
         name,
-        payload_at: PUBLISH_FIXED_BYTES + len,
+        payload_at,
+        mark,
     })
+}
+
+/// The body of a PUBLISH mark: `publisher`'s last publish to `name` is `number`.
+pub fn encode_mark(publisher: BusId, incarnation: u64, number: u64, name: &str) -> Vec<u8> {
+    encode_publish_head(publisher, incarnation, number | PUBLISH_MARK_BIT, name)
+}
+
+/// The body of a REPAIR ask: send me `publisher incarnation`'s publishes to `name` from
+/// `from` on.
+pub fn encode_repair_ask(incarnation: u64, from: u64, name: &str) -> Vec<u8> {
+    let mut out = Vec::with_capacity(18 + name.len());
+    out.push(REPAIR_ASK);
+    out.extend_from_slice(&incarnation.to_le_bytes());
+    out.extend_from_slice(&from.to_le_bytes());
+    out.push(name.len() as u8);
+    out.extend_from_slice(name.as_bytes());
+    out
+}
+
+/// The head of a REPAIR copy (the payload follows it).
+pub fn encode_repair_copy_head(
+    publisher: BusId,
+    incarnation: u64,
+    number: u64,
+    name: &str,
+) -> Vec<u8> {
+    let mut out = Vec::with_capacity(1 + PUBLISH_FIXED_BYTES + name.len());
+    out.push(REPAIR_COPY);
+    out.extend_from_slice(&encode_publish_head(publisher, incarnation, number, name));
+    out
+}
+
+/// The body of a REPAIR lost: publishes `from..to` are no longer held.
+pub fn encode_repair_lost(incarnation: u64, from: u64, to: u64, name: &str) -> Vec<u8> {
+    let mut out = Vec::with_capacity(26 + name.len());
+    out.push(REPAIR_LOST);
+    out.extend_from_slice(&incarnation.to_le_bytes());
+    out.extend_from_slice(&from.to_le_bytes());
+    out.extend_from_slice(&to.to_le_bytes());
+    out.push(name.len() as u8);
+    out.extend_from_slice(name.as_bytes());
+    out
+}
+
+/// The `u64`s at the start of `body` and the name after them (its length byte first), the
+/// name filling the rest of the body exactly.
+fn fields_and_name<'a, const N: usize>(
+    body: &'a [u8],
+    what: &str,
+) -> Result<([u64; N], &'a str), String> {
+    let fixed = 8 * N + 1;
+    if body.len() < fixed + 1 {
+        return Err(format!(
+            "{what} body of {} bytes (at least {})",
+            body.len(),
+            fixed + 1
+        ));
+    }
+    let mut fields = [0u64; N];
+    for (i, f) in fields.iter_mut().enumerate() {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(&body[8 * i..8 * i + 8]);
+        *f = u64::from_le_bytes(b);
+    }
+    let len = usize::from(body[8 * N]);
+    let rest = &body[fixed..];
+    if rest.len() != len {
+        return Err(format!(
+            "{what} names a group of {len} bytes but {} follow",
+            rest.len()
+        ));
+    }
+    Ok((fields, name_at(rest, len, what)?))
+}
+
+/// Decodes a REPAIR body; the error names what is wrong.
+pub fn decode_repair(body: &[u8]) -> Result<Repair<'_>, String> {
+    let Some((&op, rest)) = body.split_first() else {
+        return Err("REPAIR body of 0 bytes".into());
+    };
+    match op {
+        REPAIR_ASK => {
+            let ([incarnation, from], name) = fields_and_name::<2>(rest, "REPAIR ask")?;
+            if from == 0 {
+                return Err("REPAIR ask from number 0 (publishes count from 1)".into());
+            }
+            Ok(Repair::Ask {
+                incarnation,
+                from,
+                name,
+            })
+        }
+        REPAIR_COPY => {
+            let mut head = decode_publish(rest).map_err(|e| format!("REPAIR copy: {e}"))?;
+            if head.mark {
+                return Err("REPAIR copy of a mark (a copy carries a publish)".into());
+            }
+            head.payload_at += 1;
+            Ok(Repair::Copy(head))
+        }
+        REPAIR_LOST => {
+            let ([incarnation, from, to], name) = fields_and_name::<3>(rest, "REPAIR lost")?;
+            if from == 0 || to <= from {
+                return Err(format!(
+                    "REPAIR lost of numbers {from}..{to} (an empty range, or from 0)"
+                ));
+            }
+            Ok(Repair::Lost {
+                incarnation,
+                from,
+                to,
+                name,
+            })
+        }
+        other => Err(format!("REPAIR op {other} (expected 1, 2 or 3)")),
+    }
 }
 
 #[cfg(test)]
@@ -192,6 +357,70 @@ mod tests {
     }
 
     #[test]
+    fn marks_round_trip_and_carry_no_payload() {
+        let body = encode_mark(BusId(7), 9, 3, "world");
+        let h = decode_publish(&body).unwrap();
+        assert!(h.mark);
+        assert_eq!((h.number, h.name, h.payload_at), (3, "world", body.len()));
+        let mut with_payload = body.clone();
+        with_payload.push(1);
+        assert!(decode_publish(&with_payload)
+            .unwrap_err()
+            .contains("a mark has none"));
+        let plain = encode_publish_head(BusId(7), 9, 3, "world");
+        assert!(!decode_publish(&plain).unwrap().mark);
+    }
+
+    #[test]
+    fn repairs_round_trip_and_lies_are_named() {
+        let ask = encode_repair_ask(9, 4, "g");
+        assert_eq!(
+            decode_repair(&ask),
+            Ok(Repair::Ask {
+                incarnation: 9,
+                from: 4,
+                name: "g"
+            })
+        );
+        let mut copy = encode_repair_copy_head(BusId(7), 9, 4, "g");
+        copy.extend_from_slice(b"xyz");
+        let Ok(Repair::Copy(h)) = decode_repair(&copy) else {
+            panic!("{:?}", decode_repair(&copy));
+        };
+        assert_eq!(
+            (h.publisher, h.number, &copy[h.payload_at..]),
+            (BusId(7), 4, &b"xyz"[..])
+        );
+        let lost = encode_repair_lost(9, 4, 10, "g");
+        assert_eq!(
+            decode_repair(&lost),
+            Ok(Repair::Lost {
+                incarnation: 9,
+                from: 4,
+                to: 10,
+                name: "g"
+            })
+        );
+        assert!(decode_repair(&[]).unwrap_err().contains("0 bytes"));
+        assert!(decode_repair(&[9, 0]).unwrap_err().contains("op 9"));
+        assert!(decode_repair(&encode_repair_ask(9, 0, "g"))
+            .unwrap_err()
+            .contains("number 0"));
+        assert!(decode_repair(&encode_repair_lost(9, 5, 5, "g"))
+            .unwrap_err()
+            .contains("empty range"));
+        let mut long_name = encode_repair_ask(9, 4, "g");
+        long_name[17] = 3;
+        assert!(decode_repair(&long_name)
+            .unwrap_err()
+            .contains("3 bytes but 1 follow"));
+        assert!(decode_repair(&ask[..5]).unwrap_err().contains("at least"));
+        let mut mark_copy = vec![REPAIR_COPY];
+        mark_copy.extend_from_slice(&encode_mark(BusId(7), 9, 4, "g"));
+        assert!(decode_repair(&mark_copy).unwrap_err().contains("of a mark"));
+    }
+
+    #[test]
     fn names_are_bounded() {
         assert!(check_name("a").is_ok());
         assert!(check_name(&"a".repeat(GROUP_NAME_BYTES_MAX)).is_ok());
@@ -204,7 +433,7 @@ mod tests {
         fn any_publish_round_trips(
             publisher: u64,
             incarnation: u64,
-            number in 1u64..,
+            number in 1u64..PUBLISH_MARK_BIT,
             name in "[a-z0-9./-]{1,128}",
             payload in proptest::collection::vec(any::<u8>(), 0..64),
         ) {
@@ -222,6 +451,27 @@ mod tests {
         fn no_byte_string_panics_the_decoders(body in proptest::collection::vec(any::<u8>(), 0..200)) {
             let _ = decode_publish(&body);
             let _ = decode_interest(&body);
+            let _ = decode_repair(&body);
+        }
+
+        #[test]
+        fn any_repair_round_trips(
+            incarnation: u64,
+            from in 1u64..u64::MAX,
+            span in 1u64..1_000,
+            name in "[a-z0-9./-]{1,128}",
+        ) {
+            let ask = encode_repair_ask(incarnation, from, &name);
+            prop_assert_eq!(
+                decode_repair(&ask),
+                Ok(Repair::Ask { incarnation, from, name: name.as_str() })
+            );
+            let to = from.saturating_add(span);
+            let lost = encode_repair_lost(incarnation, from, to, &name);
+            prop_assert_eq!(
+                decode_repair(&lost),
+                Ok(Repair::Lost { incarnation, from, to, name: name.as_str() })
+            );
         }
     }
 }

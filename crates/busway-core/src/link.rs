@@ -694,7 +694,8 @@ impl Link {
             | FrameKind::Call
             | FrameKind::Reply
             | FrameKind::Interest
-            | FrameKind::Publish => {
+            | FrameKind::Publish
+            | FrameKind::Repair => {
                 if let Phase::Up {
                     inbound: Carrier::Ring,
                     ..

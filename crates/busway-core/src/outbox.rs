@@ -142,6 +142,8 @@ pub struct Outbox {
     next_seq: u64,
     acked: u64,
     bytes: usize,
+    /// Bytes of frames ever queued here (see [`Outbox::bytes_pushed`]).
+    bytes_pushed: u64,
     limit_bytes: usize,
     /// Whether frames get their checks (off while the link's messages go through a
     /// shared-memory ring, which does not verify them: one hash pass less per byte).
@@ -168,6 +170,7 @@ impl Outbox {
             next_seq: first_seq,
             acked: first_seq,
             bytes: 0,
+            bytes_pushed: 0,
             limit_bytes,
             checks: true,
         }
@@ -199,6 +202,15 @@ impl Outbox {
         self.bytes
     }
 
+    /// Bytes of frames ever queued here, headers included: each message at its framing when
+    /// it is pushed (a copied message its batch entry, and the batch's header with the first
+    /// one), each control frame (ACK, PING, ROUTED...) when it is pushed, whether or not a
+    /// newer one later takes its place. A message written again after a reconnect is not
+    /// counted again. Wraps past `u64::MAX`.
+    pub fn bytes_pushed(&self) -> u64 {
+        self.bytes_pushed
+    }
+
     /// Bytes of small messages copied and not yet sealed into a chunk.
     pub fn tail_bytes(&self) -> usize {
         self.tail.len()
@@ -228,6 +240,7 @@ impl Outbox {
                         break;
                     }
                     self.bytes += entry;
+                    self.bytes_pushed = self.bytes_pushed.wrapping_add(entry as u64);
                     self.tail.extend_from_slice(&(p.len() as u16).to_le_bytes());
                     self.tail.extend_from_slice(p);
                     self.tail_msgs += 1;
@@ -242,6 +255,7 @@ impl Outbox {
                 break;
             }
             self.bytes += cost;
+            self.bytes_pushed = self.bytes_pushed.wrapping_add(cost as u64);
             self.append_copy(p);
             queued += 1;
         }
@@ -281,6 +295,7 @@ impl Outbox {
             checked: self.checks,
         });
         self.bytes += cost;
+        self.bytes_pushed = self.bytes_pushed.wrapping_add(cost as u64);
         self.next_seq += 1;
         self.tail_first_seq = self.next_seq;
         seq
@@ -299,6 +314,7 @@ impl Outbox {
         if payload.len() <= COPY_PAYLOAD_BYTES_MAX {
             self.seal_if_full(body_len);
             self.bytes += cost;
+            self.bytes_pushed = self.bytes_pushed.wrapping_add(cost as u64);
             self.append_frame(kind, head, payload);
             return Some(seq);
         }
@@ -316,6 +332,7 @@ impl Outbox {
     /// Queues a control frame, or a part of one, for the current link, ahead of any data not
     /// yet written (a ROUTED frame may be queued as its parts, one call each).
     pub fn push_control(&mut self, frame: Bytes) {
+        self.bytes_pushed = self.bytes_pushed.wrapping_add(frame.len() as u64);
         self.control_bytes += frame.len();
         self.control.push(frame);
     }
@@ -331,6 +348,7 @@ impl Outbox {
             _ => None,
         };
         if let Some(at) = slot.and_then(|k| self.newest[k]) {
+            self.bytes_pushed = self.bytes_pushed.wrapping_add(frame.len() as u64);
             self.control_bytes = self.control_bytes - self.control[at].len() + frame.len();
             self.control[at] = frame;
             return;
@@ -700,7 +718,11 @@ fn reframe(frames: &Bytes, skip: u64) -> Bytes {
                     index += 1;
                 });
             }
-            FrameKind::Call | FrameKind::Reply | FrameKind::Interest | FrameKind::Publish => {
+            FrameKind::Call
+            | FrameKind::Reply
+            | FrameKind::Interest
+            | FrameKind::Publish
+            | FrameKind::Repair => {
                 if index >= skip {
                     out.append_frame(kind, &[], body);
                 }
@@ -767,6 +789,39 @@ mod tests {
         assert_eq!(o.unacked(), 2);
         o.ack(13).unwrap();
         assert_eq!((o.unacked(), o.bytes()), (0, 0));
+    }
+
+    #[test]
+    fn bytes_pushed_counts_every_frame_byte_queued_once() {
+        let mut o = Outbox::new(1 << 20, 0);
+        let small: Vec<Vec<u8>> = (0..300).map(|i| msg(i, 8 + i as usize % 100)).collect();
+        o.push_copies(&small);
+        o.push_shared(&Bytes::from(vec![1u8; 5000])).unwrap();
+        o.push_shared(&Bytes::from(vec![2u8; 30])).unwrap();
+        o.push_framed(FrameKind::Publish, b"head", &Bytes::from(vec![3u8; 40]))
+            .unwrap();
+        o.push_framed(FrameKind::Publish, b"head", &Bytes::from(vec![4u8; 4000]))
+            .unwrap();
+        o.push_control_frame(crate::control::ack_frame(7));
+        o.push_control(Bytes::from(vec![5u8; 33]));
+        let mut out = Vec::new();
+        let written = o.take_unwritten(&mut out);
+        assert_eq!(
+            o.bytes_pushed(),
+            written as u64,
+            "what was queued is what was written"
+        );
+        // A newer ACK takes the queued one's place: both were queued, both count.
+        o.push_control_frame(crate::control::ack_frame(8));
+        o.push_control_frame(crate::control::ack_frame(9));
+        let ack_len = crate::control::ack_frame(9).len() as u64;
+        assert_eq!(o.bytes_pushed(), written as u64 + 2 * ack_len);
+        // Written again after a reconnect: not counted again.
+        let before = o.bytes_pushed();
+        o.resume(0).unwrap();
+        o.take_unwritten(&mut Vec::new());
+        assert_eq!(o.bytes_pushed(), before);
+        o.check_accounting();
     }
 
     #[test]

@@ -95,6 +95,11 @@ pub struct NodeConfig {
     /// certificates must come from. `None`: no `tls://` address may be configured, and hinted
     /// ones are not dialed.
     pub tls: Option<crate::tls::TlsConfig>,
+    /// Bytes of its recent publishes a publisher keeps per group (payloads, plus 64 bytes
+    /// each), to send copies to a member that lost some (a relay died with them); a member
+    /// that asks for older ones is told they are lost (`Event::GroupGap`). Default
+    /// `DEFAULT_GROUP_RETAIN_BYTES`.
+    pub group_retain_bytes: usize,
 }
 
 impl NodeConfig {
@@ -128,6 +133,7 @@ impl NodeConfig {
             dial_backoff_min_ms: DIAL_BACKOFF_MIN_MS,
             peer_dead_after_ms: DEFAULT_PEER_DEAD_AFTER_MS,
             forget_after_ms: DEFAULT_FORGET_AFTER_MS,
+            group_retain_bytes: DEFAULT_GROUP_RETAIN_BYTES,
         }
     }
 

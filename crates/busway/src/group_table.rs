@@ -1,7 +1,8 @@
 //! What a node knows of groups: the groups it joined, which of its peers asked for which
 //! group's publishes (INTEREST messages), what it told each peer it wants, the numbers of its
-//! own publishes, and the last publish it saw from each publisher (to drop a copy that came by
-//! a second path and to see a gap).
+//! own publishes and the recent ones it keeps to repair its members' gaps, and per publisher
+//! the last publish it saw (to drop a copy that came by a second path) and, where it is a
+//! member, the order of that publisher's stream (`group_order`).
 //!
 //! Interest follows the tree. A node tells a peer it wants a group when it joined the group
 //! itself, or when another peer on a tree link (its upstream, or a downstream registered with
@@ -10,10 +11,12 @@
 //! links and outlive the member that stated it. Publishes go to every peer that asked,
 //! whatever its link; a node that sees a publish twice drops the second.
 
+use crate::group_order::{Offer, Skipped, Stream, HELD_ENTRY_OVERHEAD_BYTES};
 use crate::limits::GROUPS_JOINED_MAX;
 use busway_core::group::PublishHead;
 use busway_core::BusId;
-use std::collections::{HashMap, HashSet};
+use bytes::Bytes;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
 
 /// A group's name (checked: 1 to `GROUP_NAME_BYTES_MAX` bytes of UTF-8).
@@ -25,6 +28,46 @@ pub(crate) const GROUPS_PER_PEER_MAX: usize = 4_096;
 /// publishers' entries of groups this node is not a member of are forgotten first (a copy
 /// of one of their publishes by a second path may then be delivered twice).
 pub(crate) const PUBLISHERS_SEEN_MAX: usize = 65_536;
+/// How long a group stays without a publish before its publisher sends a mark (its last
+/// number) along the tree, in milliseconds: a member that lost the end of the stream sees it.
+pub(crate) const GROUP_TAIL_MARK_MS: u64 = 100;
+
+/// A publisher's own publishes to one group.
+#[derive(Default)]
+struct Published {
+    /// Number of the last publish.
+    number: u64,
+    /// The last number a tail mark was sent for.
+    marked: u64,
+    /// When the last publish was made (node clock, ms).
+    at_ms: u64,
+    /// The most recent publishes, oldest first, kept to answer members' repairs, within the
+    /// table's `retain_bytes` (payload plus `HELD_ENTRY_OVERHEAD_BYTES` each).
+    retained: VecDeque<(u64, Bytes)>,
+    retained_bytes: usize,
+}
+
+/// What this node knows of one publisher's stream to one group.
+struct Source {
+    incarnation: u64,
+    /// Highest number received: a publish at or below it is a copy, not passed on again.
+    highest: u64,
+    /// Highest mark passed on: each mark crosses each node once.
+    marked: u64,
+    /// Where this node is a member: the order of what its application gets.
+    stream: Option<Stream>,
+}
+
+impl Source {
+    fn new(incarnation: u64) -> Self {
+        Self {
+            incarnation,
+            highest: 0,
+            marked: 0,
+            stream: None,
+        }
+    }
+}
 
 #[derive(Default)]
 struct State {
@@ -33,22 +76,58 @@ struct State {
     wanted_by: HashMap<GroupName, Vec<BusId>>,
     /// Per peer, the groups this node told it it wants.
     told: HashMap<BusId, HashSet<GroupName>>,
-    /// Number of this node's last publish to each group.
-    published: HashMap<GroupName, u64>,
-    /// Per (publisher, group): its incarnation and the number of its last publish seen.
-    seen: HashMap<(BusId, GroupName), (u64, u64)>,
+    /// This node's publishes, per group.
+    published: HashMap<GroupName, Published>,
+    /// Per (publisher, group), what this node saw of its stream.
+    seen: HashMap<(BusId, GroupName), Source>,
 }
 
-/// What to do with a publish received from a peer (see [`GroupTable::received`]).
+/// What to do with a publish or mark received from a peer (see [`GroupTable::received`]).
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) struct Fresh {
-    /// This node is a member: hand it to the application.
-    pub(crate) deliver: bool,
     /// Peers to pass it on to.
     pub(crate) forward_to: Vec<BusId>,
-    /// Publishes of this publisher to this group that never reached this node, before it.
-    pub(crate) missed: u64,
+    /// This node is a member and it is a publish: what becomes of it.
+    pub(crate) offer: Option<Offer>,
+    /// The stream restarted (a new incarnation of its publisher): what the old one still
+    /// held, and what it never got.
+    pub(crate) ended: Option<Skipped>,
+    /// The member's stream has a gap: ask the publisher (see [`GroupTable::asks`]).
+    pub(crate) gap: bool,
+    /// Nobody here wants it (no member, nobody to pass it on to).
+    pub(crate) unwanted: bool,
 }
+
+/// A member's ask for a repair: `publisher` (its `incarnation`), `group`, from `from` on.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Ask {
+    pub(crate) publisher: BusId,
+    pub(crate) incarnation: u64,
+    pub(crate) group: GroupName,
+    pub(crate) from: u64,
+}
+
+/// How a publisher answers an ask: what it no longer holds, then copies of the rest.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct RepairPlan {
+    pub(crate) lost: Option<(u64, u64)>,
+    pub(crate) copies: Vec<(u64, Bytes)>,
+}
+
+/// A repair on its way to the member that asked: sent as far as its queue allowed, the rest
+/// waits for room (see [`GroupTable::take_repair`]).
+#[derive(Debug)]
+pub(crate) struct RepairJob {
+    pub(crate) to: BusId,
+    pub(crate) group: GroupName,
+    pub(crate) incarnation: u64,
+    pub(crate) lost: Option<(u64, u64)>,
+    pub(crate) copies: VecDeque<(u64, Bytes)>,
+}
+
+/// Repairs a publisher has under way at once; an ask past it is refused (counted), and the
+/// member gives its gap up when its wait runs out.
+pub(crate) const GROUP_REPAIRS_PENDING_MAX: usize = 256;
 
 /// One change of what this node tells a peer it wants.
 #[derive(Debug, PartialEq, Eq)]
@@ -59,12 +138,64 @@ pub(crate) struct Advert {
 }
 
 /// A node's group state.
-#[derive(Default)]
 pub(crate) struct GroupTable {
     state: Mutex<State>,
+    /// Bytes of recent publishes kept per group for repairs.
+    retain_bytes: usize,
+    /// Repairs under way, oldest first; at most `GROUP_REPAIRS_PENDING_MAX`.
+    repairs: Mutex<VecDeque<RepairJob>>,
+    /// Held from a decision about a member's streams to the hand-over of what it delivers,
+    /// so that the inbox gets each stream in the order decided, whichever link decided it.
+    order: Mutex<()>,
 }
 
 impl GroupTable {
+    /// A table that keeps up to `retain_bytes` of recent publishes per group for repairs.
+    pub(crate) fn new(retain_bytes: usize) -> Self {
+        Self {
+            state: Mutex::default(),
+            retain_bytes,
+            repairs: Mutex::default(),
+            order: Mutex::default(),
+        }
+    }
+
+    /// The turn to decide about streams and hand what they deliver to the inbox (see
+    /// `order`); taken before any other lock of the table.
+    pub(crate) fn order(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.order.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn repairs(&self) -> std::sync::MutexGuard<'_, VecDeque<RepairJob>> {
+        self.repairs.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Queues a repair to send; false (and dropped) past `GROUP_REPAIRS_PENDING_MAX`.
+    pub(crate) fn queue_repair(&self, job: RepairJob) -> bool {
+        let mut q = self.repairs();
+        if q.len() >= GROUP_REPAIRS_PENDING_MAX {
+            return false;
+        }
+        q.push_back(job);
+        true
+    }
+
+    /// The oldest repair under way, to send as much of as fits; give it back with
+    /// [`GroupTable::resume_repair`] if some is left.
+    pub(crate) fn take_repair(&self) -> Option<RepairJob> {
+        self.repairs().pop_front()
+    }
+
+    /// A repair taken and not finished: first again next time.
+    pub(crate) fn resume_repair(&self, job: RepairJob) {
+        self.repairs().push_front(job);
+    }
+
+    /// Whether repairs are under way.
+    pub(crate) fn has_repairs(&self) -> bool {
+        !self.repairs().is_empty()
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -84,7 +215,7 @@ impl GroupTable {
         Ok(true)
     }
 
-    /// Leaves `name`; false if not a member.
+    /// Leaves `name`; false if not a member. What its streams held is dropped.
     pub(crate) fn leave(&self, name: &str) -> bool {
         let mut st = self.lock();
         let was = st.joined.remove(name);
@@ -94,10 +225,13 @@ impl GroupTable {
         was
     }
 
-    /// Whether this node neither joined a group nor knows of a peer that did.
+    /// Whether this node neither joined a group nor knows of a peer that did, nor published.
     pub(crate) fn is_idle(&self) -> bool {
         let st = self.lock();
-        st.joined.is_empty() && st.wanted_by.is_empty() && st.told.values().all(|t| t.is_empty())
+        st.joined.is_empty()
+            && st.wanted_by.is_empty()
+            && st.published.is_empty()
+            && st.told.values().all(|t| t.is_empty())
     }
 
     pub(crate) fn is_member(&self, name: &str) -> bool {
@@ -118,26 +252,32 @@ impl GroupTable {
         v
     }
 
-    /// A publish of this node to `name`: its number, and the peers that asked for the group.
-    pub(crate) fn publish(&self, name: &str) -> (u64, Vec<BusId>) {
-        let mut st = self.lock();
-        let number = match st.published.get_mut(name) {
-            Some(n) => {
-                *n += 1;
-                *n
-            }
-            None => {
-                st.published.insert(name.into(), 1);
-                1
-            }
-        };
+    /// A publish of this node to `name` at `now_ms`, kept for repairs: its number, and the
+    /// peers that asked for the group.
+    pub(crate) fn publish(&self, name: &str, payload: &Bytes, now_ms: u64) -> (u64, Vec<BusId>) {
+        let mut guard = self.lock();
+        let st = &mut *guard;
+        if !st.published.contains_key(name) {
+            st.published.insert(name.into(), Published::default());
+        }
+        let p = st.published.get_mut(name).expect("inserted above");
+        p.number += 1;
+        p.at_ms = now_ms;
+        p.retained.push_back((p.number, payload.clone()));
+        p.retained_bytes += payload.len() + HELD_ENTRY_OVERHEAD_BYTES;
+        while p.retained_bytes > self.retain_bytes {
+            let Some((_, old)) = p.retained.pop_front() else {
+                break;
+            };
+            p.retained_bytes -= old.len() + HELD_ENTRY_OVERHEAD_BYTES;
+        }
         let to = st.wanted_by.get(name).cloned().unwrap_or_default();
-        (number, to)
+        (p.number, to)
     }
 
-    /// `from` asked for (`join`) or gave up `name`'s publishes; false if ignored (the peer
-    /// asked for `GROUPS_PER_PEER_MAX` groups already).
-    pub(crate) fn interest(&self, from: BusId, join: bool, name: &str) -> bool {
+    /// `from` asked for (`join`) or gave up `name`'s publishes: `Some(true)` if it newly
+    /// asked, `None` if ignored (the peer asked for `GROUPS_PER_PEER_MAX` groups already).
+    pub(crate) fn interest(&self, from: BusId, join: bool, name: &str) -> Option<bool> {
         let mut st = self.lock();
         if !join {
             if let Some(v) = st.wanted_by.get_mut(name) {
@@ -146,53 +286,240 @@ impl GroupTable {
                     st.wanted_by.remove(name);
                 }
             }
-            return true;
+            return Some(false);
         }
         if st.wanted_by.get(name).is_some_and(|v| v.contains(&from)) {
-            return true;
+            return Some(false);
         }
         let asked = st.wanted_by.values().filter(|v| v.contains(&from)).count();
         if asked >= GROUPS_PER_PEER_MAX {
-            return false;
+            return None;
         }
         st.wanted_by.entry(name.into()).or_default().push(from);
-        true
+        Some(true)
     }
 
-    /// A publish `head` received from `from` (this node is `me`): `None` for a copy already
-    /// seen (or this node's own publish come back), else what to do with it.
-    pub(crate) fn received(&self, me: BusId, from: BusId, head: &PublishHead) -> Option<Fresh> {
+    /// The marks a peer that newly asked for `name` is sent: per publisher this node knows
+    /// (itself, `me` of `incarnation`, included), its incarnation and last number. The peer
+    /// passes them on, so a member behind it that lost publishes (a relay died) sees its gap.
+    pub(crate) fn marks_for(
+        &self,
+        name: &str,
+        me: BusId,
+        incarnation: u64,
+    ) -> Vec<(BusId, u64, u64)> {
+        let st = self.lock();
+        let mut out: Vec<(BusId, u64, u64)> = st
+            .seen
+            .iter()
+            .filter(|((_, g), s)| &**g == name && s.highest.max(s.marked) > 0)
+            .map(|((p, _), s)| (*p, s.incarnation, s.highest.max(s.marked)))
+            .collect();
+        if let Some(p) = st.published.get(name) {
+            out.push((me, incarnation, p.number));
+        }
+        out
+    }
+
+    /// Groups whose last publish is `GROUP_TAIL_MARK_MS` old and not marked yet: the tail
+    /// mark to send (group, number) and the peers to send it to.
+    pub(crate) fn tail_marks(&self, now_ms: u64) -> Vec<(GroupName, u64, Vec<BusId>)> {
+        let mut guard = self.lock();
+        let st = &mut *guard;
+        let mut out = Vec::new();
+        for (g, p) in st.published.iter_mut() {
+            if p.number > p.marked && now_ms.saturating_sub(p.at_ms) >= GROUP_TAIL_MARK_MS {
+                p.marked = p.number;
+                if let Some(to) = st.wanted_by.get(g) {
+                    out.push((g.clone(), p.number, to.clone()));
+                }
+            }
+        }
+        out
+    }
+
+    /// A publish or mark `head` received from `from` (this node is `me`) at `now_ms`; the
+    /// payload, made by `payload`, only if it must wait. `None` for a copy already seen (or
+    /// this node's own publish come back).
+    pub(crate) fn received(
+        &self,
+        me: BusId,
+        from: BusId,
+        head: &PublishHead,
+        now_ms: u64,
+        payload: impl FnOnce() -> Bytes,
+    ) -> Option<Fresh> {
         if head.publisher == me {
             return None;
         }
-        let mut st = self.lock();
+        let mut guard = self.lock();
+        let st = &mut *guard;
         let key: (BusId, GroupName) = (head.publisher, head.name.into());
-        let missed = match st.seen.get(&key) {
-            Some(&(inc, last)) if inc == head.incarnation => {
-                if head.number <= last {
-                    return None;
-                }
-                head.number - last - 1
-            }
-            // The first publish seen from this publisher (or from a new incarnation of it).
-            _ => 0,
-        };
         if st.seen.len() >= PUBLISHERS_SEEN_MAX && !st.seen.contains_key(&key) {
             let State { seen, joined, .. } = &mut *st;
             seen.retain(|(_, g), _| joined.contains(g));
         }
-        st.seen.insert(key, (head.incarnation, head.number));
-        let deliver = st.joined.contains(head.name);
-        let forward_to = st
-            .wanted_by
-            .get(head.name)
-            .map(|v| v.iter().copied().filter(|&p| p != from).collect())
-            .unwrap_or_default();
+        let member = st.joined.contains(head.name);
+        let source = st
+            .seen
+            .entry(key)
+            .or_insert_with(|| Source::new(head.incarnation));
+        let mut ended = None;
+        if source.incarnation != head.incarnation {
+            // The publisher restarted: its old stream ends here.
+            ended = source.stream.take().map(Stream::close);
+            *source = Source::new(head.incarnation);
+        }
+        let last = if head.mark {
+            &mut source.marked
+        } else {
+            &mut source.highest
+        };
+        let pass_on = *last < head.number;
+        *last = (*last).max(head.number);
+        let mut offer = None;
+        let mut gap = false;
+        if member {
+            let start = if head.mark {
+                head.number + 1
+            } else {
+                head.number
+            };
+            let stream = source
+                .stream
+                .get_or_insert_with(|| Stream::starting_at(head.incarnation, start));
+            if head.mark {
+                stream.mark(head.number, now_ms);
+            } else {
+                offer = Some(stream.offer(head.number, now_ms, payload));
+            }
+            gap = stream.has_gap();
+        }
+        let forward_to: Vec<BusId> = if pass_on {
+            st.wanted_by
+                .get(head.name)
+                .map(|v| v.iter().copied().filter(|&p| p != from).collect())
+                .unwrap_or_default()
+        } else {
+            Vec::new()
+        };
+        let useful = matches!(offer, Some(Offer::Deliver { .. } | Offer::Held));
+        // A mark for a member, a restart or a publish that moved anything on is news.
+        let news = pass_on || useful || ended.is_some() || (head.mark && member);
+        if !news {
+            return None;
+        }
         Some(Fresh {
-            deliver,
+            unwanted: pass_on && !head.mark && !member && forward_to.is_empty(),
             forward_to,
-            missed: if deliver { missed } else { 0 },
+            offer,
+            ended,
+            gap,
         })
+    }
+
+    /// A copy of publish `head` its publisher sent this member (REPAIR): what becomes of it;
+    /// `None` if this node has no such stream (not a member, or of another incarnation).
+    pub(crate) fn repaired(
+        &self,
+        head: &PublishHead,
+        now_ms: u64,
+        payload: impl FnOnce() -> Bytes,
+    ) -> Option<(Offer, bool)> {
+        let mut st = self.lock();
+        let key: (BusId, GroupName) = (head.publisher, head.name.into());
+        let stream = st.seen.get_mut(&key)?.stream.as_mut()?;
+        if stream.incarnation != head.incarnation {
+            return None;
+        }
+        let offer = stream.offer(head.number, now_ms, payload);
+        Some((offer, stream.has_gap()))
+    }
+
+    /// The publisher of this member's stream no longer holds `from..to`: what is skipped.
+    pub(crate) fn lost(
+        &self,
+        publisher: BusId,
+        incarnation: u64,
+        name: &str,
+        (from, to): (u64, u64),
+        now_ms: u64,
+    ) -> Option<Skipped> {
+        let mut st = self.lock();
+        let key: (BusId, GroupName) = (publisher, name.into());
+        let stream = st.seen.get_mut(&key)?.stream.as_mut()?;
+        (stream.incarnation == incarnation).then(|| stream.lost(from, to, now_ms))
+    }
+
+    /// The repairs this member should ask for now (each stream with a gap, once per point
+    /// it reached; see [`GroupTable::unask`]).
+    pub(crate) fn asks(&self) -> Vec<Ask> {
+        let mut st = self.lock();
+        let mut out = Vec::new();
+        for ((publisher, group), source) in st.seen.iter_mut() {
+            if let Some(stream) = source.stream.as_mut() {
+                if let Some(from) = stream.ask() {
+                    out.push(Ask {
+                        publisher: *publisher,
+                        incarnation: stream.incarnation,
+                        group: group.clone(),
+                        from,
+                    });
+                }
+            }
+        }
+        out
+    }
+
+    /// `ask` could not be sent: it is asked again on a later call of [`GroupTable::asks`].
+    pub(crate) fn unask(&self, ask: &Ask) {
+        let mut st = self.lock();
+        let key = (ask.publisher, ask.group.clone());
+        if let Some(stream) = st.seen.get_mut(&key).and_then(|s| s.stream.as_mut()) {
+            stream.unask();
+        }
+    }
+
+    /// Gaps waited on too long (or holding too much): skipped, per (publisher, group).
+    pub(crate) fn overdue(&self, now_ms: u64) -> Vec<(BusId, GroupName, Skipped)> {
+        let mut st = self.lock();
+        let mut out = Vec::new();
+        for ((publisher, group), source) in st.seen.iter_mut() {
+            if let Some(skipped) = source.stream.as_mut().and_then(|s| s.overdue(now_ms)) {
+                out.push((*publisher, group.clone(), skipped));
+            }
+        }
+        out
+    }
+
+    /// How this publisher (now `incarnation`) answers an ask for `name` from `from` on
+    /// made of `asked_incarnation`.
+    pub(crate) fn repair(
+        &self,
+        name: &str,
+        asked_incarnation: u64,
+        incarnation: u64,
+        from: u64,
+    ) -> RepairPlan {
+        let st = self.lock();
+        let Some(p) = st.published.get(name) else {
+            return RepairPlan {
+                lost: Some((from, u64::MAX)),
+                copies: Vec::new(),
+            };
+        };
+        if asked_incarnation != incarnation {
+            // Asked of an earlier life of this node: nothing of it is left.
+            return RepairPlan {
+                lost: Some((from, u64::MAX)),
+                copies: Vec::new(),
+            };
+        }
+        let oldest = p.retained.front().map_or(p.number + 1, |&(n, _)| n);
+        let lost = (from < oldest).then_some((from, oldest));
+        let at = p.retained.partition_point(|&(n, _)| n < from);
+        let copies = p.retained.range(at..).cloned().collect();
+        RepairPlan { lost, copies }
     }
 
     /// `peer` is gone (given up on, or replaced by a new incarnation): what it asked for and
@@ -212,13 +539,22 @@ impl GroupTable {
     pub(crate) fn adverts(&self, peers: &[(BusId, bool)]) -> Vec<Advert> {
         let st = self.lock();
         let mut out = Vec::new();
+        // Linear in peers times groups (a hub with a thousand links calls this on every change
+        // of interest): per group, its first asker on a tree link and whether there is another.
+        let tree: HashSet<BusId> = peers.iter().filter(|p| p.1).map(|p| p.0).collect();
+        let askers: Vec<(&GroupName, Option<BusId>, bool)> = st
+            .wanted_by
+            .iter()
+            .map(|(g, by)| {
+                let mut on_tree = by.iter().filter(|q| tree.contains(q));
+                (g, on_tree.next().copied(), on_tree.next().is_some())
+            })
+            .collect();
         for &(peer, _) in peers {
             let mut want: HashSet<&GroupName> = st.joined.iter().collect();
-            for (g, by) in &st.wanted_by {
-                let via_tree = by
-                    .iter()
-                    .any(|&q| q != peer && peers.iter().any(|&(id, tree)| id == q && tree));
-                if via_tree {
+            for &(g, first, second) in &askers {
+                // Wanted through a tree link other than this peer's own.
+                if second || first.is_some_and(|q| q != peer) {
                     want.insert(g);
                 }
             }
@@ -268,7 +604,23 @@ mod tests {
             number,
             name: "g",
             payload_at: 0,
+            mark: false,
         }
+    }
+
+    fn mark(publisher: u64, incarnation: u64, number: u64) -> PublishHead<'static> {
+        PublishHead {
+            mark: true,
+            ..head(publisher, incarnation, number)
+        }
+    }
+
+    fn table() -> GroupTable {
+        GroupTable::new(1 << 20)
+    }
+
+    fn got(t: &GroupTable, from: u64, h: &PublishHead) -> Option<Fresh> {
+        t.received(BusId(9), BusId(from), h, 0, || Bytes::from_static(b"p"))
     }
 
     fn apply(t: &GroupTable, peers: &[(BusId, bool)]) -> Vec<(u64, bool, String)> {
@@ -286,7 +638,7 @@ mod tests {
 
     #[test]
     fn a_member_tells_every_peer_and_takes_it_back_on_leave() {
-        let t = GroupTable::default();
+        let t = table();
         let peers = [(BusId(1), true), (BusId(2), false)];
         assert!(t.join("g").unwrap());
         assert!(!t.join("g").unwrap());
@@ -304,23 +656,33 @@ mod tests {
 
     #[test]
     fn interest_from_a_tree_link_is_passed_on_and_from_other_links_is_not() {
-        let t = GroupTable::default();
+        let t = table();
         // 1: the upstream, 2: a downstream (tree links); 3: a connect link.
         let peers = [(BusId(1), true), (BusId(2), true), (BusId(3), false)];
-        assert!(t.interest(BusId(2), true, "g"));
+        assert_eq!(t.interest(BusId(2), true, "g"), Some(true));
+        assert_eq!(
+            t.interest(BusId(2), true, "g"),
+            Some(false),
+            "asked already"
+        );
         assert_eq!(
             apply(&t, &peers),
             vec![(1, true, "g".into()), (3, true, "g".into())],
             "a downstream's interest goes up and to the connect peer, never back to it"
         );
-        assert!(t.interest(BusId(3), true, "h"));
+        assert_eq!(t.interest(BusId(3), true, "h"), Some(true));
         assert_eq!(
             apply(&t, &peers),
             vec![],
             "a connect peer's interest stays here"
         );
-        assert_eq!(t.publish("h"), (1, vec![BusId(3)]), "but it is served");
-        assert!(t.interest(BusId(2), false, "g"));
+        let p = Bytes::from_static(b"p");
+        assert_eq!(
+            t.publish("h", &p, 0),
+            (1, vec![BusId(3)]),
+            "but it is served"
+        );
+        assert_eq!(t.interest(BusId(2), false, "g"), Some(false));
         assert_eq!(
             apply(&t, &peers),
             vec![(1, false, "g".into()), (3, false, "g".into())]
@@ -328,46 +690,143 @@ mod tests {
     }
 
     #[test]
-    fn copies_are_dropped_gaps_are_counted_and_a_new_incarnation_starts_afresh() {
-        let t = GroupTable::default();
+    fn copies_are_dropped_gaps_are_held_and_a_new_incarnation_starts_afresh() {
+        let t = table();
         t.join("g").unwrap();
         t.interest(BusId(5), true, "g");
-        let me = BusId(9);
-        let first = t.received(me, BusId(1), &head(7, 1, 1)).unwrap();
+        let first = got(&t, 1, &head(7, 1, 1)).unwrap();
         assert_eq!(
             first,
             Fresh {
-                deliver: true,
                 forward_to: vec![BusId(5)],
-                missed: 0
+                offer: Some(Offer::Deliver { then: vec![] }),
+                ended: None,
+                gap: false,
+                unwanted: false,
             }
         );
-        assert_eq!(t.received(me, BusId(2), &head(7, 1, 1)), None, "a copy");
-        let after_gap = t.received(me, BusId(1), &head(7, 1, 5)).unwrap();
-        assert_eq!(after_gap.missed, 3);
-        assert_eq!(t.received(me, BusId(1), &head(7, 1, 4)), None, "behind");
-        let restarted = t.received(me, BusId(1), &head(7, 2, 1)).unwrap();
-        assert_eq!(restarted.missed, 0);
+        assert_eq!(got(&t, 2, &head(7, 1, 1)), None, "a copy");
+        let after_gap = got(&t, 1, &head(7, 1, 5)).unwrap();
+        assert_eq!(after_gap.offer, Some(Offer::Held));
+        assert!(after_gap.gap);
         assert_eq!(
-            t.received(me, BusId(5), &head(7, 2, 2)).unwrap().forward_to,
-            vec![]
+            t.asks(),
+            vec![Ask {
+                publisher: BusId(7),
+                incarnation: 1,
+                group: "g".into(),
+                from: 2
+            }]
         );
-        assert_eq!(t.received(me, BusId(1), &head(9, 1, 1)), None, "its own");
+        assert_eq!(t.asks(), vec![], "asked once");
+        // A copy by a second path fills the gap for this member, and is not passed on.
+        let filler = got(&t, 2, &head(7, 1, 2)).unwrap();
+        assert_eq!(filler.forward_to, vec![]);
+        assert_eq!(filler.offer, Some(Offer::Deliver { then: vec![] }));
+        let restarted = got(&t, 1, &head(7, 2, 1)).unwrap();
+        assert_eq!(
+            restarted.ended,
+            Some(Skipped {
+                missed: 2,
+                deliver: vec![Bytes::from_static(b"p")]
+            }),
+            "3 and 4 never came; 5 is handed over as the old stream ends"
+        );
+        assert_eq!(restarted.offer, Some(Offer::Deliver { then: vec![] }));
+        assert_eq!(got(&t, 5, &head(7, 2, 2)).unwrap().forward_to, vec![]);
+        assert_eq!(got(&t, 1, &head(9, 1, 1)), None, "its own");
+    }
+
+    #[test]
+    fn marks_pass_each_node_once_and_reveal_a_lost_tail() {
+        let t = table();
+        t.join("g").unwrap();
+        t.interest(BusId(5), true, "g");
+        got(&t, 1, &head(7, 1, 1)).unwrap();
+        let m = got(&t, 1, &mark(7, 1, 3)).unwrap();
+        assert_eq!(m.forward_to, vec![BusId(5)]);
+        assert!(m.gap, "2 and 3 are missing");
+        assert_eq!(
+            got(&t, 1, &mark(7, 1, 3)).unwrap().forward_to,
+            vec![],
+            "once"
+        );
+        assert_eq!(t.asks()[0].from, 2);
+        assert_eq!(
+            t.marks_for("g", BusId(9), 4),
+            vec![(BusId(7), 1, 3)],
+            "a peer that asks now learns where 7's stream stands"
+        );
+        let (repaired, gap) = t.repaired(&head(7, 1, 2), 0, Bytes::new).unwrap();
+        assert_eq!(repaired, Offer::Deliver { then: vec![] });
+        assert!(gap);
+        let (_, gap) = t.repaired(&head(7, 1, 3), 0, Bytes::new).unwrap();
+        assert!(!gap);
+        assert_eq!(
+            t.repaired(&head(7, 2, 3), 0, Bytes::new),
+            None,
+            "not this life"
+        );
+    }
+
+    #[test]
+    fn a_relay_that_is_not_a_member_passes_on_and_counts_what_nobody_wants() {
+        let t = table();
+        let lonely = got(&t, 1, &head(7, 1, 1)).unwrap();
+        assert!(lonely.unwanted);
+        t.interest(BusId(5), true, "g");
+        let passed = got(&t, 1, &head(7, 1, 2)).unwrap();
+        assert_eq!(
+            (passed.forward_to, passed.offer, passed.unwanted),
+            (vec![BusId(5)], None, false)
+        );
+    }
+
+    #[test]
+    fn a_publisher_keeps_recent_publishes_within_its_bound_and_says_what_it_lost() {
+        let t = GroupTable::new(3 * (1 + HELD_ENTRY_OVERHEAD_BYTES));
+        for i in 1..=5u8 {
+            t.publish("g", &Bytes::from(vec![i]), u64::from(i));
+        }
+        let plan = t.repair("g", 1, 1, 2);
+        assert_eq!(plan.lost, Some((2, 3)), "1 and 2 fell out of the bound");
+        let numbers: Vec<u64> = plan.copies.iter().map(|c| c.0).collect();
+        assert_eq!(numbers, vec![3, 4, 5]);
+        assert_eq!(t.repair("g", 1, 1, 5).copies.len(), 1);
+        assert_eq!(
+            t.repair("g", 1, 1, 6),
+            RepairPlan::default(),
+            "nothing after the last"
+        );
+        assert_eq!(
+            t.repair("g", 0, 1, 2).lost,
+            Some((2, u64::MAX)),
+            "an earlier life"
+        );
+        assert_eq!(t.repair("other", 1, 1, 2).lost, Some((2, u64::MAX)));
+        assert_eq!(t.tail_marks(5 + GROUP_TAIL_MARK_MS - 1), vec![]);
+        t.interest(BusId(4), true, "g");
+        assert_eq!(
+            t.tail_marks(5 + GROUP_TAIL_MARK_MS),
+            vec![("g".into(), 5, vec![BusId(4)])]
+        );
+        assert_eq!(t.tail_marks(u64::MAX), vec![], "marked once");
     }
 
     #[test]
     fn a_peer_gone_is_forgotten_and_a_peer_cannot_ask_without_bound() {
-        let t = GroupTable::default();
+        let t = table();
         for i in 0..GROUPS_PER_PEER_MAX {
-            assert!(t.interest(BusId(4), true, &format!("g{i}")));
+            assert_eq!(t.interest(BusId(4), true, &format!("g{i}")), Some(true));
         }
-        assert!(!t.interest(BusId(4), true, "one-more"));
-        assert!(
+        assert_eq!(t.interest(BusId(4), true, "one-more"), None);
+        assert_eq!(
             t.interest(BusId(4), true, "g0"),
+            Some(false),
             "asking again is no new group"
         );
         t.peer_gone(BusId(4));
-        assert_eq!(t.publish("g0"), (1, vec![]));
-        assert!(t.interest(BusId(4), true, "one-more"));
+        assert_eq!(t.publish("g0", &Bytes::new(), 0), (1, vec![]));
+        assert_eq!(t.interest(BusId(4), true, "one-more"), Some(true));
     }
 }

@@ -9,14 +9,17 @@
 //! other: numbered, acknowledged, and resent over a link that drops and comes back.
 
 use crate::event::{Event, Path};
-use crate::group_table::GroupName;
+use crate::group_order::{Offer, Skipped};
+use crate::group_table::{GroupName, RepairJob};
 use crate::message::MessageBatch;
-use crate::node::Node;
+use crate::node::{Node, SendError};
 use crate::shared::Shared;
 use crate::stats::bump;
-use busway_core::frame::{FrameKind, SPAN_INTEREST, SPAN_LEN_MASK, SPAN_PUBLISH, SPAN_TAG_MASK};
-use busway_core::group::{check_name, decode_interest, decode_publish, encode_interest};
-use busway_core::group::{encode_publish_head, PUBLISH_FIXED_BYTES};
+use busway_core::frame::SPAN_TAG_MASK;
+use busway_core::frame::{FrameKind, SPAN_INTEREST, SPAN_LEN_MASK, SPAN_PUBLISH, SPAN_REPAIR};
+use busway_core::group::{check_name, decode_interest, decode_publish, decode_repair};
+use busway_core::group::{encode_interest, encode_mark, encode_publish_head, PUBLISH_FIXED_BYTES};
+use busway_core::group::{encode_repair_ask, encode_repair_copy_head, encode_repair_lost, Repair};
 use busway_core::BusId;
 use bytes::Bytes;
 use std::sync::Arc;
@@ -105,7 +108,8 @@ impl Node {
         if shared.is_shutting_down() {
             return Err(GroupError::Closed);
         }
-        let (number, to) = shared.groups.publish(group);
+        let now_ms = shared.coarse_ms.load(std::sync::atomic::Ordering::Relaxed);
+        let (number, to) = shared.groups.publish(group, &payload, now_ms);
         let head = encode_publish_head(shared.config.id, shared.incarnation, number, group);
         let mut reached = 0;
         for id in to {
@@ -143,13 +147,12 @@ impl Node {
 }
 
 impl crate::ring_link::GroupMessages for Shared {
-    fn sort_out(
-        &self,
-        from: BusId,
-        chunk: &Bytes,
-        spans: &mut Vec<(u32, u32)>,
-    ) -> Vec<MessageBatch> {
+    fn sort_out(&self, from: BusId, chunk: &Bytes, spans: &mut Vec<(u32, u32)>) {
         self.sort_out_groups(from, chunk, spans)
+    }
+
+    fn backlogged(&self) -> bool {
+        self.inbox.group_backlogged()
     }
 }
 
@@ -168,7 +171,8 @@ impl Shared {
                 )
             })
             .collect();
-        for advert in self.groups.adverts(&peers) {
+        let ads = self.groups.adverts(&peers);
+        for advert in ads {
             let Some(peer) = self.peer(advert.peer) else {
                 continue;
             };
@@ -191,85 +195,341 @@ impl Shared {
         }
     }
 
-    /// Takes the INTEREST and PUBLISH messages out of `spans` (messages from the direct peer
-    /// `from` in `chunk`): interest is recorded, publishes are passed on to the peers that
-    /// asked and returned as batches for this node's inbox (one per run of publishes from
-    /// one publisher to one group).
-    pub(crate) fn sort_out_groups(
-        &self,
-        from: BusId,
-        chunk: &Bytes,
-        spans: &mut Vec<(u32, u32)>,
-    ) -> Vec<MessageBatch> {
-        let mut out: Vec<MessageBatch> = Vec::new();
+    /// Takes the INTEREST, PUBLISH and REPAIR messages out of `spans` (messages from `from`
+    /// in `chunk`: a direct peer, or for REPAIR the source end to end): interest is recorded
+    /// (and a peer that newly asks is sent a mark per publisher known), publishes are passed
+    /// on to the peers that asked and handed to this node's inbox in each publisher's order
+    /// (see `InboxSender::deliver_group`: the caller stops reading while it is backlogged); a
+    /// member's gaps are asked to be repaired, and a publisher answers asks.
+    pub(crate) fn sort_out_groups(&self, from: BusId, chunk: &Bytes, spans: &mut Vec<(u32, u32)>) {
+        let turn = self.groups.order();
+        let mut out = Delivered::default();
         let mut interest_changed = false;
+        let mut newly_asked: Vec<String> = Vec::new();
+        let mut gaps = false;
+        let now_ms = self.coarse_ms.load(std::sync::atomic::Ordering::Relaxed);
         spans.retain(|&(start, tagged)| {
             let tag = tagged & SPAN_TAG_MASK;
-            if tag != SPAN_INTEREST && tag != SPAN_PUBLISH {
+            if tag != SPAN_INTEREST && tag != SPAN_PUBLISH && tag != SPAN_REPAIR {
                 return true;
             }
-            let body = chunk.slice(start as usize..(start + (tagged & SPAN_LEN_MASK)) as usize);
-            if tag == SPAN_INTEREST {
-                // Checked by `message_spans`.
-                if let Ok(i) = decode_interest(&body) {
-                    if self.groups.interest(from, i.join, i.name) {
-                        interest_changed = true;
-                    } else {
-                        bump(&self.counters.group_interest_refused);
+            let len = tagged & SPAN_LEN_MASK;
+            let body = chunk.slice(start as usize..(start + len) as usize);
+            match tag {
+                SPAN_INTEREST => {
+                    // Checked by `message_spans`.
+                    if let Ok(i) = decode_interest(&body) {
+                        match self.groups.interest(from, i.join, i.name) {
+                            None => bump(&self.counters.group_interest_refused),
+                            Some(new) => {
+                                interest_changed = true;
+                                if new {
+                                    newly_asked.push(i.name.to_owned());
+                                }
+                            }
+                        }
                     }
                 }
-                return false;
-            }
-            let Ok(head) = decode_publish(&body) else {
-                return false;
-            };
-            let Some(fresh) = self.groups.received(self.config.id, from, &head) else {
-                bump(&self.counters.group_copies_dropped);
-                return false;
-            };
-            if !fresh.deliver && fresh.forward_to.is_empty() {
-                tracing::debug!(peer = %from, group = head.name, "publish for a group nobody here wants");
-                bump(&self.counters.publishes_unwanted);
-                return false;
-            }
-            for id in fresh.forward_to {
-                // A frame past the peer's stated limit would close its link: not sent.
-                let sent = self
-                    .peer(id)
-                    .filter(|p| p.frame_body_max().is_none_or(|m| body.len() <= m))
-                    .map(|p| p.push_framed(FrameKind::Publish, &[], &body));
-                if !matches!(sent, Some(Ok(_))) {
-                    // Relays never wait for one member: that member sees the gap.
-                    bump(&self.counters.group_forwards_dropped);
+                SPAN_PUBLISH => {
+                    gaps |=
+                        self.publish_received(from, chunk, (start, len), &body, now_ms, &mut out)
                 }
-            }
-            if fresh.missed > 0 {
-                self.emit(Event::GroupGap {
-                    group: head.name.to_owned(),
-                    publisher: head.publisher,
-                    missed: fresh.missed,
-                });
-            }
-            if fresh.deliver {
-                let at = head.payload_at as u32;
-                let span = (start + at, (tagged & SPAN_LEN_MASK) - at);
-                match out.last_mut() {
-                    Some(b) if b.src() == head.publisher && b.group() == Some(head.name) => {
-                        b.push_span(span)
-                    }
-                    _ => out.push(MessageBatch::published_in(
-                        head.publisher,
-                        Arc::from(head.name),
-                        chunk.clone(),
-                        vec![span],
-                    )),
-                }
+                _ => gaps |= self.repair_received(from, chunk, start, &body, now_ms, &mut out),
             }
             false
         });
+        self.hand_over(out);
+        drop(turn);
         if interest_changed {
             self.sync_group_adverts();
         }
-        out
+        for name in newly_asked {
+            self.send_marks(from, &name);
+        }
+        if gaps {
+            self.ask_repairs();
+        }
+        self.pump_repairs();
+    }
+
+    /// Hands delivered publishes to the inbox, in order (the caller holds the group order).
+    fn hand_over(&self, out: Delivered) {
+        for batch in out.batches {
+            if !self.inbox.deliver_group(batch) {
+                // The application dropped its inbox: nobody is left to read them.
+                break;
+            }
+        }
+    }
+
+    /// A PUBLISH (or mark) from the direct peer `from`, its body at `start..start + len` of
+    /// `chunk`: passed on, and for this node's application if a member; true if a gap opened.
+    fn publish_received(
+        &self,
+        from: BusId,
+        chunk: &Bytes,
+        (start, len): (u32, u32),
+        body: &Bytes,
+        now_ms: u64,
+        out: &mut Delivered,
+    ) -> bool {
+        let Ok(head) = decode_publish(body) else {
+            return false;
+        };
+        let at = head.payload_at as u32;
+        let span = (start + at, len - at);
+        let payload = || body.slice(head.payload_at..);
+        let r = self
+            .groups
+            .received(self.config.id, from, &head, now_ms, payload);
+        let Some(fresh) = r else {
+            bump(&self.counters.group_copies_dropped);
+            return false;
+        };
+        if fresh.unwanted {
+            tracing::debug!(peer = %from, group = head.name, "publish for a group nobody here wants");
+            bump(&self.counters.publishes_unwanted);
+        }
+        for id in fresh.forward_to {
+            // A frame past the peer's stated limit would close its link: not sent.
+            let sent = self
+                .peer(id)
+                .filter(|p| p.frame_body_max().is_none_or(|m| body.len() <= m))
+                .map(|p| p.push_framed(FrameKind::Publish, &[], body));
+            if !matches!(sent, Some(Ok(_))) {
+                // Relays never wait for one member: that member repairs the gap from the
+                // publisher (or reports it).
+                bump(&self.counters.group_forwards_dropped);
+            }
+        }
+        if let Some(ended) = fresh.ended {
+            self.skipped(head.publisher, head.name, ended, out);
+        }
+        if let Some(Offer::Deliver { then }) = fresh.offer {
+            out.span(head.publisher, head.name, chunk, span);
+            out.payloads(head.publisher, head.name, then);
+        } else if matches!(fresh.offer, Some(Offer::Stale)) {
+            bump(&self.counters.group_copies_dropped);
+        }
+        fresh.gap
+    }
+
+    /// A REPAIR from `from` (end to end), its body at `start` of `chunk`: an ask answered,
+    /// a copy or a loss applied to this member's stream; true if a gap is left to ask for.
+    fn repair_received(
+        &self,
+        from: BusId,
+        chunk: &Bytes,
+        start: u32,
+        body: &Bytes,
+        now_ms: u64,
+        out: &mut Delivered,
+    ) -> bool {
+        // Checked by `message_spans`.
+        let Ok(repair) = decode_repair(body) else {
+            return false;
+        };
+        match repair {
+            Repair::Ask {
+                incarnation,
+                from: first,
+                name,
+            } => {
+                let plan = self
+                    .groups
+                    .repair(name, incarnation, self.incarnation, first);
+                let job = RepairJob {
+                    to: from,
+                    group: name.into(),
+                    incarnation: self.incarnation,
+                    lost: plan.lost,
+                    copies: plan.copies.into(),
+                };
+                if !self.groups.queue_repair(job) {
+                    tracing::warn!(member = %from, group = name, "repair refused: too many under way");
+                    bump(&self.counters.group_repairs_refused);
+                }
+                false
+            }
+            Repair::Copy(head) => {
+                if head.publisher != from {
+                    tracing::warn!(peer = %from, publisher = %head.publisher, group = head.name, "REPAIR copy of another node's publish: dropped");
+                    bump(&self.counters.group_repairs_refused);
+                    return false;
+                }
+                let payload = || body.slice(head.payload_at..);
+                match self.groups.repaired(&head, now_ms, payload) {
+                    None => {
+                        bump(&self.counters.group_repairs_refused);
+                        false
+                    }
+                    Some((offer, gap)) => {
+                        if let Offer::Deliver { then } = offer {
+                            let at = head.payload_at as u32;
+                            let span = (start + at, body.len() as u32 - at);
+                            out.span(head.publisher, head.name, chunk, span);
+                            out.payloads(head.publisher, head.name, then);
+                        }
+                        gap
+                    }
+                }
+            }
+            Repair::Lost {
+                incarnation,
+                from: first,
+                to,
+                name,
+            } => {
+                match self
+                    .groups
+                    .lost(from, incarnation, name, (first, to), now_ms)
+                {
+                    Some(skipped) => self.skipped(from, name, skipped, out),
+                    None => bump(&self.counters.group_repairs_refused),
+                }
+                false
+            }
+        }
+    }
+
+    /// Publishes of `publisher` to `group` that will never come were skipped: the member is
+    /// told how many (`GroupGap`), and gets what waited behind them.
+    fn skipped(&self, publisher: BusId, group: &str, skipped: Skipped, out: &mut Delivered) {
+        if skipped.missed > 0 {
+            self.emit(Event::GroupGap {
+                group: group.to_owned(),
+                publisher,
+                missed: skipped.missed,
+            });
+        }
+        out.payloads(publisher, group, skipped.deliver);
+    }
+
+    /// Sends `peer`, which newly asked for `group`, a mark per publisher this node knows:
+    /// a member behind it that lost the end of a stream (its relay died) sees the gap.
+    fn send_marks(&self, peer: BusId, group: &str) {
+        let Some(p) = self.peer(peer) else {
+            return;
+        };
+        for (publisher, incarnation, number) in
+            self.groups
+                .marks_for(group, self.config.id, self.incarnation)
+        {
+            let body = encode_mark(publisher, incarnation, number, group);
+            // A mark that does not fit is covered by the publisher's tail mark or a later
+            // publish.
+            let _ = p.push_framed(FrameKind::Publish, &body, &Bytes::new());
+        }
+    }
+
+    /// Asks the publishers of streams with a gap for copies; an ask that cannot be sent now
+    /// is made again on the next tick.
+    pub(crate) fn ask_repairs(&self) {
+        for ask in self.groups.asks() {
+            let body = encode_repair_ask(ask.incarnation, ask.from, &ask.group);
+            match self.try_send_framed(ask.publisher, FrameKind::Repair, &body, &Bytes::new()) {
+                Ok(_) => bump(&self.counters.group_repairs_asked),
+                Err(e) => {
+                    tracing::debug!(publisher = %ask.publisher, group = %ask.group, error = %e, "repair ask not sent yet");
+                    self.groups.unask(&ask);
+                }
+            }
+        }
+    }
+
+    /// Sends the repairs under way as far as the queues toward their members allow.
+    pub(crate) fn pump_repairs(&self) {
+        while let Some(mut job) = self.groups.take_repair() {
+            match self.send_repair(&mut job) {
+                Ok(()) => {}
+                Err(SendError::Full(_)) => {
+                    self.groups.resume_repair(job);
+                    return;
+                }
+                Err(e) => {
+                    tracing::debug!(member = %job.to, group = %job.group, error = %e, "repair dropped");
+                }
+            }
+        }
+    }
+
+    /// Sends what fits of one repair: the loss first, then the copies in order.
+    fn send_repair(&self, job: &mut RepairJob) -> Result<(), SendError> {
+        if let Some((first, to)) = job.lost {
+            let body = encode_repair_lost(job.incarnation, first, to, &job.group);
+            self.try_send_framed(job.to, FrameKind::Repair, &body, &Bytes::new())?;
+            job.lost = None;
+        }
+        while let Some((number, payload)) = job.copies.front() {
+            let head =
+                encode_repair_copy_head(self.config.id, job.incarnation, *number, &job.group);
+            self.try_send_framed(job.to, FrameKind::Repair, &head, payload)?;
+            bump(&self.counters.group_copies_sent);
+            job.copies.pop_front();
+        }
+        Ok(())
+    }
+
+    /// The groups' timers, on the retry tick: tail marks of publishes gone quiet, asks not
+    /// sent yet, repairs waiting for room, and gaps given up on (what waited behind them
+    /// goes to the inbox).
+    pub(crate) fn group_tick(&self, now_ms: u64) {
+        for (group, number, to) in self.groups.tail_marks(now_ms) {
+            let body = encode_mark(self.config.id, self.incarnation, number, &group);
+            for id in to {
+                if let Some(p) = self.peer(id) {
+                    let _ = p.push_framed(FrameKind::Publish, &body, &Bytes::new());
+                }
+            }
+        }
+        self.ask_repairs();
+        self.pump_repairs();
+        let turn = self.groups.order();
+        let mut out = Delivered::default();
+        for (publisher, group, skipped) in self.groups.overdue(now_ms) {
+            tracing::warn!(%publisher, %group, missed = skipped.missed, "group gap not repaired in time: skipped");
+            self.skipped(publisher, &group, skipped, &mut out);
+        }
+        self.hand_over(out);
+        drop(turn);
+    }
+}
+
+/// Publishes for this node's application, in order, as batches of one publisher and group:
+/// runs of spans in the chunk at hand share its buffer; publishes that waited are batches of
+/// their own.
+#[derive(Default)]
+struct Delivered {
+    batches: Vec<MessageBatch>,
+    /// Whether the last batch holds spans of the chunk at hand (only then may it grow).
+    last_is_span: bool,
+}
+
+impl Delivered {
+    fn span(&mut self, publisher: BusId, group: &str, chunk: &Bytes, span: (u32, u32)) {
+        match self.batches.last_mut() {
+            Some(b) if self.last_is_span && b.src() == publisher && b.group() == Some(group) => {
+                b.push_span(span)
+            }
+            _ => self.batches.push(MessageBatch::published_in(
+                publisher,
+                Arc::from(group),
+                chunk.clone(),
+                vec![span],
+            )),
+        }
+        self.last_is_span = true;
+    }
+
+    fn payloads(&mut self, publisher: BusId, group: &str, payloads: Vec<Bytes>) {
+        if payloads.is_empty() {
+            return;
+        }
+        let name: GroupName = Arc::from(group);
+        for p in payloads {
+            self.batches
+                .push(MessageBatch::published(publisher, name.clone(), p));
+        }
+        self.last_is_span = false;
     }
 }

@@ -11,13 +11,25 @@
 //! turn, spins `NodeConfig::shm_spins` times over them while it has rings and nothing is ready,
 //! then sleeps until a ring's waiter thread or a link wakes it. A ring that fills stops its
 //! sender the same way a full inbox does.
+//!
+//! Publishes to a group (see `groups`) take another way in: each node decides the order of a
+//! publisher's stream in one place (a gap holds later publishes until its repair comes, by
+//! whichever link), and hands the batches over in that order under one lock, without waiting
+//! for permits (`InboxSender::deliver_group`). They count against `GROUP_INBOX_BYTES_MAX`
+//! instead: past it, links stop reading (socket links wait for room, ring readers leave their
+//! rings unread) until the application takes them.
 
 use crate::deferred::Deferred;
 use crate::message::{Message, MessageBatch};
 use crate::ring_rx::{InboundRing, Polled, WakeInbox};
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 use tokio::sync::mpsc::error::TryRecvError;
-use tokio::sync::{mpsc, Semaphore};
+use tokio::sync::{mpsc, Notify, Semaphore};
+
+/// Bytes of group publishes handed to the inbox and not yet taken by the application; past
+/// it, links stop reading until the application takes some.
+pub(crate) const GROUP_INBOX_BYTES_MAX: usize = 8 << 20;
 
 /// Spins of a waiting inbox between two yields to the runtime.
 const INBOX_SPINS_PER_YIELD: u32 = 64;
@@ -25,6 +37,8 @@ const INBOX_SPINS_PER_YIELD: u32 = 64;
 pub(crate) enum Delivery {
     /// Messages from a socket link, holding `permits` of the inbox's byte budget.
     Batch { batch: MessageBatch, permits: u32 },
+    /// Publishes to a group, in their stream's order, counted in `GroupBacklog`.
+    Group { batch: MessageBatch, bytes: usize },
     /// A peer's ring, to read from now on (after every batch sent before it).
     Ring(InboundRing),
     /// Something may be ready in a ring (or a ring's link ended): look again.
@@ -43,18 +57,41 @@ impl WakeInbox for InboxWaker {
     }
 }
 
+/// Group publishes in the channel, in bytes, and the wake-up of links waiting for room.
+#[derive(Default)]
+pub(crate) struct GroupBacklog {
+    bytes: AtomicUsize,
+    room: Notify,
+}
+
+impl GroupBacklog {
+    fn is_full(&self) -> bool {
+        self.bytes.load(Relaxed) > GROUP_INBOX_BYTES_MAX
+    }
+
+    /// The application took `bytes`: links waiting for room look again.
+    fn taken(&self, bytes: usize) {
+        let before = self.bytes.fetch_sub(bytes, Relaxed);
+        if before > GROUP_INBOX_BYTES_MAX && before - bytes <= GROUP_INBOX_BYTES_MAX {
+            self.room.notify_waiters();
+        }
+    }
+}
+
 /// The sending half, cloned into every link.
 #[derive(Clone)]
 pub(crate) struct InboxSender {
     tx: mpsc::UnboundedSender<Delivery>,
     budget: Arc<Semaphore>,
     limit: u32,
+    groups: Arc<GroupBacklog>,
 }
 
 /// The application's end. Owned by one task at a time (`recv` takes `&mut self`).
 pub struct Inbox {
     rx: mpsc::UnboundedReceiver<Delivery>,
     budget: Arc<Semaphore>,
+    groups: Arc<GroupBacklog>,
     /// A batch being read message by message, and the index of the next message.
     current: Option<(MessageBatch, usize)>,
     /// Peers' rings read directly.
@@ -84,15 +121,18 @@ pub(crate) fn inbox(
     let budget = Arc::new(Semaphore::new(limit as usize));
     let (tx, rx) = mpsc::unbounded_channel();
     let waker = InboxWaker(tx.downgrade());
+    let groups = Arc::new(GroupBacklog::default());
     (
         InboxSender {
             tx,
             budget: budget.clone(),
             limit,
+            groups: groups.clone(),
         },
         Inbox {
             rx,
             budget,
+            groups,
             current: None,
             rings: Vec::new(),
             next_ring: 0,
@@ -107,6 +147,41 @@ pub(crate) fn inbox(
 }
 
 impl InboxSender {
+    /// Hands group publishes to the application now, in the order given (callers hold their
+    /// node's group order while they decide and hand over); false if the inbox is gone.
+    pub(crate) fn deliver_group(&self, batch: MessageBatch) -> bool {
+        let bytes = batch.footprint();
+        self.groups.bytes.fetch_add(bytes, Relaxed);
+        let sent = self.tx.send(Delivery::Group { batch, bytes }).is_ok();
+        if !sent {
+            self.groups.taken(bytes);
+        }
+        sent
+    }
+
+    /// Whether the group publishes the application has not taken are past
+    /// `GROUP_INBOX_BYTES_MAX`: links should stop reading.
+    pub(crate) fn group_backlogged(&self) -> bool {
+        self.groups.is_full() && !self.tx.is_closed()
+    }
+
+    /// Waits until the group publishes not taken are back within `GROUP_INBOX_BYTES_MAX` (or
+    /// the application dropped its inbox).
+    pub(crate) async fn wait_group_room(&self) {
+        loop {
+            let room = self.groups.room.notified();
+            tokio::pin!(room);
+            room.as_mut().enable();
+            if !self.group_backlogged() {
+                return;
+            }
+            tokio::select! {
+                _ = room => {}
+                _ = self.tx.closed() => return,
+            }
+        }
+    }
+
     fn permits(&self, batch: &MessageBatch) -> u32 {
         u32::try_from(batch.footprint())
             .unwrap_or(u32::MAX)
@@ -161,6 +236,10 @@ impl Inbox {
         match d {
             Delivery::Batch { batch, permits } => {
                 self.budget.add_permits(permits as usize);
+                Some(batch)
+            }
+            Delivery::Group { batch, bytes } => {
+                self.groups.taken(bytes);
                 Some(batch)
             }
             Delivery::Ring(r) => {

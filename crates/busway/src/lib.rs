@@ -29,6 +29,7 @@ mod dial;
 mod direct;
 mod event;
 mod event_queue;
+mod group_order;
 mod group_table;
 mod groups;
 mod hints;

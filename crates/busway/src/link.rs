@@ -432,7 +432,14 @@ where
                     // What the peer put in its ring before closing is delivered first (its
                     // acknowledgement goes out with our CLOSE).
                     // Boxed: only a link with a ring, at its end, has this wait.
-                    let drained = Box::pin(tokio::time::timeout(linger, shm.ring.wait_drained()));
+                    // The ring's watch goes on meanwhile: an application that does not read
+                    // its inbox (a relay) leaves the ring to it.
+                    let drained = Box::pin(tokio::time::timeout(linger, async {
+                        tokio::select! {
+                            _ = shm.ring.wait_drained() => {}
+                            _ = &mut ring_fault => {}
+                        }
+                    }));
                     let _ = drained.await;
                     peer.push_control(ack_frame(peer.inbound_expected()));
                 }

@@ -7,6 +7,7 @@ use crate::connector::{accept_loop, dial_loop};
 use crate::deferred::Deferred;
 use crate::event::{Event, Path};
 use crate::event_queue::EventQueue;
+use crate::group_table::GroupTable;
 use crate::hints::Hints;
 use crate::inbox::{inbox, Inbox};
 use crate::io_loops::IoLoops;
@@ -102,6 +103,12 @@ pub struct PeerInfo {
     pub unacked_bytes: usize,
     /// Messages ever sent to it.
     pub msgs_sent: u64,
+    /// Bytes of frames ever queued for it, headers included: its messages at their framing
+    /// (DATA, DATA_BATCH entries, CALL, REPLY, INTEREST, PUBLISH) and the control frames for
+    /// its link (ACK, PING, relayed ROUTED frames), each counted once when queued, whether the
+    /// link is a socket or a ring (a resend after a reconnect is not counted again). What
+    /// this node put on the link to it: `busway bench --broadcast` reads it per publish.
+    pub bytes_sent: u64,
     /// Last measured round trip in microseconds (0: none yet).
     pub rtt_us: u64,
 }
@@ -212,6 +219,7 @@ impl Node {
         let (shutdown_tx, _) = watch::channel(false);
         let connect = config.connect.clone();
         let counters = Arc::<Counters>::default();
+        let group_retain_bytes = config.group_retain_bytes;
         let shared = Arc::new(Shared {
             incarnation: u64::from_le_bytes(random_bytes::<8>()),
             host_id: crate::shm_link::host_identity(),
@@ -225,7 +233,7 @@ impl Node {
             admission,
             inbox: inbox_tx,
             calls: Arc::new(CallTable::new(counters.clone(), CALLS_PENDING_MAX)),
-            groups: Default::default(),
+            groups: GroupTable::new(group_retain_bytes),
             deferred,
             counters,
             loops,
@@ -418,6 +426,7 @@ impl Node {
                     unacked_msgs: s.unacked,
                     unacked_bytes: s.bytes,
                     msgs_sent: s.msgs_total,
+                    bytes_sent: s.bytes_sent,
                     rtt_us: p.rtt_us.load(Relaxed),
                 }
             })

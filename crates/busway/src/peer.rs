@@ -130,6 +130,8 @@ pub(crate) struct PeerSnapshot {
     pub(crate) unacked: u64,
     pub(crate) bytes: usize,
     pub(crate) msgs_total: u64,
+    /// Bytes of frames ever queued for the peer (`Outbox::bytes_pushed`).
+    pub(crate) bytes_sent: u64,
 }
 
 impl Peer {
@@ -670,6 +672,7 @@ impl Peer {
             unacked: st.outbox.unacked(),
             bytes: st.outbox.bytes(),
             msgs_total: st.msgs_total,
+            bytes_sent: st.outbox.bytes_pushed(),
         }
     }
 }

@@ -4,7 +4,6 @@
 
 use crate::call_table::CallTable;
 use crate::limits::{RING_ACK_DELAY_MS, RING_DRAIN_POLL_MS};
-use crate::message::MessageBatch;
 use crate::peer::Peer;
 use crate::stats::Counters;
 use busway_core::control::ack_frame;
@@ -25,13 +24,11 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// What a ring's reader hands the group messages it reads to: the node (see `groups`).
 pub(crate) trait GroupMessages: Send + Sync {
     /// Takes the group messages out of `spans` (from the direct peer `from`, in `chunk`);
-    /// returns the publishes for this node's inbox.
-    fn sort_out(
-        &self,
-        from: BusId,
-        chunk: &Bytes,
-        spans: &mut Vec<(u32, u32)>,
-    ) -> Vec<MessageBatch>;
+    /// the publishes for this node go to its inbox, in order.
+    fn sort_out(&self, from: BusId, chunk: &Bytes, spans: &mut Vec<(u32, u32)>);
+
+    /// Whether the inbox holds too many publishes not taken: leave the ring unread.
+    fn backlogged(&self) -> bool;
 }
 
 pub(crate) struct RingLink {

@@ -36,7 +36,7 @@ pub(crate) enum Polled {
     Empty,
     /// Nothing for the inbox in the read itself: replies, which ended their calls (their
     /// callers were woken: they should run before the reader spins on), or publishes, which
-    /// went to the stash.
+    /// went to the inbox's channel.
     Answered,
     /// The ring is done with (its link ended, it was closed and read out, or it is corrupt):
     /// drop it.
@@ -149,7 +149,7 @@ pub(crate) fn take_over_replies(reader: &Weak<Mutex<RingReader>>, last_polls: &m
             }
             Polled::Answered => took = true,
             // Nothing whole yet.
-            Polled::Empty if r.consumer.is_readable() => took = true,
+            Polled::Empty if r.consumer.is_readable() && !r.backlogged() => took = true,
             Polled::Empty => break,
             Polled::Gone => {
                 r.gone = true;
@@ -190,7 +190,15 @@ impl RingReader {
         polled
     }
 
+    /// Whether the node's inbox holds too many group publishes not taken: the ring waits.
+    fn backlogged(&self) -> bool {
+        self.link.node.upgrade().is_some_and(|n| n.backlogged())
+    }
+
     fn read_messages(&mut self) -> Polled {
+        if self.backlogged() {
+            return Polled::Empty;
+        }
         // Held from the read to the count: the link's `wait_drained` must not see the ring
         // read out before what was read is counted (its ACK would miss it).
         let link = &*self.link;
@@ -275,18 +283,15 @@ impl RingReader {
         }
         let src = self.link.peer.id;
         // Group messages: interest is recorded, publishes are passed on, and those for this
-        // node wait in the stash, handed out by the next polls.
+        // node go to the inbox's channel in their streams' order.
         if let Some(node) = self.link.node.upgrade() {
-            for b in node.sort_out(src, &chunk, &mut spans) {
-                self.stash_bytes += b.footprint();
-                self.stash.push_back(b);
-            }
+            node.sort_out(src, &chunk, &mut spans);
         }
         // Replies end their calls here (this is the application's thread reading the ring);
         // requests go on with a handle to answer them.
         let requests = self.link.calls.sort_out(src, &chunk, &mut spans);
         if spans.is_empty() {
-            // Replies, and publishes now at the back of the stash (in their order).
+            // Replies, and publishes now in the inbox's channel (in their order).
             return Polled::Answered;
         }
         Polled::Batch(

@@ -428,9 +428,10 @@ impl Shared {
                 next_sweep = now + FORGET_SWEEP_INTERVAL_MS;
                 self.forget_idle(now);
             }
-            if !self.groups.is_idle() {
+            if !self.groups.is_idle() || self.groups.has_repairs() {
                 // Interest that did not fit a peer's queue when it changed.
                 self.sync_group_adverts();
+                self.group_tick(now);
             }
             for r in self.remotes_snapshot() {
                 match r.check(now, ROUTED_RESEND_AFTER_MS, self.config.peer_dead_after_ms) {

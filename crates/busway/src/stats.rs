@@ -32,6 +32,9 @@ pub(crate) struct Counters {
     pub(crate) group_copies_dropped: AtomicU64,
     pub(crate) group_forwards_dropped: AtomicU64,
     pub(crate) group_interest_refused: AtomicU64,
+    pub(crate) group_repairs_asked: AtomicU64,
+    pub(crate) group_copies_sent: AtomicU64,
+    pub(crate) group_repairs_refused: AtomicU64,
 }
 
 pub(crate) fn bump(c: &AtomicU64) {
@@ -103,6 +106,13 @@ pub struct Stats {
     pub group_forwards_dropped: u64,
     /// INTEREST messages ignored: the peer asked for `GROUPS_PER_PEER_MAX` groups already.
     pub group_interest_refused: u64,
+    /// Repairs this member asked of a publisher for publishes it missed (a gap), ever.
+    pub group_repairs_asked: u64,
+    /// Copies of its publishes this publisher sent to members that asked, ever.
+    pub group_copies_sent: u64,
+    /// REPAIR messages not acted on: a copy that does not come from its publisher, or for a
+    /// stream this node does not have; or an ask past `GROUP_REPAIRS_PENDING_MAX`, ever.
+    pub group_repairs_refused: u64,
 }
 
 impl Counters {
@@ -138,6 +148,9 @@ impl Counters {
             group_copies_dropped: self.group_copies_dropped.load(Relaxed),
             group_forwards_dropped: self.group_forwards_dropped.load(Relaxed),
             group_interest_refused: self.group_interest_refused.load(Relaxed),
+            group_repairs_asked: self.group_repairs_asked.load(Relaxed),
+            group_copies_sent: self.group_copies_sent.load(Relaxed),
+            group_repairs_refused: self.group_repairs_refused.load(Relaxed),
         }
     }
 }

@@ -6,6 +6,8 @@
 //! Rounds alternate busway and raw, so both see the same noise; the table reports the median
 //! with min-max.
 
+mod broadcast;
+pub(crate) mod broadcast_worker;
 mod calls;
 mod idle;
 mod pingpong;
@@ -110,8 +112,20 @@ pub(crate) struct BenchArgs {
     /// side (at least one). Without it, `--io` decides (current: 0, dedicated: 1).
     #[arg(long, value_delimiter = ',')]
     io_threads: Vec<usize>,
+    /// One publisher, `--receivers` members of a group instead of one-way messages (issue
+    /// #13): deliveries/s, ns per delivery and the most bytes one link carried per publish,
+    /// over mem, shm, tcp4 and relay4 (of `--transports`), beside the same fan-out done with
+    /// one unicast send per member in the same run.
+    #[arg(long)]
+    broadcast: bool,
+    /// Members per `--broadcast` row, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "1,10,100,1000")]
+    receivers: Vec<usize>,
+    /// Payload size of `--broadcast` rows in bytes.
+    #[arg(long, default_value_t = 64)]
+    broadcast_size: usize,
     /// Also write the table as an SVG chart into this directory (busway beside raw, one pair
-    /// of bars per row): throughput.svg, latency.svg, rpc.svg or pingpong.svg.
+    /// of bars per row): throughput.svg, latency.svg, rpc.svg, pingpong.svg or broadcast.svg.
     #[arg(long)]
     plot: Option<std::path::PathBuf>,
 }
@@ -389,6 +403,9 @@ pub(crate) fn run(args: BenchArgs) -> Result<ExitCode, String> {
         ));
     }
     let specs = parse_specs(&args)?;
+    if args.broadcast {
+        return broadcast::run(&args);
+    }
     if args.pingpong {
         return pingpong::run(&args, &specs);
     }
@@ -593,6 +610,15 @@ fn finish(
     lines: &mut impl Iterator<Item = String>,
     limit: Duration,
 ) -> Result<Report, String> {
+    finish_as(w, lines, limit)
+}
+
+/// Like `finish`, for a worker whose report is a `T`.
+fn finish_as<T: serde::de::DeserializeOwned>(
+    w: KillOnDrop,
+    lines: &mut impl Iterator<Item = String>,
+    limit: Duration,
+) -> Result<T, String> {
     let child = Arc::new(Mutex::new(w));
     let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
     let watched = child.clone();

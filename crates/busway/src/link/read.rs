@@ -186,9 +186,9 @@ fn routed_in(
 }
 
 /// Hands messages from `src` to the application: group messages are sorted out (interest
-/// recorded, publishes passed on and delivered as batches of their publishers), replies end
-/// their calls here, the rest (requests with a handle to answer them) go to the inbox,
-/// waiting for room if need be.
+/// recorded, publishes passed on and delivered in their streams' order; past the inbox's
+/// group bound this link waits before it reads on), replies end their calls here, the rest
+/// (requests with a handle to answer them) go to the inbox, waiting for room if need be.
 async fn deliver(
     shared: &Shared,
     machine: &Mutex<Link>,
@@ -196,14 +196,14 @@ async fn deliver(
     chunk: bytes::Bytes,
     mut spans: Vec<(u32, u32)>,
 ) {
-    let published = shared.sort_out_groups(src, &chunk, &mut spans);
+    shared.sort_out_groups(src, &chunk, &mut spans);
     let requests = shared.calls.sort_out(src, &chunk, &mut spans);
     if !spans.is_empty() {
         let batch = MessageBatch::with_requests(src, chunk, spans, requests);
         hand_over(shared, machine, batch).await;
     }
-    for batch in published {
-        hand_over(shared, machine, batch).await;
+    if shared.inbox.group_backlogged() {
+        blocked_while(shared, machine, shared.inbox.wait_group_room()).await;
     }
 }
 

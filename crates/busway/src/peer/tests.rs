@@ -64,3 +64,19 @@ fn a_held_peer_writes_control_frames_and_keeps_messages_until_released() {
     assert!(matches!(p.take(&mut batch), Take::Data));
     assert!(!batch.is_empty(), "the messages go once released");
 }
+
+#[test]
+fn bytes_sent_counts_what_was_queued_for_the_peer_messages_and_forwarded_frames() {
+    let p = peer();
+    p.push_copies(&[b"m0", b"m1"]).unwrap();
+    p.push_framed(FrameKind::Publish, b"head", &Bytes::from_static(b"payload"))
+        .unwrap();
+    p.push_forward(vec![Bytes::from_static(b"routed")], None);
+    let mut batch = Vec::new();
+    assert!(matches!(p.take(&mut batch), Take::Data));
+    let written: usize = batch.iter().map(Bytes::len).sum();
+    assert_eq!(p.snapshot().bytes_sent, written as u64);
+    // One DATA_BATCH frame (a header and two entries), one PUBLISH frame, the routed bytes.
+    let framing = busway_core::frame::HEADER_LEN;
+    assert_eq!(written, framing + 2 * (2 + 2) + framing + 4 + 7 + 6);
+}

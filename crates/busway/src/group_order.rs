@@ -1,0 +1,318 @@
+//! A member's view of one publisher's stream to one group: which publish the application gets
+//! next, the publishes that came early (after a gap) and wait for it, and whether the gap is
+//! worth asking the publisher to repair.
+//!
+//! Publishes reach a member hop by hop along the tree; a relay that dies takes what it held
+//! with it, and a relay that cannot pass a publish on drops it. The member sees such a gap at
+//! the next publish or mark (a publisher's "my last publish is N", see `busway_core::group`)
+//! and asks the publisher for copies (REPAIR). Until they come, later publishes wait here, in
+//! number order, within `GROUP_HELD_BYTES_MAX`; a gap not repaired within
+//! `GROUP_REPAIR_WAIT_MS`, or one that would hold more, is given up on: the member skips it,
+//! with a `GroupGap` event naming how many publishes it lost. Never a silent gap.
+
+use bytes::Bytes;
+use std::collections::BTreeMap;
+
+/// Bytes a member holds for one stream while it waits for a repair (payloads plus
+/// `HELD_ENTRY_OVERHEAD_BYTES` each); past it, the gap is given up on.
+pub(crate) const GROUP_HELD_BYTES_MAX: usize = 64 << 20;
+/// What one held publish costs beside its payload, in bytes (map entry and `Bytes` handle).
+pub(crate) const HELD_ENTRY_OVERHEAD_BYTES: usize = 64;
+/// How long a member waits for the repair of a gap before it gives the gap up, in
+/// milliseconds (from when it saw the gap, or last made progress on it).
+pub(crate) const GROUP_REPAIR_WAIT_MS: u64 = 5_000;
+
+/// What became of a publish offered to a stream.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Offer {
+    /// The next one: hand it to the application, then `then` (publishes that waited for it).
+    Deliver { then: Vec<Bytes> },
+    /// It came early: held until the gap before it closes.
+    Held,
+    /// Delivered already, or from before the member's start: dropped.
+    Stale,
+}
+
+/// Publishes handed over after a gap was skipped, and how many were skipped.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct Skipped {
+    pub(crate) missed: u64,
+    pub(crate) deliver: Vec<Bytes>,
+}
+
+/// One publisher incarnation's stream to one group, as a member sees it.
+#[derive(Debug)]
+pub(crate) struct Stream {
+    pub(crate) incarnation: u64,
+    /// The number of the next publish the application gets.
+    next: u64,
+    /// The highest number known to exist (received, held, or named by a mark).
+    known: u64,
+    held: BTreeMap<u64, Bytes>,
+    held_bytes: usize,
+    /// When the current gap was seen or last narrowed (node clock, ms); `None`: no gap.
+    gap_since_ms: Option<u64>,
+    /// `next` when the publisher was last asked: asked again only once it moved.
+    asked_at: Option<u64>,
+}
+
+impl Stream {
+    /// A stream whose first publish seen is `number` (a publish, or a mark that names the
+    /// publisher's last: then `number + 1` is the first the member gets).
+    pub(crate) fn starting_at(incarnation: u64, number: u64) -> Self {
+        Self {
+            incarnation,
+            next: number,
+            known: number.saturating_sub(1),
+            held: BTreeMap::new(),
+            held_bytes: 0,
+            gap_since_ms: None,
+            asked_at: None,
+        }
+    }
+
+    /// The next number the application gets.
+    #[cfg(test)]
+    pub(crate) fn next(&self) -> u64 {
+        self.next
+    }
+
+    /// Whether a publish is missing before what is known to exist.
+    pub(crate) fn has_gap(&self) -> bool {
+        self.known >= self.next
+    }
+
+    /// Publish `number` arrived (its payload made by `payload` only if it must wait).
+    pub(crate) fn offer(
+        &mut self,
+        number: u64,
+        now_ms: u64,
+        payload: impl FnOnce() -> Bytes,
+    ) -> Offer {
+        if number < self.next || self.held.contains_key(&number) {
+            return Offer::Stale;
+        }
+        self.known = self.known.max(number);
+        if number == self.next {
+            self.next += 1;
+            let then = self.drain();
+            self.progressed(now_ms);
+            return Offer::Deliver { then };
+        }
+        let p = payload();
+        self.held_bytes += p.len() + HELD_ENTRY_OVERHEAD_BYTES;
+        self.held.insert(number, p);
+        self.gap_since_ms.get_or_insert(now_ms);
+        Offer::Held
+    }
+
+    /// A mark: the publisher's last publish is `number`.
+    pub(crate) fn mark(&mut self, number: u64, now_ms: u64) {
+        if number > self.known {
+            self.known = number;
+        }
+        if self.has_gap() {
+            self.gap_since_ms.get_or_insert(now_ms);
+        }
+    }
+
+    /// Whether to ask the publisher for what is missing now, from which number; counts as
+    /// asked (see [`Stream::unask`] when the ask could not be sent).
+    pub(crate) fn ask(&mut self) -> Option<u64> {
+        if !self.has_gap() || self.asked_at == Some(self.next) {
+            return None;
+        }
+        self.asked_at = Some(self.next);
+        Some(self.next)
+    }
+
+    /// The ask [`Stream::ask`] returned was not sent: ask again later.
+    pub(crate) fn unask(&mut self) {
+        self.asked_at = None;
+    }
+
+    /// The publisher no longer holds `from..to`: those not here are skipped.
+    /// `to` past the last number known means up to it (an earlier life of the publisher
+    /// cannot say where its stream ended).
+    pub(crate) fn lost(&mut self, from: u64, to: u64, now_ms: u64) -> Skipped {
+        let to = to.min(self.known + 1);
+        if from > self.next || to <= self.next {
+            return Skipped::default();
+        }
+        let out = self.skip_to(to);
+        self.progressed(now_ms);
+        out
+    }
+
+    /// Gives the gap up if it waited `GROUP_REPAIR_WAIT_MS` since it last narrowed or holds
+    /// more than `GROUP_HELD_BYTES_MAX`: skips to the first publish held (or past the last
+    /// known).
+    pub(crate) fn overdue(&mut self, now_ms: u64) -> Option<Skipped> {
+        let since = self.gap_since_ms?;
+        if now_ms.saturating_sub(since) < GROUP_REPAIR_WAIT_MS
+            && self.held_bytes <= GROUP_HELD_BYTES_MAX
+        {
+            return None;
+        }
+        let to = self.held.keys().next().copied().unwrap_or(self.known + 1);
+        let out = self.skip_to(to);
+        self.progressed(now_ms);
+        Some(out)
+    }
+
+    /// Everything held, in order, with the count of what is missing before and between: the
+    /// stream ends (its publisher restarted, or the member left).
+    pub(crate) fn close(mut self) -> Skipped {
+        let to = self.known + 1;
+        self.skip_to(to)
+    }
+
+    /// Skips to `to` (exclusive), handing over what is held before it and after it in a run.
+    fn skip_to(&mut self, to: u64) -> Skipped {
+        let mut deliver = Vec::new();
+        let mut have = 0u64;
+        while let Some(entry) = self.held.first_entry() {
+            if *entry.key() >= to {
+                break;
+            }
+            let p = entry.remove();
+            self.held_bytes -= p.len() + HELD_ENTRY_OVERHEAD_BYTES;
+            deliver.push(p);
+            have += 1;
+        }
+        let missed = to.saturating_sub(self.next) - have;
+        self.next = self.next.max(to);
+        deliver.extend(self.drain());
+        Skipped { missed, deliver }
+    }
+
+    /// Takes the held publishes that now follow in a run.
+    fn drain(&mut self) -> Vec<Bytes> {
+        let mut out = Vec::new();
+        while let Some(p) = self.held.remove(&self.next) {
+            self.held_bytes -= p.len() + HELD_ENTRY_OVERHEAD_BYTES;
+            out.push(p);
+            self.next += 1;
+        }
+        out
+    }
+
+    /// The stream moved on: a gap left is timed from now.
+    fn progressed(&mut self, now_ms: u64) {
+        self.gap_since_ms = self.has_gap().then_some(now_ms);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(n: u8) -> Bytes {
+        Bytes::from(vec![n])
+    }
+
+    fn deliver(s: &mut Stream, n: u8) -> Offer {
+        s.offer(u64::from(n), 0, || p(n))
+    }
+
+    #[test]
+    fn in_order_publishes_pass_and_copies_are_stale() {
+        let mut s = Stream::starting_at(1, 5);
+        assert_eq!(deliver(&mut s, 5), Offer::Deliver { then: vec![] });
+        assert_eq!(deliver(&mut s, 6), Offer::Deliver { then: vec![] });
+        assert_eq!(deliver(&mut s, 6), Offer::Stale);
+        assert_eq!(deliver(&mut s, 4), Offer::Stale, "before the start");
+        assert!(!s.has_gap());
+        assert_eq!(s.ask(), None);
+    }
+
+    #[test]
+    fn a_gap_holds_later_publishes_until_the_repair_fills_it() {
+        let mut s = Stream::starting_at(1, 1);
+        assert_eq!(deliver(&mut s, 1), Offer::Deliver { then: vec![] });
+        assert_eq!(deliver(&mut s, 4), Offer::Held);
+        assert_eq!(deliver(&mut s, 5), Offer::Held);
+        assert_eq!(deliver(&mut s, 5), Offer::Stale, "held already");
+        assert_eq!(s.ask(), Some(2));
+        assert_eq!(s.ask(), None, "asked once until it moves");
+        assert_eq!(deliver(&mut s, 2), Offer::Deliver { then: vec![] });
+        assert_eq!(s.ask(), Some(3), "moved: the rest may be asked again");
+        assert_eq!(
+            deliver(&mut s, 3),
+            Offer::Deliver {
+                then: vec![p(4), p(5)]
+            }
+        );
+        assert!(!s.has_gap());
+        assert_eq!(s.next(), 6);
+    }
+
+    #[test]
+    fn a_mark_reveals_a_lost_tail() {
+        let mut s = Stream::starting_at(1, 1);
+        deliver(&mut s, 1);
+        s.mark(1, 0);
+        assert!(!s.has_gap(), "nothing after 1");
+        s.mark(3, 0);
+        assert_eq!(s.ask(), Some(2));
+        deliver(&mut s, 2);
+        deliver(&mut s, 3);
+        assert!(!s.has_gap());
+    }
+
+    #[test]
+    fn lost_ranges_are_skipped_and_counted_keeping_what_is_here() {
+        let mut s = Stream::starting_at(1, 1);
+        deliver(&mut s, 1);
+        assert_eq!(deliver(&mut s, 3), Offer::Held);
+        assert_eq!(deliver(&mut s, 6), Offer::Held);
+        // The publisher holds nothing before 5: 2 and 4 are lost, 3 is here.
+        let skipped = s.lost(2, 5, 0);
+        assert_eq!(
+            skipped,
+            Skipped {
+                missed: 2,
+                deliver: vec![p(3)]
+            }
+        );
+        assert_eq!(s.next(), 5);
+        assert_eq!(deliver(&mut s, 5), Offer::Deliver { then: vec![p(6)] });
+        assert_eq!(s.lost(1, 3, 0), Skipped::default(), "old news");
+    }
+
+    #[test]
+    fn a_gap_is_given_up_after_the_wait_or_past_the_bound() {
+        let mut s = Stream::starting_at(1, 1);
+        deliver(&mut s, 1);
+        s.offer(4, 100, || p(4));
+        assert_eq!(s.overdue(100 + GROUP_REPAIR_WAIT_MS - 1), None);
+        let skipped = s.overdue(100 + GROUP_REPAIR_WAIT_MS).unwrap();
+        assert_eq!(
+            skipped,
+            Skipped {
+                missed: 2,
+                deliver: vec![p(4)]
+            }
+        );
+        assert_eq!(s.overdue(u64::MAX), None, "no gap left");
+
+        let mut big = Stream::starting_at(1, 1);
+        let payload = Bytes::from(vec![0u8; GROUP_HELD_BYTES_MAX]);
+        big.offer(2, 0, || payload);
+        assert_eq!(big.overdue(0).unwrap().missed, 1, "past the bound at once");
+    }
+
+    #[test]
+    fn a_closed_stream_hands_over_what_it_held() {
+        let mut s = Stream::starting_at(1, 1);
+        s.offer(3, 0, || p(3));
+        s.mark(4, 0);
+        assert_eq!(
+            s.close(),
+            Skipped {
+                missed: 3,
+                deliver: vec![p(3)]
+            }
+        );
+    }
+}
