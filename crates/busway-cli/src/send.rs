@@ -101,6 +101,7 @@ pub(crate) async fn run(args: SendArgs) -> Result<ExitCode, String> {
     if flushed && matches!(target, Target::Group(_)) {
         flushed = serve_repairs(&node).await;
     }
+    let copies = node.stats().group_copies_sent;
     node.shutdown().await;
     // "Acknowledged" includes given up: say which messages were, and why.
     let mut undeliverable = 0;
@@ -123,7 +124,6 @@ pub(crate) async fn run(args: SendArgs) -> Result<ExitCode, String> {
             "{sent} messages queued, but not all were acknowledged within {FLUSH_WAIT_SECS} s"
         ));
     }
-    let copies = node.stats().group_copies_sent;
     if copies > 0 {
         eprintln!("sent {copies} copies to members that lost publishes with a link or relay");
     }
