@@ -245,5 +245,13 @@ pub(crate) fn describe(ev: &Event) -> String {
             publisher,
             missed,
         } => format!("group {group}: {missed} publishes of {publisher} never arrived"),
+        Event::GroupCutOff {
+            group,
+            publisher,
+            missed,
+            reason,
+        } => format!(
+            "cut off from group {group}: {missed} publishes of {publisher} missed ({reason})"
+        ),
     }
 }

@@ -88,11 +88,21 @@ pub enum Event {
     /// A dial attempt failed; busway keeps retrying with backoff.
     DialFailed { addr: String, reason: String },
     /// Publishes of `publisher` to `group`, a group this node joined, never reached it:
-    /// `missed` of them, just before the one that did (a relay on the way could not pass
-    /// them on, or died with them).
+    /// `missed` of them, the end of that publisher's previous life (it restarted before
+    /// they came; its new incarnation's stream starts afresh).
     GroupGap {
         group: String,
         publisher: BusId,
         missed: u64,
+    },
+    /// This node was cut off from `group`: it could not get `missed` publishes of
+    /// `publisher` (it fell behind further than the publisher keeps, or a repair did not
+    /// come in time), so it left the group (`Node::join` again to take part from now on).
+    /// What it got after the gap was delivered first; `reason` says what happened.
+    GroupCutOff {
+        group: String,
+        publisher: BusId,
+        missed: u64,
+        reason: String,
     },
 }

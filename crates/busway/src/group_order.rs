@@ -7,8 +7,9 @@
 //! the next publish or mark (a publisher's "my last publish is N", see `busway_core::group`)
 //! and asks the publisher for copies (REPAIR). Until they come, later publishes wait here, in
 //! number order, within `GROUP_HELD_BYTES_MAX`; a gap not repaired within
-//! `GROUP_REPAIR_WAIT_MS`, or one that would hold more, is given up on: the member skips it,
-//! with a `GroupGap` event naming how many publishes it lost. Never a silent gap.
+//! `GROUP_REPAIR_WAIT_MS`, or one that would hold more, is given up on: the member is cut off
+//! (it gets what it holds, then leaves the group with a `GroupCutOff` event naming how many
+//! publishes it lost). Never a silent gap.
 
 use bytes::Bytes;
 use std::collections::BTreeMap;
@@ -147,17 +148,23 @@ impl Stream {
     /// Gives the gap up if it waited `GROUP_REPAIR_WAIT_MS` since it last narrowed or holds
     /// more than `GROUP_HELD_BYTES_MAX`: skips to the first publish held (or past the last
     /// known).
-    pub(crate) fn overdue(&mut self, now_ms: u64) -> Option<Skipped> {
+    /// Also returns why.
+    pub(crate) fn overdue(&mut self, now_ms: u64) -> Option<(Skipped, String)> {
         let since = self.gap_since_ms?;
-        if now_ms.saturating_sub(since) < GROUP_REPAIR_WAIT_MS
-            && self.held_bytes <= GROUP_HELD_BYTES_MAX
-        {
+        let why = if self.held_bytes > GROUP_HELD_BYTES_MAX {
+            format!(
+                "{} bytes of later publishes waited for a repair (GROUP_HELD_BYTES_MAX)",
+                self.held_bytes
+            )
+        } else if now_ms.saturating_sub(since) >= GROUP_REPAIR_WAIT_MS {
+            format!("no repair came within {GROUP_REPAIR_WAIT_MS} ms (GROUP_REPAIR_WAIT_MS)")
+        } else {
             return None;
-        }
+        };
         let to = self.held.keys().next().copied().unwrap_or(self.known + 1);
         let out = self.skip_to(to);
         self.progressed(now_ms);
-        Some(out)
+        Some((out, why))
     }
 
     /// Everything held, in order, with the count of what is missing before and between: the
@@ -286,7 +293,8 @@ mod tests {
         deliver(&mut s, 1);
         s.offer(4, 100, || p(4));
         assert_eq!(s.overdue(100 + GROUP_REPAIR_WAIT_MS - 1), None);
-        let skipped = s.overdue(100 + GROUP_REPAIR_WAIT_MS).unwrap();
+        let (skipped, why) = s.overdue(100 + GROUP_REPAIR_WAIT_MS).unwrap();
+        assert!(why.contains("no repair came"), "{why}");
         assert_eq!(
             skipped,
             Skipped {
@@ -299,7 +307,9 @@ mod tests {
         let mut big = Stream::starting_at(1, 1);
         let payload = Bytes::from(vec![0u8; GROUP_HELD_BYTES_MAX]);
         big.offer(2, 0, || payload);
-        assert_eq!(big.overdue(0).unwrap().missed, 1, "past the bound at once");
+        let (skipped, why) = big.overdue(0).unwrap();
+        assert_eq!(skipped.missed, 1, "past the bound at once");
+        assert!(why.contains("GROUP_HELD_BYTES_MAX"), "{why}");
     }
 
     #[test]

@@ -32,6 +32,20 @@ pub(crate) const PUBLISHERS_SEEN_MAX: usize = 65_536;
 /// number) along the tree, in milliseconds: a member that lost the end of the stream sees it.
 pub(crate) const GROUP_TAIL_MARK_MS: u64 = 100;
 
+/// What a publisher does when a link toward members of a group stays full (set with
+/// `Node::set_group_policy`; see `docs/SEMANTICS.md`, "Groups").
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum GroupPolicy {
+    /// The others keep their rate: a link full for `GROUP_SLOW_MEMBER_WAIT_MS` is skipped
+    /// while it stays full; the members behind it ask for copies of what they missed, and one
+    /// that cannot get them is cut off (`Event::GroupCutOff`).
+    #[default]
+    CutOff,
+    /// The group moves at its slowest linked member: `publish` waits for room on every link
+    /// to members, however long (relays further on still cut off: see `docs/SEMANTICS.md`).
+    Backpressure,
+}
+
 /// A publisher's own publishes to one group.
 #[derive(Default)]
 struct Published {
@@ -80,6 +94,10 @@ struct State {
     published: HashMap<GroupName, Published>,
     /// Per (publisher, group), what this node saw of its stream.
     seen: HashMap<(BusId, GroupName), Source>,
+    /// Per group this node publishes to, its policy for members that fall behind.
+    policies: HashMap<GroupName, GroupPolicy>,
+    /// (peer, group) whose link this publisher found full past `GROUP_SLOW_MEMBER_WAIT_MS`.
+    lagging: HashSet<(BusId, GroupName)>,
 }
 
 /// What to do with a publish or mark received from a peer (see [`GroupTable::received`]).
@@ -480,16 +498,55 @@ impl GroupTable {
         }
     }
 
-    /// Gaps waited on too long (or holding too much): skipped, per (publisher, group).
-    pub(crate) fn overdue(&self, now_ms: u64) -> Vec<(BusId, GroupName, Skipped)> {
+    /// Gaps waited on too long (or holding too much): skipped, per (publisher, group), and
+    /// why.
+    pub(crate) fn overdue(&self, now_ms: u64) -> Vec<(BusId, GroupName, Skipped, String)> {
         let mut st = self.lock();
         let mut out = Vec::new();
         for ((publisher, group), source) in st.seen.iter_mut() {
-            if let Some(skipped) = source.stream.as_mut().and_then(|s| s.overdue(now_ms)) {
-                out.push((*publisher, group.clone(), skipped));
+            if let Some((skipped, why)) = source.stream.as_mut().and_then(|s| s.overdue(now_ms)) {
+                out.push((*publisher, group.clone(), skipped, why));
             }
         }
         out
+    }
+
+    /// How this publisher treats a member that cannot keep up with `name`'s publishes.
+    pub(crate) fn policy(&self, name: &str) -> GroupPolicy {
+        self.lock().policies.get(name).copied().unwrap_or_default()
+    }
+
+    /// Sets [`GroupTable::policy`].
+    pub(crate) fn set_policy(&self, name: &str, policy: GroupPolicy) {
+        self.lock().policies.insert(name.into(), policy);
+    }
+
+    /// Whether this publisher's link to `peer` fell behind on `name` (its queue stayed full
+    /// for `GROUP_SLOW_MEMBER_WAIT_MS`): later publishes skip it while it is full.
+    pub(crate) fn is_lagging(&self, name: &str, peer: BusId) -> bool {
+        self.lock().lagging.contains(&(peer, name.into()))
+    }
+
+    /// The (group, its last number, peer) of every lagging link: a mark is sent to each until
+    /// one fits, so that the members behind it learn what they missed even if nothing more
+    /// is published.
+    pub(crate) fn lagging(&self) -> Vec<(GroupName, u64, BusId)> {
+        let st = self.lock();
+        st.lagging
+            .iter()
+            .filter_map(|(peer, g)| st.published.get(g).map(|p| (g.clone(), p.number, *peer)))
+            .collect()
+    }
+
+    /// Marks or clears [`GroupTable::is_lagging`].
+    pub(crate) fn set_lagging(&self, name: &str, peer: BusId, lagging: bool) {
+        let mut st = self.lock();
+        let key = (peer, GroupName::from(name));
+        if lagging {
+            st.lagging.insert(key);
+        } else if !st.lagging.is_empty() {
+            st.lagging.remove(&key);
+        }
     }
 
     /// How this publisher (now `incarnation`) answers an ask for `name` from `from` on
@@ -531,6 +588,7 @@ impl GroupTable {
             !v.is_empty()
         });
         st.told.remove(&peer);
+        st.lagging.retain(|(p, _)| *p != peer);
     }
 
     /// What this node must tell each of `peers` (id, and whether its link is a tree link) so

@@ -10,7 +10,8 @@
 
 use crate::event::{Event, Path};
 use crate::group_order::{Offer, Skipped};
-use crate::group_table::{GroupName, RepairJob};
+use crate::group_table::{GroupName, GroupPolicy, RepairJob};
+use crate::limits::GROUP_SLOW_MEMBER_WAIT_MS;
 use crate::message::MessageBatch;
 use crate::node::{Node, SendError};
 use crate::shared::Shared;
@@ -23,6 +24,7 @@ use busway_core::group::{encode_repair_ask, encode_repair_copy_head, encode_repa
 use busway_core::BusId;
 use bytes::Bytes;
 use std::sync::Arc;
+use std::time::Duration;
 
 /// Why a group call failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -77,6 +79,14 @@ impl Node {
         }
     }
 
+    /// Sets what `publish` to `group` does when a link toward its members stays full:
+    /// [`GroupPolicy::CutOff`] (the default: the others keep their rate, a member that falls
+    /// too far behind is cut off) or [`GroupPolicy::Backpressure`] (the group moves at its
+    /// slowest linked member).
+    pub fn set_group_policy(&self, group: &str, policy: GroupPolicy) {
+        self.shared().groups.set_policy(group, policy);
+    }
+
     /// The groups this node joined, sorted.
     pub fn groups(&self) -> Vec<String> {
         self.shared().groups.joined()
@@ -110,6 +120,7 @@ impl Node {
         }
         let now_ms = shared.coarse_ms.load(std::sync::atomic::Ordering::Relaxed);
         let (number, to) = shared.groups.publish(group, &payload, now_ms);
+        let policy = shared.groups.policy(group);
         let head = encode_publish_head(shared.config.id, shared.incarnation, number, group);
         let mut reached = 0;
         for id in to {
@@ -124,10 +135,29 @@ impl Node {
             loop {
                 match peer.push_framed(FrameKind::Publish, &head, &payload) {
                     Ok(_) => {
+                        if policy == GroupPolicy::CutOff {
+                            shared.groups.set_lagging(group, id, false);
+                        }
                         reached += 1;
                         break;
                     }
-                    Err(crate::peer::PushError::Full) => peer.wait_for_room(len).await,
+                    Err(crate::peer::PushError::Full) => match policy {
+                        GroupPolicy::Backpressure => peer.wait_for_room(len).await,
+                        GroupPolicy::CutOff => {
+                            let wait = Duration::from_millis(GROUP_SLOW_MEMBER_WAIT_MS);
+                            if shared.groups.is_lagging(group, id)
+                                || tokio::time::timeout(wait, peer.wait_for_room(len))
+                                    .await
+                                    .is_err()
+                            {
+                                // The others keep their rate; the members behind this link
+                                // ask for what they missed, or are cut off.
+                                shared.groups.set_lagging(group, id, true);
+                                bump(&shared.counters.group_forwards_dropped);
+                                break;
+                            }
+                        }
+                    },
                     // Closed or given up: that peer will not hear it (and forgets its interest).
                     Err(_) => break,
                 }
@@ -147,7 +177,7 @@ impl Node {
 }
 
 impl crate::ring_link::GroupMessages for Shared {
-    fn sort_out(&self, from: BusId, chunk: &Bytes, spans: &mut Vec<(u32, u32)>) {
+    fn sort_out(&self, from: BusId, chunk: &Bytes, spans: &mut Vec<(u32, u32)>) -> bool {
         self.sort_out_groups(from, chunk, spans)
     }
 
@@ -201,7 +231,13 @@ impl Shared {
     /// on to the peers that asked and handed to this node's inbox in each publisher's order
     /// (see `InboxSender::deliver_group`: the caller stops reading while it is backlogged); a
     /// member's gaps are asked to be repaired, and a publisher answers asks.
-    pub(crate) fn sort_out_groups(&self, from: BusId, chunk: &Bytes, spans: &mut Vec<(u32, u32)>) {
+    /// True if publishes went to the inbox.
+    pub(crate) fn sort_out_groups(
+        &self,
+        from: BusId,
+        chunk: &Bytes,
+        spans: &mut Vec<(u32, u32)>,
+    ) -> bool {
         let turn = self.groups.order();
         let mut out = Delivered::default();
         let mut interest_changed = false;
@@ -238,9 +274,10 @@ impl Shared {
             }
             false
         });
-        self.hand_over(out);
+        let left = out.left;
+        let handed = self.hand_over(out);
         drop(turn);
-        if interest_changed {
+        if interest_changed || left {
             self.sync_group_adverts();
         }
         for name in newly_asked {
@@ -250,16 +287,20 @@ impl Shared {
             self.ask_repairs();
         }
         self.pump_repairs();
+        handed
     }
 
-    /// Hands delivered publishes to the inbox, in order (the caller holds the group order).
-    fn hand_over(&self, out: Delivered) {
+    /// Hands delivered publishes to the inbox, in order (the caller holds the group order);
+    /// true if there were any.
+    fn hand_over(&self, out: Delivered) -> bool {
+        let any = !out.batches.is_empty();
         for batch in out.batches {
             if !self.inbox.deliver_group(batch) {
                 // The application dropped its inbox: nobody is left to read them.
                 break;
             }
         }
+        any
     }
 
     /// A PUBLISH (or mark) from the direct peer `from`, its body at `start..start + len` of
@@ -303,7 +344,7 @@ impl Shared {
             }
         }
         if let Some(ended) = fresh.ended {
-            self.skipped(head.publisher, head.name, ended, out);
+            self.skipped(head.publisher, head.name, ended, None, out);
         }
         if let Some(Offer::Deliver { then }) = fresh.offer {
             out.span(head.publisher, head.name, chunk, span);
@@ -384,7 +425,12 @@ impl Shared {
                     .groups
                     .lost(from, incarnation, name, (first, to), now_ms)
                 {
-                    Some(skipped) => self.skipped(from, name, skipped, out),
+                    Some(skipped) => {
+                        let why = format!(
+                            "publisher {from} no longer holds publishes {first}.. (its group_retain_bytes)"
+                        );
+                        self.skipped(from, name, skipped, Some(why), out)
+                    }
                     None => bump(&self.counters.group_repairs_refused),
                 }
                 false
@@ -392,17 +438,40 @@ impl Shared {
         }
     }
 
-    /// Publishes of `publisher` to `group` that will never come were skipped: the member is
-    /// told how many (`GroupGap`), and gets what waited behind them.
-    fn skipped(&self, publisher: BusId, group: &str, skipped: Skipped, out: &mut Delivered) {
-        if skipped.missed > 0 {
-            self.emit(Event::GroupGap {
+    /// Publishes of `publisher` to `group` that will never come were skipped: the member
+    /// gets what waited behind them, then is told how many. With `cut_off` (why it could not
+    /// get them) it is cut off: it leaves the group (`GroupCutOff`; the caller tells the
+    /// peers, see `Delivered::left`); else the publisher restarted (`GroupGap`).
+    fn skipped(
+        &self,
+        publisher: BusId,
+        group: &str,
+        skipped: Skipped,
+        cut_off: Option<String>,
+        out: &mut Delivered,
+    ) {
+        out.payloads(publisher, group, skipped.deliver);
+        if skipped.missed == 0 {
+            return;
+        }
+        let missed = skipped.missed;
+        match cut_off {
+            Some(reason) => {
+                tracing::warn!(%publisher, group, missed, %reason, "cut off from the group");
+                out.left |= self.groups.leave(group);
+                self.emit(Event::GroupCutOff {
+                    group: group.to_owned(),
+                    publisher,
+                    missed,
+                    reason,
+                });
+            }
+            None => self.emit(Event::GroupGap {
                 group: group.to_owned(),
                 publisher,
-                missed: skipped.missed,
-            });
+                missed,
+            }),
         }
-        out.payloads(publisher, group, skipped.deliver);
     }
 
     /// Sends `peer`, which newly asked for `group`, a mark per publisher this node knows:
@@ -470,9 +539,9 @@ impl Shared {
         Ok(())
     }
 
-    /// The groups' timers, on the retry tick: tail marks of publishes gone quiet, asks not
-    /// sent yet, repairs waiting for room, and gaps given up on (what waited behind them
-    /// goes to the inbox).
+    /// The groups' timers, on the retry tick: tail marks of publishes gone quiet and to
+    /// lagging links, asks not sent yet, repairs waiting for room, and gaps given up on (what
+    /// waited behind them goes to the inbox).
     pub(crate) fn group_tick(&self, now_ms: u64) {
         for (group, number, to) in self.groups.tail_marks(now_ms) {
             let body = encode_mark(self.config.id, self.incarnation, number, &group);
@@ -482,16 +551,30 @@ impl Shared {
                 }
             }
         }
+        for (group, number, id) in self.groups.lagging() {
+            let body = encode_mark(self.config.id, self.incarnation, number, &group);
+            let fits = self.peer(id).is_some_and(|p| {
+                p.push_framed(FrameKind::Publish, &body, &Bytes::new())
+                    .is_ok()
+            });
+            if fits {
+                // Room again: the next publish goes to it.
+                self.groups.set_lagging(&group, id, false);
+            }
+        }
         self.ask_repairs();
         self.pump_repairs();
         let turn = self.groups.order();
         let mut out = Delivered::default();
-        for (publisher, group, skipped) in self.groups.overdue(now_ms) {
-            tracing::warn!(%publisher, %group, missed = skipped.missed, "group gap not repaired in time: skipped");
-            self.skipped(publisher, &group, skipped, &mut out);
+        for (publisher, group, skipped, why) in self.groups.overdue(now_ms) {
+            self.skipped(publisher, &group, skipped, Some(why), &mut out);
         }
+        let left = out.left;
         self.hand_over(out);
         drop(turn);
+        if left {
+            self.sync_group_adverts();
+        }
     }
 }
 
@@ -503,6 +586,8 @@ struct Delivered {
     batches: Vec<MessageBatch>,
     /// Whether the last batch holds spans of the chunk at hand (only then may it grow).
     last_is_span: bool,
+    /// This node was cut off from a group (it left): its peers must be told.
+    left: bool,
 }
 
 impl Delivered {

@@ -63,6 +63,7 @@ pub use call_table::{CallError, Reply};
 pub use calls::{CallOptions, WhenFull};
 pub use config::{IoThreads, NodeConfig};
 pub use event::{DownReason, Event, Path};
+pub use group_table::GroupPolicy;
 pub use groups::GroupError;
 pub use inbox::Inbox;
 pub use message::{Message, MessageBatch};

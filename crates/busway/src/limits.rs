@@ -152,3 +152,7 @@ pub const GROUPS_JOINED_MAX: usize = 4_096;
 /// Default `NodeConfig::group_retain_bytes`: bytes of recent publishes a publisher keeps per
 /// group for members' repairs (four send queues' worth: what a relay or two can die with).
 pub const DEFAULT_GROUP_RETAIN_BYTES: usize = 4 * DEFAULT_SEND_QUEUE_BYTES_MAX;
+/// How long a publish waits for room on a link to members of a group under
+/// `GroupPolicy::CutOff` before it skips that link (and later publishes skip it at once
+/// while it stays full), in milliseconds.
+pub const GROUP_SLOW_MEMBER_WAIT_MS: u64 = 1_000;

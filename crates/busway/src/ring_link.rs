@@ -24,8 +24,8 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// What a ring's reader hands the group messages it reads to: the node (see `groups`).
 pub(crate) trait GroupMessages: Send + Sync {
     /// Takes the group messages out of `spans` (from the direct peer `from`, in `chunk`);
-    /// the publishes for this node go to its inbox, in order.
-    fn sort_out(&self, from: BusId, chunk: &Bytes, spans: &mut Vec<(u32, u32)>);
+    /// the publishes for this node go to its inbox, in order. True if any went there.
+    fn sort_out(&self, from: BusId, chunk: &Bytes, spans: &mut Vec<(u32, u32)>) -> bool;
 
     /// Whether the inbox holds too many publishes not taken: leave the ring unread.
     fn backlogged(&self) -> bool;

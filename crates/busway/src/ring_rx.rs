@@ -73,6 +73,9 @@ pub(crate) struct RingReader {
     stash_bytes: usize,
     /// Looks by the inbox, counted; the link task compares them between its own looks.
     inbox_polls: u64,
+    /// A read handed group publishes to the inbox: see whether it is backlogged before the
+    /// next read.
+    groups_handed: bool,
 }
 
 fn lock(m: &Mutex<RingReader>) -> MutexGuard<'_, RingReader> {
@@ -96,6 +99,7 @@ impl InboundRing {
             stash: VecDeque::new(),
             stash_bytes: 0,
             inbox_polls: 0,
+            groups_handed: false,
         };
         Self {
             reader: Arc::new(Mutex::new(reader)),
@@ -191,8 +195,15 @@ impl RingReader {
     }
 
     /// Whether the node's inbox holds too many group publishes not taken: the ring waits.
-    fn backlogged(&self) -> bool {
-        self.link.node.upgrade().is_some_and(|n| n.backlogged())
+    /// Looked at only after a read that handed publishes over (`groups_handed`), so that a
+    /// ring without group traffic pays nothing for it.
+    fn backlogged(&mut self) -> bool {
+        if !self.groups_handed {
+            return false;
+        }
+        let backlogged = self.link.node.upgrade().is_some_and(|n| n.backlogged());
+        self.groups_handed = backlogged;
+        backlogged
     }
 
     fn read_messages(&mut self) -> Polled {
@@ -285,7 +296,7 @@ impl RingReader {
         // Group messages: interest is recorded, publishes are passed on, and those for this
         // node go to the inbox's channel in their streams' order.
         if let Some(node) = self.link.node.upgrade() {
-            node.sort_out(src, &chunk, &mut spans);
+            self.groups_handed |= node.sort_out(src, &chunk, &mut spans);
         }
         // Replies end their calls here (this is the application's thread reading the ring);
         // requests go on with a handle to answer them.

@@ -399,6 +399,8 @@ mod lies {
             "the link stays"
         );
         send_and_expect(&other, BusId(1), &mut inbox, b"still here").await;
+        // Gone before the shutdown, which would otherwise wait its linger for this peer.
+        drop(s);
         node.shutdown().await;
         other.shutdown().await;
     }
@@ -564,6 +566,163 @@ async fn relays_killed_mid_stream_lose_no_publish() {
         "the relays died with publishes that the publisher sent again"
     );
     for n in [publisher, m2, m3, deep, mid.unwrap(), top.unwrap()] {
+        n.shutdown().await;
+    }
+}
+
+/// Payload of a publish in the slow-member tests: its number, padded to 1 KiB so that queues
+/// fill soon.
+fn padded(i: u64) -> Bytes {
+    let mut v = vec![0u8; 1024];
+    v[..8].copy_from_slice(&i.to_le_bytes());
+    Bytes::from(v)
+}
+
+/// A publisher (1) with small queues and a small memory of its publishes, and two members
+/// linked to it over TCP: 2 reads, 3 is given its inbox but reads only when the test does.
+async fn publisher_fast_and_slow() -> (Node, Node, Inbox, Node, Inbox) {
+    use busway::limits::FRAME_BODY_MIN_BYTES;
+    let mut pc = config(1).listen(listen_addr("tcp4"));
+    pc.shm_channels = false;
+    pc.frame_body_max = FRAME_BODY_MIN_BYTES;
+    pc.send_queue_bytes_max = 2 * FRAME_BODY_MIN_BYTES;
+    pc.group_retain_bytes = 4 * FRAME_BODY_MIN_BYTES;
+    let publisher = start(pc).await;
+    let member = |id| {
+        let mut c = config(id).connect(publisher.listen_addrs()[0].clone());
+        c.shm_channels = false;
+        c.frame_body_max = FRAME_BODY_MIN_BYTES;
+        c.inbox_bytes_max = FRAME_BODY_MIN_BYTES;
+        c
+    };
+    let fast = start(member(2)).await;
+    let slow = start(member(3)).await;
+    fast.join(GROUP).unwrap();
+    slow.join(GROUP).unwrap();
+    let (fast_inbox, slow_inbox) = (fast.take_inbox().unwrap(), slow.take_inbox().unwrap());
+    until_linked(&publisher, &[2, 3]).await;
+    (publisher, fast, fast_inbox, slow, slow_inbox)
+}
+
+/// Reads publishes of 1 in order, each once, from 0 up, until `n` came (`Some(n)`) or the
+/// inbox stays empty (`None`); returns how many came.
+async fn read_padded(inbox: &mut Inbox, n: Option<u64>, what: &str) -> u64 {
+    let mut next = 0;
+    while n.is_none_or(|n| next < n) {
+        let wait = if n.is_some() {
+            WAIT
+        } else {
+            std::time::Duration::from_millis(500)
+        };
+        let Ok(batch) = tokio::time::timeout(wait, inbox.recv_batch()).await else {
+            assert!(n.is_none(), "{what}: stalled at {next}");
+            break;
+        };
+        let batch = batch.expect("inbox open");
+        for p in batch.iter() {
+            let i = u64::from_le_bytes(p[..8].try_into().unwrap());
+            assert_eq!(i, next, "{what}: in order, each once");
+            next += 1;
+        }
+    }
+    next
+}
+
+const SLOW_PUBLISHES: u64 = 20_000;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_that_stops_reading_is_cut_off_and_the_others_keep_their_rate() {
+    let (publisher, fast, mut fast_inbox, slow, mut slow_inbox) = publisher_fast_and_slow().await;
+    let mut events = slow.take_events().unwrap();
+    let fast_reads = tokio::spawn(async move {
+        read_padded(
+            &mut fast_inbox,
+            Some(SLOW_PUBLISHES),
+            "the member that reads",
+        )
+        .await
+    });
+    // 20 MiB while the slow member reads nothing: its queue fills, and the publisher goes on
+    // without it (each publish waits for it at most once, GROUP_SLOW_MEMBER_WAIT_MS).
+    let publishing = tokio::time::timeout(std::time::Duration::from_secs(30), async {
+        for i in 0..SLOW_PUBLISHES {
+            publisher.publish(GROUP, padded(i)).await.unwrap();
+        }
+    })
+    .await;
+    assert!(
+        publishing.is_ok(),
+        "the publisher waited for the slow member"
+    );
+    assert_eq!(fast_reads.await.unwrap(), SLOW_PUBLISHES);
+    assert!(publisher.stats().group_forwards_dropped > 0);
+    // The slow member reads at last: what was queued for it, in order, then it learns what it
+    // missed (the publisher keeps far less than that) and is cut off.
+    let got = read_padded(&mut slow_inbox, None, "the slow member").await;
+    assert!(
+        got < SLOW_PUBLISHES,
+        "the slow member got everything: nothing was full"
+    );
+    let (missed, reason) = wait_event(&mut events, |e| match e {
+        busway::Event::GroupCutOff {
+            group,
+            publisher,
+            missed,
+            reason,
+        } if group == GROUP && *publisher == BusId(1) => Some((*missed, reason.clone())),
+        _ => None,
+    })
+    .await;
+    assert!(
+        missed > 0 && reason.contains("no longer holds"),
+        "{missed}: {reason}"
+    );
+    assert!(slow.groups().is_empty(), "a member cut off left the group");
+    until(
+        "the publisher no longer sends to the member cut off",
+        || publisher.group_links(GROUP) == vec![BusId(2)],
+    )
+    .await;
+    for n in [publisher, fast, slow] {
+        n.shutdown().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_backpressure_the_group_moves_at_its_slowest_member() {
+    let (publisher, fast, mut fast_inbox, slow, mut slow_inbox) = publisher_fast_and_slow().await;
+    publisher.set_group_policy(GROUP, busway::GroupPolicy::Backpressure);
+    let fast_reads = tokio::spawn(async move {
+        read_padded(
+            &mut fast_inbox,
+            Some(SLOW_PUBLISHES),
+            "the member that reads",
+        )
+        .await
+    });
+    let publishing = {
+        let publisher = publisher.clone();
+        tokio::spawn(async move {
+            for i in 0..SLOW_PUBLISHES {
+                publisher.publish(GROUP, padded(i)).await.unwrap();
+            }
+        })
+    };
+    // Pacing, not synchronization: a while for the slow member's queue to fill.
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    assert!(
+        !publishing.is_finished(),
+        "the publisher finished while a member read nothing: it did not wait for it"
+    );
+    assert_eq!(
+        read_padded(&mut slow_inbox, Some(SLOW_PUBLISHES), "the slow member").await,
+        SLOW_PUBLISHES
+    );
+    publishing.await.unwrap();
+    assert_eq!(fast_reads.await.unwrap(), SLOW_PUBLISHES);
+    assert_eq!(publisher.stats().group_forwards_dropped, 0);
+    assert_eq!(slow.groups(), vec![GROUP.to_string()]);
+    for n in [publisher, fast, slow] {
         n.shutdown().await;
     }
 }
