@@ -3,7 +3,7 @@
 //! server's one link once; the hub passes it on to both lobbies.
 //! `cargo run --release -p busway --example groups`
 
-use busway::{BusId, Node, NodeConfig};
+use busway::{BusId, GroupPolicy, Node, NodeConfig};
 use bytes::Bytes;
 use std::time::Duration;
 
@@ -20,6 +20,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         lobbies.push(lobby);
     }
     let game = Node::start(NodeConfig::new(BusId(10)).upstream(hub_addr)).await?;
+    // The default: a lobby that falls too far behind is cut off (it gets
+    // `Event::GroupCutOff` and leaves) while the other keeps its rate; `Backpressure` would
+    // make the game server wait for the slowest lobby instead.
+    game.set_group_policy("world", GroupPolicy::CutOff);
     // Interest travels as messages: wait until the hub told the game server it wants "world".
     let deadline = tokio::time::Instant::now() + WAIT;
     while game.group_links("world").is_empty() || hub.group_links("world").len() < 2 {
