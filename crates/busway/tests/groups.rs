@@ -377,6 +377,92 @@ mod lies {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn false_repairs_and_marks_close_only_their_link_and_foreign_copies_are_refused() {
+        use busway_core::group::{
+            encode_mark, encode_repair_ask, encode_repair_copy_head, encode_repair_lost,
+        };
+        let (node, healthy) = pair("tcp4", config(1), config(2)).await;
+        let mut events = node.take_events().unwrap();
+        let mut inbox = node.take_inbox().unwrap();
+        node.join(GROUP).unwrap();
+        until_linked(&healthy, &[1]).await;
+
+        let why = raw_peer_says(
+            &node,
+            &mut events,
+            20,
+            &frame_bytes(FrameKind::Repair, &[9, 0]),
+        )
+        .await;
+        assert!(why.contains("REPAIR op 9"), "{why}");
+
+        let mut mark = encode_mark(BusId(21), 1, 5, GROUP);
+        mark.push(0);
+        let why = raw_peer_says(
+            &node,
+            &mut events,
+            21,
+            &frame_bytes(FrameKind::Publish, &mark),
+        )
+        .await;
+        assert!(why.contains("a mark has none"), "{why}");
+
+        let ask = encode_repair_ask(1, 0, GROUP);
+        let why = raw_peer_says(
+            &node,
+            &mut events,
+            22,
+            &frame_bytes(FrameKind::Repair, &ask),
+        )
+        .await;
+        assert!(why.contains("number 0"), "{why}");
+
+        let mut long = encode_repair_lost(1, 3, 9, GROUP);
+        long.push(b'!');
+        let why = raw_peer_says(
+            &node,
+            &mut events,
+            23,
+            &frame_bytes(FrameKind::Repair, &long),
+        )
+        .await;
+        assert!(why.contains("5 bytes but 6 follow"), "{why}");
+
+        // Well-formed but false: a copy of another node's publish, a loss of a stream this
+        // node does not have. Refused and counted; the link stays.
+        let busway::Addr::Tcp(addr) = node.listen_addrs()[0].clone() else {
+            unreachable!()
+        };
+        let mut s = authenticated(addr, 24, None).await;
+        assert!(node.wait_for_peer(BusId(24), WAIT).await);
+        let mut copy = encode_repair_copy_head(BusId(2), healthy.incarnation(), 1, GROUP);
+        copy.extend_from_slice(b"forged");
+        s.write_all(&frame_bytes(FrameKind::Repair, &copy))
+            .await
+            .unwrap();
+        let lost = encode_repair_lost(1, 1, 5, GROUP);
+        s.write_all(&frame_bytes(FrameKind::Repair, &lost))
+            .await
+            .unwrap();
+        until("the false repairs were refused", || {
+            node.stats().group_repairs_refused == 2
+        })
+        .await;
+        assert!(
+            node.peers().iter().any(|p| p.id == BusId(24) && p.up),
+            "the link stays"
+        );
+
+        // The node and its healthy member link are untouched: a publish still arrives, and
+        // the forged copy was not taken for it.
+        healthy.publish(GROUP, numbered(0)).await.unwrap();
+        expect_publishes(&mut inbox, BusId(2), 1, "after the lies").await;
+        drop(s);
+        node.shutdown().await;
+        healthy.shutdown().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_publish_for_a_group_nobody_here_wants_is_dropped_and_counted() {
         let (node, other) = pair("tcp4", config(1), config(2)).await;
         let mut inbox = node.take_inbox().unwrap();
