@@ -325,4 +325,67 @@ mod tests {
             }
         );
     }
+
+    /// One thing that can happen to a stream.
+    #[derive(Clone, Debug)]
+    enum Step {
+        Offer(u8),
+        Mark(u8),
+        Lost(u8, u8),
+        Overdue,
+    }
+
+    fn step() -> impl proptest::strategy::Strategy<Value = Step> {
+        use proptest::prelude::*;
+        prop_oneof![
+            4 => (1u8..60).prop_map(Step::Offer),
+            1 => (1u8..60).prop_map(Step::Mark),
+            1 => (1u8..60, 1u8..60).prop_map(|(a, b)| Step::Lost(a, b)),
+            1 => Just(Step::Overdue),
+        ]
+    }
+
+    proptest::proptest! {
+        /// Whatever arrives, in whatever order, with whatever marks and losses: the
+        /// application gets numbers strictly increasing, each once, and every number it
+        /// did not get below the last it got was counted as missed.
+        #[test]
+        fn a_stream_hands_over_in_order_once_and_counts_what_it_skips(
+            steps in proptest::collection::vec(step(), 0..200)
+        ) {
+            let mut s = Stream::starting_at(1, 1);
+            let mut got: Vec<u64> = Vec::new();
+            let mut missed = 0u64;
+            let mut now = 0;
+            let num = |b: &Bytes| u64::from(b[0]);
+            for st in steps {
+                now += GROUP_REPAIR_WAIT_MS / 3;
+                match st {
+                    Step::Offer(n) => {
+                        if let Offer::Deliver { then } = s.offer(u64::from(n), now, || p(n)) {
+                            got.push(u64::from(n));
+                            got.extend(then.iter().map(num));
+                        }
+                    }
+                    Step::Mark(n) => s.mark(u64::from(n), now),
+                    Step::Lost(a, b) => {
+                        let (a, b) = (u64::from(a.min(b)), u64::from(a.max(b)) + 1);
+                        let k = s.lost(a, b, now);
+                        missed += k.missed;
+                        got.extend(k.deliver.iter().map(num));
+                    }
+                    Step::Overdue => {
+                        if let Some((k, _)) = s.overdue(now) {
+                            missed += k.missed;
+                            got.extend(k.deliver.iter().map(num));
+                        }
+                    }
+                }
+                proptest::prop_assert!(got.windows(2).all(|w| w[0] < w[1]), "{got:?}");
+            }
+            // The numbers from 1 to the last one handed over that were not handed over.
+            let absent = got.last().map_or(0, |&last| last - got.len() as u64);
+            proptest::prop_assert!(missed >= absent, "missed {missed}, absent {absent}: {got:?}");
+        }
+    }
 }
