@@ -48,7 +48,7 @@ pub enum GroupPolicy {
 
 /// A publisher's own publishes to one group.
 #[derive(Default)]
-struct Published {
+struct OwnStream {
     /// Number of the last publish.
     number: u64,
     /// The last number a tail mark was sent for.
@@ -91,7 +91,7 @@ struct State {
     /// Per peer, the groups this node told it it wants.
     told: HashMap<BusId, HashSet<GroupName>>,
     /// This node's publishes, per group.
-    published: HashMap<GroupName, Published>,
+    published: HashMap<GroupName, OwnStream>,
     /// Per (publisher, group), what this node saw of its stream.
     seen: HashMap<(BusId, GroupName), Source>,
     /// Per group this node publishes to, its policy for members that fall behind.
@@ -114,6 +114,16 @@ pub(crate) struct Fresh {
     pub(crate) gap: bool,
     /// Nobody here wants it (no member, nobody to pass it on to).
     pub(crate) unwanted: bool,
+}
+
+/// One publish of this node, numbered (see [`GroupTable::publish`]).
+pub(crate) struct Published {
+    pub(crate) number: u64,
+    /// The peers that asked for the group.
+    pub(crate) to: Vec<BusId>,
+    pub(crate) policy: GroupPolicy,
+    /// Those of `to` whose link fell behind (skipped while full under `CutOff`).
+    pub(crate) lagging: Vec<BusId>,
 }
 
 /// A member's ask for a repair: `publisher` (its `incarnation`), `group`, from `from` on.
@@ -270,13 +280,13 @@ impl GroupTable {
         v
     }
 
-    /// A publish of this node to `name` at `now_ms`, kept for repairs: its number, and the
-    /// peers that asked for the group.
-    pub(crate) fn publish(&self, name: &str, payload: &Bytes, now_ms: u64) -> (u64, Vec<BusId>) {
+    /// A publish of this node to `name` at `now_ms`, kept for repairs: its number, the peers
+    /// that asked for the group, and how to treat those of them that fall behind.
+    pub(crate) fn publish(&self, name: &str, payload: &Bytes, now_ms: u64) -> Published {
         let mut guard = self.lock();
         let st = &mut *guard;
         if !st.published.contains_key(name) {
-            st.published.insert(name.into(), Published::default());
+            st.published.insert(name.into(), OwnStream::default());
         }
         let p = st.published.get_mut(name).expect("inserted above");
         p.number += 1;
@@ -289,8 +299,23 @@ impl GroupTable {
             };
             p.retained_bytes -= old.len() + HELD_ENTRY_OVERHEAD_BYTES;
         }
+        let number = p.number;
         let to = st.wanted_by.get(name).cloned().unwrap_or_default();
-        (p.number, to)
+        let lagging = if st.lagging.is_empty() {
+            Vec::new()
+        } else {
+            st.lagging
+                .iter()
+                .filter(|(_, g)| &**g == name)
+                .map(|(peer, _)| *peer)
+                .collect()
+        };
+        Published {
+            number,
+            to,
+            policy: st.policies.get(name).copied().unwrap_or_default(),
+            lagging,
+        }
     }
 
     /// `from` asked for (`join`) or gave up `name`'s publishes: `Some(true)` if it newly
@@ -511,20 +536,9 @@ impl GroupTable {
         out
     }
 
-    /// How this publisher treats a member that cannot keep up with `name`'s publishes.
-    pub(crate) fn policy(&self, name: &str) -> GroupPolicy {
-        self.lock().policies.get(name).copied().unwrap_or_default()
-    }
-
     /// Sets [`GroupTable::policy`].
     pub(crate) fn set_policy(&self, name: &str, policy: GroupPolicy) {
         self.lock().policies.insert(name.into(), policy);
-    }
-
-    /// Whether this publisher's link to `peer` fell behind on `name` (its queue stayed full
-    /// for `GROUP_SLOW_MEMBER_WAIT_MS`): later publishes skip it while it is full.
-    pub(crate) fn is_lagging(&self, name: &str, peer: BusId) -> bool {
-        self.lock().lagging.contains(&(peer, name.into()))
     }
 
     /// The (group, its last number, peer) of every lagging link: a mark is sent to each until
@@ -538,7 +552,9 @@ impl GroupTable {
             .collect()
     }
 
-    /// Marks or clears [`GroupTable::is_lagging`].
+    /// Marks or clears that this publisher's link to `peer` fell behind on `name` (its queue
+    /// stayed full for `GROUP_SLOW_MEMBER_WAIT_MS`): later publishes skip it while it is full
+    /// (see [`Published::lagging`]).
     pub(crate) fn set_lagging(&self, name: &str, peer: BusId, lagging: bool) {
         let mut st = self.lock();
         let key = (peer, GroupName::from(name));
@@ -735,8 +751,9 @@ mod tests {
             "a connect peer's interest stays here"
         );
         let p = Bytes::from_static(b"p");
+        let published = t.publish("h", &p, 0);
         assert_eq!(
-            t.publish("h", &p, 0),
+            (published.number, published.to),
             (1, vec![BusId(3)]),
             "but it is served"
         );
@@ -884,7 +901,8 @@ mod tests {
             "asking again is no new group"
         );
         t.peer_gone(BusId(4));
-        assert_eq!(t.publish("g0", &Bytes::new(), 0), (1, vec![]));
+        let published = t.publish("g0", &Bytes::new(), 0);
+        assert_eq!((published.number, published.to), (1, vec![]));
         assert_eq!(t.interest(BusId(4), true, "one-more"), Some(true));
     }
 }

@@ -10,7 +10,7 @@
 
 use crate::event::{Event, Path};
 use crate::group_order::{Offer, Skipped};
-use crate::group_table::{GroupName, GroupPolicy, RepairJob};
+use crate::group_table::{GroupName, GroupPolicy, Published, RepairJob};
 use crate::limits::GROUP_SLOW_MEMBER_WAIT_MS;
 use crate::message::MessageBatch;
 use crate::node::{Node, SendError};
@@ -119,8 +119,12 @@ impl Node {
             return Err(GroupError::Closed);
         }
         let now_ms = shared.coarse_ms.load(std::sync::atomic::Ordering::Relaxed);
-        let (number, to) = shared.groups.publish(group, &payload, now_ms);
-        let policy = shared.groups.policy(group);
+        let Published {
+            number,
+            to,
+            policy,
+            lagging,
+        } = shared.groups.publish(group, &payload, now_ms);
         let head = encode_publish_head(shared.config.id, shared.incarnation, number, group);
         let mut reached = 0;
         for id in to {
@@ -133,9 +137,12 @@ impl Node {
                 continue;
             }
             loop {
-                match peer.push_framed(FrameKind::Publish, &head, &payload) {
-                    Ok(_) => {
-                        if policy == GroupPolicy::CutOff {
+                match peer.push_publish(&head, &payload, shared.deferred.looks()) {
+                    Ok((_, note)) => {
+                        if note {
+                            shared.deferred.note(&peer);
+                        }
+                        if lagging.contains(&id) {
                             shared.groups.set_lagging(group, id, false);
                         }
                         reached += 1;
@@ -145,7 +152,7 @@ impl Node {
                         GroupPolicy::Backpressure => peer.wait_for_room(len).await,
                         GroupPolicy::CutOff => {
                             let wait = Duration::from_millis(GROUP_SLOW_MEMBER_WAIT_MS);
-                            if shared.groups.is_lagging(group, id)
+                            if lagging.contains(&id)
                                 || tokio::time::timeout(wait, peer.wait_for_room(len))
                                     .await
                                     .is_err()

@@ -356,15 +356,41 @@ impl Peer {
         payload: &Bytes,
         looks: u64,
     ) -> Result<(u64, bool), PushError> {
+        self.push_deferring(looks, payload.len(), |o| o.push_shared(payload))
+    }
+
+    /// Queues one PUBLISH (`head`, then `payload`) the way [`Peer::push_single`] queues a
+    /// single send: over a ring, one that follows another with no look at the inbox in
+    /// between waits unpublished (a publisher's loop writes each member's ring once per
+    /// burst, not once per publish).
+    pub(crate) fn push_publish(
+        &self,
+        head: &[u8],
+        payload: &Bytes,
+        looks: u64,
+    ) -> Result<(u64, bool), PushError> {
+        self.push_deferring(looks, head.len() + payload.len(), |o| {
+            o.push_framed(FrameKind::Publish, head, payload)
+        })
+    }
+
+    /// Queues one message with `push`, deferring its publication into the ring as
+    /// [`Peer::push_single`] says; `len` is its size.
+    fn push_deferring(
+        &self,
+        looks: u64,
+        len: usize,
+        push: impl FnOnce(&mut Outbox) -> Option<u64>,
+    ) -> Result<(u64, bool), PushError> {
         let mut st = self.lock();
         Self::check_open(&st)?;
-        let seq = st.outbox.push_shared(payload).ok_or(PushError::Full)?;
+        let seq = push(&mut st.outbox).ok_or(PushError::Full)?;
         st.msgs_total += 1;
         let follows_a_send = std::mem::replace(&mut st.single_look, looks) == looks;
         if follows_a_send
             && st.ring_mode
             && !st.held
-            && payload.len() <= COPY_PAYLOAD_BYTES_MAX
+            && len <= COPY_PAYLOAD_BYTES_MAX
             && st.outbox.tail_bytes() < RING_DEFER_BYTES_MAX
         {
             let first = !std::mem::replace(&mut st.deferred, true);
