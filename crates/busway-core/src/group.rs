@@ -8,7 +8,8 @@
 //!   payload`: one publish, which crosses each link once however many members lie behind it.
 //!   `number` counts the publisher's publishes to this group from 1 (per incarnation), so that
 //!   a node drops a copy that reached it by a second path and sees a gap for what it missed.
-//!   With `PUBLISH_MARK_BIT` set in `number` it is a *mark*: no payload, it says
+//!   `PUBLISH_BACKPRESSURE_BIT` set in `number` asks relays to wait for room toward members
+//!   rather than drop it. With `PUBLISH_MARK_BIT` set in `number` it is a *mark*: no payload, it says
 //!   only that the publisher's last publish to the group is `number`, so that a member that
 //!   lost the end of a stream (a relay died with it) sees the gap without a later publish.
 //! * REPAIR, end to end (direct or inside ROUTED), one of three ops:
@@ -31,8 +32,12 @@ pub const INTEREST_LEAVE: u8 = 0;
 /// Bytes of a PUBLISH body before its name: publisher, incarnation, number, name length.
 pub const PUBLISH_FIXED_BYTES: usize = 25;
 /// Set in a PUBLISH's number: the frame is a mark, with no payload (a publisher never makes
-/// 2^63 publishes, so the bit is free).
+/// 2^62 publishes, so this bit and the next are free).
 pub const PUBLISH_MARK_BIT: u64 = 1 << 63;
+/// Set in a PUBLISH's number: the group's publisher holds back for its slowest member
+/// (`GroupPolicy::Backpressure`), so a relay waits for room toward a member rather than
+/// drop the publish for it.
+pub const PUBLISH_BACKPRESSURE_BIT: u64 = 1 << 62;
 /// REPAIR op: a member asks the publisher for its publishes from a number on.
 pub const REPAIR_ASK: u8 = 1;
 /// REPAIR op: a publisher's copy of one publish, for the asking member alone.
@@ -57,6 +62,8 @@ pub struct PublishHead<'a> {
     pub payload_at: usize,
     /// A mark: no payload; the publisher's last publish to the group is `number`.
     pub mark: bool,
+    /// Relays wait for room toward members rather than drop it (`PUBLISH_BACKPRESSURE_BIT`).
+    pub backpressure: bool,
 }
 
 /// A decoded REPAIR body.
@@ -164,7 +171,8 @@ pub fn decode_publish(body: &[u8]) -> Result<PublishHead<'_>, String> {
     let publisher = BusId(u64_at(0));
     let incarnation = u64_at(8);
     let mark = u64_at(16) & PUBLISH_MARK_BIT != 0;
-    let number = u64_at(16) & !PUBLISH_MARK_BIT;
+    let backpressure = u64_at(16) & PUBLISH_BACKPRESSURE_BIT != 0;
+    let number = u64_at(16) & !(PUBLISH_MARK_BIT | PUBLISH_BACKPRESSURE_BIT);
     if number == 0 {
         return Err("PUBLISH numbered 0 (publishes count from 1)".into());
     }
@@ -185,6 +193,7 @@ pub fn decode_publish(body: &[u8]) -> Result<PublishHead<'_>, String> {
         name,
         payload_at,
         mark,
+        backpressure,
     })
 }
 
@@ -369,6 +378,9 @@ mod tests {
             .contains("a mark has none"));
         let plain = encode_publish_head(BusId(7), 9, 3, "world");
         assert!(!decode_publish(&plain).unwrap().mark);
+        let held = encode_publish_head(BusId(7), 9, 3 | PUBLISH_BACKPRESSURE_BIT, "world");
+        let h = decode_publish(&held).unwrap();
+        assert_eq!((h.number, h.backpressure, h.mark), (3, true, false));
     }
 
     #[test]
@@ -433,7 +445,7 @@ mod tests {
         fn any_publish_round_trips(
             publisher: u64,
             incarnation: u64,
-            number in 1u64..PUBLISH_MARK_BIT,
+            number in 1u64..PUBLISH_BACKPRESSURE_BIT,
             name in "[a-z0-9./-]{1,128}",
             payload in proptest::collection::vec(any::<u8>(), 0..64),
         ) {

@@ -175,6 +175,10 @@ pub(crate) struct GroupTable {
     /// Held from a decision about a member's streams to the hand-over of what it delivers,
     /// so that the inbox gets each stream in the order decided, whichever link decided it.
     order: Mutex<()>,
+    /// Publishes of groups under backpressure that a relay must pass on to a peer whose
+    /// queue was full: (peer, PUBLISH body), in order. While any wait, the links stop
+    /// reading (`Shared::push_blocked_forwards`).
+    blocked: Mutex<VecDeque<(BusId, Bytes)>>,
 }
 
 impl GroupTable {
@@ -185,7 +189,44 @@ impl GroupTable {
             retain_bytes,
             repairs: Mutex::default(),
             order: Mutex::default(),
+            blocked: Mutex::default(),
         }
+    }
+
+    fn blocked(&self) -> std::sync::MutexGuard<'_, VecDeque<(BusId, Bytes)>> {
+        self.blocked.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether a forward to `peer` waits for room already (later ones queue behind it).
+    pub(crate) fn is_blocked_to(&self, peer: BusId) -> bool {
+        let q = self.blocked();
+        !q.is_empty() && q.iter().any(|(p, _)| *p == peer)
+    }
+
+    /// Queues a forward to `peer` that waits for room (backpressure).
+    pub(crate) fn block(&self, peer: BusId, body: Bytes) {
+        self.blocked().push_back((peer, body));
+    }
+
+    /// Whether forwards wait for room.
+    pub(crate) fn has_blocked(&self) -> bool {
+        !self.blocked().is_empty()
+    }
+
+    /// Pushes the waiting forwards in order with `push` (false: no room, stop there);
+    /// returns the first that still waits: its peer and length.
+    pub(crate) fn push_blocked(
+        &self,
+        mut push: impl FnMut(BusId, &Bytes) -> bool,
+    ) -> Option<(BusId, usize)> {
+        let mut q = self.blocked();
+        while let Some((peer, body)) = q.front() {
+            if !push(*peer, body) {
+                return Some((*peer, body.len()));
+            }
+            q.pop_front();
+        }
+        None
     }
 
     /// The turn to decide about streams and hand what they deliver to the inbox (see
@@ -679,6 +720,7 @@ mod tests {
             name: "g",
             payload_at: 0,
             mark: false,
+            backpressure: false,
         }
     }
 

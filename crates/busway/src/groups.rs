@@ -18,6 +18,7 @@ use crate::shared::Shared;
 use crate::stats::bump;
 use busway_core::frame::SPAN_TAG_MASK;
 use busway_core::frame::{FrameKind, SPAN_INTEREST, SPAN_LEN_MASK, SPAN_PUBLISH, SPAN_REPAIR};
+use busway_core::group::PUBLISH_BACKPRESSURE_BIT;
 use busway_core::group::{check_name, decode_interest, decode_publish, decode_repair};
 use busway_core::group::{encode_interest, encode_mark, encode_publish_head, PUBLISH_FIXED_BYTES};
 use busway_core::group::{encode_repair_ask, encode_repair_copy_head, encode_repair_lost, Repair};
@@ -125,7 +126,11 @@ impl Node {
             policy,
             lagging,
         } = shared.groups.publish(group, &payload, now_ms);
-        let head = encode_publish_head(shared.config.id, shared.incarnation, number, group);
+        let flag = match policy {
+            GroupPolicy::Backpressure => PUBLISH_BACKPRESSURE_BIT,
+            GroupPolicy::CutOff => 0,
+        };
+        let head = encode_publish_head(shared.config.id, shared.incarnation, number | flag, group);
         let mut reached = 0;
         for id in to {
             let Some(peer) = shared.peer(id) else {
@@ -189,7 +194,7 @@ impl crate::ring_link::GroupMessages for Shared {
     }
 
     fn backlogged(&self) -> bool {
-        self.inbox.group_backlogged()
+        self.inbox.group_backlogged() || self.push_blocked_forwards().is_some()
     }
 }
 
@@ -294,7 +299,38 @@ impl Shared {
             self.ask_repairs();
         }
         self.pump_repairs();
-        handed
+        handed || self.groups.has_blocked()
+    }
+
+    /// Passes on the publishes of groups under backpressure that wait for room, in order, as
+    /// far as the queues allow; returns the first that still waits (its peer and length).
+    pub(crate) fn push_blocked_forwards(&self) -> Option<(Arc<crate::peer::Peer>, usize)> {
+        let (id, len) = self.groups.push_blocked(|id, body| {
+            match self
+                .peer(id)
+                .map(|p| p.push_framed(FrameKind::Publish, &[], body))
+            {
+                Some(Err(crate::peer::PushError::Full)) => false,
+                Some(Ok(_)) => true,
+                // Gone: that peer will not hear it.
+                _ => {
+                    bump(&self.counters.group_forwards_dropped);
+                    true
+                }
+            }
+        })?;
+        match self.peer(id) {
+            Some(p) => Some((p, len)),
+            None => self.push_blocked_forwards(),
+        }
+    }
+
+    /// Waits until every publish of a group under backpressure that waited for room is
+    /// passed on (the caller's link stops reading meanwhile).
+    pub(crate) async fn wait_blocked_forwards(&self) {
+        while let Some((peer, len)) = self.push_blocked_forwards() {
+            peer.wait_for_room(len).await;
+        }
     }
 
     /// Hands delivered publishes to the inbox, in order (the caller holds the group order);
@@ -339,15 +375,26 @@ impl Shared {
             bump(&self.counters.publishes_unwanted);
         }
         for id in fresh.forward_to {
+            if head.backpressure && self.groups.is_blocked_to(id) {
+                // Behind the ones that wait, in order.
+                self.groups.block(id, body.clone());
+                continue;
+            }
             // A frame past the peer's stated limit would close its link: not sent.
             let sent = self
                 .peer(id)
                 .filter(|p| p.frame_body_max().is_none_or(|m| body.len() <= m))
                 .map(|p| p.push_framed(FrameKind::Publish, &[], body));
-            if !matches!(sent, Some(Ok(_))) {
-                // Relays never wait for one member: that member repairs the gap from the
-                // publisher (or reports it).
-                bump(&self.counters.group_forwards_dropped);
+            match sent {
+                Some(Ok(_)) => {}
+                // The group moves at its slowest member: this link stops reading until the
+                // publish fits (see `push_blocked_forwards`).
+                Some(Err(crate::peer::PushError::Full)) if head.backpressure => {
+                    self.groups.block(id, body.clone())
+                }
+                // Cut-off: a relay never waits for one member; that member repairs the gap
+                // from the publisher, or is cut off.
+                _ => bump(&self.counters.group_forwards_dropped),
             }
         }
         if let Some(ended) = fresh.ended {
@@ -569,6 +616,9 @@ impl Shared {
                 self.groups.set_lagging(&group, id, false);
             }
         }
+        // Forwards of groups under backpressure waiting for room (a ring's reader retries
+        // them itself; a socket's link waits for them).
+        self.push_blocked_forwards();
         self.ask_repairs();
         self.pump_repairs();
         let turn = self.groups.order();

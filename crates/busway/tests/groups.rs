@@ -812,3 +812,85 @@ async fn under_backpressure_the_group_moves_at_its_slowest_member() {
         n.shutdown().await;
     }
 }
+
+/// Under backpressure through a relay: the publisher (1) and two members (2 reads, 3 reads
+/// only when told) below a relay (100), small queues; `rings` moves the links to shared
+/// memory (the relay's ring readers then hold back) or keeps them on TCP sockets.
+async fn backpressure_through_a_relay(rings: bool) {
+    use busway::limits::FRAME_BODY_MIN_BYTES;
+    let small = |mut c: NodeConfig| {
+        c.shm_channels = rings;
+        c.mem_channels = rings;
+        c.frame_body_max = FRAME_BODY_MIN_BYTES;
+        c.send_queue_bytes_max = 2 * FRAME_BODY_MIN_BYTES;
+        c.inbox_bytes_max = FRAME_BODY_MIN_BYTES;
+        c.shm_ring_bytes = busway_shm::ring::RING_CAPACITY_MIN;
+        c
+    };
+    let relay = start(small(config(100).listen(listen_addr("tcp4")))).await;
+    let addr = relay.listen_addrs()[0].clone();
+    let below = |id: u64| {
+        let mut c = small(config(id).upstream(addr.clone()));
+        c.direct_links = false;
+        c
+    };
+    let publisher = start(below(1)).await;
+    let fast = start(below(2)).await;
+    let slow = start(below(3)).await;
+    publisher.set_group_policy(GROUP, busway::GroupPolicy::Backpressure);
+    fast.join(GROUP).unwrap();
+    slow.join(GROUP).unwrap();
+    let (mut fast_inbox, mut slow_inbox) = (fast.take_inbox().unwrap(), slow.take_inbox().unwrap());
+    let mut events = slow.take_events().unwrap();
+    until_linked(&relay, &[2, 3]).await;
+    until_linked(&publisher, &[100]).await;
+    let what = if rings { "over rings" } else { "over sockets" };
+    let fast_reads = tokio::spawn(async move {
+        read_padded(
+            &mut fast_inbox,
+            Some(SLOW_PUBLISHES),
+            "the member that reads",
+        )
+        .await
+    });
+    let publishing = {
+        let publisher = publisher.clone();
+        tokio::spawn(async move {
+            for i in 0..SLOW_PUBLISHES {
+                publisher.publish(GROUP, padded(i)).await.unwrap();
+            }
+        })
+    };
+    // Pacing, not synchronization: a while for the slow member's queue at the relay to fill.
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    assert!(
+        !publishing.is_finished(),
+        "{what}: the publisher finished while a member behind the relay read nothing"
+    );
+    assert_eq!(
+        read_padded(&mut slow_inbox, Some(SLOW_PUBLISHES), what).await,
+        SLOW_PUBLISHES
+    );
+    publishing.await.unwrap();
+    assert_eq!(fast_reads.await.unwrap(), SLOW_PUBLISHES);
+    assert_eq!(relay.stats().group_forwards_dropped, 0, "{what}");
+    while let Ok(Some(e)) = tokio::time::timeout(std::time::Duration::ZERO, events.recv()).await {
+        assert!(
+            !matches!(e, busway::Event::GroupCutOff { .. }),
+            "{what}: {e:?}"
+        );
+    }
+    for n in [publisher, fast, slow, relay] {
+        n.shutdown().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_backpressure_a_relay_holds_the_group_at_its_slowest_member_over_sockets() {
+    backpressure_through_a_relay(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_backpressure_a_relay_holds_the_group_at_its_slowest_member_over_rings() {
+    backpressure_through_a_relay(true).await;
+}

@@ -205,6 +205,10 @@ async fn deliver(
     if shared.inbox.group_backlogged() {
         blocked_while(shared, machine, shared.inbox.wait_group_room()).await;
     }
+    if shared.groups.has_blocked() {
+        // A group under backpressure: its publishes wait here for room toward a member.
+        blocked_while(shared, machine, shared.wait_blocked_forwards()).await;
+    }
 }
 
 /// Hands one batch to the inbox, waiting for room if need be.
