@@ -124,6 +124,8 @@ pub(crate) struct Published {
     pub(crate) policy: GroupPolicy,
     /// Those of `to` whose link fell behind (skipped while full under `CutOff`).
     pub(crate) lagging: Vec<BusId>,
+    /// This node is a member: its own inbox gets the publish too.
+    pub(crate) member: bool,
 }
 
 /// A member's ask for a repair: `publisher` (its `incarnation`), `group`, from `from` on.
@@ -303,10 +305,6 @@ impl GroupTable {
             && st.told.values().all(|t| t.is_empty())
     }
 
-    pub(crate) fn is_member(&self, name: &str) -> bool {
-        self.lock().joined.contains(name)
-    }
-
     /// The groups this node joined, sorted.
     pub(crate) fn joined(&self) -> Vec<String> {
         let mut v: Vec<String> = self.lock().joined.iter().map(|g| g.to_string()).collect();
@@ -356,6 +354,7 @@ impl GroupTable {
             to,
             policy: st.policies.get(name).copied().unwrap_or_default(),
             lagging,
+            member: st.joined.contains(name),
         }
     }
 

@@ -101,10 +101,13 @@ impl Node {
 
     /// Publishes `payload` to every member of `group`: one PUBLISH per link that leads to a
     /// member, the payload shared, not copied per link; this node's own inbox too if it is a
-    /// member. Waits while a link's queue is full (the publisher moves at the pace of its
-    /// slowest linked peer; relays further on never wait: see `docs/SEMANTICS.md`). Returns
-    /// how many places it went to (links, and this node's inbox): 0 when no member is known,
-    /// which is counted in `Stats::publishes_unheard`.
+    /// member. It is kept (`NodeConfig::group_retain_bytes`) for members that lose it with a
+    /// relay and ask for a copy. A link whose queue is full is waited for at most
+    /// `GROUP_SLOW_MEMBER_WAIT_MS` and then skipped while it stays full
+    /// (`GroupPolicy::CutOff`, the default), or as long as it takes, relays on the way waiting
+    /// too (`GroupPolicy::Backpressure`; see [`Node::set_group_policy`] and
+    /// `docs/SEMANTICS.md`). Returns how many places it went to (links, and this node's
+    /// inbox): 0 when no member is known, which is counted in `Stats::publishes_unheard`.
     pub async fn publish(&self, group: &str, payload: Bytes) -> Result<usize, GroupError> {
         check_name(group).map_err(GroupError::BadName)?;
         let shared = self.shared();
@@ -125,6 +128,7 @@ impl Node {
             to,
             policy,
             lagging,
+            member,
         } = shared.groups.publish(group, &payload, now_ms);
         let flag = match policy {
             GroupPolicy::Backpressure => PUBLISH_BACKPRESSURE_BIT,
@@ -164,7 +168,9 @@ impl Node {
                             {
                                 // The others keep their rate; the members behind this link
                                 // ask for what they missed, or are cut off.
-                                shared.groups.set_lagging(group, id, true);
+                                if !lagging.contains(&id) {
+                                    shared.groups.set_lagging(group, id, true);
+                                }
                                 bump(&shared.counters.group_forwards_dropped);
                                 break;
                             }
@@ -175,7 +181,7 @@ impl Node {
                 }
             }
         }
-        if shared.groups.is_member(group) {
+        if member {
             let name: GroupName = group.into();
             let batch = MessageBatch::published(shared.config.id, name, payload);
             shared.inbox.deliver(batch).await;
