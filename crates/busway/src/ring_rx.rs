@@ -73,8 +73,8 @@ pub(crate) struct RingReader {
     stash_bytes: usize,
     /// Looks by the inbox, counted; the link task compares them between its own looks.
     inbox_polls: u64,
-    /// A read handed group publishes to the inbox: see whether it is backlogged before the
-    /// next read.
+    /// A read handed group publishes to the inbox or left forwards waiting: see whether the
+    /// node is backlogged before the next read.
     groups_handed: bool,
 }
 
@@ -194,9 +194,10 @@ impl RingReader {
         polled
     }
 
-    /// Whether the node's inbox holds too many group publishes not taken: the ring waits.
-    /// Looked at only after a read that handed publishes over (`groups_handed`), so that a
-    /// ring without group traffic pays nothing for it.
+    /// Whether the node's inbox holds too many group publishes not taken, or publishes of a
+    /// group under backpressure wait for room toward a member (tried again here): the ring
+    /// waits. Looked at only after a read that handed publishes over or left some waiting
+    /// (`groups_handed`), so that a ring without group traffic pays nothing for it.
     fn backlogged(&mut self) -> bool {
         if !self.groups_handed {
             return false;
