@@ -774,10 +774,15 @@ async fn a_member_that_stops_reading_is_cut_off_and_the_others_keep_their_rate()
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn under_backpressure_the_group_moves_at_its_slowest_member() {
-    let (publisher, fast, mut fast_inbox, slow, mut slow_inbox) = publisher_fast_and_slow().await;
-    publisher.set_group_policy(GROUP, busway::GroupPolicy::Backpressure);
+/// Publishes `SLOW_PUBLISHES` from `publisher` (under backpressure) while the member behind
+/// `fast_inbox` reads and the one behind `slow_inbox` does not yet: the publisher must wait
+/// for the slow one; then each gets every publish, in order, once.
+async fn waits_for_the_slow_member(
+    publisher: &Node,
+    mut fast_inbox: Inbox,
+    slow_inbox: &mut Inbox,
+    what: &str,
+) {
     let fast_reads = tokio::spawn(async move {
         read_padded(
             &mut fast_inbox,
@@ -798,14 +803,21 @@ async fn under_backpressure_the_group_moves_at_its_slowest_member() {
     tokio::time::sleep(std::time::Duration::from_millis(500)).await;
     assert!(
         !publishing.is_finished(),
-        "the publisher finished while a member read nothing: it did not wait for it"
+        "{what}: the publisher finished while a member read nothing: it did not wait for it"
     );
     assert_eq!(
-        read_padded(&mut slow_inbox, Some(SLOW_PUBLISHES), "the slow member").await,
+        read_padded(slow_inbox, Some(SLOW_PUBLISHES), what).await,
         SLOW_PUBLISHES
     );
     publishing.await.unwrap();
     assert_eq!(fast_reads.await.unwrap(), SLOW_PUBLISHES);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_backpressure_the_group_moves_at_its_slowest_member() {
+    let (publisher, fast, fast_inbox, slow, mut slow_inbox) = publisher_fast_and_slow().await;
+    publisher.set_group_policy(GROUP, busway::GroupPolicy::Backpressure);
+    waits_for_the_slow_member(&publisher, fast_inbox, &mut slow_inbox, "directly").await;
     assert_eq!(publisher.stats().group_forwards_dropped, 0);
     assert_eq!(slow.groups(), vec![GROUP.to_string()]);
     for n in [publisher, fast, slow] {
@@ -840,39 +852,12 @@ async fn backpressure_through_a_relay(rings: bool) {
     publisher.set_group_policy(GROUP, busway::GroupPolicy::Backpressure);
     fast.join(GROUP).unwrap();
     slow.join(GROUP).unwrap();
-    let (mut fast_inbox, mut slow_inbox) = (fast.take_inbox().unwrap(), slow.take_inbox().unwrap());
+    let (fast_inbox, mut slow_inbox) = (fast.take_inbox().unwrap(), slow.take_inbox().unwrap());
     let mut events = slow.take_events().unwrap();
     until_linked(&relay, &[2, 3]).await;
     until_linked(&publisher, &[100]).await;
     let what = if rings { "over rings" } else { "over sockets" };
-    let fast_reads = tokio::spawn(async move {
-        read_padded(
-            &mut fast_inbox,
-            Some(SLOW_PUBLISHES),
-            "the member that reads",
-        )
-        .await
-    });
-    let publishing = {
-        let publisher = publisher.clone();
-        tokio::spawn(async move {
-            for i in 0..SLOW_PUBLISHES {
-                publisher.publish(GROUP, padded(i)).await.unwrap();
-            }
-        })
-    };
-    // Pacing, not synchronization: a while for the slow member's queue at the relay to fill.
-    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
-    assert!(
-        !publishing.is_finished(),
-        "{what}: the publisher finished while a member behind the relay read nothing"
-    );
-    assert_eq!(
-        read_padded(&mut slow_inbox, Some(SLOW_PUBLISHES), what).await,
-        SLOW_PUBLISHES
-    );
-    publishing.await.unwrap();
-    assert_eq!(fast_reads.await.unwrap(), SLOW_PUBLISHES);
+    waits_for_the_slow_member(&publisher, fast_inbox, &mut slow_inbox, what).await;
     assert_eq!(relay.stats().group_forwards_dropped, 0, "{what}");
     while let Ok(Some(e)) = tokio::time::timeout(std::time::Duration::ZERO, events.recv()).await {
         assert!(
