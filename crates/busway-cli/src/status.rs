@@ -40,6 +40,7 @@ pub(crate) fn snapshot(node: &Node) -> Value {
             "unacked_msgs": p.unacked_msgs,
             "unacked_bytes": p.unacked_bytes,
             "msgs_sent": p.msgs_sent,
+            "bytes_sent": p.bytes_sent,
         })).collect::<Vec<_>>(),
         "relayed": node.relayed_peers().iter().map(|r| json!({
             "id": r.id.0,
@@ -71,7 +72,19 @@ pub(crate) fn snapshot(node: &Node) -> Value {
             "forgotten_peers": s.forgotten_peers,
             "forgotten_sources": s.forgotten_sources,
             "forgotten_destinations": s.forgotten_destinations,
+            "calls_pending": s.calls_pending,
+            "late_replies": s.late_replies,
+            "misdirected_replies": s.misdirected_replies,
+            "publishes_unheard": s.publishes_unheard,
+            "publishes_unwanted": s.publishes_unwanted,
+            "group_copies_dropped": s.group_copies_dropped,
+            "group_forwards_dropped": s.group_forwards_dropped,
+            "group_interest_refused": s.group_interest_refused,
+            "group_repairs_asked": s.group_repairs_asked,
+            "group_copies_sent": s.group_copies_sent,
+            "group_repairs_refused": s.group_repairs_refused,
         },
+        "groups": node.groups(),
     })
 }
 
@@ -194,6 +207,15 @@ fn render(v: &Value) -> String {
     if let Some(stats) = v["stats"].as_object() {
         let line: Vec<String> = stats.iter().map(|(k, v)| format!("{k}={v}")).collect();
         out += &format!("counters: {}\n", line.join(" "));
+    }
+    let groups: Vec<&str> = v["groups"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect();
+    if !groups.is_empty() {
+        out += &format!("member of: {}\n", groups.join(", "));
     }
     out
 }

@@ -896,6 +896,7 @@ fn status_shows_a_nodes_peers_and_counters() {
         .unwrap_or_else(|| panic!("{stdout}"));
     assert!(peer.contains("down") || peer.contains("up"), "{peer}");
     assert!(stdout.contains("msgs_in=1"), "{stdout}");
+    assert!(stdout.contains("group_copies_sent=0"), "{stdout}");
     let (ok, _, _, err) = finish(spawn(&["status", "tcp://127.0.0.1:1"]), None);
     assert!(!ok);
     assert!(
