@@ -206,6 +206,31 @@ pub(crate) fn block_on<F: Future<Output = Result<ExitCode, String>>>(
 }
 
 /// Prints `listening on ADDR` for each bound address, on stdout, so scripts can read ports.
+/// Completes at the first SIGINT (Ctrl-C) or SIGTERM (what systemd and Kubernetes send), so
+/// that the caller shuts its node down gracefully (queues flushed within the linger, CLOSE
+/// sent); from then on a second one ends the process at once (exit code 1).
+pub(crate) async fn stop_requested() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let Ok(mut term) = signal(SignalKind::terminate()) else {
+        // No SIGTERM handler could be set up: Ctrl-C still stops the node.
+        let _ = tokio::signal::ctrl_c().await;
+        return;
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+    eprintln!("busway: stopping (flushing, then closing the links; a second signal stops at once)");
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+        eprintln!("busway: second signal: stopping at once");
+        std::process::exit(1);
+    });
+}
+
 pub(crate) fn print_listening(node: &Node) {
     for addr in node.listen_addrs() {
         println!("listening on {addr}");

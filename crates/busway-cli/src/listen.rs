@@ -45,6 +45,9 @@ pub(crate) async fn run(args: ListenArgs) -> Result<ExitCode, String> {
     let mut verifier = Verifier::default();
     let idle = args.idle_timeout.map(Duration::from_secs_f64);
     let mut timed_out = false;
+    // Made once: a signal between two reads is not missed.
+    let stop = common::stop_requested();
+    tokio::pin!(stop);
     'outer: while args.count.is_none_or(|n| verifier.received() < n) {
         let wait = inbox.recv_batch();
         let got = tokio::select! {
@@ -58,7 +61,7 @@ pub(crate) async fn run(args: ListenArgs) -> Result<ExitCode, String> {
                 eprintln!("{}", common::describe(&ev));
                 continue;
             }
-            _ = tokio::signal::ctrl_c() => break,
+            _ = &mut stop => break,
         };
         let batch = match got {
             None => {

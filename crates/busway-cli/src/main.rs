@@ -120,13 +120,16 @@ async fn run_node(args: NodeCmd) -> Result<ExitCode, String> {
         }
         None => None,
     };
+    // Made once: a signal between two events is not missed.
+    let stop = common::stop_requested();
+    tokio::pin!(stop);
     loop {
         tokio::select! {
             ev = events.recv() => match ev {
                 Some(ev) => eprintln!("{}", common::describe(&ev)),
                 None => break,
             },
-            _ = tokio::signal::ctrl_c() => break,
+            _ = &mut stop => break,
         }
     }
     node.shutdown().await;

@@ -858,6 +858,88 @@ fn a_million_messages_cross_a_relay_killed_three_times() {
     drop(r);
 }
 
+/// Waits (within `LIMIT`) for a process whose stdout was already taken; its exit status and
+/// stderr.
+fn exit_of(mut p: Proc) -> (std::process::ExitStatus, String) {
+    let mut stderr = p.0.stderr.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut e = String::new();
+        let _ = stderr.read_to_string(&mut e);
+        let _ = tx.send(e);
+    });
+    let err = rx.recv_timeout(LIMIT).expect("the process ended in time");
+    (p.0.wait().unwrap(), err)
+}
+
+#[test]
+fn sigterm_stops_a_node_cleanly_mid_stream_and_nothing_is_lost() {
+    let addr = format!("tcp://127.0.0.1:{}", free_port());
+    let r = relay(&addr);
+    let mut l = spawn(&[
+        "listen",
+        "--id",
+        "2",
+        "--upstream",
+        &addr,
+        "--count",
+        "1000000",
+        "--verify",
+        "--idle-timeout",
+        "60",
+    ]);
+    let mut l_err = BufReader::new(l.0.stderr.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("peer 100 up") {
+        line.clear();
+        assert!(
+            l_err.read_line(&mut line).unwrap() > 0,
+            "listen ended early"
+        );
+    }
+    let s = spawn(&[
+        "send",
+        "--id",
+        "1",
+        "--upstream",
+        &addr,
+        "--to",
+        "2",
+        "--count",
+        "1000000",
+        "--size",
+        "64",
+    ]);
+    // Pacing, not synchronization: the stream flows a while first.
+    std::thread::sleep(Duration::from_millis(150));
+    // What systemd and Kubernetes send: the relay flushes, closes its links, exits 0.
+    let pid = r.0.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let (status, err) = exit_of(r);
+    assert!(status.success(), "the relay exited with {status}: {err}");
+    assert!(err.contains("busway: stopping"), "{err}");
+    // Back at the same address, the stream goes on.
+    let r = relay(&addr);
+    let (ok, _, _, err) = finish(s, None);
+    assert!(ok, "send failed: {err}");
+    let (ok, _, stdout, err) = finish_with(l, None, Some(l_err));
+    assert!(ok, "listen failed: {stdout} {err}");
+    assert_eq!(
+        stdout.lines().last().unwrap_or_default(),
+        "received 1000000, missing 0, duplicates 0, out-of-order 0"
+    );
+    // Its peers saw a CLOSE, not a connection torn down.
+    assert!(
+        err.contains("peer 100 down: closed by the peer: closing"),
+        "{err}"
+    );
+    drop(r);
+}
+
 #[test]
 fn status_shows_a_nodes_peers_and_counters() {
     let admin = format!("tcp://127.0.0.1:{}", free_port());
