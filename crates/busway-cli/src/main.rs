@@ -18,8 +18,20 @@ use std::process::ExitCode;
     about = "A brokerless message bus for backend server processes"
 )]
 struct Cli {
+    /// How log lines are written to stderr (levels per module with `BUSWAY_LOG`, e.g.
+    /// `BUSWAY_LOG=debug` or `busway=debug,busway::groups=trace`): `text`, or `json`, one
+    /// object per line (timestamp, level, target, message and fields) for a log collector.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text, env = "BUSWAY_LOG_FORMAT")]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
+}
+
+/// See `Cli::log_format`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
 }
 
 #[derive(Subcommand)]
@@ -48,13 +60,15 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
+    let filter = tracing_subscriber::EnvFilter::try_from_env("BUSWAY_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let logs = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("BUSWAY_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .init();
+        .with_env_filter(filter);
+    match cli.log_format {
+        LogFormat::Text => logs.init(),
+        LogFormat::Json => logs.json().init(),
+    }
     let result = match cli.command {
         Command::Node(args) => common::block_on(run_node(args)),
         Command::Listen(args) => common::block_on(listen::run(args)),

@@ -941,6 +941,52 @@ fn sigterm_stops_a_node_cleanly_mid_stream_and_nothing_is_lost() {
 }
 
 #[test]
+fn log_format_json_writes_one_object_per_log_line() {
+    let mut l = Proc(
+        Command::new(BIN)
+            .args(["--log-format", "json", "listen", "--id", "5"])
+            .args(["--listen", "tcp://127.0.0.1:0", "--count", "1"])
+            .env("BUSWAY_LOG", "debug")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("busway starts"),
+    );
+    let mut out = BufReader::new(l.0.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    let addr = line
+        .trim()
+        .strip_prefix("listening on ")
+        .unwrap()
+        .to_owned();
+    let (ok, _, _, err) = finish(
+        spawn(&["send", "--id", "6", "--connect", &addr, "--to", "5", "hi"]),
+        None,
+    );
+    assert!(ok, "{err}");
+    let (ok, _, _, err) = finish(l, Some(out));
+    assert!(ok, "{err}");
+    let logs: Vec<serde_json::Value> = err
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l}: {e}")))
+        .collect();
+    assert!(
+        logs.iter().any(|v| v["level"] == "DEBUG"
+            && v["target"] == "busway::link"
+            && v["fields"]["message"] == "link up"
+            && v["fields"]["peer"] == "6"),
+        "{err}"
+    );
+    let (ok, _, _, err) = finish(
+        spawn(&["--log-format", "xml", "status", "tcp://127.0.0.1:1"]),
+        None,
+    );
+    assert!(!ok && err.contains("invalid value 'xml'"), "{err}");
+}
+
+#[test]
 fn status_shows_a_nodes_peers_and_counters() {
     let admin = format!("tcp://127.0.0.1:{}", free_port());
     let mut n = spawn(&[
