@@ -166,6 +166,8 @@ impl NodeArgs {
                 )?;
             }
         }
+        // A descriptor per connection: as many as the hard limit allows.
+        crate::fd_limit::raise();
         Node::start(config).await.map_err(|e| e.to_string())
     }
 

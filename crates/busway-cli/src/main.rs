@@ -3,6 +3,7 @@
 mod bench;
 mod call;
 mod common;
+mod fd_limit;
 mod listen;
 mod send;
 mod status;

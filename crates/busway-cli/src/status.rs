@@ -85,6 +85,8 @@ pub(crate) fn snapshot(node: &Node) -> Value {
             "group_repairs_refused": s.group_repairs_refused,
         },
         "groups": node.groups(),
+        "open_files_max": crate::fd_limit::current_limit(),
+        "connections_allowed": crate::fd_limit::connections_allowed(busway::limits::DEFAULT_CONNECTIONS_MAX),
     })
 }
 
@@ -217,5 +219,11 @@ fn render(v: &Value) -> String {
     if !groups.is_empty() {
         out += &format!("member of: {}\n", groups.join(", "));
     }
+    let unlimited = |v: &Value| v.as_u64().map_or("unlimited".to_owned(), |n| n.to_string());
+    out += &format!(
+        "open files: at most {} (connections allowed: {})\n",
+        unlimited(&v["open_files_max"]),
+        v["connections_allowed"]
+    );
     out
 }

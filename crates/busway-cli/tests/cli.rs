@@ -1025,6 +1025,20 @@ fn status_shows_a_nodes_peers_and_counters() {
     assert!(peer.contains("down") || peer.contains("up"), "{peer}");
     assert!(stdout.contains("msgs_in=1"), "{stdout}");
     assert!(stdout.contains("group_copies_sent=0"), "{stdout}");
+    // The node raised its open-file limit to the hard limit it inherited from this process.
+    let limits = std::fs::read_to_string("/proc/self/limits").unwrap();
+    let hard = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .and_then(|l| l.split_whitespace().nth(4))
+        .unwrap()
+        .to_owned();
+    assert!(
+        stdout.contains(&format!(
+            "open files: at most {hard} (connections allowed: "
+        )),
+        "{stdout}"
+    );
     let (ok, _, _, err) = finish(spawn(&["status", "tcp://127.0.0.1:1"]), None);
     assert!(!ok);
     assert!(
