@@ -14,9 +14,19 @@ const GROUP_POLL: Duration = Duration::from_millis(10);
 /// How a command's node is set up.
 #[derive(Args, Clone, Debug)]
 pub(crate) struct NodeArgs {
-    /// This node's bus id (decimal or 0x hex).
-    #[arg(long)]
-    pub(crate) id: BusId,
+    /// A node configuration file (TOML; `busway config example` prints a commented one):
+    /// every setting of the node; the flags below override it (a list given as a flag, e.g.
+    /// --listen, replaces the file's list).
+    #[arg(
+        short = 'c',
+        long = "config",
+        value_name = "FILE",
+        env = "BUSWAY_CONFIG"
+    )]
+    pub(crate) config_file: Option<std::path::PathBuf>,
+    /// This node's bus id (decimal or 0x hex); required here or as `id` in the file.
+    #[arg(long, env = "BUSWAY_ID")]
+    pub(crate) id: Option<BusId>,
     /// Address to listen on (repeatable): tcp://IP:PORT, tcp://[IPv6]:PORT, tls://IP:PORT (TCP
     /// with TLS; needs --tls-cert, --tls-key and --tls-ca), unix:///PATH, or shm://NAME (this
     /// host only; the link's data must go through shared memory).
@@ -73,13 +83,33 @@ pub(crate) struct NodeArgs {
 
 impl NodeArgs {
     pub(crate) fn config(&self) -> Result<NodeConfig, String> {
-        let mut config = NodeConfig::new(self.id);
-        config.listen = self.listen.clone();
-        config.connect = self.connect.clone();
-        config.upstream = self.upstream.clone();
-        config.direct_links = !self.no_direct;
-        config.shm_channels = !self.no_shm;
-        config.secret = self.secret()?;
+        let mut config = match &self.config_file {
+            Some(path) => NodeConfig::from_toml_file(path)?,
+            None => NodeConfig::new(BusId(0)),
+        };
+        match self.id {
+            Some(id) => config.id = id,
+            None if self.config_file.is_some() && config.id != BusId(0) => {}
+            None => return Err("give this node's bus id: --id ID (or `id` in the -c file)".into()),
+        }
+        if !self.listen.is_empty() {
+            config.listen = self.listen.clone();
+        }
+        if !self.connect.is_empty() {
+            config.connect = self.connect.clone();
+        }
+        if self.upstream.is_some() {
+            config.upstream = self.upstream.clone();
+        }
+        if self.no_direct {
+            config.direct_links = false;
+        }
+        if self.no_shm {
+            config.shm_channels = false;
+        }
+        if let Some(secret) = self.secret()? {
+            config.secret = Some(secret);
+        }
         if let (Some(cert), Some(key), Some(ca)) = (&self.tls_cert, &self.tls_key, &self.tls_ca) {
             config.tls = Some(busway::TlsConfig::from_pem_files(cert, key, ca)?);
         }
@@ -112,7 +142,8 @@ impl NodeArgs {
     /// upstream) the upstream's; the error says which did not come up in time.
     pub(crate) async fn wait_reachable(&self, node: &Node, to: BusId) -> Result<(), String> {
         let wait = Duration::from_secs(PEER_WAIT_SECS);
-        let reachable = if self.upstream.is_some() && self.connect.is_empty() {
+        let config = self.config()?;
+        let reachable = if config.upstream.is_some() && config.connect.is_empty() {
             // Through the upstream: its link is what must be up.
             node.wait_for_any_link(wait).await
         } else {
@@ -151,12 +182,19 @@ impl NodeArgs {
     }
 
     pub(crate) async fn start(&self) -> Result<Node, String> {
-        if self.listen.is_empty() && self.connect.is_empty() && self.upstream.is_none() {
-            return Err("give at least one --listen, --connect or --upstream address".into());
-        }
         let config = self.config()?;
+        if config.listen.is_empty() && config.connect.is_empty() && config.upstream.is_none() {
+            return Err(
+                "give at least one --listen, --connect or --upstream address (or in the -c file)"
+                    .into(),
+            );
+        }
         if config.secret.is_none() {
-            for addr in self.listen.iter().filter(|a| reachable_from_other_hosts(a)) {
+            for addr in config
+                .listen
+                .iter()
+                .filter(|a| reachable_from_other_hosts(a))
+            {
                 self.allow_insecure(
                     &format!("listen on {addr} with no shared secret"),
                     "any host that reaches it can join as any bus id",

@@ -3,6 +3,7 @@
 mod bench;
 mod call;
 mod common;
+mod config_cmd;
 mod fd_limit;
 mod listen;
 mod send;
@@ -51,6 +52,9 @@ enum Command {
     Status(status::StatusArgs),
     /// Measure throughput over each transport beside the raw baseline of the same run.
     Bench(bench::BenchArgs),
+    /// Check a node configuration file, or print a commented example.
+    #[command(subcommand)]
+    Config(config_cmd::ConfigCmd),
     /// One side of one benchmark run (started by `busway bench`).
     #[command(hide = true)]
     BenchWorker(bench::worker::WorkerArgs),
@@ -77,6 +81,7 @@ fn main() -> ExitCode {
         Command::Call(args) => common::block_on(call::run(args)),
         Command::Status(args) => common::block_on(status::run(args)),
         Command::Bench(args) => bench::run(args),
+        Command::Config(cmd) => config_cmd::run(cmd),
         Command::BenchWorker(args) => bench::worker::run(args),
         Command::BenchBroadcastWorker(args) => bench::broadcast_worker::run(args),
     };

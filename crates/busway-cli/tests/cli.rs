@@ -987,6 +987,67 @@ fn log_format_json_writes_one_object_per_log_line() {
 }
 
 #[test]
+fn a_node_runs_from_a_config_file_flags_override_it_and_a_typo_is_refused_with_its_line() {
+    let dir = std::env::temp_dir().join(format!("busway-config-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let good = dir.join("node.toml");
+    std::fs::write(
+        &good,
+        "id = 5\nlisten = [\"tcp://127.0.0.1:0\"]\nheartbeat_interval_ms = 500\n",
+    )
+    .unwrap();
+    let good = good.to_str().unwrap();
+    // From the file alone.
+    let (l, addr, out) = listener(&["listen", "-c", good, "--count", "1"]);
+    let (ok, _, _, err) = finish(
+        spawn(&["send", "--id", "9", "--connect", &addr, "--to", "5", "hi"]),
+        None,
+    );
+    assert!(ok, "{err}");
+    let (ok, _, stdout, err) = finish(l, Some(out));
+    assert!(ok && stdout.contains("9: hi"), "{stdout} {err}");
+    // A flag overrides the file: the id.
+    let (l, addr, out) = listener(&["listen", "-c", good, "--id", "6", "--count", "1"]);
+    let (ok, _, _, err) = finish(
+        spawn(&["send", "--id", "9", "--connect", &addr, "--to", "6", "hi"]),
+        None,
+    );
+    assert!(ok, "{err}");
+    let (ok, _, stdout, err) = finish(l, Some(out));
+    assert!(ok && stdout.contains("9: hi"), "{stdout} {err}");
+    // `config check` says so, and names what is wrong in a file with a typo.
+    let (ok, _, stdout, err) = finish(spawn(&["config", "check", good]), None);
+    assert!(ok && stdout.contains("ok (bus id 5"), "{stdout} {err}");
+    let typo = dir.join("typo.toml");
+    std::fs::write(
+        &typo,
+        "id = 5\nlisten = [\"tcp://127.0.0.1:0\"]\nlinger_mss = 10\n",
+    )
+    .unwrap();
+    for cmd in [
+        vec!["config", "check", typo.to_str().unwrap()],
+        vec!["node", "-c", typo.to_str().unwrap()],
+    ] {
+        let (ok, code, _, err) = finish(spawn(&cmd), None);
+        assert!(!ok && code == Some(1), "{cmd:?}: {err}");
+        assert!(
+            err.contains("line 3")
+                && err.contains("unknown field `linger_mss`")
+                && err.contains("`linger_ms`"),
+            "{cmd:?}: {err}"
+        );
+    }
+    // The example parses as it is.
+    let example = dir.join("example.toml");
+    let (ok, _, text, _) = finish(spawn(&["config", "example"]), None);
+    assert!(ok);
+    std::fs::write(&example, text).unwrap();
+    let (ok, _, stdout, err) = finish(spawn(&["config", "check", example.to_str().unwrap()]), None);
+    assert!(ok, "{stdout} {err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn status_shows_a_nodes_peers_and_counters() {
     let admin = format!("tcp://127.0.0.1:{}", free_port());
     let mut n = spawn(&[

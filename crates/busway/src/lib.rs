@@ -23,6 +23,7 @@ mod backoff;
 mod call_table;
 mod calls;
 mod config;
+mod config_file;
 mod connector;
 mod deferred;
 mod dial;
