@@ -810,51 +810,9 @@ fn a_million_publishes_reach_members_over_shm_tcp_and_a_relay_killed_three_times
 fn a_million_messages_cross_a_relay_killed_three_times() {
     let addr = format!("tcp://127.0.0.1:{}", free_port());
     let r = relay(&addr);
-    let l = spawn(&[
-        "listen",
-        "--id",
-        "2",
-        "--upstream",
-        &addr,
-        "--count",
-        "1000000",
-        "--verify",
-        "--idle-timeout",
-        "60",
-    ]);
-    // The listener is registered with the relay once it reports the relay up.
-    let mut l = l;
-    let mut l_err = BufReader::new(l.0.stderr.take().unwrap());
-    let mut line = String::new();
-    while !line.contains("peer 100 up") {
-        line.clear();
-        assert!(
-            l_err.read_line(&mut line).unwrap() > 0,
-            "listen ended early"
-        );
-    }
-    let s = spawn(&[
-        "send",
-        "--id",
-        "1",
-        "--upstream",
-        &addr,
-        "--to",
-        "2",
-        "--count",
-        "1000000",
-        "--size",
-        "64",
-    ]);
+    let stream = RelayedMillion::start(&addr);
     let r = relay_killed_three_times(r, &addr);
-    let (ok, _, _, err) = finish(s, None);
-    assert!(ok, "send failed: {err}");
-    let (ok, _, stdout, err) = finish_with(l, None, Some(l_err));
-    assert!(ok, "listen failed: {stdout} {err}");
-    assert_eq!(
-        stdout.lines().last().unwrap_or_default(),
-        "received 1000000, missing 0, duplicates 0, out-of-order 0"
-    );
+    stream.verify();
     drop(r);
 }
 
@@ -876,40 +834,7 @@ fn exit_of(mut p: Proc) -> (std::process::ExitStatus, String) {
 fn sigterm_stops_a_node_cleanly_mid_stream_and_nothing_is_lost() {
     let addr = format!("tcp://127.0.0.1:{}", free_port());
     let r = relay(&addr);
-    let mut l = spawn(&[
-        "listen",
-        "--id",
-        "2",
-        "--upstream",
-        &addr,
-        "--count",
-        "1000000",
-        "--verify",
-        "--idle-timeout",
-        "60",
-    ]);
-    let mut l_err = BufReader::new(l.0.stderr.take().unwrap());
-    let mut line = String::new();
-    while !line.contains("peer 100 up") {
-        line.clear();
-        assert!(
-            l_err.read_line(&mut line).unwrap() > 0,
-            "listen ended early"
-        );
-    }
-    let s = spawn(&[
-        "send",
-        "--id",
-        "1",
-        "--upstream",
-        &addr,
-        "--to",
-        "2",
-        "--count",
-        "1000000",
-        "--size",
-        "64",
-    ]);
+    let stream = RelayedMillion::start(&addr);
     // Pacing, not synchronization: the stream flows a while first.
     std::thread::sleep(Duration::from_millis(150));
     // What systemd and Kubernetes send: the relay flushes, closes its links, exits 0.
@@ -924,20 +849,78 @@ fn sigterm_stops_a_node_cleanly_mid_stream_and_nothing_is_lost() {
     assert!(err.contains("busway: stopping"), "{err}");
     // Back at the same address, the stream goes on.
     let r = relay(&addr);
-    let (ok, _, _, err) = finish(s, None);
-    assert!(ok, "send failed: {err}");
-    let (ok, _, stdout, err) = finish_with(l, None, Some(l_err));
-    assert!(ok, "listen failed: {stdout} {err}");
-    assert_eq!(
-        stdout.lines().last().unwrap_or_default(),
-        "received 1000000, missing 0, duplicates 0, out-of-order 0"
-    );
+    let err = stream.verify();
     // Its peers saw a CLOSE, not a connection torn down.
     assert!(
         err.contains("peer 100 down: closed by the peer: closing"),
         "{err}"
     );
     drop(r);
+}
+
+/// 1,000,000 sequenced messages from node 1 to node 2, both below the relay at an address:
+/// the listener, registered with the relay (it reported the relay up), and the sender.
+struct RelayedMillion {
+    listener: Proc,
+    listener_err: BufReader<std::process::ChildStderr>,
+    sender: Proc,
+}
+
+impl RelayedMillion {
+    fn start(addr: &str) -> Self {
+        let mut listener = spawn(&[
+            "listen",
+            "--id",
+            "2",
+            "--upstream",
+            addr,
+            "--count",
+            "1000000",
+            "--verify",
+            "--idle-timeout",
+            "60",
+        ]);
+        let mut listener_err = BufReader::new(listener.0.stderr.take().unwrap());
+        let mut line = String::new();
+        while !line.contains("peer 100 up") {
+            line.clear();
+            assert!(
+                listener_err.read_line(&mut line).unwrap() > 0,
+                "listen ended early"
+            );
+        }
+        let sender = spawn(&[
+            "send",
+            "--id",
+            "1",
+            "--upstream",
+            addr,
+            "--to",
+            "2",
+            "--count",
+            "1000000",
+            "--size",
+            "64",
+        ]);
+        Self {
+            listener,
+            listener_err,
+            sender,
+        }
+    }
+
+    /// Both ends succeeded and every message arrived once, in order; the listener's stderr.
+    fn verify(self) -> String {
+        let (ok, _, _, err) = finish(self.sender, None);
+        assert!(ok, "send failed: {err}");
+        let (ok, _, stdout, err) = finish_with(self.listener, None, Some(self.listener_err));
+        assert!(ok, "listen failed: {stdout} {err}");
+        assert_eq!(
+            stdout.lines().last().unwrap_or_default(),
+            "received 1000000, missing 0, duplicates 0, out-of-order 0"
+        );
+        err
+    }
 }
 
 #[test]
