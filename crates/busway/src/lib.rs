@@ -56,6 +56,7 @@ mod shm_link;
 mod stats;
 mod tls;
 mod transport;
+mod warn_limit;
 
 pub use addr::{Addr, ParseAddrError};
 pub use busway_core::handshake::Secret;

@@ -137,7 +137,7 @@ fn serve_counted<'a>(
 /// busway handshake; there is no channel to tell the peer more than TLS did.
 fn tls_failed(shared: &Shared, remote: &str, why: &str) -> Outcome {
     bump(&shared.counters.handshake_failures);
-    tracing::warn!(%remote, %why, "TLS handshake failed");
+    shared.warn_repeated("TLS handshake failed", remote, why);
     shared.emit(Event::Rejected {
         addr: remote.to_owned(),
         reason: why.to_owned(),
@@ -149,7 +149,7 @@ fn tls_failed(shared: &Shared, remote: &str, why: &str) -> Outcome {
 /// is dropped; reported and counted.
 async fn refuse(shared: &Shared, stream: Stream, remote: &str, why: &str) {
     bump(&shared.counters.connections_refused);
-    tracing::warn!(%remote, %why, "connection refused");
+    shared.warn_repeated("connection refused", remote, why);
     let close = Close::frame(CloseCode::ProtocolError, why);
     let write = async {
         match stream {
@@ -506,7 +506,7 @@ async fn reject<W: AsyncWrite + Unpin>(
     reason: &str,
 ) {
     bump(&shared.counters.handshake_failures);
-    tracing::warn!(%remote, %reason, "handshake failed");
+    shared.warn_repeated("handshake failed", remote, reason);
     let mut out = Vec::new();
     while let Some(frame) = machine.poll_transmit() {
         out.extend_from_slice(&frame);

@@ -51,6 +51,8 @@ pub(crate) struct Shared {
     pub(crate) calls: Arc<CallTable>,
     /// The groups this node joined and the groups its peers asked for.
     pub(crate) groups: GroupTable,
+    /// Repeated warnings about connections, held back per host (`warn_limit`).
+    pub(crate) warnings: crate::warn_limit::WarnLimiter,
     /// Peers whose rings hold single sends not yet published.
     pub(crate) deferred: Arc<Deferred>,
     pub(crate) counters: Arc<Counters>,
@@ -164,6 +166,16 @@ impl Shared {
         self.calls.fail_peer(peer, &reason);
         self.group_peer_gone(peer, path);
         self.report_undeliverable(peer, seqs, reason, path, incarnation);
+    }
+
+    /// Logs a warning `what` about a connection from `remote`, at most once per
+    /// `WARN_WINDOW_MS` per host and kind, with how many were held back since
+    /// (`warn_limit`); counters and events see every one.
+    pub(crate) fn warn_repeated(&self, what: &'static str, remote: &str, why: &str) {
+        let key = format!("{what} {}", crate::warn_limit::host_of(remote));
+        if let Some(held_back) = self.warnings.admit(&key, self.clock_ms()) {
+            tracing::warn!(%remote, %why, held_back, "{what}");
+        }
     }
 
     pub(crate) fn emit(&self, event: Event) {
