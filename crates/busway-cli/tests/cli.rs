@@ -858,6 +858,63 @@ fn sigterm_stops_a_node_cleanly_mid_stream_and_nothing_is_lost() {
     drop(r);
 }
 
+#[test]
+fn a_second_sigterm_stops_a_node_at_once() {
+    let addr = format!("tcp://127.0.0.1:{}", free_port());
+    let mut r = relay(&addr);
+    let mut l = spawn(&["listen", "--id", "2", "--upstream", &addr]);
+    let mut l_err = BufReader::new(l.0.stderr.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("peer 100 up") {
+        line.clear();
+        assert!(
+            l_err.read_line(&mut line).unwrap() > 0,
+            "listen ended early"
+        );
+    }
+    // A peer that answers nothing: the relay's graceful stop would wait out its linger (30 s).
+    let signal = |sig: &str, pid: u32| {
+        assert!(Command::new("kill")
+            .args([sig, &pid.to_string()])
+            .status()
+            .unwrap()
+            .success());
+    };
+    signal("-STOP", l.0.id());
+    let mut r_err = BufReader::new(r.0.stderr.take().unwrap());
+    signal("-TERM", r.0.id());
+    let mut line = String::new();
+    while !line.contains("busway: stopping") {
+        line.clear();
+        assert!(
+            r_err.read_line(&mut line).unwrap() > 0,
+            "the relay ended before it said so"
+        );
+    }
+    let asked = std::time::Instant::now();
+    signal("-TERM", r.0.id());
+    // Bounded: well under the 30 s linger it would otherwise wait.
+    let status = loop {
+        if let Some(status) = r.0.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            asked.elapsed() < Duration::from_secs(10),
+            "it waited out its linger"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    assert_eq!(
+        status.code(),
+        Some(1),
+        "a second signal ends it with code 1"
+    );
+    let mut rest = String::new();
+    let _ = r_err.read_to_string(&mut rest);
+    assert!(rest.contains("second signal"), "{rest}");
+    signal("-CONT", l.0.id());
+}
+
 /// 1,000,000 sequenced messages from node 1 to node 2, both below the relay at an address:
 /// the listener, registered with the relay (it reported the relay up), and the sender.
 struct RelayedMillion {
