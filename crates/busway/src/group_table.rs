@@ -17,6 +17,7 @@ use busway_core::group::PublishHead;
 use busway_core::BusId;
 use bytes::Bytes;
 use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
 /// A group's name (checked: 1 to `GROUP_NAME_BYTES_MAX` bytes of UTF-8).
@@ -181,6 +182,9 @@ pub(crate) struct GroupTable {
     /// queue was full: (peer, PUBLISH body), in order. While any wait, the links stop
     /// reading (`Shared::push_blocked_forwards`).
     blocked: Mutex<VecDeque<(BusId, Bytes)>>,
+    /// Whether `blocked` holds any, for the look every read of every link makes
+    /// (`has_blocked`) without taking its lock.
+    any_blocked: AtomicBool,
 }
 
 impl GroupTable {
@@ -192,6 +196,7 @@ impl GroupTable {
             repairs: Mutex::default(),
             order: Mutex::default(),
             blocked: Mutex::default(),
+            any_blocked: AtomicBool::new(false),
         }
     }
 
@@ -201,18 +206,22 @@ impl GroupTable {
 
     /// Whether a forward to `peer` waits for room already (later ones queue behind it).
     pub(crate) fn is_blocked_to(&self, peer: BusId) -> bool {
-        let q = self.blocked();
-        !q.is_empty() && q.iter().any(|(p, _)| *p == peer)
+        self.has_blocked() && self.blocked().iter().any(|(p, _)| *p == peer)
     }
 
     /// Queues a forward to `peer` that waits for room (backpressure).
     pub(crate) fn block(&self, peer: BusId, body: Bytes) {
-        self.blocked().push_back((peer, body));
+        let mut q = self.blocked();
+        q.push_back((peer, body));
+        // Relaxed: a hint read by `has_blocked`; the queue itself is read under its lock
+        // (the link that queued it reads the hint on its own thread right after).
+        self.any_blocked.store(true, Relaxed);
     }
 
     /// Whether forwards wait for room.
     pub(crate) fn has_blocked(&self) -> bool {
-        !self.blocked().is_empty()
+        // Relaxed: see `block`.
+        self.any_blocked.load(Relaxed)
     }
 
     /// Pushes the waiting forwards in order with `push` (false: no room, stop there);
@@ -228,6 +237,8 @@ impl GroupTable {
             }
             q.pop_front();
         }
+        // Relaxed: see `block`; set under the queue's lock, as there.
+        self.any_blocked.store(false, Relaxed);
         None
     }
 

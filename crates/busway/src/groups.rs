@@ -256,6 +256,17 @@ impl Shared {
         chunk: &Bytes,
         spans: &mut Vec<(u32, u32)>,
     ) -> bool {
+        let is_group = |tagged: u32| {
+            matches!(
+                tagged & SPAN_TAG_MASK,
+                SPAN_INTEREST | SPAN_PUBLISH | SPAN_REPAIR
+            )
+        };
+        // Every read of every link passes here: one that carries no group message takes
+        // none of the groups' locks.
+        if !spans.iter().any(|&(_, tagged)| is_group(tagged)) {
+            return false;
+        }
         let turn = self.groups.order();
         let mut out = Delivered::default();
         let mut interest_changed = false;
@@ -263,10 +274,10 @@ impl Shared {
         let mut gaps = false;
         let now_ms = self.coarse_ms.load(std::sync::atomic::Ordering::Relaxed);
         spans.retain(|&(start, tagged)| {
-            let tag = tagged & SPAN_TAG_MASK;
-            if tag != SPAN_INTEREST && tag != SPAN_PUBLISH && tag != SPAN_REPAIR {
+            if !is_group(tagged) {
                 return true;
             }
+            let tag = tagged & SPAN_TAG_MASK;
             let len = tagged & SPAN_LEN_MASK;
             let body = chunk.slice(start as usize..(start + len) as usize);
             match tag {
@@ -544,10 +555,9 @@ impl Shared {
             self.groups
                 .marks_for(group, self.config.id, self.incarnation)
         {
-            let body = encode_mark(publisher, incarnation, number, group);
             // A mark that does not fit is covered by the publisher's tail mark or a later
             // publish.
-            let _ = p.push_framed(FrameKind::Publish, &body, &Bytes::new());
+            push_mark(&p, &encode_mark(publisher, incarnation, number, group));
         }
     }
 
@@ -605,19 +615,13 @@ impl Shared {
     pub(crate) fn group_tick(&self, now_ms: u64) {
         for (group, number, to) in self.groups.tail_marks(now_ms) {
             let body = encode_mark(self.config.id, self.incarnation, number, &group);
-            for id in to {
-                if let Some(p) = self.peer(id) {
-                    let _ = p.push_framed(FrameKind::Publish, &body, &Bytes::new());
-                }
+            for p in to.into_iter().filter_map(|id| self.peer(id)) {
+                push_mark(&p, &body);
             }
         }
         for (group, number, id) in self.groups.lagging() {
             let body = encode_mark(self.config.id, self.incarnation, number, &group);
-            let fits = self.peer(id).is_some_and(|p| {
-                p.push_framed(FrameKind::Publish, &body, &Bytes::new())
-                    .is_ok()
-            });
-            if fits {
+            if self.peer(id).is_some_and(|p| push_mark(&p, &body)) {
                 // Room again: the next publish goes to it.
                 self.groups.set_lagging(&group, id, false);
             }
@@ -639,6 +643,12 @@ impl Shared {
             self.sync_group_adverts();
         }
     }
+}
+
+/// Queues a mark (`encode_mark`'s body) for `peer`; false if its queue had no room.
+fn push_mark(peer: &crate::peer::Peer, body: &[u8]) -> bool {
+    peer.push_framed(FrameKind::Publish, body, &Bytes::new())
+        .is_ok()
 }
 
 /// Publishes for this node's application, in order, as batches of one publisher and group:
