@@ -318,5 +318,10 @@ pub(crate) fn describe(ev: &Event) -> String {
         } => format!(
             "cut off from group {group}: {missed} publishes of {publisher} missed ({reason})"
         ),
+        Event::MulticastGap {
+            source,
+            missed,
+            reason,
+        } => format!("{missed} multicasts of {source} never arrived ({reason})"),
     }
 }

@@ -83,6 +83,8 @@ pub(crate) fn snapshot(node: &Node) -> Value {
             "group_repairs_asked": s.group_repairs_asked,
             "group_copies_sent": s.group_copies_sent,
             "group_repairs_refused": s.group_repairs_refused,
+            "multicast_forwards_dropped": s.multicast_forwards_dropped,
+            "multicasts_refused": s.multicasts_refused,
         },
         "groups": node.groups(),
         "open_files_max": crate::fd_limit::current_limit(),

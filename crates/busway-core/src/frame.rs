@@ -70,6 +70,10 @@ pub enum FrameKind {
     /// member asks its publisher for what it missed, the publisher sends copies or says what
     /// it no longer holds).
     Repair = 0x0C,
+    /// One multicast (see [`crate::multicast`]): one message numbered like any other, on a
+    /// direct link only; body: source, incarnation, flags, hops left, the receivers behind
+    /// this link with each one's number, payload.
+    Multicast = 0x0D,
     /// First handshake frame of each side.
     Hello = 0x10,
     /// Second handshake frame of each side: proof of the shared secret.
@@ -94,6 +98,7 @@ impl FrameKind {
             0x0A => Self::Interest,
             0x0B => Self::Publish,
             0x0C => Self::Repair,
+            0x0D => Self::Multicast,
             0x10 => Self::Hello,
             0x11 => Self::Auth,
             0x20 => Self::Channel,
@@ -400,16 +405,19 @@ pub const SPAN_INTEREST: u32 = 3 << 24;
 pub const SPAN_PUBLISH: u32 = 4 << 24;
 /// Span tag: the span is a REPAIR body (see [`crate::group`]).
 pub const SPAN_REPAIR: u32 = 5 << 24;
+/// Span tag: the span is a MULTICAST body (see [`crate::multicast`]).
+pub const SPAN_MULTICAST: u32 = 6 << 24;
 /// The tag bits of a span's second field.
 pub const SPAN_TAG_MASK: u32 = !SPAN_LEN_MASK;
 
 /// Appends the (start, len) of each message of a DATA, DATA_BATCH, CALL, REPLY, INTEREST,
-/// PUBLISH or REPAIR frame whose body starts at `base` in the caller's buffer. A CALL, REPLY,
-/// INTEREST, PUBLISH or REPAIR span covers its whole body and carries `SPAN_CALL`,
-/// `SPAN_REPLY`, `SPAN_INTEREST`, `SPAN_PUBLISH` or `SPAN_REPAIR` in the length's top bits
-/// (lengths are under 2^24). Any other kind, a batch whose entries do not tile its body, or a
-/// CALL, REPLY, INTEREST, PUBLISH or REPAIR whose head is short or false is an error naming
-/// what was found (and nothing is appended).
+/// PUBLISH, REPAIR or MULTICAST frame whose body starts at `base` in the caller's buffer. A
+/// CALL, REPLY, INTEREST, PUBLISH, REPAIR or MULTICAST span covers its whole body and carries
+/// `SPAN_CALL`, `SPAN_REPLY`, `SPAN_INTEREST`, `SPAN_PUBLISH`, `SPAN_REPAIR` or
+/// `SPAN_MULTICAST` in the length's top bits (lengths are under 2^24). Any other kind, a batch
+/// whose entries do not tile its body, or a CALL, REPLY, INTEREST, PUBLISH, REPAIR or
+/// MULTICAST whose head is short or false is an error naming what was found (and nothing is
+/// appended).
 pub fn message_spans(
     kind: FrameKind,
     body: &[u8],
@@ -456,6 +464,11 @@ pub fn message_spans(
         FrameKind::Repair => {
             crate::group::decode_repair(body)?;
             spans.push((base as u32, body.len() as u32 | SPAN_REPAIR));
+            Ok(())
+        }
+        FrameKind::Multicast => {
+            crate::multicast::decode_multicast(body)?;
+            spans.push((base as u32, body.len() as u32 | SPAN_MULTICAST));
             Ok(())
         }
         other => Err(format!("{other:?} frame where only messages may be")),

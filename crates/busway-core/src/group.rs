@@ -19,10 +19,15 @@
 //!   `REPAIR_LOST` (publisher to member): `u64 incarnation, u64 from, u64 to, u8 name length,
 //!   name`: publishes `from..to` are no longer held and will never come.
 //!
-//! A name is 1 to `GROUP_NAME_BYTES_MAX` bytes of UTF-8.
+//! A name is 1 to `GROUP_NAME_BYTES_MAX` bytes of UTF-8. In a REPAIR, the empty name
+//! (`MULTICAST_STREAM`) names the stream of the source's multicasts to the member (see the
+//! MULTICAST frame): numbered per receiver, asked for, copied and lost like a group's.
 
 use crate::BusId;
 
+/// The name a REPAIR gives the stream of a source's multicasts to one receiver (no group is
+/// named by the empty string).
+pub const MULTICAST_STREAM: &str = "";
 /// Longest group name, in bytes.
 pub const GROUP_NAME_BYTES_MAX: usize = 128;
 /// INTEREST op: the sender wants the group's publishes.
@@ -97,8 +102,12 @@ pub fn check_name(name: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// The name of `len` bytes at the start of `rest`, checked.
+/// The name of `len` bytes at the start of `rest`, checked (a group's name, or in a REPAIR
+/// also `MULTICAST_STREAM`).
 fn name_at<'a>(rest: &'a [u8], len: usize, what: &str) -> Result<&'a str, String> {
+    if len == 0 && what.starts_with("REPAIR") {
+        return Ok(MULTICAST_STREAM);
+    }
     let bytes = rest.get(..len).ok_or_else(|| {
         format!(
             "{what} names a group of {len} bytes but only {} follow",
@@ -156,9 +165,14 @@ pub fn encode_publish_head(publisher: BusId, incarnation: u64, number: u64, name
 
 /// Decodes the head of a PUBLISH body; the error names what is wrong.
 pub fn decode_publish(body: &[u8]) -> Result<PublishHead<'_>, String> {
+    decode_publish_as(body, "PUBLISH")
+}
+
+/// [`decode_publish`], its errors named `what` (a REPAIR copy may name `MULTICAST_STREAM`).
+fn decode_publish_as<'a>(body: &'a [u8], what: &str) -> Result<PublishHead<'a>, String> {
     if body.len() < PUBLISH_FIXED_BYTES {
         return Err(format!(
-            "PUBLISH body of {} bytes (its head alone is at least {})",
+            "{what} body of {} bytes (its head alone is at least {})",
             body.len(),
             PUBLISH_FIXED_BYTES + 1
         ));
@@ -174,15 +188,15 @@ pub fn decode_publish(body: &[u8]) -> Result<PublishHead<'_>, String> {
     let backpressure = u64_at(16) & PUBLISH_BACKPRESSURE_BIT != 0;
     let number = u64_at(16) & !(PUBLISH_MARK_BIT | PUBLISH_BACKPRESSURE_BIT);
     if number == 0 {
-        return Err("PUBLISH numbered 0 (publishes count from 1)".into());
+        return Err(format!("{what} numbered 0 (publishes count from 1)"));
     }
     let len = usize::from(body[PUBLISH_FIXED_BYTES - 1]);
     let rest = &body[PUBLISH_FIXED_BYTES..];
-    let name = name_at(rest, len, "PUBLISH")?;
+    let name = name_at(rest, len, what)?;
     let payload_at = PUBLISH_FIXED_BYTES + len;
     if mark && body.len() != payload_at {
         return Err(format!(
-            "PUBLISH mark with {} bytes of payload (a mark has none)",
+            "{what} mark with {} bytes of payload (a mark has none)",
             body.len() - payload_at
         ));
     }
@@ -246,11 +260,10 @@ fn fields_and_name<'a, const N: usize>(
     what: &str,
 ) -> Result<([u64; N], &'a str), String> {
     let fixed = 8 * N + 1;
-    if body.len() < fixed + 1 {
+    if body.len() < fixed {
         return Err(format!(
-            "{what} body of {} bytes (at least {})",
-            body.len(),
-            fixed + 1
+            "{what} body of {} bytes (at least {fixed})",
+            body.len()
         ));
     }
     let mut fields = [0u64; N];
@@ -288,7 +301,7 @@ pub fn decode_repair(body: &[u8]) -> Result<Repair<'_>, String> {
             })
         }
         REPAIR_COPY => {
-            let mut head = decode_publish(rest).map_err(|e| format!("REPAIR copy: {e}"))?;
+            let mut head = decode_publish_as(rest, "REPAIR copy")?;
             if head.mark {
                 return Err("REPAIR copy of a mark (a copy carries a publish)".into());
             }

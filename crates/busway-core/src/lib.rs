@@ -12,7 +12,8 @@
 //! - [`link`]: one link's protocol as a state machine (handshake, frame rules, heartbeats, rings).
 //! - [`outbox`], [`e2e`]: numbering, holding and resending messages on a link and end to end.
 //! - [`routed`], [`relay`], [`hints`]: the ROUTED frame, routing decisions, direct-link hints.
-//! - [`group`]: the INTEREST and PUBLISH frames of groups.
+//! - [`group`]: the INTEREST, PUBLISH and REPAIR frames of groups.
+//! - [`multicast`]: the MULTICAST frame (one payload to the receivers behind a link).
 //! - [`fuzzing`]: entry points shared by the fuzz targets and the property tests.
 
 pub mod cert_ids;
@@ -26,6 +27,7 @@ pub mod handshake;
 pub mod hints;
 pub mod id;
 pub mod link;
+pub mod multicast;
 pub mod outbox;
 pub mod relay;
 pub mod routed;

@@ -695,7 +695,8 @@ impl Link {
             | FrameKind::Reply
             | FrameKind::Interest
             | FrameKind::Publish
-            | FrameKind::Repair => {
+            | FrameKind::Repair
+            | FrameKind::Multicast => {
                 if let Phase::Up {
                     inbound: Carrier::Ring,
                     ..

@@ -722,7 +722,8 @@ fn reframe(frames: &Bytes, skip: u64) -> Bytes {
             | FrameKind::Reply
             | FrameKind::Interest
             | FrameKind::Publish
-            | FrameKind::Repair => {
+            | FrameKind::Repair
+            | FrameKind::Multicast => {
                 if index >= skip {
                     out.append_frame(kind, &[], body);
                 }

@@ -105,4 +105,13 @@ pub enum Event {
         missed: u64,
         reason: String,
     },
+    /// `missed` multicasts of `source` to this node never reached it: the source no longer
+    /// held them when this node asked (it fell behind further than the source keeps), no
+    /// copy came in time, or the source restarted before they came. What came after them was
+    /// delivered; `reason` says what happened.
+    MulticastGap {
+        source: BusId,
+        missed: u64,
+        reason: String,
+    },
 }

@@ -16,8 +16,10 @@ use crate::message::MessageBatch;
 use crate::node::{Node, SendError};
 use crate::shared::Shared;
 use crate::stats::bump;
+use busway_core::frame::SPAN_MULTICAST;
 use busway_core::frame::SPAN_TAG_MASK;
 use busway_core::frame::{FrameKind, SPAN_INTEREST, SPAN_LEN_MASK, SPAN_PUBLISH, SPAN_REPAIR};
+use busway_core::group::MULTICAST_STREAM;
 use busway_core::group::PUBLISH_BACKPRESSURE_BIT;
 use busway_core::group::{check_name, decode_interest, decode_publish, decode_repair};
 use busway_core::group::{encode_interest, encode_mark, encode_publish_head, PUBLISH_FIXED_BYTES};
@@ -259,7 +261,7 @@ impl Shared {
         let is_group = |tagged: u32| {
             matches!(
                 tagged & SPAN_TAG_MASK,
-                SPAN_INTEREST | SPAN_PUBLISH | SPAN_REPAIR
+                SPAN_INTEREST | SPAN_PUBLISH | SPAN_REPAIR | SPAN_MULTICAST
             )
         };
         // Every read of every link passes here: one that carries no group message takes
@@ -298,6 +300,10 @@ impl Shared {
                 SPAN_PUBLISH => {
                     gaps |=
                         self.publish_received(from, chunk, (start, len), &body, now_ms, &mut out)
+                }
+                SPAN_MULTICAST => {
+                    gaps |=
+                        self.multicast_received(from, chunk, (start, len), &body, now_ms, &mut out)
                 }
                 _ => gaps |= self.repair_received(from, chunk, start, &body, now_ms, &mut out),
             }
@@ -352,7 +358,7 @@ impl Shared {
 
     /// Hands delivered publishes to the inbox, in order (the caller holds the group order);
     /// true if there were any.
-    fn hand_over(&self, out: Delivered) -> bool {
+    pub(crate) fn hand_over(&self, out: Delivered) -> bool {
         let any = !out.batches.is_empty();
         for batch in out.batches {
             if !self.inbox.deliver_group(batch) {
@@ -418,8 +424,8 @@ impl Shared {
             self.skipped(head.publisher, head.name, ended, None, out);
         }
         if let Some(Offer::Deliver { then }) = fresh.offer {
-            out.span(head.publisher, head.name, chunk, span);
-            out.payloads(head.publisher, head.name, then);
+            out.span(head.publisher, Some(head.name), chunk, span);
+            out.payloads(head.publisher, Some(head.name), then);
         } else if matches!(fresh.offer, Some(Offer::Stale)) {
             bump(&self.counters.group_copies_dropped);
         }
@@ -441,6 +447,9 @@ impl Shared {
         let Ok(repair) = decode_repair(body) else {
             return false;
         };
+        if repair_names(&repair) == MULTICAST_STREAM {
+            return self.multicast_repair_received(from, chunk, start, body, repair, now_ms, out);
+        }
         match repair {
             Repair::Ask {
                 incarnation,
@@ -479,8 +488,8 @@ impl Shared {
                         if let Offer::Deliver { then } = offer {
                             let at = head.payload_at as u32;
                             let span = (start + at, body.len() as u32 - at);
-                            out.span(head.publisher, head.name, chunk, span);
-                            out.payloads(head.publisher, head.name, then);
+                            out.span(head.publisher, Some(head.name), chunk, span);
+                            out.payloads(head.publisher, Some(head.name), then);
                         }
                         gap
                     }
@@ -521,7 +530,7 @@ impl Shared {
         cut_off: Option<String>,
         out: &mut Delivered,
     ) {
-        out.payloads(publisher, group, skipped.deliver);
+        out.payloads(publisher, Some(group), skipped.deliver);
         if skipped.missed == 0 {
             return;
         }
@@ -564,13 +573,18 @@ impl Shared {
     /// Asks the publishers of streams with a gap for copies; an ask that cannot be sent now
     /// is made again on the next tick.
     pub(crate) fn ask_repairs(&self) {
-        for ask in self.groups.asks() {
+        let asks = self.groups.asks().into_iter();
+        for ask in asks.chain(self.multicasts.asks()) {
             let body = encode_repair_ask(ask.incarnation, ask.from, &ask.group);
             match self.try_send_framed(ask.publisher, FrameKind::Repair, &body, &Bytes::new()) {
                 Ok(_) => bump(&self.counters.group_repairs_asked),
                 Err(e) => {
                     tracing::debug!(publisher = %ask.publisher, group = %ask.group, error = %e, "repair ask not sent yet");
-                    self.groups.unask(&ask);
+                    if &*ask.group == MULTICAST_STREAM {
+                        self.multicasts.unask(&ask);
+                    } else {
+                        self.groups.unask(&ask);
+                    }
                 }
             }
         }
@@ -651,11 +665,19 @@ fn push_mark(peer: &crate::peer::Peer, body: &[u8]) -> bool {
         .is_ok()
 }
 
-/// Publishes for this node's application, in order, as batches of one publisher and group:
-/// runs of spans in the chunk at hand share its buffer; publishes that waited are batches of
-/// their own.
+/// The name a REPAIR carries (a group's, or `MULTICAST_STREAM`).
+fn repair_names<'a>(repair: &Repair<'a>) -> &'a str {
+    match *repair {
+        Repair::Ask { name, .. } | Repair::Lost { name, .. } => name,
+        Repair::Copy(head) => head.name,
+    }
+}
+
+/// Publishes and multicasts for this node's application, in order, as batches of one
+/// source and group (`None` for multicasts): runs of spans in the chunk at hand share its
+/// buffer; messages that waited are batches of their own.
 #[derive(Default)]
-struct Delivered {
+pub(crate) struct Delivered {
     batches: Vec<MessageBatch>,
     /// Whether the last batch holds spans of the chunk at hand (only then may it grow).
     last_is_span: bool,
@@ -664,29 +686,35 @@ struct Delivered {
 }
 
 impl Delivered {
-    fn span(&mut self, publisher: BusId, group: &str, chunk: &Bytes, span: (u32, u32)) {
+    pub(crate) fn span(
+        &mut self,
+        src: BusId,
+        group: Option<&str>,
+        chunk: &Bytes,
+        span: (u32, u32),
+    ) {
         match self.batches.last_mut() {
-            Some(b) if self.last_is_span && b.src() == publisher && b.group() == Some(group) => {
+            Some(b) if self.last_is_span && b.src() == src && b.group() == group => {
                 b.push_span(span)
             }
-            _ => self.batches.push(MessageBatch::published_in(
-                publisher,
-                Arc::from(group),
-                chunk.clone(),
-                vec![span],
-            )),
+            _ => self.batches.push(match group {
+                Some(g) => MessageBatch::published_in(src, Arc::from(g), chunk.clone(), vec![span]),
+                None => MessageBatch::new(src, chunk.clone(), vec![span]),
+            }),
         }
         self.last_is_span = true;
     }
 
-    fn payloads(&mut self, publisher: BusId, group: &str, payloads: Vec<Bytes>) {
+    pub(crate) fn payloads(&mut self, src: BusId, group: Option<&str>, payloads: Vec<Bytes>) {
         if payloads.is_empty() {
             return;
         }
-        let name: GroupName = Arc::from(group);
+        let name: Option<GroupName> = group.map(Arc::from);
         for p in payloads {
-            self.batches
-                .push(MessageBatch::published(publisher, name.clone(), p));
+            self.batches.push(match &name {
+                Some(g) => MessageBatch::published(src, g.clone(), p),
+                None => MessageBatch::single(src, p),
+            });
         }
         self.last_is_span = false;
     }

@@ -234,6 +234,7 @@ impl Node {
             inbox: inbox_tx,
             calls: Arc::new(CallTable::new(counters.clone(), CALLS_PENDING_MAX)),
             groups: GroupTable::new(group_retain_bytes),
+            multicasts: crate::multicast_table::MulticastTable::new(group_retain_bytes),
             warnings: Default::default(),
             deferred,
             counters,

@@ -428,10 +428,14 @@ impl Shared {
                 next_sweep = now + FORGET_SWEEP_INTERVAL_MS;
                 self.forget_idle(now);
             }
-            if !self.groups.is_idle() || self.groups.has_repairs() {
+            let multicasts = !self.multicasts.is_idle();
+            if !self.groups.is_idle() || self.groups.has_repairs() || multicasts {
                 // Interest that did not fit a peer's queue when it changed.
                 self.sync_group_adverts();
                 self.group_tick(now);
+            }
+            if multicasts {
+                self.multicast_tick(now);
             }
             for r in self.remotes_snapshot() {
                 match r.check(now, ROUTED_RESEND_AFTER_MS, self.config.peer_dead_after_ms) {
@@ -519,10 +523,13 @@ pub(crate) fn inner_spans(inner: &[u8]) -> Result<Vec<(u32, u32)>, String> {
         };
         let body_at = pos + HEADER_LEN;
         let body = &inner[body_at..pos + len];
-        if matches!(kind, FrameKind::Interest | FrameKind::Publish) {
+        if matches!(
+            kind,
+            FrameKind::Interest | FrameKind::Publish | FrameKind::Multicast
+        ) {
             // A group's traffic goes hop by hop, each hop choosing its links: never end to end.
             return Err(format!(
-                "ROUTED DATA: a {kind:?} frame inside, at {pos} (group frames travel on direct links only)"
+                "ROUTED DATA: a {kind:?} frame inside, at {pos} (group frames travel on direct links only, as do multicasts)"
             ));
         }
         busway_core::frame::message_spans(kind, body, body_at, &mut spans)

@@ -51,6 +51,9 @@ pub(crate) struct Shared {
     pub(crate) calls: Arc<CallTable>,
     /// The groups this node joined and the groups its peers asked for.
     pub(crate) groups: GroupTable,
+    /// This node's multicasts (numbers, what it keeps for repairs) and the streams of
+    /// multicasts to it.
+    pub(crate) multicasts: crate::multicast_table::MulticastTable,
     /// Repeated warnings about connections, held back per host (`warn_limit`).
     pub(crate) warnings: crate::warn_limit::WarnLimiter,
     /// Peers whose rings hold single sends not yet published.
@@ -272,8 +275,10 @@ impl Shared {
         if dial == Dial::Upstream {
             self.peers.set_upstream(peer.id);
         }
-        // A new peer (or a new incarnation) learns what this node wants through it.
+        // A new peer (or a new incarnation) learns what this node wants through it, and the
+        // receivers of this node's multicasts behind it where their streams stand.
         self.sync_group_adverts();
+        self.multicast_link_up(peer.id);
         self.peers.notify_changed();
     }
 

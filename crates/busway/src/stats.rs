@@ -35,6 +35,8 @@ pub(crate) struct Counters {
     pub(crate) group_repairs_asked: AtomicU64,
     pub(crate) group_copies_sent: AtomicU64,
     pub(crate) group_repairs_refused: AtomicU64,
+    pub(crate) multicast_forwards_dropped: AtomicU64,
+    pub(crate) multicasts_refused: AtomicU64,
 }
 
 pub(crate) fn bump(c: &AtomicU64) {
@@ -113,6 +115,13 @@ pub struct Stats {
     /// REPAIR messages not acted on: a copy that does not come from its publisher, or for a
     /// stream this node does not have; or an ask past `GROUP_REPAIRS_PENDING_MAX`, ever.
     pub group_repairs_refused: u64,
+    /// Multicasts this node could not pass on toward some of their receivers (the link's
+    /// queue was full, no route, or its hops ran out), ever: those receivers ask the source
+    /// for copies (counted with the groups' `group_repairs_asked` and `group_copies_sent`).
+    pub multicast_forwards_dropped: u64,
+    /// MULTICAST messages refused: their source may not come over the link they came on
+    /// (a peer speaking for another node), or it is this node itself, ever.
+    pub multicasts_refused: u64,
 }
 
 impl Counters {
@@ -151,6 +160,8 @@ impl Counters {
             group_repairs_asked: self.group_repairs_asked.load(Relaxed),
             group_copies_sent: self.group_copies_sent.load(Relaxed),
             group_repairs_refused: self.group_repairs_refused.load(Relaxed),
+            multicast_forwards_dropped: self.multicast_forwards_dropped.load(Relaxed),
+            multicasts_refused: self.multicasts_refused.load(Relaxed),
         }
     }
 }

@@ -243,3 +243,107 @@ pub async fn until(what: &str, mut cond: impl FnMut() -> bool) {
     .await;
     assert!(ok.is_ok(), "{what} within {WAIT:?}");
 }
+
+/// Starts a node again with the config it had (its old listening socket may linger a moment).
+pub async fn start_again(config: NodeConfig) -> Node {
+    for _ in 0..200 {
+        if let Ok(n) = Node::start(config.clone()).await {
+            return n;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("could not start node {} again", config.id);
+}
+
+/// The tree of the relay-kill tests: top relay (100) <- mid relay (101, subtree 101..199) <-
+/// node 104; node 2 and the source 1 below top; node 3 linked to the source directly over a
+/// unix socket (moved to shared memory). Either relay can be killed (dropped: its queues die
+/// with it) and started again at its old addresses.
+pub struct KillTree {
+    pub source: Node,
+    pub r2: Node,
+    pub r3: Node,
+    pub deep: Node,
+    top: Option<Node>,
+    top_config: NodeConfig,
+    mid: Option<Node>,
+    mid_config: NodeConfig,
+}
+
+impl KillTree {
+    pub async fn start() -> Self {
+        let top_config = config(100).listen(listen_addr("tcp4"));
+        let top = start(top_config.clone()).await;
+        let top_config = NodeConfig {
+            listen: top.listen_addrs(),
+            ..top_config
+        };
+        let top_addr = top.listen_addrs()[0].clone();
+        let mut mid_config = config(101)
+            .upstream(top_addr.clone())
+            .listen(listen_addr("tcp4"));
+        mid_config.direct_links = false;
+        mid_config.dial_backoff_min_ms = 5;
+        mid_config.subtree = Some((BusId(101), BusId(199)));
+        let mid = start(mid_config.clone()).await;
+        let mid_config = NodeConfig {
+            listen: mid.listen_addrs(),
+            ..mid_config
+        };
+        let mid_addr = mid.listen_addrs()[0].clone();
+        let fast = |mut c: NodeConfig| {
+            c.direct_links = false;
+            c.dial_backoff_min_ms = 5;
+            c
+        };
+        let source = start(fast(
+            config(1)
+                .upstream(top_addr.clone())
+                .listen(listen_addr("unix")),
+        ))
+        .await;
+        let r2 = start(fast(config(2).upstream(top_addr.clone()))).await;
+        let r3 = start(fast(config(3).connect(source.listen_addrs()[0].clone()))).await;
+        let deep = start(fast(config(104).upstream(mid_addr))).await;
+        assert!(source.wait_for_peer(BusId(3), WAIT).await);
+        assert!(mid.wait_for_peer(BusId(104), WAIT).await);
+        for id in [1, 2, 101] {
+            assert!(top.wait_for_peer(BusId(id), WAIT).await);
+        }
+        Self {
+            source,
+            r2,
+            r3,
+            deep,
+            top: Some(top),
+            top_config,
+            mid: Some(mid),
+            mid_config,
+        }
+    }
+
+    pub fn top(&self) -> &Node {
+        self.top.as_ref().expect("running")
+    }
+
+    /// Kills the top relay (else the mid one) and starts it again.
+    pub async fn kill_and_restart(&mut self, top: bool) {
+        if top {
+            drop(self.top.take());
+            self.top = Some(start_again(self.top_config.clone()).await);
+        } else {
+            drop(self.mid.take());
+            self.mid = Some(start_again(self.mid_config.clone()).await);
+        }
+    }
+
+    pub async fn shutdown(self) {
+        let relays = [self.mid, self.top].into_iter().flatten();
+        for n in [self.source, self.r2, self.r3, self.deep]
+            .into_iter()
+            .chain(relays)
+        {
+            n.shutdown().await;
+        }
+    }
+}

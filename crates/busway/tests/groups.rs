@@ -524,16 +524,6 @@ async fn interest_stated_before_the_link_is_up_and_through_a_mid_tier_relay_arri
 
 /// A node started with `config` at the address of one that just went away (whose socket may
 /// take a moment to close).
-async fn start_again(config: NodeConfig) -> Node {
-    for _ in 0..200 {
-        if let Ok(n) = Node::start(config.clone()).await {
-            return n;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
-    panic!("could not start node {} again", config.id);
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn relays_killed_mid_stream_lose_no_publish() {
     // top (100) <- mid (101) <- deep member 104; member 2 and the publisher 1 below top;
@@ -541,43 +531,15 @@ async fn relays_killed_mid_stream_lose_no_publish() {
     // The mid relay and the top relay are each killed (dropped: their queues die with them)
     // and started again mid-stream; every member must still get every publish once, in
     // order, with no gap reported: what died with a relay comes back as the publisher's copies.
-    let top_config = config(100).listen(listen_addr("tcp4"));
-    let top = start(top_config.clone()).await;
-    let top_config = NodeConfig {
-        listen: top.listen_addrs(),
-        ..top_config
-    };
-    let top_addr = top.listen_addrs()[0].clone();
-    let mut mid_config = config(101)
-        .upstream(top_addr.clone())
-        .listen(listen_addr("tcp4"));
-    mid_config.direct_links = false;
-    mid_config.dial_backoff_min_ms = 5;
-    mid_config.subtree = Some((BusId(101), BusId(199)));
-    let mid = start(mid_config.clone()).await;
-    let mid_config = NodeConfig {
-        listen: mid.listen_addrs(),
-        ..mid_config
-    };
-    let mid_addr = mid.listen_addrs()[0].clone();
-    let fast = |mut c: NodeConfig| {
-        c.direct_links = false;
-        c.dial_backoff_min_ms = 5;
-        c
-    };
-    let publisher = start(fast(
-        config(1)
-            .upstream(top_addr.clone())
-            .listen(listen_addr("unix")),
-    ))
-    .await;
-    let m2 = start(fast(config(2).upstream(top_addr.clone()))).await;
-    let m3 = start(fast(config(3).connect(publisher.listen_addrs()[0].clone()))).await;
-    let deep = start(fast(config(104).upstream(mid_addr))).await;
+    let mut tree = KillTree::start().await;
     let mut receivers = Vec::new();
     let progress = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
     let total = 40_000u64;
-    for (n, what) in [(&m2, "member 2"), (&m3, "member 3"), (&deep, "member 104")] {
+    for (n, what) in [
+        (&tree.r2, "member 2"),
+        (&tree.r3, "member 3"),
+        (&tree.deep, "member 104"),
+    ] {
         n.join(GROUP).unwrap();
         let mut inbox = n.take_inbox().unwrap();
         let mut events = n.take_events().unwrap();
@@ -613,10 +575,10 @@ async fn relays_killed_mid_stream_lose_no_publish() {
             }
         }));
     }
-    until_linked(&top, &[2, 101]).await;
-    until_linked(&publisher, &[3, 100]).await;
+    until_linked(tree.top(), &[2, 101]).await;
+    until_linked(&tree.source, &[3, 100]).await;
     let publishing = {
-        let publisher = publisher.clone();
+        let publisher = tree.source.clone();
         tokio::spawn(async move {
             for i in 0..total {
                 publisher.publish(GROUP, numbered(i)).await.unwrap();
@@ -626,19 +588,12 @@ async fn relays_killed_mid_stream_lose_no_publish() {
             }
         })
     };
-    let (mut mid, mut top) = (Some(mid), Some(top));
     for (step, kill_top) in [(1, false), (2, true), (3, false), (4, true)] {
         until("the deep member got further into the stream", || {
             progress.load(std::sync::atomic::Ordering::Relaxed) > step * total / 5
         })
         .await;
-        if kill_top {
-            drop(top.take());
-            top = Some(start_again(top_config.clone()).await);
-        } else {
-            drop(mid.take());
-            mid = Some(start_again(mid_config.clone()).await);
-        }
+        tree.kill_and_restart(kill_top).await;
     }
     publishing.await.unwrap();
     for r in receivers {
@@ -648,12 +603,10 @@ async fn relays_killed_mid_stream_lose_no_publish() {
             .unwrap();
     }
     assert!(
-        publisher.stats().group_copies_sent > 0,
+        tree.source.stats().group_copies_sent > 0,
         "the relays died with publishes that the publisher sent again"
     );
-    for n in [publisher, m2, m3, deep, mid.unwrap(), top.unwrap()] {
-        n.shutdown().await;
-    }
+    tree.shutdown().await;
 }
 
 /// Payload of a publish in the slow-member tests: its number, padded to 1 KiB so that queues

@@ -1,0 +1,488 @@
+//! Multicast: `Node::multicast` to an explicit list of receivers, and what a node does with
+//! the MULTICAST messages its peers send (see `busway_core::multicast` for the frame and
+//! `multicast_table` for the numbers, what is kept and the receivers' streams).
+//!
+//! The source numbers the multicast per receiver, splits the receivers by the link that leads
+//! to each (its unicast route) and writes one MULTICAST per link naming the receivers behind
+//! it, the payload shared. A relay does the same with the receivers it got: delivers to
+//! itself if named, passes the rest on, one frame per link. Each MULTICAST is a message of its
+//! link like any other (numbered, acknowledged, resent over a link that drops and comes back);
+//! what a relay loses (it died, or a link's queue was full) the receiver sees as a gap in its
+//! numbers and asks the source to repair, as a group member does.
+
+use crate::event::Event;
+use crate::group_order::Offer;
+use crate::group_table::RepairJob;
+use crate::groups::Delivered;
+use crate::node::Node;
+use crate::peer::{Peer, PushError};
+use crate::shared::Shared;
+use crate::stats::bump;
+use busway_core::frame::FrameKind;
+use busway_core::group::{Repair, MULTICAST_STREAM};
+use busway_core::multicast::{decode_multicast, encode_multicast_head, MulticastHead};
+use busway_core::multicast::{MULTICAST_FIXED_BYTES, MULTICAST_HOPS_MAX};
+use busway_core::multicast::{MULTICAST_RECEIVERS_MAX, MULTICAST_RECEIVER_BYTES};
+use busway_core::relay::Sources;
+use busway_core::BusId;
+use bytes::Bytes;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// Receivers of a multicast with their numbers.
+type Numbered = Vec<(BusId, u64)>;
+
+/// Why a multicast failed; nothing was sent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MulticastError {
+    /// The list of receivers is empty.
+    NoReceivers,
+    /// More receivers than `MULTICAST_RECEIVERS_MAX` (after duplicates are removed).
+    TooMany { count: usize, max: usize },
+    /// The payload and a frame's head naming every receiver do not fit one frame.
+    TooLarge { len: usize, max: usize },
+    /// This node has no route to these receivers (never linked, no relay to ask).
+    NoRoute(Vec<BusId>),
+    /// The node is shutting down.
+    Closed,
+}
+
+impl std::fmt::Display for MulticastError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::NoReceivers => write!(f, "a multicast needs at least one receiver"),
+            Self::TooMany { count, max } => {
+                write!(f, "a multicast to {count} receivers (at most {max})")
+            }
+            Self::TooLarge { len, max } => write!(
+                f,
+                "a multicast of {len} bytes to this many receivers does not fit a frame (at most {max})"
+            ),
+            Self::NoRoute(ids) => {
+                let ids: Vec<String> = ids.iter().map(|id| id.to_string()).collect();
+                write!(f, "no route to bus ids {}", ids.join(", "))
+            }
+            Self::Closed => write!(f, "the node is shutting down"),
+        }
+    }
+}
+
+impl std::error::Error for MulticastError {}
+
+impl Node {
+    /// Sends `payload` to each of `to` (duplicates count once; this node's own id delivers
+    /// to its own inbox): one MULTICAST per link that leads to some of them, naming those
+    /// behind it, the payload shared; relays on the way split it the same way. Each receiver
+    /// gets this source's multicasts in the order made, once, each as a message from this
+    /// node (`Message::group` is `None`); a multicast a relay loses is repaired from the
+    /// copies this node keeps (`NodeConfig::group_retain_bytes`), and one that cannot be is
+    /// reported to the receiver (`Event::MulticastGap`). Waits for room on a full link, as
+    /// `send` does. Returns how many places it went to (links, and this node's inbox); a
+    /// receiver routed through a link that is down for now is reached when it is back.
+    pub async fn multicast(&self, to: &[BusId], payload: Bytes) -> Result<usize, MulticastError> {
+        let shared = self.shared();
+        let me = shared.config.id;
+        let mut receivers: Vec<BusId> = to.to_vec();
+        receivers.sort_unstable();
+        receivers.dedup();
+        if receivers.is_empty() {
+            return Err(MulticastError::NoReceivers);
+        }
+        if receivers.len() > MULTICAST_RECEIVERS_MAX {
+            return Err(MulticastError::TooMany {
+                count: receivers.len(),
+                max: MULTICAST_RECEIVERS_MAX,
+            });
+        }
+        let to_me = receivers.binary_search(&me).is_ok();
+        receivers.retain(|&id| id != me);
+        let head_max = MULTICAST_FIXED_BYTES + MULTICAST_RECEIVER_BYTES * receivers.len();
+        let max = shared.config.frame_body_max;
+        if head_max + payload.len() > max {
+            return Err(MulticastError::TooLarge {
+                len: payload.len(),
+                max: max.saturating_sub(head_max),
+            });
+        }
+        if shared.is_shutting_down() {
+            return Err(MulticastError::Closed);
+        }
+        let unrouted: Vec<BusId> = receivers
+            .iter()
+            .copied()
+            .filter(|&id| shared.route(id).is_none())
+            .collect();
+        if !unrouted.is_empty() {
+            return Err(MulticastError::NoRoute(unrouted));
+        }
+        let now_ms = shared.coarse_ms.load(std::sync::atomic::Ordering::Relaxed);
+        let numbered = shared.multicasts.number(&receivers, &payload, now_ms);
+        let mut reached = 0;
+        for (peer, list) in shared.split_by_hop(numbered.into_iter(), None) {
+            let head =
+                encode_multicast_head(me, shared.incarnation, false, MULTICAST_HOPS_MAX, &list);
+            let len = head.len() + payload.len();
+            if peer.frame_body_max().is_some_and(|m| len > m) {
+                // The peer closes a link over a frame past its stated limit.
+                bump(&shared.counters.multicast_forwards_dropped);
+                continue;
+            }
+            loop {
+                match peer.push_framed(FrameKind::Multicast, &head, &payload) {
+                    Ok(_) => {
+                        reached += 1;
+                        break;
+                    }
+                    Err(PushError::Full) => peer.wait_for_room(len).await,
+                    // Gone for good: those receivers ask for copies once a path is back.
+                    Err(_) => {
+                        bump(&shared.counters.multicast_forwards_dropped);
+                        break;
+                    }
+                }
+            }
+        }
+        if to_me {
+            let batch = crate::message::MessageBatch::single(me, payload);
+            shared.inbox.deliver(batch).await;
+            reached += 1;
+        }
+        Ok(reached)
+    }
+}
+
+impl Shared {
+    /// The link a multicast to `dst` takes: a direct link to it (even while it is down: its
+    /// queue is resent when it is back), else the unicast next hop; never `except` (the peer
+    /// it came from).
+    fn multicast_hop(&self, dst: BusId, except: Option<BusId>) -> Option<Arc<Peer>> {
+        if let Some(p) = self.peer(dst) {
+            if !(p.discovered && p.is_dead()) && Some(p.id) != except {
+                return Some(p);
+            }
+        }
+        self.next_hop(dst, except)
+    }
+
+    /// Receivers (with their numbers) split by the link that leads to each, in chunks of at
+    /// most `MULTICAST_RECEIVERS_MAX`; receivers without a link now are left out (counted
+    /// by the caller when it is a relay; a source's receivers ask once a link is back).
+    fn split_by_hop(
+        &self,
+        receivers: impl Iterator<Item = (BusId, u64)>,
+        except: Option<BusId>,
+    ) -> Vec<(Arc<Peer>, Numbered)> {
+        let mut by_hop: BTreeMap<BusId, (Arc<Peer>, Numbered)> = BTreeMap::new();
+        for (id, number) in receivers {
+            if let Some(p) = self.multicast_hop(id, except) {
+                by_hop
+                    .entry(p.id)
+                    .or_insert_with(|| (p, Vec::new()))
+                    .1
+                    .push((id, number));
+            }
+        }
+        let mut out = Vec::with_capacity(by_hop.len());
+        for (_, (peer, list)) in by_hop {
+            for chunk in list.chunks(MULTICAST_RECEIVERS_MAX) {
+                out.push((peer.clone(), chunk.to_vec()));
+            }
+        }
+        out
+    }
+
+    /// A MULTICAST (or mark) from the direct peer `from`, its body at `start..start + len`
+    /// of `chunk`: delivered here if this node is named (in its source's order, into `out`),
+    /// passed on toward the others; true if this node's stream has a gap to ask for.
+    pub(crate) fn multicast_received(
+        &self,
+        from: BusId,
+        chunk: &Bytes,
+        (start, len): (u32, u32),
+        body: &Bytes,
+        now_ms: u64,
+        out: &mut Delivered,
+    ) -> bool {
+        // Checked by `message_spans`.
+        let Ok(head) = decode_multicast(body) else {
+            return false;
+        };
+        let me = self.config.id;
+        if let Err(why) = self.may_come_from(from, &head) {
+            self.warn_repeated("multicast refused", &from.to_string(), &why);
+            bump(&self.counters.multicasts_refused);
+            return false;
+        }
+        let mut gap = false;
+        let mut onward = Vec::new();
+        for (id, number) in head.receivers() {
+            if id != me {
+                onward.push((id, number));
+                continue;
+            }
+            let at = head.payload_at as u32;
+            let payload = || body.slice(head.payload_at..);
+            let got = self.multicasts.received(
+                head.source,
+                head.incarnation,
+                number,
+                head.mark,
+                now_ms,
+                payload,
+            );
+            if let Some(ended) = got.ended {
+                let why = format!("source {} restarted before they came", head.source);
+                multicast_skipped(self, head.source, ended, why, out);
+            }
+            match got.offer {
+                Some(Offer::Deliver { then }) => {
+                    out.span(head.source, None, chunk, (start + at, len - at));
+                    out.payloads(head.source, None, then);
+                }
+                Some(Offer::Stale) => bump(&self.counters.group_copies_dropped),
+                _ => {}
+            }
+            gap |= got.gap;
+        }
+        if !onward.is_empty() {
+            self.pass_multicast_on(from, &head, body, onward);
+        }
+        gap
+    }
+
+    /// Whether a MULTICAST of `head.source` may come over the link to `from`: over the
+    /// upstream link, from anywhere; over a registered downstream's, from its subtree; over
+    /// any other link, from the peer alone. The error names the lie.
+    fn may_come_from(&self, from: BusId, head: &MulticastHead<'_>) -> Result<(), String> {
+        if head.source == self.config.id {
+            return Err(format!(
+                "MULTICAST from peer {from} claims this node ({}) as its source",
+                head.source
+            ));
+        }
+        let serves = self.peer(from).and_then(|p| p.neighbor().serves);
+        Sources {
+            peer: from,
+            serves,
+            upstream: self.upstream_id() == Some(from),
+        }
+        .check(head.source)
+        .map_err(|e| format!("MULTICAST from peer {from}: {e}"))
+    }
+
+    /// Passes a multicast on toward `onward` (receivers other than this node), one frame per
+    /// link, with one hop less; what cannot go (no hop left, no route, a full queue) is
+    /// dropped and counted, and those receivers ask the source for copies.
+    fn pass_multicast_on(
+        &self,
+        from: BusId,
+        head: &MulticastHead<'_>,
+        body: &Bytes,
+        onward: Vec<(BusId, u64)>,
+    ) {
+        let count = onward.len() as u64;
+        if head.hops_left <= 1 {
+            tracing::debug!(source = %head.source, peer = %from, "multicast out of hops: dropped");
+            self.counters
+                .multicast_forwards_dropped
+                .fetch_add(count, std::sync::atomic::Ordering::Relaxed);
+            return;
+        }
+        let payload = body.slice(head.payload_at..);
+        let split = self.split_by_hop(onward.into_iter(), Some(from));
+        let routed: u64 = split.iter().map(|(_, l)| l.len() as u64).sum();
+        if routed < count {
+            let why = format!(
+                "{} receivers of a multicast from {} have no route here: dropped",
+                count - routed,
+                head.source
+            );
+            self.warn_repeated(
+                "multicast receivers unknown",
+                &head.source.to_string(),
+                &why,
+            );
+            self.counters
+                .multicast_forwards_dropped
+                .fetch_add(count - routed, std::sync::atomic::Ordering::Relaxed);
+        }
+        for (peer, list) in split {
+            let new_head = encode_multicast_head(
+                head.source,
+                head.incarnation,
+                head.mark,
+                head.hops_left - 1,
+                &list,
+            );
+            let fits = peer
+                .frame_body_max()
+                .is_none_or(|m| new_head.len() + payload.len() <= m);
+            // A relay never waits for one receiver: a full link's receivers repair the gap.
+            if !fits
+                || peer
+                    .push_framed(FrameKind::Multicast, &new_head, &payload)
+                    .is_err()
+            {
+                self.counters
+                    .multicast_forwards_dropped
+                    .fetch_add(list.len() as u64, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// A REPAIR about the multicast stream (`MULTICAST_STREAM`) from `from`, end to end, its
+    /// body at `start` of `chunk`: an ask answered from what this source keeps, a copy or a
+    /// loss applied to this receiver's stream; true if a gap is left to ask for.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn multicast_repair_received(
+        &self,
+        from: BusId,
+        chunk: &Bytes,
+        start: u32,
+        body: &Bytes,
+        repair: Repair<'_>,
+        now_ms: u64,
+        out: &mut Delivered,
+    ) -> bool {
+        match repair {
+            Repair::Ask {
+                incarnation,
+                from: first,
+                ..
+            } => {
+                let plan = self
+                    .multicasts
+                    .repair(from, incarnation, self.incarnation, first);
+                let job = RepairJob {
+                    to: from,
+                    group: MULTICAST_STREAM.into(),
+                    incarnation: self.incarnation,
+                    lost: plan.lost,
+                    copies: plan.copies.into(),
+                };
+                if !self.groups.queue_repair(job) {
+                    tracing::warn!(receiver = %from, "multicast repair refused: too many under way");
+                    bump(&self.counters.group_repairs_refused);
+                }
+                false
+            }
+            Repair::Copy(head) => {
+                if head.publisher != from {
+                    tracing::warn!(peer = %from, source = %head.publisher, "REPAIR copy of another node's multicast: dropped");
+                    bump(&self.counters.group_repairs_refused);
+                    return false;
+                }
+                let payload = || body.slice(head.payload_at..);
+                let got =
+                    self.multicasts
+                        .repaired(from, head.incarnation, head.number, now_ms, payload);
+                let Some((offer, gap)) = got else {
+                    bump(&self.counters.group_repairs_refused);
+                    return false;
+                };
+                if let Offer::Deliver { then } = offer {
+                    let at = head.payload_at as u32;
+                    out.span(from, None, chunk, (start + at, body.len() as u32 - at));
+                    out.payloads(from, None, then);
+                }
+                gap
+            }
+            Repair::Lost {
+                incarnation,
+                from: first,
+                to,
+                ..
+            } => {
+                match self.multicasts.lost(from, incarnation, (first, to), now_ms) {
+                    Some(skipped) => {
+                        let why = format!(
+                            "source {from} no longer holds multicasts {first}.. (its group_retain_bytes)"
+                        );
+                        multicast_skipped(self, from, skipped, why, out);
+                    }
+                    None => bump(&self.counters.group_repairs_refused),
+                }
+                false
+            }
+        }
+    }
+
+    /// Sends marks (the last number) for `marks` (receiver, number), one frame per link;
+    /// returns those that did not fit a queue.
+    fn send_multicast_marks(&self, marks: Vec<(BusId, u64)>) -> Vec<(BusId, u64)> {
+        let mut unsent = Vec::new();
+        for (peer, list) in self.split_by_hop(marks.into_iter(), None) {
+            let head = encode_multicast_head(
+                self.config.id,
+                self.incarnation,
+                true,
+                MULTICAST_HOPS_MAX,
+                &list,
+            );
+            if peer
+                .push_framed(FrameKind::Multicast, &head, &Bytes::new())
+                .is_err()
+            {
+                unsent.extend(list);
+            }
+        }
+        unsent
+    }
+
+    /// A link to `peer` came up: the receivers this node multicast to behind it get a mark,
+    /// so that one behind a relay that restarted (and lost what it held) sees its gap.
+    pub(crate) fn multicast_link_up(&self, peer: BusId) {
+        let behind: Vec<(BusId, u64)> = self
+            .multicasts
+            .all_marks()
+            .into_iter()
+            .filter(|&(id, _)| self.multicast_hop(id, None).is_some_and(|p| p.id == peer))
+            .collect();
+        if !behind.is_empty() {
+            self.send_multicast_marks(behind);
+        }
+    }
+
+    /// The multicasts' timers, on the retry tick: tail marks of receivers gone quiet, and
+    /// gaps given up on (what waited behind them goes to the inbox).
+    pub(crate) fn multicast_tick(&self, now_ms: u64) {
+        if self.multicasts.is_idle() {
+            return;
+        }
+        let marks = self.multicasts.tail_marks(now_ms);
+        if !marks.is_empty() {
+            for (id, _) in self.send_multicast_marks(marks) {
+                // Its queue was full: marked again on a later tick.
+                self.multicasts.unmark(id);
+            }
+        }
+        let turn = self.groups.order();
+        let mut out = Delivered::default();
+        for (source, skipped, why) in self.multicasts.overdue(now_ms) {
+            multicast_skipped(self, source, skipped, why, &mut out);
+        }
+        self.hand_over(out);
+        drop(turn);
+    }
+}
+
+/// Multicasts of `source` that will never come were skipped: what waited behind them is
+/// delivered, then the application is told how many (`Event::MulticastGap`).
+pub(crate) fn multicast_skipped(
+    shared: &Shared,
+    source: BusId,
+    skipped: crate::group_order::Skipped,
+    reason: String,
+    out: &mut Delivered,
+) {
+    out.payloads(source, None, skipped.deliver);
+    if skipped.missed == 0 {
+        return;
+    }
+    tracing::warn!(%source, missed = skipped.missed, %reason, "multicasts lost");
+    shared.emit(Event::MulticastGap {
+        source,
+        missed: skipped.missed,
+        reason,
+    });
+}
