@@ -1,5 +1,6 @@
 //! `busway`: run a node, send and listen from a shell, and benchmark the bus.
 
+mod admin;
 mod bench;
 mod call;
 mod common;
@@ -98,8 +99,9 @@ fn main() -> ExitCode {
 struct NodeCmd {
     #[command(flatten)]
     node: common::NodeArgs,
-    /// Answer status queries (`busway status ADDR`) on this address (loopback or unix:// only,
-    /// unless `--insecure`).
+    /// Serve the admin endpoint over HTTP on this address: `/` (status page), `/status.json`
+    /// (what `busway status ADDR` reads) and `/metrics` (Prometheus); loopback or unix://
+    /// only, unless `--insecure`.
     #[arg(long)]
     admin: Option<busway::Addr>,
 }
@@ -126,7 +128,7 @@ async fn run_node(args: NodeCmd) -> Result<ExitCode, String> {
             let node = node.clone();
             let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
             let task = tokio::spawn(async move {
-                let r = status::serve(node, addr).await;
+                let r = admin::serve(node, addr).await;
                 let _ = ready_tx.send(r.clone());
                 r
             });

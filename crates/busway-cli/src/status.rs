@@ -1,14 +1,15 @@
-//! `busway status`: what a running node knows, read from its admin socket.
+//! `busway status`: what a running node knows, read from its admin endpoint.
 //!
-//! `busway node --admin ADDR` answers every connection to ADDR with one JSON snapshot of the
-//! node (peers, relayed destinations, counters) and closes it; `busway status ADDR` prints it.
+//! `busway node --admin ADDR` serves the node's snapshot (peers, relayed destinations,
+//! counters) over HTTP at `/status.json` (see `admin`); `busway status ADDR` fetches it and
+//! prints it.
 
 use busway::{Addr, Node};
 use clap::Args;
 use serde_json::{json, Value};
 use std::process::ExitCode;
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 /// Longest a status query waits for the node, in seconds.
 const STATUS_WAIT_SECS: u64 = 5;
@@ -92,51 +93,42 @@ pub(crate) fn snapshot(node: &Node) -> Value {
     })
 }
 
-fn not_admin(addr: &Addr) -> String {
+pub(crate) fn not_admin(addr: &Addr) -> String {
     format!("{addr} is a link address; the admin endpoint is tcp:// or unix://")
 }
 
-/// Answers every connection to `addr` with a snapshot of `node`, until the task is dropped.
-pub(crate) async fn serve(node: Node, addr: Addr) -> Result<(), String> {
-    let bind_err = |e: std::io::Error| format!("cannot listen for admin on {addr}: {e}");
-    match &addr {
-        Addr::Shm(_) | Addr::Tls(_) => Err(not_admin(&addr)),
-        Addr::Tcp(a) => {
-            let l = tokio::net::TcpListener::bind(a).await.map_err(bind_err)?;
-            println!("admin on tcp://{}", l.local_addr().map_err(bind_err)?);
-            loop {
-                if let Ok((mut s, _)) = l.accept().await {
-                    let body = snapshot(&node).to_string();
-                    let _ = s.write_all(body.as_bytes()).await;
-                }
-            }
-        }
-        Addr::Unix(p) => {
-            let _ = std::fs::remove_file(p);
-            let l = tokio::net::UnixListener::bind(p).map_err(bind_err)?;
-            println!("admin on {addr}");
-            loop {
-                if let Ok((mut s, _)) = l.accept().await {
-                    let body = snapshot(&node).to_string();
-                    let _ = s.write_all(body.as_bytes()).await;
-                }
-            }
-        }
+/// `GET /status.json` over HTTP/1.0 on `s` (the server closes when done): the answer, head
+/// and body, read up to `SNAPSHOT_BYTES_MAX`.
+async fn get_status<S: AsyncRead + AsyncWrite + Unpin>(
+    mut s: S,
+    out: &mut Vec<u8>,
+) -> std::io::Result<usize> {
+    s.write_all(b"GET /status.json HTTP/1.0\r\nHost: busway\r\n\r\n")
+        .await?;
+    s.take(SNAPSHOT_BYTES_MAX).read_to_end(out).await
+}
+
+/// The body of an HTTP answer, if its status is 200; else the error names what came.
+fn http_body(addr: &Addr, answer: &[u8]) -> Result<Vec<u8>, String> {
+    let text = String::from_utf8_lossy(answer);
+    let Some((head, body)) = text.split_once("\r\n\r\n") else {
+        return Err(format!(
+            "{addr} did not answer HTTP (is it a node's --admin address?)"
+        ));
+    };
+    let status = head.lines().next().unwrap_or_default();
+    if status.split_whitespace().nth(1) != Some("200") {
+        return Err(format!("{addr} answered {status:?} for /status.json"));
     }
+    Ok(body.as_bytes().to_vec())
 }
 
 async fn fetch(addr: &Addr) -> Result<Vec<u8>, String> {
     let mut body = Vec::new();
     let read = async {
         match addr {
-            Addr::Tcp(a) => {
-                let s = tokio::net::TcpStream::connect(a).await?;
-                s.take(SNAPSHOT_BYTES_MAX).read_to_end(&mut body).await
-            }
-            Addr::Unix(p) => {
-                let s = tokio::net::UnixStream::connect(p).await?;
-                s.take(SNAPSHOT_BYTES_MAX).read_to_end(&mut body).await
-            }
+            Addr::Tcp(a) => get_status(tokio::net::TcpStream::connect(a).await?, &mut body).await,
+            Addr::Unix(p) => get_status(tokio::net::UnixStream::connect(p).await?, &mut body).await,
             Addr::Shm(_) | Addr::Tls(_) => Err(std::io::Error::new(
                 std::io::ErrorKind::InvalidInput,
                 not_admin(addr),
@@ -144,7 +136,7 @@ async fn fetch(addr: &Addr) -> Result<Vec<u8>, String> {
         }
     };
     match tokio::time::timeout(Duration::from_secs(STATUS_WAIT_SECS), read).await {
-        Ok(Ok(_)) => Ok(body),
+        Ok(Ok(_)) => http_body(addr, &body),
         Ok(Err(e)) => Err(format!("cannot read the status of {addr}: {e}")),
         Err(_) => Err(format!("no status from {addr} within {STATUS_WAIT_SECS} s")),
     }

@@ -1453,3 +1453,132 @@ fn a_tls_listener_other_hosts_reach_needs_no_secret_and_carries_messages() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `GET path` over HTTP/1.0 at `addr` (host:port): the status code and the body.
+fn http_get(addr: &str, path: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    write!(s, "GET {path} HTTP/1.0\r\nHost: test\r\n\r\n").unwrap();
+    let mut answer = String::new();
+    s.read_to_string(&mut answer).unwrap();
+    let (head, body) = answer.split_once("\r\n\r\n").expect("an HTTP answer");
+    let code = head.split_whitespace().nth(1).unwrap().parse().unwrap();
+    (code, body.to_owned())
+}
+
+/// The metrics at `addr`, parsed by a Prometheus text-format parser: (name, peer label, value).
+fn scrape(addr: &str) -> Vec<(String, Option<String>, f64)> {
+    let (code, text) = http_get(addr, "/metrics");
+    assert_eq!(code, 200, "{text}");
+    let lines = text.lines().map(|l| Ok(l.to_owned()));
+    let scrape = prometheus_parse::Scrape::parse(lines).expect("Prometheus text format");
+    assert!(!scrape.samples.is_empty(), "{text}");
+    scrape
+        .samples
+        .into_iter()
+        .map(|s| {
+            let v = match s.value {
+                prometheus_parse::Value::Counter(v)
+                | prometheus_parse::Value::Gauge(v)
+                | prometheus_parse::Value::Untyped(v) => v,
+                other => panic!("{}: {other:?}", s.metric),
+            };
+            (s.metric, s.labels.get("peer").map(str::to_owned), v)
+        })
+        .collect()
+}
+
+fn metric(samples: &[(String, Option<String>, f64)], name: &str, peer: Option<&str>) -> f64 {
+    samples
+        .iter()
+        .find(|(n, p, _)| n == name && p.as_deref() == peer)
+        .map(|s| s.2)
+        .unwrap_or_else(|| panic!("no {name} {peer:?} in {samples:?}"))
+}
+
+#[test]
+fn a_node_from_a_config_file_serves_its_status_page_json_and_metrics_that_move() {
+    let dir = std::env::temp_dir().join(format!("busway-admin-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("node.toml");
+    std::fs::write(&file, "id = 1\nlisten = [\"tcp://127.0.0.1:0\"]\n").unwrap();
+    let mut n = spawn(&[
+        "node",
+        "-c",
+        file.to_str().unwrap(),
+        "--admin",
+        "tcp://127.0.0.1:0",
+    ]);
+    let mut out = BufReader::new(n.0.stdout.take().unwrap());
+    let (mut addr, mut admin) = (String::new(), String::new());
+    let mut line = String::new();
+    while out.read_line(&mut line).unwrap() > 0 {
+        if let Some(a) = line.trim().strip_prefix("listening on ") {
+            addr = a.to_owned();
+        }
+        if let Some(a) = line.trim().strip_prefix("admin on tcp://") {
+            admin = a.to_owned();
+        }
+        if !addr.is_empty() && !admin.is_empty() {
+            break;
+        }
+        line.clear();
+    }
+    let before = scrape(&admin);
+    assert_eq!(metric(&before, "busway_msgs_in_total", None), 0.0);
+    assert_eq!(metric(&before, "busway_info", None), 1.0);
+    let (ok, _, _, err) = finish(
+        spawn(&[
+            "send",
+            "--id",
+            "7",
+            "--connect",
+            &addr,
+            "--to",
+            "1",
+            "--count",
+            "100000",
+            "--size",
+            "32",
+        ]),
+        None,
+    );
+    assert!(ok, "{err}");
+    // The stream moved the figures: the node's counters, and the sender's series as a peer.
+    let after = scrape(&admin);
+    assert_eq!(metric(&after, "busway_msgs_in_total", None), 100_000.0);
+    assert!(metric(&after, "busway_bytes_in_total", None) >= 3_200_000.0);
+    assert!(metric(&after, "busway_peer_sent_messages_total", Some("7")) >= 0.0);
+    assert!(metric(&after, "busway_peer_rtt_microseconds", Some("7")) >= 0.0);
+    let (code, json) = http_get(&admin, "/status.json");
+    assert_eq!(code, 200);
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(v["id"], 1);
+    assert_eq!(v["stats"]["msgs_in"], 100_000);
+    assert!(v["rates"].is_object(), "{v}");
+    assert!(
+        v["peers"].as_array().unwrap().iter().any(|p| p["id"] == 7),
+        "{v}"
+    );
+    let (code, page) = http_get(&admin, "/");
+    assert_eq!(code, 200);
+    assert!(page.contains("<h1>busway node 1</h1>"), "{page}");
+    assert!(page.contains("<tr><td>7</td>"), "{page}");
+    assert!(page.contains("<td>msgs_in</td><td>100000</td>"), "{page}");
+    assert_eq!(http_get(&admin, "/nothing-here").0, 404);
+    // `busway status` reads /status.json.
+    let (ok, _, stdout, err) = finish(spawn(&["status", &format!("tcp://{admin}")]), None);
+    assert!(ok, "{err}");
+    assert!(stdout.contains("msgs_in=100000"), "{stdout}");
+    // Something that is not the admin endpoint is named as such.
+    let (ok, _, _, err) = finish(spawn(&["status", &addr]), None);
+    assert!(!ok);
+    assert!(
+        err.contains("did not answer HTTP") || err.contains("answered"),
+        "{err}"
+    );
+    drop(n);
+    let _ = std::fs::remove_dir_all(&dir);
+}
