@@ -215,6 +215,14 @@ fn render_metrics(status: &Value) -> String {
         if let Some(n) = status["open_files_max"].as_u64() {
             metrics::gauge!("busway_open_files_max").set(n as f64);
         }
+        if let Some(etcd) = status["etcd"].as_object() {
+            let up = u8::from(etcd["connected"].as_bool() == Some(true));
+            metrics::gauge!("busway_etcd_connected").set(f64::from(up));
+            let known = etcd["nodes"].as_array().map_or(0, Vec::len);
+            metrics::gauge!("busway_etcd_nodes_known").set(known as f64);
+            let sessions = etcd["registrations"].as_u64().unwrap_or(0);
+            metrics::counter!("busway_etcd_registrations_total").absolute(sessions);
+        }
         for p in status["peers"].as_array().into_iter().flatten() {
             let peer = p["id"].to_string();
             let g = |name: &'static str, v: &Value| {

@@ -10,6 +10,8 @@ use std::time::Duration;
 const PEER_WAIT_SECS: u64 = 10;
 /// How often `send --group` looks whether a member of its group is known yet.
 const GROUP_POLL: Duration = Duration::from_millis(10);
+/// How often `send` looks whether etcd named its destination yet.
+const DISCOVERY_POLL: Duration = Duration::from_millis(10);
 
 /// How a command's node is set up.
 #[derive(Args, Clone, Debug)]
@@ -79,6 +81,29 @@ pub(crate) struct NodeArgs {
     /// what a dead relay lost (default 32 MiB).
     #[arg(long)]
     pub(crate) group_retain_bytes: Option<usize>,
+    /// etcd's client URLs (comma-separated, e.g. http://127.0.0.1:2379): register this node
+    /// there and find the nodes it has no link or route to (prefix and lease in the file's
+    /// `[etcd]` table).
+    #[arg(long, env = "BUSWAY_ETCD", value_delimiter = ',')]
+    pub(crate) etcd: Vec<String>,
+}
+
+/// Waits until etcd names `to` (or a link to it is up), at most `wait`.
+async fn wait_discovered(node: &Node, to: BusId, wait: Duration) -> bool {
+    let deadline = std::time::Instant::now() + wait;
+    loop {
+        let known = node
+            .discovery()
+            .is_some_and(|d| d.nodes.iter().any(|n| n.id == to));
+        if known || node.peers().iter().any(|p| p.id == to && p.up) {
+            return true;
+        }
+        if std::time::Instant::now() >= deadline {
+            return false;
+        }
+        // The directory fills from etcd's answers, not from events: look again shortly.
+        tokio::time::sleep(DISCOVERY_POLL).await;
+    }
 }
 
 impl NodeArgs {
@@ -122,6 +147,15 @@ impl NodeArgs {
         if let Some(n) = self.group_retain_bytes {
             config.group_retain_bytes = n;
         }
+        if !self.etcd.is_empty() {
+            let mut etcd = config
+                .etcd
+                .take()
+                .unwrap_or_else(|| busway::EtcdConfig::new(Vec::new()));
+            etcd.endpoints = self.etcd.clone();
+            config.etcd = Some(etcd);
+        }
+        config.validate()?;
         Ok(config)
     }
 
@@ -146,6 +180,9 @@ impl NodeArgs {
         let reachable = if config.upstream.is_some() && config.connect.is_empty() {
             // Through the upstream: its link is what must be up.
             node.wait_for_any_link(wait).await
+        } else if config.etcd.is_some() && config.connect.is_empty() {
+            // Found through etcd: the first send dials it.
+            wait_discovered(node, to, wait).await
         } else {
             node.wait_for_peer(to, wait).await
         };
@@ -183,9 +220,13 @@ impl NodeArgs {
 
     pub(crate) async fn start(&self) -> Result<Node, String> {
         let config = self.config()?;
-        if config.listen.is_empty() && config.connect.is_empty() && config.upstream.is_none() {
+        if config.listen.is_empty()
+            && config.connect.is_empty()
+            && config.upstream.is_none()
+            && config.etcd.is_none()
+        {
             return Err(
-                "give at least one --listen, --connect or --upstream address (or in the -c file)"
+                "give at least one --listen, --connect, --upstream or --etcd address (or in the -c file)"
                     .into(),
             );
         }

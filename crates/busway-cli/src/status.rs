@@ -88,6 +88,16 @@ pub(crate) fn snapshot(node: &Node) -> Value {
             "multicasts_refused": s.multicasts_refused,
         },
         "groups": node.groups(),
+        "etcd": node.discovery().map(|d| json!({
+            "connected": d.connected,
+            "registrations": d.registrations,
+            "last_error": d.last_error,
+            "nodes": d.nodes.iter().map(|n| json!({
+                "id": n.id.0,
+                "incarnation": n.incarnation,
+                "addrs": n.addrs,
+            })).collect::<Vec<_>>(),
+        })),
         "open_files_max": crate::fd_limit::current_limit(),
         "connections_allowed": crate::fd_limit::connections_allowed(busway::limits::DEFAULT_CONNECTIONS_MAX),
     })
@@ -212,6 +222,31 @@ fn render(v: &Value) -> String {
         .collect();
     if !groups.is_empty() {
         out += &format!("member of: {}\n", groups.join(", "));
+    }
+    if let Some(etcd) = v["etcd"].as_object() {
+        let nodes: Vec<String> = etcd["nodes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|n| n["id"].to_string())
+            .collect();
+        out += &format!(
+            "etcd: {} (registered {} times{}); nodes known: {}\n",
+            if etcd["connected"].as_bool() == Some(true) {
+                "connected"
+            } else {
+                "unreachable"
+            },
+            etcd["registrations"],
+            etcd["last_error"]
+                .as_str()
+                .map_or(String::new(), |e| format!("; last error: {e}")),
+            if nodes.is_empty() {
+                "none".to_owned()
+            } else {
+                nodes.join(", ")
+            }
+        );
     }
     let unlimited = |v: &Value| v.as_u64().map_or("unlimited".to_owned(), |n| n.to_string());
     out += &format!(

@@ -1582,3 +1582,268 @@ fn a_node_from_a_config_file_serves_its_status_page_json_and_metrics_that_move()
     drop(n);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+mod etcd {
+    //! Discovery through a real etcd (Debian's `etcd-server`) on free loopback ports with fast
+    //! settings: nodes that know only etcd's address find each other; a node killed with -9
+    //! leaves the others' view within its lease; etcd stopped and started again mid-stream
+    //! loses nothing and the nodes register again. Where etcd is not installed these tests
+    //! say how to install it and pass, except under CI (`CI` set), where that is a failure.
+
+    use super::*;
+    use std::time::Instant;
+
+    /// A private etcd: its data directory and ports, and the running server if any.
+    struct Etcd {
+        child: Option<std::process::Child>,
+        dir: std::path::PathBuf,
+        client: u16,
+        peer: u16,
+    }
+
+    impl Etcd {
+        fn start(name: &str) -> Option<Self> {
+            if Command::new("etcd").arg("--version").output().is_err() {
+                assert!(
+                    std::env::var_os("CI").is_none(),
+                    "etcd is not installed, and CI must run the etcd tests (.ci/run installs etcd-server)"
+                );
+                eprintln!("skipped: no etcd here (apt-get install etcd-server)");
+                return None;
+            }
+            let dir =
+                std::env::temp_dir().join(format!("busway-etcd-{name}-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&dir);
+            let mut e = Self {
+                child: None,
+                dir,
+                client: free_port(),
+                peer: free_port(),
+            };
+            e.launch();
+            Some(e)
+        }
+
+        fn url(&self) -> String {
+            format!("http://127.0.0.1:{}", self.client)
+        }
+
+        /// Starts the server (again, with the same data) and waits until it answers /health.
+        fn launch(&mut self) {
+            let peer = format!("http://127.0.0.1:{}", self.peer);
+            let child = Command::new("etcd")
+                .args(["--name", "busway-test", "--data-dir"])
+                .arg(&self.dir)
+                .args(["--listen-client-urls", &self.url()])
+                .args(["--advertise-client-urls", &self.url()])
+                .args(["--listen-peer-urls", &peer])
+                .args(["--initial-advertise-peer-urls", &peer])
+                .args(["--initial-cluster", &format!("busway-test={peer}")])
+                .args(["--heartbeat-interval", "50", "--election-timeout", "300"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("etcd starts");
+            self.child = Some(child);
+            let deadline = Instant::now() + Duration::from_secs(20);
+            let addr = format!("127.0.0.1:{}", self.client);
+            loop {
+                let healthy = std::net::TcpStream::connect(&addr).is_ok()
+                    && http_get(&addr, "/health").1.contains("true");
+                if healthy {
+                    return;
+                }
+                assert!(Instant::now() < deadline, "etcd did not come up");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+
+        fn stop(&mut self) {
+            if let Some(mut c) = self.child.take() {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+    }
+
+    impl Drop for Etcd {
+        fn drop(&mut self) {
+            self.stop();
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+
+    /// A `busway node` from a config file that registers in `etcd` with a 2 s lease, serving
+    /// its admin endpoint; returns it with the endpoint's host:port.
+    fn node_with_etcd(id: u64, etcd: &Etcd, dir: &std::path::Path) -> (Proc, String) {
+        let file = dir.join(format!("{id}.toml"));
+        std::fs::write(
+            &file,
+            format!(
+                "id = {id}\nlisten = [\"tcp://127.0.0.1:0\"]\n\n[etcd]\nendpoints = [\"{}\"]\nlease_ttl_secs = 2\n",
+                etcd.url()
+            ),
+        )
+        .unwrap();
+        let mut p = spawn(&[
+            "node",
+            "-c",
+            file.to_str().unwrap(),
+            "--admin",
+            "tcp://127.0.0.1:0",
+        ]);
+        let mut out = BufReader::new(p.0.stdout.take().unwrap());
+        let mut line = String::new();
+        while out.read_line(&mut line).unwrap() > 0 {
+            if let Some(a) = line.trim().strip_prefix("admin on tcp://") {
+                return (p, a.to_owned());
+            }
+            line.clear();
+        }
+        panic!("node {id} printed no admin address");
+    }
+
+    /// The etcd part of the node's status at `admin`.
+    fn etcd_status(admin: &str) -> serde_json::Value {
+        let (code, body) = http_get(admin, "/status.json");
+        assert_eq!(code, 200);
+        serde_json::from_str::<serde_json::Value>(&body).unwrap()["etcd"].clone()
+    }
+
+    fn knows(admin: &str, id: u64) -> bool {
+        etcd_status(admin)["nodes"]
+            .as_array()
+            .is_some_and(|n| n.iter().any(|n| n["id"] == id))
+    }
+
+    /// Waits (bounded) until `cond` holds, looking every 20 ms; panics naming `what`.
+    fn until(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) -> Duration {
+        let start = Instant::now();
+        while !cond() {
+            assert!(start.elapsed() < limit, "{what}: not within {limit:?}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        start.elapsed()
+    }
+
+    #[test]
+    fn two_nodes_that_know_only_etcd_pass_a_million_verified_messages() {
+        let Some(etcd) = Etcd::start("million") else {
+            return;
+        };
+        let url = etcd.url();
+        let (l, _addr, out) = listener(&[
+            "listen",
+            "--id",
+            "2",
+            "--listen",
+            "tcp://127.0.0.1:0",
+            "--no-shm",
+            "--etcd",
+            &url,
+            "--count",
+            "1000000",
+            "--verify",
+        ]);
+        let (ok, _, _, err) = finish(
+            spawn(&[
+                "send", "--id", "3", "--no-shm", "--etcd", &url, "--to", "2", "--count", "1000000",
+                "--size", "32",
+            ]),
+            None,
+        );
+        assert!(ok, "{err}");
+        let (ok, _, stdout, err) = finish(l, Some(out));
+        assert!(ok, "{stdout} {err}");
+        assert!(
+            stdout.contains("received 1000000, missing 0, duplicates 0, out-of-order 0"),
+            "{stdout}"
+        );
+    }
+
+    #[test]
+    fn a_node_killed_with_9_leaves_the_others_view_within_its_lease() {
+        let Some(etcd) = Etcd::start("kill9") else {
+            return;
+        };
+        let dir = etcd.dir.with_extension("nodes");
+        std::fs::create_dir_all(&dir).unwrap();
+        let (_watcher, admin) = node_with_etcd(5, &etcd, &dir);
+        let (mut victim, _) = node_with_etcd(6, &etcd, &dir);
+        until("node 5 sees node 6", Duration::from_secs(10), || {
+            knows(&admin, 6)
+        });
+        victim.0.kill().unwrap();
+        victim.0.wait().unwrap();
+        // Its lease is 2 s, renewed every 2/3 s: it expires at most 2 s after the kill; etcd
+        // looks for expired leases every 500 ms.
+        let took = until(
+            "node 6 leaves node 5's view",
+            Duration::from_secs(10),
+            || !knows(&admin, 6),
+        );
+        assert!(took <= Duration::from_millis(2_600), "{took:?}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn etcd_stopped_and_started_again_mid_stream_loses_nothing_and_nodes_register_again() {
+        let Some(mut etcd) = Etcd::start("restart") else {
+            return;
+        };
+        let url = etcd.url();
+        let dir = etcd.dir.with_extension("nodes");
+        std::fs::create_dir_all(&dir).unwrap();
+        let (_bystander, admin) = node_with_etcd(5, &etcd, &dir);
+        until("node 5 registered", Duration::from_secs(10), || {
+            etcd_status(&admin)["connected"] == true
+        });
+        const N: &str = "5000000";
+        let mut l = spawn(&[
+            "listen",
+            "--id",
+            "2",
+            "--listen",
+            "tcp://127.0.0.1:0",
+            "--no-shm",
+            "--etcd",
+            &url,
+            "--count",
+            N,
+            "--verify",
+            "--idle-timeout",
+            "60",
+        ]);
+        let mut out = BufReader::new(l.0.stdout.take().unwrap());
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        let mut err = BufReader::new(l.0.stderr.take().unwrap());
+        let sender = spawn(&[
+            "send", "--id", "3", "--no-shm", "--etcd", &url, "--to", "2", "--count", N, "--size",
+            "64",
+        ]);
+        // The stream is flowing once the sender's link is up: then etcd goes away.
+        let mut seen = String::new();
+        while err.read_line(&mut seen).unwrap() > 0 && !seen.contains("peer 3 up") {}
+        etcd.stop();
+        until("node 5 sees etcd gone", Duration::from_secs(10), || {
+            etcd_status(&admin)["connected"] == false
+        });
+        etcd.launch();
+        until("node 5 registers again", Duration::from_secs(20), || {
+            let s = etcd_status(&admin);
+            s["connected"] == true && s["registrations"] == 2
+        });
+        let (ok, _, _, send_err) = finish(sender, None);
+        assert!(ok, "{send_err}");
+        let (ok, _, stdout, rest) = finish_with(l, Some(out), Some(err));
+        assert!(ok, "{stdout} {rest}");
+        assert!(
+            stdout.contains(&format!(
+                "received {N}, missing 0, duplicates 0, out-of-order 0"
+            )),
+            "{stdout}"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

@@ -100,6 +100,9 @@ pub struct NodeConfig {
     /// that asks for older ones is told they are lost (`Event::GroupGap`). Default
     /// `DEFAULT_GROUP_RETAIN_BYTES`.
     pub group_retain_bytes: usize,
+    /// Discovery through etcd: this node registers there and finds the nodes it has no link
+    /// or route to there (see `EtcdConfig`). `None` (the default): static addresses only.
+    pub etcd: Option<crate::etcd_config::EtcdConfig>,
 }
 
 impl NodeConfig {
@@ -134,6 +137,7 @@ impl NodeConfig {
             peer_dead_after_ms: DEFAULT_PEER_DEAD_AFTER_MS,
             forget_after_ms: DEFAULT_FORGET_AFTER_MS,
             group_retain_bytes: DEFAULT_GROUP_RETAIN_BYTES,
+            etcd: None,
         }
     }
 
@@ -170,6 +174,9 @@ impl NodeConfig {
 
     /// Checks that the limits fit together; the error names the setting.
     pub fn validate(&self) -> Result<(), String> {
+        if let Some(etcd) = &self.etcd {
+            etcd.validate()?;
+        }
         if self.frame_body_max == 0 || self.frame_body_max > BODY_LEN_CEILING {
             return Err(format!(
                 "frame_body_max is {} bytes; it must be 1..={BODY_LEN_CEILING}",

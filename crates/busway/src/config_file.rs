@@ -43,6 +43,16 @@ struct FileConfig {
     clock_skew_max_ms: Option<u64>,
     group_retain_bytes: Option<usize>,
     tls: Option<Spanned<TlsFiles>>,
+    etcd: Option<Spanned<EtcdTable>>,
+}
+
+/// The `[etcd]` table: discovery (see `EtcdConfig`).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EtcdTable {
+    endpoints: Vec<String>,
+    prefix: Option<String>,
+    lease_ttl_secs: Option<u64>,
 }
 
 /// The `[tls]` table: PEM files.
@@ -155,6 +165,20 @@ impl NodeConfig {
                 crate::tls::TlsConfig::from_pem_files(&t.cert, &t.key, &t.ca)
                     .map_err(|e| format!("[tls] at line {at}: {e}"))?,
             );
+        }
+        if let Some(etcd) = &f.etcd {
+            let at = line_of(text, etcd.span().start);
+            let t = etcd.get_ref();
+            let mut e = crate::etcd_config::EtcdConfig::new(t.endpoints.clone());
+            if let Some(p) = &t.prefix {
+                e.prefix = p.clone();
+            }
+            if let Some(ttl) = t.lease_ttl_secs {
+                e.lease_ttl_secs = ttl;
+            }
+            e.validate()
+                .map_err(|why| format!("[etcd] at line {at}: {why}"))?;
+            c.etcd = Some(e);
         }
         if f.id.is_some() {
             c.validate().map_err(|e| located(text, &e))?;
@@ -318,5 +342,28 @@ mod tests {
             no_secret.starts_with("secret_file at line 1: cannot read"),
             "{no_secret}"
         );
+        let short_lease = NodeConfig::from_toml(
+            "id = 1\n\n[etcd]\nendpoints = [\"http://127.0.0.1:2379\"]\nlease_ttl_secs = 1\n",
+        )
+        .unwrap_err();
+        assert!(
+            short_lease.starts_with("[etcd] at line 3: etcd.lease_ttl_secs: 1 (at least 2)"),
+            "{short_lease}"
+        );
+        let etcd_typo =
+            NodeConfig::from_toml("id = 1\n[etcd]\nendpoint = [\"http://h:1\"]\n").unwrap_err();
+        assert!(etcd_typo.contains("endpoint"), "{etcd_typo}");
+    }
+
+    #[test]
+    fn the_etcd_table_sets_discovery() {
+        let c = NodeConfig::from_toml(
+            "id = 1\n[etcd]\nendpoints = [\"http://127.0.0.1:2379\", \"http://127.0.0.1:2380\"]\nprefix = \"/game\"\n",
+        )
+        .unwrap();
+        let e = c.etcd.unwrap();
+        assert_eq!(e.endpoints.len(), 2);
+        assert_eq!((e.prefix.as_str(), e.lease_ttl_secs), ("/game", 10));
+        assert!(NodeConfig::from_toml("id = 1\n").unwrap().etcd.is_none());
     }
 }

@@ -235,6 +235,7 @@ impl Node {
             calls: Arc::new(CallTable::new(counters.clone(), CALLS_PENDING_MAX)),
             groups: GroupTable::new(group_retain_bytes),
             multicasts: crate::multicast_table::MulticastTable::new(group_retain_bytes),
+            directory: Default::default(),
             warnings: Default::default(),
             deferred,
             counters,
@@ -262,6 +263,9 @@ impl Node {
         shared.loops.pick().spawn(shared.clone().retry_loop());
         shared.loops.pick().spawn(shared.clone().pump_loop());
         shared.loops.pick().spawn(shared.clone().discovery_loop());
+        if let Some(etcd) = shared.config.etcd.clone() {
+            shared.loops.pick().spawn(shared.clone().etcd_loop(etcd));
+        }
         Ok(Node {
             owner: Arc::new(Owner {
                 shared,
@@ -333,7 +337,7 @@ impl Node {
             self.shared().inbox.deliver(batch).await;
             return Ok(0);
         }
-        let mut route = self.shared().route_for(dst, payload.len())?;
+        let mut route = self.shared().route_or_discover(dst, payload.len()).await?;
         loop {
             match self.shared().push_payload(&route, &payload) {
                 Err(PushError::Rerouted) => route = self.shared().route_for(dst, payload.len())?,
@@ -369,7 +373,7 @@ impl Node {
             return Ok(0..0);
         }
         let longest = payloads.iter().map(|p| p.as_ref().len()).max().unwrap_or(0);
-        let mut route = self.shared().route_for(dst, longest)?;
+        let mut route = self.shared().route_or_discover(dst, longest).await?;
         let mut rest = payloads;
         let mut seqs: Option<Range<u64>> = None;
         while !rest.is_empty() {
@@ -466,19 +470,16 @@ impl Node {
 
     /// Waits until a link to `id` is up, at most `timeout`; true if it is.
     pub async fn wait_for_peer(&self, id: BusId, timeout: Duration) -> bool {
+        self.shared().wait_for_peer(id, timeout).await
+    }
+
+    /// What this node knows from etcd (`NodeConfig::etcd`): whether its session is up, how
+    /// often it registered, the last error, and the nodes registered there; `None` without
+    /// etcd.
+    pub fn discovery(&self) -> Option<crate::directory::DiscoveryInfo> {
         let shared = self.shared();
-        let wait = async {
-            loop {
-                let changed = shared.peers.changed();
-                tokio::pin!(changed);
-                changed.as_mut().enable();
-                if shared.peer(id).is_some_and(|p| p.is_up()) {
-                    return;
-                }
-                changed.await;
-            }
-        };
-        tokio::time::timeout(timeout, wait).await.is_ok()
+        shared.config.etcd.as_ref()?;
+        Some(shared.directory.info())
     }
 
     /// Waits until at least one link is up, at most `timeout`; true if one is.
@@ -533,6 +534,7 @@ impl Node {
         let shared = self.owner.shared.clone();
         shared.shutting_down.store(true, Relaxed);
         let _ = shared.shutdown_tx.send(true);
+        shared.deregister().await;
         let peers = shared.peers.snapshot();
         for p in &peers {
             p.close();

@@ -10,6 +10,7 @@ use crate::shared::Shared;
 use busway_core::frame::FrameKind;
 use busway_core::BusId;
 use bytes::Bytes;
+use std::time::Duration;
 
 impl Shared {
     /// A payload over the node's frame limit is refused before it is routed.
@@ -112,6 +113,39 @@ impl Shared {
     }
 
     /// [`Shared::try_send_framed`], waiting while the queue toward `dst` is full.
+    /// [`Shared::route_for`]; for an id with no route that etcd names, dials it and waits
+    /// for the link (at most `DISCOVERED_DIAL_WAIT_MS`).
+    pub(crate) async fn route_or_discover(
+        &self,
+        dst: BusId,
+        len: usize,
+    ) -> Result<Route, SendError> {
+        match self.route_for(dst, len) {
+            Err(SendError::NoRoute(_)) if self.discover(dst) => {
+                let wait = Duration::from_millis(crate::discovery::DISCOVERED_DIAL_WAIT_MS);
+                self.wait_for_peer(dst, wait).await;
+                self.route_for(dst, len)
+            }
+            other => other,
+        }
+    }
+
+    /// Waits until a link to `id` is up, at most `timeout`; false if it did not come.
+    pub(crate) async fn wait_for_peer(&self, id: BusId, timeout: Duration) -> bool {
+        let wait = async {
+            loop {
+                let changed = self.peers.changed();
+                tokio::pin!(changed);
+                changed.as_mut().enable();
+                if self.peer(id).is_some_and(|p| p.is_up()) {
+                    return;
+                }
+                changed.await;
+            }
+        };
+        tokio::time::timeout(timeout, wait).await.is_ok()
+    }
+
     pub(crate) async fn send_framed(
         &self,
         dst: BusId,
@@ -121,7 +155,7 @@ impl Shared {
     ) -> Result<(Path, u64), SendError> {
         let len = head.len() + payload.len();
         self.check_size(len)?;
-        let mut route = self.route_for(dst, len)?;
+        let mut route = self.route_or_discover(dst, len).await?;
         loop {
             match self.push_framed(&route, kind, head, payload) {
                 Err(PushError::Rerouted) => route = self.route_for(dst, len)?,

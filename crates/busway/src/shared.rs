@@ -54,6 +54,8 @@ pub(crate) struct Shared {
     /// This node's multicasts (numbers, what it keeps for repairs) and the streams of
     /// multicasts to it.
     pub(crate) multicasts: crate::multicast_table::MulticastTable,
+    /// What etcd says of the other nodes (`NodeConfig::etcd`), and this node's session there.
+    pub(crate) directory: crate::directory::Directory,
     /// Repeated warnings about connections, held back per host (`warn_limit`).
     pub(crate) warnings: crate::warn_limit::WarnLimiter,
     /// Peers whose rings hold single sends not yet published.

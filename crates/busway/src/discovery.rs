@@ -1,0 +1,300 @@
+//! Discovery through etcd (`NodeConfig::etcd`). A node registers itself under
+//! `PREFIX/nodes/ID` (its incarnation and listen addresses) with a lease it keeps alive, and
+//! watches `PREFIX/nodes/` to know where every other node listens. A send to an id with no
+//! link and no route looks the id up here and dials it (`Shared::route_or_discover`).
+//!
+//! etcd going away stops nothing: the node keeps what it knows, says so (`Node::discovery`,
+//! a warning), and registers again (a new lease) and reads the whole directory again when
+//! etcd is back. A node killed without a word disappears from the others' view when its
+//! lease expires; `Node::shutdown` revokes it at once.
+
+use crate::backoff::Backoff;
+use crate::shared::Shared;
+use busway_core::BusId;
+use etcd_client::{Client, ConnectOptions, EventType, GetOptions, PutOptions, WatchOptions};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crate::directory::DiscoveredNode;
+use std::time::Duration;
+
+use crate::etcd_config::EtcdConfig;
+
+/// Longest a connection to etcd, or one request, may take, in milliseconds.
+const ETCD_REQUEST_TIMEOUT_MS: u64 = 3_000;
+/// How long a send to an id found in etcd waits for the link it dials, in milliseconds.
+pub(crate) const DISCOVERED_DIAL_WAIT_MS: u64 = 5_000;
+/// Nodes a directory holds; registrations past it are ignored (and logged).
+const DIRECTORY_NODES_MAX: usize = 65_536;
+
+/// The value of a registration: `v1 INCARNATION ADDR...` (space-separated).
+fn encode_registration(incarnation: u64, addrs: &[String]) -> String {
+    let mut v = format!("v1 {incarnation}");
+    for a in addrs {
+        v.push(' ');
+        v.push_str(a);
+    }
+    v
+}
+
+/// A registration read back; the error names what is wrong.
+fn decode_registration(key: &str, prefix: &str, value: &str) -> Result<DiscoveredNode, String> {
+    let id = key
+        .strip_prefix(prefix)
+        .and_then(|s| s.parse::<u64>().ok())
+        .ok_or_else(|| format!("etcd key {key:?} does not name a bus id under {prefix:?}"))?;
+    let mut words = value.split_ascii_whitespace();
+    if words.next() != Some("v1") {
+        return Err(format!(
+            "etcd key {key:?}: value {value:?} is not a v1 registration"
+        ));
+    }
+    let incarnation = words
+        .next()
+        .and_then(|w| w.parse().ok())
+        .ok_or_else(|| format!("etcd key {key:?}: no incarnation in {value:?}"))?;
+    Ok(DiscoveredNode {
+        id: BusId(id),
+        incarnation,
+        addrs: words.map(str::to_owned).collect(),
+    })
+}
+
+impl Shared {
+    /// Keeps this node registered in etcd and its directory current, session after session,
+    /// until the node stops.
+    pub(crate) async fn etcd_loop(self: Arc<Self>, config: EtcdConfig) {
+        let mut backoff = Backoff::new(
+            self.config.dial_backoff_min_ms.max(100),
+            self.config.id.0 ^ self.incarnation,
+        );
+        let mut stop = self.shutdown_tx.subscribe();
+        loop {
+            let session = self.etcd_session(&config, &mut backoff);
+            let ended = tokio::select! {
+                r = session => r,
+                _ = stop.wait_for(|&s| s) => return,
+            };
+            let why = ended.err().unwrap_or_else(|| "session ended".into());
+            let was_up = {
+                let mut st = self.directory.lock();
+                let was = st.info.connected;
+                st.info.connected = false;
+                st.info.last_error = Some(why.clone());
+                st.session = None;
+                was
+            };
+            if was_up {
+                tracing::warn!(error = %why, known = self.directory.lock().known.len(), "etcd unreachable: keeping the nodes known, registering again when it is back");
+            } else {
+                tracing::debug!(error = %why, "etcd still unreachable");
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(backoff.next_delay()) => {}
+                _ = stop.wait_for(|&s| s) => return,
+            }
+        }
+    }
+
+    /// One session: connect, register under a new lease, read the directory, then keep the
+    /// lease alive and follow the directory's changes until something fails.
+    async fn etcd_session(&self, config: &EtcdConfig, backoff: &mut Backoff) -> Result<(), String> {
+        let timeout = Duration::from_millis(ETCD_REQUEST_TIMEOUT_MS);
+        let options = ConnectOptions::new()
+            .with_connect_timeout(timeout)
+            .with_timeout(timeout);
+        let fail = |what: &str, e: etcd_client::Error| format!("etcd {what}: {e}");
+        let mut client = Client::connect(&config.endpoints, Some(options))
+            .await
+            .map_err(|e| fail("connect", e))?;
+        let ttl = config.lease_ttl_secs as i64;
+        let lease = client
+            .lease_grant(ttl, None)
+            .await
+            .map_err(|e| fail("lease grant", e))?
+            .id();
+        let prefix = config.nodes_prefix();
+        let addrs: Vec<String> = self.listen_addrs.iter().map(ToString::to_string).collect();
+        let key = format!("{prefix}{}", self.config.id.0);
+        client
+            .put(
+                key.clone(),
+                encode_registration(self.incarnation, &addrs),
+                Some(PutOptions::new().with_lease(lease)),
+            )
+            .await
+            .map_err(|e| fail("put", e))?;
+        let listing = client
+            .get(prefix.clone(), Some(GetOptions::new().with_prefix()))
+            .await
+            .map_err(|e| fail("get", e))?;
+        let revision = listing.header().map_or(0, |h| h.revision());
+        let mut known = HashMap::new();
+        for kv in listing.kvs() {
+            self.take_registration(&prefix, kv.key(), kv.value(), &mut known);
+        }
+        let mut watch = client
+            .watch(
+                prefix.clone(),
+                Some(
+                    WatchOptions::new()
+                        .with_prefix()
+                        .with_start_revision(revision + 1),
+                ),
+            )
+            .await
+            .map_err(|e| fail("watch", e))?;
+        let (mut keeper, mut keep_stream) = client
+            .lease_keep_alive(lease)
+            .await
+            .map_err(|e| fail("keep-alive", e))?;
+        {
+            let mut st = self.directory.lock();
+            st.known = known;
+            st.info.connected = true;
+            st.info.registrations += 1;
+            st.session = Some((client.clone(), lease));
+        }
+        backoff.reset();
+        tracing::info!(%key, lease, "registered in etcd");
+        let mut tick =
+            tokio::time::interval(Duration::from_millis(config.lease_ttl_secs * 1_000 / 3));
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {
+                    keeper.keep_alive().await.map_err(|e| fail("keep-alive", e))?;
+                    let answer = tokio::time::timeout(timeout, keep_stream.message())
+                        .await
+                        .map_err(|_| format!("etcd keep-alive: no answer within {ETCD_REQUEST_TIMEOUT_MS} ms"))?
+                        .map_err(|e| fail("keep-alive", e))?;
+                    match answer {
+                        Some(a) if a.ttl() > 0 => {}
+                        _ => return Err("etcd keep-alive: the lease expired".into()),
+                    }
+                }
+                changes = watch.message() => {
+                    let changes = changes
+                        .map_err(|e| fail("watch", e))?
+                        .ok_or("etcd watch: the stream ended")?;
+                    if changes.canceled() {
+                        return Err(format!("etcd watch cancelled: {}", changes.cancel_reason()));
+                    }
+                    let mut st = self.directory.lock();
+                    for event in changes.events() {
+                        let Some(kv) = event.kv() else { continue };
+                        match event.event_type() {
+                            EventType::Put => {
+                                self.take_registration(&prefix, kv.key(), kv.value(), &mut st.known);
+                            }
+                            EventType::Delete => {
+                                let key = String::from_utf8_lossy(kv.key());
+                                if let Some(id) = key.strip_prefix(&prefix).and_then(|s| s.parse().ok()) {
+                                    if st.known.remove(&BusId(id)).is_some() {
+                                        tracing::info!(peer = id, "node left etcd (deregistered or its lease expired)");
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Adds (or replaces) a registration read from etcd; a false one is logged and ignored.
+    fn take_registration(
+        &self,
+        prefix: &str,
+        key: &[u8],
+        value: &[u8],
+        known: &mut HashMap<BusId, DiscoveredNode>,
+    ) {
+        let key = String::from_utf8_lossy(key);
+        let value = String::from_utf8_lossy(value);
+        match decode_registration(&key, prefix, &value) {
+            Ok(n) if n.id == self.config.id => {}
+            Ok(n) => {
+                if known.len() >= DIRECTORY_NODES_MAX && !known.contains_key(&n.id) {
+                    tracing::warn!(peer = %n.id, "etcd directory full (DIRECTORY_NODES_MAX): registration ignored");
+                    return;
+                }
+                if self.peer(n.id).is_some_and(|p| !p.is_up()) {
+                    // Restarted somewhere else, perhaps: dial where it says it is now.
+                    self.direct.queue(n.id, n.addrs.clone());
+                }
+                known.insert(n.id, n);
+            }
+            Err(why) => tracing::warn!(%why, "false registration in etcd ignored"),
+        }
+    }
+
+    /// Takes this node's registration out of etcd (at shutdown), within the request timeout.
+    pub(crate) async fn deregister(&self) {
+        let session = self.directory.lock().session.take();
+        if let Some((mut client, lease)) = session {
+            let revoke = client.lease_revoke(lease);
+            let wait = Duration::from_millis(ETCD_REQUEST_TIMEOUT_MS);
+            match tokio::time::timeout(wait, revoke).await {
+                Ok(Ok(_)) => tracing::info!("deregistered from etcd"),
+                Ok(Err(e)) => tracing::warn!(error = %e, "could not deregister from etcd"),
+                Err(_) => tracing::warn!("etcd did not answer the deregistration in time"),
+            }
+        }
+    }
+
+    /// Dials `dst` if etcd names it (and no link to it exists): true if a dial was asked for.
+    pub(crate) fn discover(&self, dst: BusId) -> bool {
+        if self.config.etcd.is_none() || self.peer(dst).is_some_and(|p| p.is_up()) {
+            return false;
+        }
+        match self.directory.lookup(dst) {
+            Some(n) if !n.addrs.is_empty() => {
+                self.direct.queue(dst, n.addrs);
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn registrations_round_trip_and_false_ones_are_named() {
+        let v = encode_registration(9, &["tcp://127.0.0.1:7000".into(), "unix:///a".into()]);
+        let n = decode_registration("/busway/nodes/42", "/busway/nodes/", &v).unwrap();
+        assert_eq!(
+            n,
+            DiscoveredNode {
+                id: BusId(42),
+                incarnation: 9,
+                addrs: vec!["tcp://127.0.0.1:7000".into(), "unix:///a".into()]
+            }
+        );
+        let err = |k: &str, v: &str| decode_registration(k, "/busway/nodes/", v).unwrap_err();
+        assert!(err("/busway/nodes/x", &v).contains("does not name a bus id"));
+        assert!(err("/busway/nodes/1", "v2 9").contains("not a v1 registration"));
+        assert!(err("/busway/nodes/1", "v1 nine").contains("no incarnation"));
+    }
+
+    #[test]
+    fn a_config_names_what_is_wrong() {
+        assert!(EtcdConfig::new(vec!["http://127.0.0.1:2379".into()])
+            .validate()
+            .is_ok());
+        assert!(EtcdConfig::new(vec![])
+            .validate()
+            .unwrap_err()
+            .contains("at least one"));
+        assert!(EtcdConfig::new(vec!["127.0.0.1:2379".into()])
+            .validate()
+            .unwrap_err()
+            .contains("not an etcd URL"));
+        let mut c = EtcdConfig::new(vec!["http://h:1".into()]);
+        c.lease_ttl_secs = 1;
+        assert!(c.validate().unwrap_err().contains("lease_ttl_secs: 1"));
+        assert_eq!(c.nodes_prefix(), "/busway/nodes/");
+    }
+}
