@@ -41,6 +41,10 @@ pub(crate) struct NodeArgs {
     /// through it, and it routes messages for this node here.
     #[arg(long)]
     pub(crate) upstream: Option<Addr>,
+    /// This node's upstream by bus id, found in etcd (needs --etcd or an [etcd] table): the
+    /// relay registered under that id, at the first tcp:// or tls:// address it listens on.
+    #[arg(long, conflicts_with = "upstream", value_name = "ID")]
+    pub(crate) upstream_id: Option<BusId>,
     /// Keep all traffic on configured links: do not dial nodes a relay hints, and do not
     /// accept such direct links.
     #[arg(long)]
@@ -86,6 +90,42 @@ pub(crate) struct NodeArgs {
     /// `[etcd]` table).
     #[arg(long, env = "BUSWAY_ETCD", value_delimiter = ',')]
     pub(crate) etcd: Vec<String>,
+}
+
+/// The address of the relay registered in etcd as `id` (waiting for it up to
+/// `PEER_WAIT_SECS`): its first tcp:// or tls:// address, else its first.
+async fn upstream_from_etcd(config: &NodeConfig, id: BusId) -> Result<Addr, String> {
+    let etcd = config
+        .etcd
+        .as_ref()
+        .ok_or("--upstream-id needs etcd: give --etcd URL (or an [etcd] table in the -c file)")?;
+    let deadline = std::time::Instant::now() + Duration::from_secs(PEER_WAIT_SECS);
+    loop {
+        match etcd.lookup(id).await {
+            Ok(Some(n)) => {
+                let remote = |a: &&String| a.starts_with("tcp://") || a.starts_with("tls://");
+                let addr = n
+                    .addrs
+                    .iter()
+                    .find(remote)
+                    .or(n.addrs.first())
+                    .ok_or(format!(
+                        "bus id {id} is registered in etcd with no address to dial"
+                    ))?;
+                return addr
+                    .parse()
+                    .map_err(|e| format!("bus id {id} registered {addr:?} in etcd: {e}"));
+            }
+            Ok(None) if std::time::Instant::now() < deadline => {}
+            Ok(None) => {
+                return Err(format!(
+                    "bus id {id} is not registered in etcd (waited {PEER_WAIT_SECS} s)"
+                ))
+            }
+            Err(e) => return Err(format!("cannot find the upstream {id}: {e}")),
+        }
+        tokio::time::sleep(DISCOVERY_POLL * 10).await;
+    }
 }
 
 /// Waits until etcd names `to` (or a link to it is up), at most `wait`.
@@ -177,7 +217,8 @@ impl NodeArgs {
     pub(crate) async fn wait_reachable(&self, node: &Node, to: BusId) -> Result<(), String> {
         let wait = Duration::from_secs(PEER_WAIT_SECS);
         let config = self.config()?;
-        let reachable = if config.upstream.is_some() && config.connect.is_empty() {
+        let through_upstream = config.upstream.is_some() || self.upstream_id.is_some();
+        let reachable = if through_upstream && config.connect.is_empty() {
             // Through the upstream: its link is what must be up.
             node.wait_for_any_link(wait).await
         } else if config.etcd.is_some() && config.connect.is_empty() {
@@ -219,7 +260,10 @@ impl NodeArgs {
     }
 
     pub(crate) async fn start(&self) -> Result<Node, String> {
-        let config = self.config()?;
+        let mut config = self.config()?;
+        if let Some(id) = self.upstream_id {
+            config.upstream = Some(upstream_from_etcd(&config, id).await?);
+        }
         if config.listen.is_empty()
             && config.connect.is_empty()
             && config.upstream.is_none()

@@ -60,6 +60,36 @@ fn decode_registration(key: &str, prefix: &str, value: &str) -> Result<Discovere
     })
 }
 
+impl EtcdConfig {
+    /// Where `id` is registered in etcd now, if it is (one query, no node needed): e.g. to
+    /// find a relay to take as upstream. The error names what failed.
+    pub async fn lookup(&self, id: BusId) -> Result<Option<DiscoveredNode>, String> {
+        self.validate()?;
+        let timeout = Duration::from_millis(ETCD_REQUEST_TIMEOUT_MS);
+        let options = ConnectOptions::new()
+            .with_connect_timeout(timeout)
+            .with_timeout(timeout);
+        let mut client = Client::connect(&self.endpoints, Some(options))
+            .await
+            .map_err(|e| format!("etcd connect: {e}"))?;
+        let prefix = self.nodes_prefix();
+        let key = format!("{prefix}{}", id.0);
+        let got = client
+            .get(key.clone(), None)
+            .await
+            .map_err(|e| format!("etcd get {key}: {e}"))?;
+        match got.kvs().first() {
+            None => Ok(None),
+            Some(kv) => decode_registration(
+                &String::from_utf8_lossy(kv.key()),
+                &prefix,
+                &String::from_utf8_lossy(kv.value()),
+            )
+            .map(Some),
+        }
+    }
+}
+
 impl Shared {
     /// Keeps this node registered in etcd and its directory current, session after session,
     /// until the node stops.
