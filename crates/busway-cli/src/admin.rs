@@ -31,11 +31,14 @@ const GAUGES: [&str; 3] = ["connections_open", "peers_up", "calls_pending"];
 /// Prometheus' content type for its text format.
 const METRICS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
-/// Counter values at one moment: the node's, and each peer's sent messages and bytes.
+/// Per peer, the counters that get a rate on the page.
+const PEER_RATED: [&str; 4] = ["msgs_sent", "bytes_sent", "msgs_received", "bytes_received"];
+
+/// Counter values at one moment: the node's, and each peer's `PEER_RATED`.
 #[derive(Clone, Default)]
 struct Sample {
     counters: HashMap<String, u64>,
-    peers: HashMap<u64, (u64, u64)>,
+    peers: HashMap<u64, [u64; 4]>,
 }
 
 impl Sample {
@@ -52,8 +55,8 @@ impl Sample {
             .into_iter()
             .flatten()
             .filter_map(|p| {
-                let sent = (p["msgs_sent"].as_u64()?, p["bytes_sent"].as_u64()?);
-                Some((p["id"].as_u64()?, sent))
+                let values = PEER_RATED.map(|k| p[k].as_u64().unwrap_or(0));
+                Some((p["id"].as_u64()?, values))
             })
             .collect();
         Self { counters, peers }
@@ -72,8 +75,8 @@ impl Rates {
         self.before = self.last.replace((at, s));
     }
 
-    /// Per second: each counter's, and each peer's (messages, bytes) sent.
-    fn per_second(&self) -> (Map<String, Value>, HashMap<u64, (f64, f64)>) {
+    /// Per second: each counter's, and each peer's `PEER_RATED`.
+    fn per_second(&self) -> (Map<String, Value>, HashMap<u64, [f64; 4]>) {
         let (Some((t0, a)), Some((t1, b))) = (&self.before, &self.last) else {
             return Default::default();
         };
@@ -90,9 +93,13 @@ impl Rates {
         let peers = b
             .peers
             .iter()
-            .map(|(id, &(m, by))| {
-                let (m0, b0) = a.peers.get(id).copied().unwrap_or((0, 0));
-                (*id, (rate(m0, m), rate(b0, by)))
+            .map(|(id, now)| {
+                let then = a.peers.get(id).copied().unwrap_or_default();
+                let mut r = [0.0; 4];
+                for i in 0..4 {
+                    r[i] = rate(then[i], now[i]);
+                }
+                (*id, r)
             })
             .collect();
         (counters, peers)
@@ -115,12 +122,13 @@ impl Admin {
             .per_second();
         if let Some(list) = v["peers"].as_array_mut() {
             for p in list {
-                let (m, b) = p["id"]
+                let rates = p["id"]
                     .as_u64()
                     .and_then(|id| peers.get(&id).copied())
                     .unwrap_or_default();
-                p["msgs_sent_per_sec"] = json!(m.round());
-                p["bytes_sent_per_sec"] = json!(b.round());
+                for (k, r) in PEER_RATED.iter().zip(rates) {
+                    p[format!("{k}_per_sec")] = json!(r.round());
+                }
             }
         }
         v["rates"] = Value::Object(counters);
@@ -240,6 +248,9 @@ fn render_metrics(status: &Value) -> String {
             };
             c("busway_peer_sent_messages_total", &p["msgs_sent"]);
             c("busway_peer_sent_bytes_total", &p["bytes_sent"]);
+            c("busway_peer_received_messages_total", &p["msgs_received"]);
+            c("busway_peer_received_bytes_total", &p["bytes_received"]);
+            c("busway_peer_reconnects_total", &p["reconnects"]);
         }
         for r in status["relayed"].as_array().into_iter().flatten() {
             let dst = r["id"].to_string();
@@ -286,8 +297,8 @@ fn render_page(v: &Value) -> String {
         ),
     );
     out += "<h2>Peers</h2><table><tr><th>peer</th><th>state</th><th>round trip µs</th>\
-            <th>sent msg/s</th><th>sent B/s</th><th>sent</th><th>unacked</th>\
-            <th>unacked B</th><th>address</th></tr>";
+            <th>in msg/s</th><th>in B/s</th><th>out msg/s</th><th>out B/s</th><th>sent</th>\
+            <th>unacked</th><th>unacked B</th><th>reconnects</th><th>address</th></tr>";
     for p in v["peers"].as_array().into_iter().flatten() {
         let state = if p["up"].as_bool() == Some(true) {
             "up"
@@ -296,14 +307,17 @@ fn render_page(v: &Value) -> String {
         };
         out += &format!(
             "<tr><td>{}</td><td>{state}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>\
-             <td>{}</td><td>{}</td><td>{}</td></tr>",
+             <td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             p["id"],
             p["rtt_us"],
+            p["msgs_received_per_sec"],
+            p["bytes_received_per_sec"],
             p["msgs_sent_per_sec"],
             p["bytes_sent_per_sec"],
             p["msgs_sent"],
             p["unacked_msgs"],
             p["unacked_bytes"],
+            p["reconnects"],
             text(&p["addr"]),
         );
     }
@@ -372,7 +386,7 @@ mod tests {
             !counters.contains_key("peers_up_per_sec"),
             "a gauge has no rate"
         );
-        assert_eq!(peers[&2], (10.0, 100.0));
+        assert_eq!(peers[&2][..2], [10.0, 100.0]);
     }
 
     #[test]

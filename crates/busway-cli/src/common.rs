@@ -148,13 +148,21 @@ async fn wait_discovered(node: &Node, to: BusId, wait: Duration) -> bool {
 
 impl NodeArgs {
     pub(crate) fn config(&self) -> Result<NodeConfig, String> {
-        let mut config = match &self.config_file {
-            Some(path) => NodeConfig::from_toml_file(path)?,
-            None => NodeConfig::new(BusId(0)),
+        // The file, then BUSWAY_<KEY> variables over it, then the flags over both.
+        let text = match &self.config_file {
+            Some(path) => std::fs::read_to_string(path)
+                .map_err(|e| format!("cannot read {}: {e}", path.display()))?,
+            None => String::new(),
         };
+        let mut config = NodeConfig::from_toml_with_env(&text, std::env::vars()).map_err(|e| {
+            match &self.config_file {
+                Some(path) => format!("{}: {e}", path.display()),
+                None => e,
+            }
+        })?;
         match self.id {
             Some(id) => config.id = id,
-            None if self.config_file.is_some() && config.id != BusId(0) => {}
+            None if config.id != BusId(0) => {}
             None => return Err("give this node's bus id: --id ID (or `id` in the -c file)".into()),
         }
         if !self.listen.is_empty() {
@@ -330,32 +338,43 @@ pub(crate) fn block_on<F: Future<Output = Result<ExitCode, String>>>(
         .block_on(f)
 }
 
-/// Prints `listening on ADDR` for each bound address, on stdout, so scripts can read ports.
 /// Completes at the first SIGINT (Ctrl-C) or SIGTERM (what systemd and Kubernetes send), so
 /// that the caller shuts its node down gracefully (queues flushed within the linger, CLOSE
-/// sent); from then on a second one ends the process at once (exit code 1).
-pub(crate) async fn stop_requested() {
+/// sent, deregistered from etcd); from then on a second one ends the process at once (exit
+/// code 1). The handlers are installed when this is called, not when the future is first
+/// polled: call it before the node starts, so that a signal during the start is not the
+/// default one (which kills the process on the spot).
+pub(crate) fn stop_requested() -> impl Future<Output = ()> {
     use tokio::signal::unix::{signal, SignalKind};
-    let Ok(mut term) = signal(SignalKind::terminate()) else {
-        // No SIGTERM handler could be set up: Ctrl-C still stops the node.
-        let _ = tokio::signal::ctrl_c().await;
-        return;
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
-    }
-    eprintln!("busway: stopping (flushing, then closing the links; a second signal stops at once)");
-    tokio::spawn(async move {
+    let handlers = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    );
+    async move {
+        let (Ok(mut term), Ok(mut int)) = handlers else {
+            // No handler could be set up: Ctrl-C still stops the node.
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        };
         tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
+            _ = int.recv() => {}
             _ = term.recv() => {}
         }
-        eprintln!("busway: second signal: stopping at once");
-        std::process::exit(1);
-    });
+        eprintln!(
+            "busway: stopping (flushing, then closing the links; a second signal stops at once)"
+        );
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = int.recv() => {}
+                _ = term.recv() => {}
+            }
+            eprintln!("busway: second signal: stopping at once");
+            std::process::exit(1);
+        });
+    }
 }
 
+/// Prints `listening on ADDR` for each bound address, on stdout, so scripts can read ports.
 pub(crate) fn print_listening(node: &Node) {
     for addr in node.listen_addrs() {
         println!("listening on {addr}");

@@ -31,6 +31,8 @@ pub(crate) struct ListenArgs {
 }
 
 pub(crate) async fn run(args: ListenArgs) -> Result<ExitCode, String> {
+    // Before the node starts: a SIGTERM during the start stops it gracefully too.
+    let stop = common::stop_requested();
     let node = args.node.start().await?;
     let mut inbox = node.take_inbox().expect("inbox is taken once");
     let mut events = node.take_events().expect("events are taken once");
@@ -46,7 +48,6 @@ pub(crate) async fn run(args: ListenArgs) -> Result<ExitCode, String> {
     let idle = args.idle_timeout.map(Duration::from_secs_f64);
     let mut timed_out = false;
     // Made once: a signal between two reads is not missed.
-    let stop = common::stop_requested();
     tokio::pin!(stop);
     'outer: while args.count.is_none_or(|n| verifier.received() < n) {
         let wait = inbox.recv_batch();

@@ -117,6 +117,8 @@ async fn run_node(args: NodeCmd) -> Result<ExitCode, String> {
             )?;
         }
     }
+    // Before the node starts: a SIGTERM during the start stops it gracefully too.
+    let stop = common::stop_requested();
     let node = args.node.start().await?;
     let mut events = node.take_events().expect("events are taken once");
     // A standalone node relays; messages addressed to it are counted and discarded (its
@@ -143,7 +145,6 @@ async fn run_node(args: NodeCmd) -> Result<ExitCode, String> {
         None => None,
     };
     // Made once: a signal between two events is not missed.
-    let stop = common::stop_requested();
     tokio::pin!(stop);
     loop {
         tokio::select! {

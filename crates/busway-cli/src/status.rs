@@ -42,6 +42,9 @@ pub(crate) fn snapshot(node: &Node) -> Value {
             "unacked_bytes": p.unacked_bytes,
             "msgs_sent": p.msgs_sent,
             "bytes_sent": p.bytes_sent,
+            "msgs_received": p.msgs_received,
+            "bytes_received": p.bytes_received,
+            "reconnects": p.reconnects,
         })).collect::<Vec<_>>(),
         "relayed": node.relayed_peers().iter().map(|r| json!({
             "id": r.id.0,

@@ -1551,6 +1551,14 @@ fn a_node_from_a_config_file_serves_its_status_page_json_and_metrics_that_move()
     assert_eq!(metric(&after, "busway_msgs_in_total", None), 100_000.0);
     assert!(metric(&after, "busway_bytes_in_total", None) >= 3_200_000.0);
     assert!(metric(&after, "busway_peer_sent_messages_total", Some("7")) >= 0.0);
+    assert_eq!(
+        metric(&after, "busway_peer_received_messages_total", Some("7")),
+        100_000.0
+    );
+    assert_eq!(
+        metric(&after, "busway_peer_reconnects_total", Some("7")),
+        0.0
+    );
     assert!(metric(&after, "busway_peer_rtt_microseconds", Some("7")) >= 0.0);
     let (code, json) = http_get(&admin, "/status.json");
     assert_eq!(code, 200);
@@ -1683,11 +1691,16 @@ pub(crate) mod etcd {
     /// A `busway node` from a config file that registers in `etcd` with a 2 s lease, serving
     /// its admin endpoint; returns it with the endpoint's host:port.
     fn node_with_etcd(id: u64, etcd: &Etcd, dir: &std::path::Path) -> (Proc, String) {
+        node_with_lease(id, etcd, dir, 2)
+    }
+
+    /// `node_with_etcd` with a lease of `ttl` seconds.
+    fn node_with_lease(id: u64, etcd: &Etcd, dir: &std::path::Path, ttl: u64) -> (Proc, String) {
         let file = dir.join(format!("{id}.toml"));
         std::fs::write(
             &file,
             format!(
-                "id = {id}\nlisten = [\"tcp://127.0.0.1:0\"]\n\n[etcd]\nendpoints = [\"{}\"]\nlease_ttl_secs = 2\n",
+                "id = {id}\nlisten = [\"tcp://127.0.0.1:0\"]\n\n[etcd]\nendpoints = [\"{}\"]\nlease_ttl_secs = {ttl}\n",
                 etcd.url()
             ),
         )
@@ -1790,6 +1803,36 @@ pub(crate) mod etcd {
             || !knows(&admin, 6),
         );
         assert!(took <= Duration::from_millis(2_600), "{took:?}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_node_stopped_with_sigterm_deregisters_at_once() {
+        let Some(etcd) = Etcd::start("sigterm") else {
+            return;
+        };
+        let dir = etcd.dir.with_extension("nodes");
+        std::fs::create_dir_all(&dir).unwrap();
+        let (_watcher, admin) = node_with_etcd(5, &etcd, &dir);
+        // A 30 s lease: leaving sooner than that is the node's own doing.
+        let (mut stopping, _) = node_with_lease(6, &etcd, &dir, 30);
+        until("node 5 sees node 6", Duration::from_secs(10), || {
+            knows(&admin, 6)
+        });
+        let pid = stopping.0.id().to_string();
+        assert!(Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success());
+        let took = until(
+            "node 6 leaves node 5's view",
+            Duration::from_secs(10),
+            || !knows(&admin, 6),
+        );
+        assert!(took < Duration::from_secs(5), "{took:?}");
+        let status = stopping.0.wait().unwrap();
+        assert!(status.success(), "{status:?}");
         let _ = std::fs::remove_dir_all(&dir);
     }
 
@@ -2098,4 +2141,49 @@ fn the_three_tier_example_of_the_operators_guide_runs() {
     );
     drop((hub, relays));
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `BUSWAY_<KEY>` variables set any setting (over the file, under the flags); a wrong value
+/// names the variable.
+#[test]
+fn environment_variables_set_settings_and_a_wrong_one_is_named() {
+    let with_env = |vars: &[(&str, &str)], args: &[&str]| {
+        let mut c = Command::new(BIN);
+        c.args(args).stdout(Stdio::piped()).stderr(Stdio::piped());
+        for (k, v) in vars {
+            c.env(k, v);
+        }
+        Proc(c.spawn().expect("busway starts"))
+    };
+    let (ok, _, _, err) = finish(
+        with_env(
+            &[("BUSWAY_HEARTBEAT_INTERVAL_MS", "soon")],
+            &["node", "--id", "1", "--listen", "tcp://127.0.0.1:0"],
+        ),
+        None,
+    );
+    assert!(!ok);
+    assert!(err.contains("BUSWAY_HEARTBEAT_INTERVAL_MS: "), "{err}");
+    // The listen address from the environment alone.
+    let mut l = with_env(
+        &[("BUSWAY_LISTEN", "tcp://127.0.0.1:0"), ("BUSWAY_ID", "5")],
+        &["listen", "--count", "1"],
+    );
+    let mut out = BufReader::new(l.0.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    let addr = line
+        .trim()
+        .strip_prefix("listening on tcp://127.0.0.1:")
+        .map(str::to_owned);
+    assert!(addr.is_some(), "{line}");
+    let to = format!("tcp://127.0.0.1:{}", addr.unwrap());
+    let (ok, _, _, err) = finish(
+        spawn(&["send", "--id", "6", "--connect", &to, "--to", "5", "hi"]),
+        None,
+    );
+    assert!(ok, "{err}");
+    let (ok, _, stdout, err) = finish(l, Some(out));
+    assert!(ok, "{err}");
+    assert!(stdout.contains("hi"), "{stdout}");
 }

@@ -194,6 +194,154 @@ impl NodeConfig {
     }
 }
 
+/// The top-level keys an environment variable `BUSWAY_<KEY>` may set (the file's, but for the
+/// tables; `listen`, `connect` and `subtree` take comma-separated values).
+const ENV_KEYS: [&str; 26] = [
+    "id",
+    "listen",
+    "connect",
+    "upstream",
+    "subtree",
+    "ttl",
+    "relay_grace_ms",
+    "direct_links",
+    "shm_channels",
+    "mem_channels",
+    "shm_spins",
+    "shm_ring_bytes",
+    "secret_file",
+    "io_threads",
+    "frame_body_max",
+    "send_queue_bytes_max",
+    "inbox_bytes_max",
+    "connections_max",
+    "handshake_timeout_ms",
+    "linger_ms",
+    "heartbeat_interval_ms",
+    "peer_dead_after_ms",
+    "forget_after_ms",
+    "dial_backoff_min_ms",
+    "clock_skew_max_ms",
+    "group_retain_bytes",
+];
+
+/// The TOML line for `key` set to `value` from the environment.
+fn env_line(key: &str, value: &str) -> String {
+    let quoted = |s: &str| toml_string(s.trim());
+    let list = |quote: bool| {
+        let items: Vec<String> = value
+            .split(',')
+            .filter(|s| !s.trim().is_empty())
+            .map(|s| {
+                if quote {
+                    quoted(s)
+                } else {
+                    s.trim().to_owned()
+                }
+            })
+            .collect();
+        format!("[{}]", items.join(", "))
+    };
+    let v = match key {
+        "listen" | "connect" => list(true),
+        "subtree" => list(false),
+        "upstream" | "secret_file" => quoted(value),
+        // Numbers and booleans as written; anything else is a wrong type, named as such.
+        _ if value.trim().parse::<i64>().is_ok() || matches!(value.trim(), "true" | "false") => {
+            value.trim().to_owned()
+        }
+        _ => quoted(value),
+    };
+    format!("{key} = {v}")
+}
+
+/// `s` as a TOML basic string.
+fn toml_string(s: &str) -> String {
+    let mut out = String::from("\"");
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if c.is_control() => out.push_str(&format!("\\u{:04X}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// `text` with the top-level settings of `keys` commented out (a multi-line array to its
+/// closing bracket).
+fn without_keys(text: &str, keys: &[&str]) -> String {
+    let mut out = Vec::new();
+    let mut in_table = false;
+    let mut skipping_array = false;
+    for line in text.lines() {
+        let t = line.trim_start();
+        if skipping_array {
+            skipping_array = !t.contains(']');
+            out.push(format!("# {line}"));
+            continue;
+        }
+        in_table |= t.starts_with('[') && !t.contains('=');
+        let key = t.split('=').next().unwrap_or_default().trim();
+        if !in_table && t.contains('=') && keys.contains(&key) {
+            let value = t.split_once('=').map_or("", |(_, v)| v.trim());
+            skipping_array = value.starts_with('[') && !value.contains(']');
+            out.push(format!("# {line}"));
+        } else {
+            out.push(line.to_owned());
+        }
+    }
+    out.join("\n")
+}
+
+impl NodeConfig {
+    /// [`NodeConfig::from_toml`] of `text` with settings from `vars` (e.g. `std::env::vars()`)
+    /// over it: `BUSWAY_<KEY>` sets the top-level key `<key>` (`BUSWAY_LINGER_MS=500`;
+    /// `BUSWAY_LISTEN=tcp://a:1,unix:///b`; `BUSWAY_SUBTREE=100,199`). Other variables are
+    /// ignored. An error in the file names its line; one in a variable names the variable.
+    pub fn from_toml_with_env(
+        text: &str,
+        vars: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<NodeConfig, String> {
+        let mut set: Vec<(String, &'static str, String)> = Vec::new();
+        for (name, value) in vars {
+            let Some(key) = name.strip_prefix("BUSWAY_") else {
+                continue;
+            };
+            let key = key.to_ascii_lowercase();
+            if let Some(&k) = ENV_KEYS.iter().find(|&&k| k == key) {
+                set.retain(|(_, kk, _)| *kk != k);
+                set.push((name, k, value));
+            }
+        }
+        if set.is_empty() {
+            return NodeConfig::from_toml(text);
+        }
+        NodeConfig::from_toml(text)?;
+        let lines: Vec<String> = set.iter().map(|(_, k, v)| env_line(k, v)).collect();
+        if let Err(e) = NodeConfig::from_toml(&lines.join("\n")) {
+            // Name the variable rather than a line of a text the user never wrote.
+            let culprit = (1..=lines.len())
+                .find(|n| e.contains(&format!("line {n}")))
+                .or_else(|| {
+                    set.iter()
+                        .position(|(_, k, _)| e.contains(k))
+                        .map(|i| i + 1)
+                });
+            return Err(match culprit {
+                Some(n) => format!("{}: {e}", set[n - 1].0),
+                None => format!("environment (BUSWAY_*): {e}"),
+            });
+        }
+        let keys: Vec<&str> = set.iter().map(|(_, k, _)| *k).collect();
+        let merged = format!("{}\n{}", lines.join("\n"), without_keys(text, &keys));
+        NodeConfig::from_toml(&merged)
+            .map_err(|e| format!("the file with BUSWAY_* variables over it: {e}"))
+    }
+}
+
 /// `validate`'s error (which starts with the setting's name) with the line that sets it.
 fn located(text: &str, error: &str) -> String {
     let key = error.split_whitespace().next().unwrap_or_default();
@@ -353,6 +501,52 @@ mod tests {
         let etcd_typo =
             NodeConfig::from_toml("id = 1\n[etcd]\nendpoint = [\"http://h:1\"]\n").unwrap_err();
         assert!(etcd_typo.contains("endpoint"), "{etcd_typo}");
+    }
+
+    fn vars(v: &[(&str, &str)]) -> Vec<(String, String)> {
+        v.iter()
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn environment_variables_override_the_file_and_name_themselves_when_wrong() {
+        let file = "id = 1\nlinger_ms = 100\nlisten = [\n  \"tcp://127.0.0.1:1\",\n]\n\n[etcd]\nendpoints = [\"http://127.0.0.1:2379\"]\n";
+        let c = NodeConfig::from_toml_with_env(
+            file,
+            vars(&[
+                ("BUSWAY_LINGER_MS", "500"),
+                ("BUSWAY_LISTEN", "tcp://127.0.0.1:2,unix:///tmp/x.sock"),
+                ("BUSWAY_DIRECT_LINKS", "false"),
+                ("BUSWAY_SUBTREE", "1,99"),
+                ("BUSWAY_LOG", "debug"),
+                ("PATH", "/bin"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(c.linger_ms, 500);
+        assert_eq!(c.listen.len(), 2);
+        assert!(!c.direct_links);
+        assert_eq!(c.subtree, Some((BusId(1), BusId(99))));
+        assert!(c.etcd.is_some(), "the file's tables stay");
+        let c =
+            NodeConfig::from_toml_with_env("", vars(&[("BUSWAY_HEARTBEAT_INTERVAL_MS", "250")]))
+                .unwrap();
+        assert_eq!(c.heartbeat_interval_ms, 250);
+        let wrong = NodeConfig::from_toml_with_env(file, vars(&[("BUSWAY_LINGER_MS", "soon")]))
+            .unwrap_err();
+        assert!(wrong.starts_with("BUSWAY_LINGER_MS: "), "{wrong}");
+        let bad =
+            NodeConfig::from_toml_with_env("id = 1\n", vars(&[("BUSWAY_SHM_RING_BYTES", "1000")]))
+                .unwrap_err();
+        assert!(bad.contains("power of two"), "{bad}");
+        // A mistake in the file still names the file's line.
+        let typo = NodeConfig::from_toml_with_env(
+            "id = 1\nlingr_ms = 1\n",
+            vars(&[("BUSWAY_LINGER_MS", "5")]),
+        )
+        .unwrap_err();
+        assert!(typo.contains("line 2"), "{typo}");
     }
 
     #[test]

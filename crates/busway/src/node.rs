@@ -111,6 +111,11 @@ pub struct PeerInfo {
     pub bytes_sent: u64,
     /// Last measured round trip in microseconds (0: none yet).
     pub rtt_us: u64,
+    /// Messages and payload bytes received from it over its direct link, ever.
+    pub msgs_received: u64,
+    pub bytes_received: u64,
+    /// Times a link to it came back after the first (same incarnation).
+    pub reconnects: u64,
 }
 
 /// What a node knows about a destination it reaches through relays.
@@ -434,6 +439,9 @@ impl Node {
                     msgs_sent: s.msgs_total,
                     bytes_sent: s.bytes_sent,
                     rtt_us: p.rtt_us.load(Relaxed),
+                    msgs_received: p.msgs_in.load(Relaxed),
+                    bytes_received: p.bytes_in.load(Relaxed),
+                    reconnects: p.links.load(Relaxed).saturating_sub(1),
                 }
             })
             .collect();

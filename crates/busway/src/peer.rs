@@ -120,6 +120,11 @@ pub(crate) struct Peer {
     cut: Notify,
     /// Last measured round trip, in microseconds (0: none yet).
     pub(crate) rtt_us: AtomicU64,
+    /// Messages and payload bytes received from it directly (not relayed through it), ever.
+    pub(crate) msgs_in: AtomicU64,
+    pub(crate) bytes_in: AtomicU64,
+    /// Links attached to it, ever (the first, then each reconnect).
+    pub(crate) links: AtomicU64,
 }
 
 /// A snapshot for `Node::peers`.
@@ -167,6 +172,9 @@ impl Peer {
             cut: Notify::new(),
             forward_room: Notify::new(),
             rtt_us: AtomicU64::new(0),
+            msgs_in: AtomicU64::new(0),
+            bytes_in: AtomicU64::new(0),
+            links: AtomicU64::new(0),
         }
     }
 
@@ -573,6 +581,9 @@ impl Peer {
             .resume(est.peer_auth.next_expected_seq)
             .map_err(|e| format!("cannot resume: {e}"))?;
         let resent = written_before.saturating_sub(first);
+        // Counted here, past the checks: a refused attach is no reconnect.
+        self.links
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         // The peer resumes where it says; past what we expect only if it gave up on messages.
         st.inbound_expected = st.inbound_expected.max(est.peer_auth.next_send_seq);
         st.intro = PeerIntro::from(&est.peer);

@@ -283,6 +283,9 @@ impl RingReader {
             .map(|&(_, len)| u64::from(len & SPAN_LEN_MASK))
             .sum();
         counters.bytes_in.fetch_add(bytes, Relaxed);
+        let peer = &self.link.peer;
+        peer.msgs_in.fetch_add(n, Relaxed);
+        peer.bytes_in.fetch_add(bytes, Relaxed);
         // Acknowledge in steps: at once past RING_ACK_EVERY_BYTES (the sender's queue must not
         // fill with delivered messages), otherwise a little later from the link task.
         self.bytes_since_ack += chunk.len();

@@ -383,6 +383,8 @@ pub(super) fn read_loop<'a, R: AsyncRead + WaitReadable + Unpin>(
                     let c = &shared.counters;
                     c.msgs_in.fetch_add(spans.len() as u64, Relaxed);
                     c.bytes_in.fetch_add(bytes, Relaxed);
+                    peer.msgs_in.fetch_add(spans.len() as u64, Relaxed);
+                    peer.bytes_in.fetch_add(bytes, Relaxed);
                     let n = spans.len() as u64;
                     deliver(shared, machine, peer.id, chunk, spans).await;
                     // Acknowledge once the application has them (one ACK per read, not per message).
