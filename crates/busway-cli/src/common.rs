@@ -427,5 +427,11 @@ pub(crate) fn describe(ev: &Event) -> String {
             missed,
             reason,
         } => format!("{missed} multicasts of {source} never arrived ({reason})"),
+        Event::MulticastUnreachable {
+            receiver,
+            number,
+            relay,
+            reason,
+        } => format!("multicast {number} to {receiver} dropped at relay {relay}: {reason}"),
     }
 }

@@ -14,8 +14,9 @@ const FLUSH_WAIT_SECS: u64 = 60;
 const EVENTS_DRAIN_WAIT: Duration = Duration::from_millis(100);
 /// How long a publisher stays after its last publish was acknowledged with no member asking
 /// for copies, before it exits: its tail mark goes out `GROUP_TAIL_MARK_MS` after the last
-/// publish, and a member behind a relay that died with the end of the stream asks then.
-const GROUP_QUIET_MS: u64 = 1_000;
+/// publish, and a member behind a relay that died with the end of the stream asks once it
+/// is back below the restarted relay (under load that reconnect can take over a second).
+const GROUP_QUIET_MS: u64 = 2_000;
 
 #[derive(Args, Debug)]
 pub(crate) struct SendArgs {
@@ -98,8 +99,8 @@ pub(crate) async fn run(args: SendArgs) -> Result<ExitCode, String> {
     // Exit only once the destination has everything (a relay may die meanwhile: what it lost
     // is written again).
     let mut flushed = result.is_ok() && node.flush(Duration::from_secs(FLUSH_WAIT_SECS)).await;
-    if flushed && matches!(target, Target::Group(_)) {
-        flushed = serve_repairs(&node).await;
+    if let (true, Target::Group(group)) = (flushed, &target) {
+        flushed = serve_repairs(&node, group).await;
     }
     let copies = node.stats().group_copies_sent;
     node.shutdown().await;
@@ -136,19 +137,22 @@ pub(crate) async fn run(args: SendArgs) -> Result<ExitCode, String> {
 }
 
 /// A publisher's last duty: copies for members that lost publishes with a relay. Returns once
-/// no copy was sent for `GROUP_QUIET_MS` and what was sent is acknowledged; false if that did
+/// for `GROUP_QUIET_MS` no copy was sent and the links that lead to members did not change
+/// (a relay that died and came back asks for the group again once its members are back: they
+/// learn then what they lost, and ask), and what was sent is acknowledged; false if that did
 /// not happen within `FLUSH_WAIT_SECS`.
-async fn serve_repairs(node: &busway::Node) -> bool {
+async fn serve_repairs(node: &busway::Node, group: &str) -> bool {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(FLUSH_WAIT_SECS);
+    let moment = || (node.stats().group_copies_sent, node.group_links(group));
     loop {
-        let copies = node.stats().group_copies_sent;
+        let before = moment();
         // A linger, not a synchronization: members ask within it if they miss anything.
         tokio::time::sleep(Duration::from_millis(GROUP_QUIET_MS)).await;
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
         if !node.flush(left).await {
             return false;
         }
-        if node.stats().group_copies_sent == copies {
+        if moment() == before {
             return true;
         }
     }

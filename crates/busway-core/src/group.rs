@@ -17,7 +17,11 @@
 //!   length, name`: send me your publishes to the group from number `from` on;
 //!   `REPAIR_COPY` (publisher to member): a PUBLISH body (never a mark), for the member alone;
 //!   `REPAIR_LOST` (publisher to member): `u64 incarnation, u64 from, u64 to, u8 name length,
-//!   name`: publishes `from..to` are no longer held and will never come.
+//!   name`: publishes `from..to` are no longer held and will never come;
+//!   `REPAIR_UNREACHABLE` (a relay to a multicast's source): `u64 source incarnation, u64
+//!   receiver, u64 number, reason` (UTF-8, at most `UNREACHABLE_REASON_BYTES_MAX`): the
+//!   relay had no way on toward `receiver` for its multicast `number`, and drops what comes
+//!   for it until it has.
 //!
 //! A name is 1 to `GROUP_NAME_BYTES_MAX` bytes of UTF-8. In a REPAIR, the empty name
 //! (`MULTICAST_STREAM`) names the stream of the source's multicasts to the member (see the
@@ -49,6 +53,10 @@ pub const REPAIR_ASK: u8 = 1;
 pub const REPAIR_COPY: u8 = 2;
 /// REPAIR op: the publisher no longer holds a range of its publishes.
 pub const REPAIR_LOST: u8 = 3;
+/// REPAIR op: a relay cannot pass a multicast on toward one of its receivers.
+pub const REPAIR_UNREACHABLE: u8 = 4;
+/// Longest reason a REPAIR unreachable carries, in bytes.
+pub const UNREACHABLE_REASON_BYTES_MAX: usize = 256;
 
 /// A decoded INTEREST body.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -88,6 +96,14 @@ pub enum Repair<'a> {
         from: u64,
         to: u64,
         name: &'a str,
+    },
+    /// A relay had no way on toward `receiver` for multicast `number` of the source's
+    /// `incarnation`, and says why.
+    Unreachable {
+        incarnation: u64,
+        receiver: BusId,
+        number: u64,
+        reason: &'a str,
     },
 }
 
@@ -253,6 +269,27 @@ pub fn encode_repair_lost(incarnation: u64, from: u64, to: u64, name: &str) -> V
     out
 }
 
+/// The body of a REPAIR unreachable (`reason` cut to `UNREACHABLE_REASON_BYTES_MAX` bytes at a
+/// character boundary).
+pub fn encode_repair_unreachable(
+    incarnation: u64,
+    receiver: BusId,
+    number: u64,
+    reason: &str,
+) -> Vec<u8> {
+    let mut end = reason.len().min(UNREACHABLE_REASON_BYTES_MAX);
+    while !reason.is_char_boundary(end) {
+        end -= 1;
+    }
+    let mut out = Vec::with_capacity(25 + end);
+    out.push(REPAIR_UNREACHABLE);
+    out.extend_from_slice(&incarnation.to_le_bytes());
+    out.extend_from_slice(&receiver.0.to_le_bytes());
+    out.extend_from_slice(&number.to_le_bytes());
+    out.extend_from_slice(&reason.as_bytes()[..end]);
+    out
+}
+
 /// The `u64`s at the start of `body` and the name after them (its length byte first), the
 /// name filling the rest of the body exactly.
 fn fields_and_name<'a, const N: usize>(
@@ -322,7 +359,39 @@ pub fn decode_repair(body: &[u8]) -> Result<Repair<'_>, String> {
                 name,
             })
         }
-        other => Err(format!("REPAIR op {other} (expected 1, 2 or 3)")),
+        REPAIR_UNREACHABLE => {
+            if rest.len() < 24 {
+                return Err(format!(
+                    "REPAIR unreachable body of {} bytes (at least 25)",
+                    body.len()
+                ));
+            }
+            let u64_at = |i: usize| {
+                let mut b = [0u8; 8];
+                b.copy_from_slice(&rest[i..i + 8]);
+                u64::from_le_bytes(b)
+            };
+            let reason = &rest[24..];
+            if reason.len() > UNREACHABLE_REASON_BYTES_MAX {
+                return Err(format!(
+                    "REPAIR unreachable with a reason of {} bytes (at most {UNREACHABLE_REASON_BYTES_MAX})",
+                    reason.len()
+                ));
+            }
+            let reason = std::str::from_utf8(reason)
+                .map_err(|_| "REPAIR unreachable: the reason is not UTF-8".to_owned())?;
+            let number = u64_at(16);
+            if number == 0 {
+                return Err("REPAIR unreachable of number 0 (multicasts count from 1)".into());
+            }
+            Ok(Repair::Unreachable {
+                incarnation: u64_at(0),
+                receiver: BusId(u64_at(8)),
+                number,
+                reason,
+            })
+        }
+        other => Err(format!("REPAIR op {other} (expected 1 to 4)")),
     }
 }
 
@@ -428,6 +497,29 @@ mod tests {
         );
         assert!(decode_repair(&[]).unwrap_err().contains("0 bytes"));
         assert!(decode_repair(&[9, 0]).unwrap_err().contains("op 9"));
+        let far = encode_repair_unreachable(9, BusId(77), 5, "no route to 77 here");
+        assert_eq!(
+            decode_repair(&far),
+            Ok(Repair::Unreachable {
+                incarnation: 9,
+                receiver: BusId(77),
+                number: 5,
+                reason: "no route to 77 here"
+            })
+        );
+        let long = encode_repair_unreachable(9, BusId(77), 5, &"é".repeat(200));
+        assert!(decode_repair(&long).is_ok(), "cut at a character boundary");
+        assert!(decode_repair(&far[..20])
+            .unwrap_err()
+            .contains("at least 25"));
+        assert!(
+            decode_repair(&encode_repair_unreachable(9, BusId(77), 0, "x"))
+                .unwrap_err()
+                .contains("number 0")
+        );
+        let mut not_utf8 = encode_repair_unreachable(9, BusId(77), 5, "");
+        not_utf8.push(0xff);
+        assert!(decode_repair(&not_utf8).unwrap_err().contains("not UTF-8"));
         assert!(decode_repair(&encode_repair_ask(9, 0, "g"))
             .unwrap_err()
             .contains("number 0"));

@@ -114,4 +114,13 @@ pub enum Event {
         missed: u64,
         reason: String,
     },
+    /// The relay `relay` could not pass this node's multicast `number` on toward `receiver`
+    /// (`reason`: no route there, or out of hops), and drops what comes for it until it can;
+    /// reported at most once a second per relay, receiver and source.
+    MulticastUnreachable {
+        receiver: BusId,
+        number: u64,
+        relay: BusId,
+        reason: String,
+    },
 }

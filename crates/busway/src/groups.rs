@@ -515,6 +515,8 @@ impl Shared {
                 }
                 false
             }
+            // Sorted out to `multicast_repair_received` above.
+            Repair::Unreachable { .. } => false,
         }
     }
 
@@ -670,6 +672,7 @@ fn repair_names<'a>(repair: &Repair<'a>) -> &'a str {
     match *repair {
         Repair::Ask { name, .. } | Repair::Lost { name, .. } => name,
         Repair::Copy(head) => head.name,
+        Repair::Unreachable { .. } => MULTICAST_STREAM,
     }
 }
 

@@ -19,7 +19,7 @@ use crate::peer::{Peer, PushError};
 use crate::shared::Shared;
 use crate::stats::bump;
 use busway_core::frame::FrameKind;
-use busway_core::group::{Repair, MULTICAST_STREAM};
+use busway_core::group::{encode_repair_unreachable, Repair, MULTICAST_STREAM};
 use busway_core::multicast::{decode_multicast, encode_multicast_head, MulticastHead};
 use busway_core::multicast::{MULTICAST_FIXED_BYTES, MULTICAST_HOPS_MAX};
 use busway_core::multicast::{MULTICAST_RECEIVERS_MAX, MULTICAST_RECEIVER_BYTES};
@@ -118,7 +118,8 @@ impl Node {
         let now_ms = shared.coarse_ms.load(std::sync::atomic::Ordering::Relaxed);
         let numbered = shared.multicasts.number(&receivers, &payload, now_ms);
         let mut reached = 0;
-        for (peer, list) in shared.split_by_hop(numbered.into_iter(), None) {
+        let mut later = Vec::new();
+        for (peer, list) in shared.split_by_hop(numbered.into_iter(), None, &mut later) {
             let head =
                 encode_multicast_head(me, shared.incarnation, false, MULTICAST_HOPS_MAX, &list);
             let len = head.len() + payload.len();
@@ -165,21 +166,23 @@ impl Shared {
     }
 
     /// Receivers (with their numbers) split by the link that leads to each, in chunks of at
-    /// most `MULTICAST_RECEIVERS_MAX`; receivers without a link now are left out (counted
-    /// by the caller when it is a relay; a source's receivers ask once a link is back).
+    /// most `MULTICAST_RECEIVERS_MAX`; receivers without a link now are put in `unrouted`
+    /// (a relay reports them; a source's receivers ask once a link is back).
     fn split_by_hop(
         &self,
         receivers: impl Iterator<Item = (BusId, u64)>,
         except: Option<BusId>,
+        unrouted: &mut Numbered,
     ) -> Vec<(Arc<Peer>, Numbered)> {
         let mut by_hop: BTreeMap<BusId, (Arc<Peer>, Numbered)> = BTreeMap::new();
         for (id, number) in receivers {
-            if let Some(p) = self.multicast_hop(id, except) {
-                by_hop
+            match self.multicast_hop(id, except) {
+                Some(p) => by_hop
                     .entry(p.id)
                     .or_insert_with(|| (p, Vec::new()))
                     .1
-                    .push((id, number));
+                    .push((id, number)),
+                None => unrouted.push((id, number)),
             }
         }
         let mut out = Vec::with_capacity(by_hop.len());
@@ -280,31 +283,20 @@ impl Shared {
         body: &Bytes,
         onward: Vec<(BusId, u64)>,
     ) {
-        let count = onward.len() as u64;
         if head.hops_left <= 1 {
-            tracing::debug!(source = %head.source, peer = %from, "multicast out of hops: dropped");
-            self.counters
-                .multicast_forwards_dropped
-                .fetch_add(count, std::sync::atomic::Ordering::Relaxed);
+            let why = format!(
+                "out of hops (MULTICAST_HOPS_MAX) at relay {}",
+                self.config.id
+            );
+            self.multicast_unreachable(head, &onward, &why);
             return;
         }
         let payload = body.slice(head.payload_at..);
-        let split = self.split_by_hop(onward.into_iter(), Some(from));
-        let routed: u64 = split.iter().map(|(_, l)| l.len() as u64).sum();
-        if routed < count {
-            let why = format!(
-                "{} receivers of a multicast from {} have no route here: dropped",
-                count - routed,
-                head.source
-            );
-            self.warn_repeated(
-                "multicast receivers unknown",
-                &head.source.to_string(),
-                &why,
-            );
-            self.counters
-                .multicast_forwards_dropped
-                .fetch_add(count - routed, std::sync::atomic::Ordering::Relaxed);
+        let mut unrouted = Vec::new();
+        let split = self.split_by_hop(onward.into_iter(), Some(from), &mut unrouted);
+        if !unrouted.is_empty() {
+            let why = format!("no route at relay {}", self.config.id);
+            self.multicast_unreachable(head, &unrouted, &why);
         }
         for (peer, list) in split {
             let new_head = encode_multicast_head(
@@ -404,6 +396,48 @@ impl Shared {
                 }
                 false
             }
+            Repair::Unreachable {
+                incarnation,
+                receiver,
+                number,
+                reason,
+            } => {
+                if incarnation == self.incarnation {
+                    tracing::warn!(relay = %from, %receiver, number, reason, "multicast receiver unreachable");
+                    self.emit(Event::MulticastUnreachable {
+                        receiver,
+                        number,
+                        relay: from,
+                        reason: reason.to_owned(),
+                    });
+                } else {
+                    bump(&self.counters.group_repairs_refused);
+                }
+                false
+            }
+        }
+    }
+
+    /// Receivers of a multicast this relay cannot pass it on to: dropped and counted, and
+    /// the source is told (REPAIR unreachable, at most once a second per receiver); the
+    /// receivers' own gap, if they exist, is theirs to repair once a way is back.
+    fn multicast_unreachable(&self, head: &MulticastHead<'_>, receivers: &Numbered, why: &str) {
+        self.counters
+            .multicast_forwards_dropped
+            .fetch_add(receivers.len() as u64, std::sync::atomic::Ordering::Relaxed);
+        let now_ms = self.coarse_ms.load(std::sync::atomic::Ordering::Relaxed);
+        for &(receiver, number) in receivers {
+            if !self
+                .multicasts
+                .report_unreachable(head.source, receiver, now_ms)
+            {
+                continue;
+            }
+            let text = format!("{why} for bus id {receiver}");
+            tracing::debug!(source = %head.source, %receiver, "multicast receiver unreachable: {text}");
+            let body = encode_repair_unreachable(head.incarnation, receiver, number, &text);
+            // Best effort: a report that does not fit is made at a later multicast.
+            let _ = self.try_send_framed(head.source, FrameKind::Repair, &body, &Bytes::new());
         }
     }
 
@@ -411,7 +445,8 @@ impl Shared {
     /// returns those that did not fit a queue.
     fn send_multicast_marks(&self, marks: Vec<(BusId, u64)>) -> Vec<(BusId, u64)> {
         let mut unsent = Vec::new();
-        for (peer, list) in self.split_by_hop(marks.into_iter(), None) {
+        let mut later = Vec::new();
+        for (peer, list) in self.split_by_hop(marks.into_iter(), None, &mut later) {
             let head = encode_multicast_head(
                 self.config.id,
                 self.incarnation,

@@ -33,6 +33,11 @@ pub(crate) const MULTICAST_MARK_REPEAT_MS: u64 = 1_000;
 /// the next multicast to it.
 pub(crate) const MULTICAST_MARK_UNTIL_MS: u64 = 10_000;
 
+/// How often a relay tells a source that one receiver is unreachable, in milliseconds.
+pub(crate) const MULTICAST_UNREACHABLE_REPORT_MS: u64 = 1_000;
+/// (source, receiver) pairs a relay remembers reporting; past it, the memory starts afresh.
+const UNREACHABLE_REPORTS_MAX: usize = 4_096;
+
 /// A source's multicasts to one receiver.
 #[derive(Clone, Copy, Default)]
 struct ToReceiver {
@@ -59,6 +64,8 @@ struct State {
     kept_bytes: usize,
     /// Per source, its incarnation and this node's stream of its multicasts.
     streams: HashMap<BusId, Stream>,
+    /// As a relay: when this node last told a source that a receiver is unreachable.
+    reported: HashMap<(BusId, BusId), u64>,
 }
 
 /// What became of a multicast (or mark) received for this node.
@@ -165,6 +172,22 @@ impl MulticastTable {
     pub(crate) fn unmark(&self, receiver: BusId) {
         if let Some(r) = self.lock().receivers.get_mut(&receiver) {
             r.marked_ms = None;
+        }
+    }
+
+    /// As a relay: whether to tell `source` now that `receiver` is unreachable (at most once
+    /// per `MULTICAST_UNREACHABLE_REPORT_MS` per pair).
+    pub(crate) fn report_unreachable(&self, source: BusId, receiver: BusId, now_ms: u64) -> bool {
+        let mut st = self.lock();
+        if st.reported.len() >= UNREACHABLE_REPORTS_MAX {
+            st.reported.clear();
+        }
+        match st.reported.get(&(source, receiver)) {
+            Some(&at) if now_ms.saturating_sub(at) < MULTICAST_UNREACHABLE_REPORT_MS => false,
+            _ => {
+                st.reported.insert((source, receiver), now_ms);
+                true
+            }
         }
     }
 

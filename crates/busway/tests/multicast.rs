@@ -120,6 +120,45 @@ async fn relays_split_the_list_one_frame_per_link_two_levels_deep() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_receiver_no_relay_knows_is_reported_to_the_source_and_the_others_get_it() {
+    let top = start(config(100).listen(listen_addr("tcp4"))).await;
+    let top_addr = top.listen_addrs()[0].clone();
+    let source = below(1, &top_addr).await;
+    let r2 = below(2, &top_addr).await;
+    for id in [1, 2] {
+        assert!(top.wait_for_peer(BusId(id), WAIT).await);
+    }
+    let mut events = source.take_events().unwrap();
+    let mut inbox = r2.take_inbox().unwrap();
+    // 77 is nowhere: the source routes it up (it has an upstream), the relay knows no way on.
+    for i in 0..3 {
+        let to = [BusId(2), BusId(77)];
+        assert_eq!(source.multicast(&to, numbered(i)).await.unwrap(), 1);
+    }
+    expect_multicasts(&mut inbox, BusId(1), 3, "receiver 2").await;
+    let (receiver, number, relay, reason) = wait_event(&mut events, |e| match e {
+        Event::MulticastUnreachable {
+            receiver,
+            number,
+            relay,
+            reason,
+        } => Some((*receiver, *number, *relay, reason.clone())),
+        _ => None,
+    })
+    .await;
+    assert_eq!((receiver, number, relay), (BusId(77), 1, BusId(100)));
+    assert!(
+        reason.contains("no route at relay 100 for bus id 77"),
+        "{reason}"
+    );
+    // The three, and the marks that follow them (the source cannot know 77 is nowhere).
+    assert!(top.stats().multicast_forwards_dropped >= 3);
+    for n in [source, r2, top] {
+        n.shutdown().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bad_multicast_is_refused_with_the_reason_and_sends_nothing() {
     let (a, b) = pair("tcp4", config(1), config(2)).await;
     let mut inbox = b.take_inbox().unwrap();
