@@ -2,6 +2,7 @@
 //! state of its session there, and the session's lease (revoked at shutdown).
 
 use busway_core::BusId;
+#[cfg(feature = "etcd")]
 use etcd_client::Client;
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -40,6 +41,7 @@ pub(crate) struct DirectoryState {
     pub(crate) info: DiscoveryInfo,
     pub(crate) known: HashMap<BusId, DiscoveredNode>,
     /// The session's client and lease, to revoke at shutdown.
+    #[cfg(feature = "etcd")]
     pub(crate) session: Option<(Client, i64)>,
 }
 
@@ -49,6 +51,7 @@ impl Directory {
     }
 
     /// Where `id` listens, if etcd named it.
+    #[cfg(feature = "etcd")]
     pub(crate) fn lookup(&self, id: BusId) -> Option<DiscoveredNode> {
         self.lock().known.get(&id).cloned()
     }

@@ -56,6 +56,7 @@ impl EtcdConfig {
         Ok(())
     }
 
+    #[cfg(feature = "etcd")]
     pub(crate) fn nodes_prefix(&self) -> String {
         format!("{}/nodes/", self.prefix.trim_end_matches('/'))
     }

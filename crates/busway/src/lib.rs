@@ -29,6 +29,7 @@ mod deferred;
 mod dial;
 mod direct;
 mod directory;
+#[cfg(feature = "etcd")]
 mod discovery;
 mod etcd_config;
 mod event;

@@ -268,6 +268,7 @@ impl Node {
         shared.loops.pick().spawn(shared.clone().retry_loop());
         shared.loops.pick().spawn(shared.clone().pump_loop());
         shared.loops.pick().spawn(shared.clone().discovery_loop());
+        #[cfg(feature = "etcd")]
         if let Some(etcd) = shared.config.etcd.clone() {
             shared.loops.pick().spawn(shared.clone().etcd_loop(etcd));
         }
@@ -542,6 +543,7 @@ impl Node {
         let shared = self.owner.shared.clone();
         shared.shutting_down.store(true, Relaxed);
         let _ = shared.shutdown_tx.send(true);
+        #[cfg(feature = "etcd")]
         shared.deregister().await;
         let peers = shared.peers.snapshot();
         for p in &peers {

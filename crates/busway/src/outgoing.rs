@@ -121,6 +121,7 @@ impl Shared {
         len: usize,
     ) -> Result<Route, SendError> {
         match self.route_for(dst, len) {
+            #[cfg(feature = "etcd")]
             Err(SendError::NoRoute(_)) if self.discover(dst) => {
                 let wait = Duration::from_millis(crate::discovery::DISCOVERED_DIAL_WAIT_MS);
                 self.wait_for_peer(dst, wait).await;
