@@ -17,6 +17,11 @@ const EVENTS_DRAIN_WAIT: Duration = Duration::from_millis(100);
 /// publish, and a member behind a relay that died with the end of the stream asks once it
 /// is back below the restarted relay (under load that reconnect can take over a second).
 const GROUP_QUIET_MS: u64 = 2_000;
+/// How long a publisher waits, before it exits, for links to members that went away (their
+/// relay died) to come back, in seconds.
+const GROUP_LINKS_BACK_SECS: u64 = 10;
+/// How often it looks whether they did.
+const GROUP_LINKS_POLL: Duration = Duration::from_millis(10);
 
 #[derive(Args, Debug)]
 pub(crate) struct SendArgs {
@@ -100,7 +105,7 @@ pub(crate) async fn run(args: SendArgs) -> Result<ExitCode, String> {
     // is written again).
     let mut flushed = result.is_ok() && node.flush(Duration::from_secs(FLUSH_WAIT_SECS)).await;
     if let (true, Target::Group(group)) = (flushed, &target) {
-        flushed = serve_repairs(&node, group).await;
+        flushed = serve_repairs(&node, group, args.group_links).await;
     }
     let copies = node.stats().group_copies_sent;
     node.shutdown().await;
@@ -140,11 +145,22 @@ pub(crate) async fn run(args: SendArgs) -> Result<ExitCode, String> {
 /// for `GROUP_QUIET_MS` no copy was sent and the links that lead to members did not change
 /// (a relay that died and came back asks for the group again once its members are back: they
 /// learn then what they lost, and ask), and what was sent is acknowledged; false if that did
-/// not happen within `FLUSH_WAIT_SECS`.
-async fn serve_repairs(node: &busway::Node, group: &str) -> bool {
+/// not happen within `FLUSH_WAIT_SECS`. While fewer than `links` links lead to members (a
+/// relay died and its members are not back below its next life yet), it waits for them up to
+/// `GROUP_LINKS_BACK_SECS`: only then can the members behind it learn what they lost.
+async fn serve_repairs(node: &busway::Node, group: &str, links: usize) -> bool {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(FLUSH_WAIT_SECS);
+    let links_back_by = tokio::time::Instant::now() + Duration::from_secs(GROUP_LINKS_BACK_SECS);
     let moment = || (node.stats().group_copies_sent, node.group_links(group));
     loop {
+        if node.group_links(group).len() < links && tokio::time::Instant::now() < links_back_by {
+            // Polled: interest arrives as messages, not events.
+            tokio::time::sleep(GROUP_LINKS_POLL).await;
+            continue;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
         let before = moment();
         // A linger, not a synchronization: members ask within it if they miss anything.
         tokio::time::sleep(Duration::from_millis(GROUP_QUIET_MS)).await;

@@ -72,7 +72,15 @@ fn finish_with(
         let _ = stderr.read_to_string(&mut e);
         let _ = tx.send((o, e));
     });
-    let (o, e) = rx.recv_timeout(LIMIT).expect("command finished in time");
+    let (o, e) = match rx.recv_timeout(LIMIT) {
+        Ok(out) => out,
+        Err(_) => {
+            // Stopped, so that what it said shows why it did not finish.
+            let _ = p.0.kill();
+            let (o, e) = rx.recv_timeout(Duration::from_secs(10)).unwrap_or_default();
+            panic!("command did not finish within {LIMIT:?}; stdout: {o}\nstderr: {e}");
+        }
+    };
     let status = p.0.wait().unwrap();
     (status.success(), status.code(), o, e)
 }
