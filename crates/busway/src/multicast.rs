@@ -16,6 +16,7 @@ use crate::group_table::RepairJob;
 use crate::groups::Delivered;
 use crate::node::Node;
 use crate::peer::{Peer, PushError};
+use crate::routing::Hops;
 use crate::shared::Shared;
 use crate::stats::bump;
 use busway_core::frame::FrameKind;
@@ -107,10 +108,11 @@ impl Node {
         if shared.is_shutting_down() {
             return Err(MulticastError::Closed);
         }
+        let hops = shared.hops();
         let unrouted: Vec<BusId> = receivers
             .iter()
             .copied()
-            .filter(|&id| shared.route(id).is_none())
+            .filter(|&id| !shared.has_route(id, &hops))
             .collect();
         if !unrouted.is_empty() {
             return Err(MulticastError::NoRoute(unrouted));
@@ -156,13 +158,13 @@ impl Shared {
     /// The link a multicast to `dst` takes: a direct link to it (even while it is down: its
     /// queue is resent when it is back), else the unicast next hop; never `except` (the peer
     /// it came from).
-    fn multicast_hop(&self, dst: BusId, except: Option<BusId>) -> Option<Arc<Peer>> {
+    fn multicast_hop(&self, dst: BusId, except: Option<BusId>, hops: &Hops) -> Option<Arc<Peer>> {
         if let Some(p) = self.peer(dst) {
             if !(p.discovered && p.is_dead()) && Some(p.id) != except {
                 return Some(p);
             }
         }
-        self.next_hop(dst, except)
+        hops.next(dst, except)
     }
 
     /// Receivers (with their numbers) split by the link that leads to each, in chunks of at
@@ -174,9 +176,10 @@ impl Shared {
         except: Option<BusId>,
         unrouted: &mut Numbered,
     ) -> Vec<(Arc<Peer>, Numbered)> {
+        let hops = self.hops();
         let mut by_hop: BTreeMap<BusId, (Arc<Peer>, Numbered)> = BTreeMap::new();
         for (id, number) in receivers {
-            match self.multicast_hop(id, except) {
+            match self.multicast_hop(id, except, &hops) {
                 Some(p) => by_hop
                     .entry(p.id)
                     .or_insert_with(|| (p, Vec::new()))
@@ -467,11 +470,18 @@ impl Shared {
     /// A link to `peer` came up: the receivers this node multicast to behind it get a mark,
     /// so that one behind a relay that restarted (and lost what it held) sees its gap.
     pub(crate) fn multicast_link_up(&self, peer: BusId) {
-        let behind: Vec<(BusId, u64)> = self
-            .multicasts
-            .all_marks()
+        let marks = self.multicasts.all_marks();
+        if marks.is_empty() {
+            // Every link that comes up passes here: a node that never multicast is done.
+            return;
+        }
+        let hops = self.hops();
+        let behind: Vec<(BusId, u64)> = marks
             .into_iter()
-            .filter(|&(id, _)| self.multicast_hop(id, None).is_some_and(|p| p.id == peer))
+            .filter(|&(id, _)| {
+                self.multicast_hop(id, None, &hops)
+                    .is_some_and(|p| p.id == peer)
+            })
             .collect();
         if !behind.is_empty() {
             self.send_multicast_marks(behind);

@@ -35,23 +35,62 @@ pub(crate) enum Route {
     Relayed(Arc<Remote>),
 }
 
+/// The peers and their links at one moment, to route many destinations against (a multicast
+/// to a thousand receivers takes one snapshot, not a thousand).
+pub(crate) struct Hops {
+    peers: Vec<Arc<Peer>>,
+    neighbors: Vec<Neighbor>,
+    upstream: Option<BusId>,
+}
+
+impl Hops {
+    /// The neighbor whose link is up that takes a frame for `dst`, never `except`.
+    pub(crate) fn next(&self, dst: BusId, except: Option<BusId>) -> Option<Arc<Peer>> {
+        let hop = relay::next_hop(dst, &self.neighbors, self.upstream, except)?;
+        self.peers.iter().find(|p| p.id == hop).cloned()
+    }
+
+    /// Whether a downstream registered `dst` (as its own id or in its subtree).
+    fn registered_below(&self, dst: BusId) -> bool {
+        relay::next_hop(dst, &self.neighbors, None, Some(dst)).is_some()
+    }
+}
+
 impl Shared {
+    /// A snapshot of the peers to route against.
+    pub(crate) fn hops(&self) -> Hops {
+        let peers = self.peers_snapshot();
+        let neighbors = peers.iter().map(|p| p.neighbor()).collect();
+        Hops {
+            peers,
+            neighbors,
+            upstream: self.upstream_id(),
+        }
+    }
+
     /// The neighbor whose link is up that takes a frame for `dst` now, never `except`.
     pub(crate) fn next_hop(&self, dst: BusId, except: Option<BusId>) -> Option<Arc<Peer>> {
-        let peers = self.peers_snapshot();
-        let neighbors: Vec<Neighbor> = peers.iter().map(|p| p.neighbor()).collect();
-        let hop = relay::next_hop(dst, &neighbors, self.upstream_id(), except)?;
-        peers.into_iter().find(|p| p.id == hop)
+        self.hops().next(dst, except)
     }
 
     /// Whether `dst` is reached through relays: a downstream registered it, or there is an
     /// upstream to ask.
     fn relayable(&self, dst: BusId) -> bool {
-        if self.config.upstream.is_some() {
+        self.config.upstream.is_some() || self.hops().registered_below(dst)
+    }
+
+    /// Whether [`Shared::route`] has a way to `dst`, without its side effects (no relayed
+    /// destination made or woken), against the snapshot `hops`.
+    pub(crate) fn has_route(&self, dst: BusId, hops: &Hops) -> bool {
+        if self
+            .peer(dst)
+            .is_some_and(|p| !(p.discovered && p.is_dead()))
+        {
             return true;
         }
-        let neighbors: Vec<Neighbor> = self.peers_snapshot().iter().map(|p| p.neighbor()).collect();
-        relay::next_hop(dst, &neighbors, None, Some(dst)).is_some()
+        self.remote_of(dst).is_some()
+            || self.config.upstream.is_some()
+            || hops.registered_below(dst)
     }
 
     /// How to send to `dst`, or `None` if nobody could know it.
