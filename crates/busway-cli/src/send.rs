@@ -5,6 +5,7 @@ use crate::verify::SEQ_LEN;
 use busway::BusId;
 use bytes::{BufMut, Bytes, BytesMut};
 use clap::Args;
+use std::collections::BTreeSet;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -105,7 +106,7 @@ pub(crate) async fn run(args: SendArgs) -> Result<ExitCode, String> {
     // is written again).
     let mut flushed = result.is_ok() && node.flush(Duration::from_secs(FLUSH_WAIT_SECS)).await;
     if let (true, Target::Group(group)) = (flushed, &target) {
-        flushed = serve_repairs(&node, group, args.group_links).await;
+        flushed = serve_repairs(&node, group).await;
     }
     let copies = node.stats().group_copies_sent;
     node.shutdown().await;
@@ -145,15 +146,18 @@ pub(crate) async fn run(args: SendArgs) -> Result<ExitCode, String> {
 /// for `GROUP_QUIET_MS` no copy was sent and the links that lead to members did not change
 /// (a relay that died and came back asks for the group again once its members are back: they
 /// learn then what they lost, and ask), and what was sent is acknowledged; false if that did
-/// not happen within `FLUSH_WAIT_SECS`. While fewer than `links` links lead to members (a
-/// relay died and its members are not back below its next life yet), it waits for them up to
-/// `GROUP_LINKS_BACK_SECS`: only then can the members behind it learn what they lost.
-async fn serve_repairs(node: &busway::Node, group: &str, links: usize) -> bool {
+/// not happen within `FLUSH_WAIT_SECS`. While links to members may yet come back (see
+/// `links_pending`), it waits for them up to `GROUP_LINKS_BACK_SECS`: only then can the
+/// members behind them learn what they lost.
+async fn serve_repairs(node: &busway::Node, group: &str) -> bool {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(FLUSH_WAIT_SECS);
     let links_back_by = tokio::time::Instant::now() + Duration::from_secs(GROUP_LINKS_BACK_SECS);
-    let moment = || (node.stats().group_copies_sent, node.group_links(group));
+    let moment = || (node.stats().group_copies_sent, links_up(node, group));
+    let mut led = BTreeSet::new();
     loop {
-        if node.group_links(group).len() < links && tokio::time::Instant::now() < links_back_by {
+        let up = links_up(node, group);
+        led.extend(up.iter().map(|&(id, _)| id));
+        if links_pending(node, &up, &led) && tokio::time::Instant::now() < links_back_by {
             // Polled: interest arrives as messages, not events.
             tokio::time::sleep(GROUP_LINKS_POLL).await;
             continue;
@@ -172,6 +176,28 @@ async fn serve_repairs(node: &busway::Node, group: &str, links: usize) -> bool {
             return true;
         }
     }
+}
+
+/// The links that lead to members of `group`, each with whether it is up.
+fn links_up(node: &busway::Node, group: &str) -> Vec<(BusId, bool)> {
+    let peers = node.peers();
+    node.group_links(group)
+        .into_iter()
+        .map(|id| (id, peers.iter().any(|p| p.id == id && p.up)))
+        .collect()
+}
+
+/// Whether links to members may yet come back: one is down (its peer may reconnect: what it
+/// asked for is kept meanwhile), a peer that led to members is up again but has not asked
+/// again (a relay that restarted forgot its members' interest, and they are not back below
+/// it yet). A member that shut down is gone at once, and not waited for.
+fn links_pending(node: &busway::Node, up: &[(BusId, bool)], led: &BTreeSet<BusId>) -> bool {
+    if up.iter().any(|&(_, up)| !up) {
+        return true;
+    }
+    node.peers()
+        .iter()
+        .any(|p| p.up && led.contains(&p.id) && !up.iter().any(|&(id, _)| id == p.id))
 }
 
 /// Where `send` sends.

@@ -11,7 +11,7 @@ pub const CLOSE_REASON_LEN_MAX: usize = 256;
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 #[repr(u16)]
 pub enum CloseCode {
-    /// The node is shutting down or the application closed the link.
+    /// The link ends, and the node may come back (the answer to a peer's CLOSE).
     Normal = 0,
     /// The peer sent something this node could not accept (bad frame, bad handshake).
     ProtocolError = 1,
@@ -19,6 +19,9 @@ pub enum CloseCode {
     AuthFailed = 2,
     /// The bus id is already connected (from this or another incarnation).
     Duplicate = 3,
+    /// The node is shutting down: this incarnation will not come back, so its peers give up
+    /// on it at once.
+    Shutdown = 4,
     /// Any code this version does not know.
     Other = 0xffff,
 }
@@ -30,6 +33,7 @@ impl CloseCode {
             1 => Self::ProtocolError,
             2 => Self::AuthFailed,
             3 => Self::Duplicate,
+            4 => Self::Shutdown,
             _ => Self::Other,
         }
     }

@@ -13,8 +13,8 @@
 //!   only that the publisher's last publish to the group is `number`, so that a member that
 //!   lost the end of a stream (a relay died with it) sees the gap without a later publish.
 //! * REPAIR, end to end (direct or inside ROUTED), one of three ops:
-//!   `REPAIR_ASK` (member to publisher): `u64 publisher's incarnation, u64 from, u8 name
-//!   length, name`: send me your publishes to the group from number `from` on;
+//!   `REPAIR_ASK` (member to publisher): `u64 publisher's incarnation, u64 from, u64 to, u8
+//!   name length, name`: send me your publishes to the group numbered `from..to` (one gap);
 //!   `REPAIR_COPY` (publisher to member): a PUBLISH body (never a mark), for the member alone;
 //!   `REPAIR_LOST` (publisher to member): `u64 incarnation, u64 from, u64 to, u8 name length,
 //!   name`: publishes `from..to` are no longer held and will never come;
@@ -47,7 +47,7 @@ pub const PUBLISH_MARK_BIT: u64 = 1 << 63;
 /// (`GroupPolicy::Backpressure`), so a relay waits for room toward a member rather than
 /// drop the publish for it.
 pub const PUBLISH_BACKPRESSURE_BIT: u64 = 1 << 62;
-/// REPAIR op: a member asks the publisher for its publishes from a number on.
+/// REPAIR op: a member asks the publisher for a range of its publishes (one gap).
 pub const REPAIR_ASK: u8 = 1;
 /// REPAIR op: a publisher's copy of one publish, for the asking member alone.
 pub const REPAIR_COPY: u8 = 2;
@@ -82,10 +82,13 @@ pub struct PublishHead<'a> {
 /// A decoded REPAIR body.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Repair<'a> {
-    /// Send me your publishes to `name` from `from` on (if you are still `incarnation`).
+    /// Send me your publishes to `name` numbered `from..to` (if you are still
+    /// `incarnation`): one gap, not everything after it, so that a member with several gaps
+    /// is not sent what it holds.
     Ask {
         incarnation: u64,
         from: u64,
+        to: u64,
         name: &'a str,
     },
     /// A copy of one publish; its head's `payload_at` counts from the REPAIR body's start.
@@ -232,13 +235,14 @@ pub fn encode_mark(publisher: BusId, incarnation: u64, number: u64, name: &str) 
     encode_publish_head(publisher, incarnation, number | PUBLISH_MARK_BIT, name)
 }
 
-/// The body of a REPAIR ask: send me `publisher incarnation`'s publishes to `name` from
-/// `from` on.
-pub fn encode_repair_ask(incarnation: u64, from: u64, name: &str) -> Vec<u8> {
-    let mut out = Vec::with_capacity(18 + name.len());
+/// The body of a REPAIR ask: send me `publisher incarnation`'s publishes to `name`
+/// numbered `from..to`.
+pub fn encode_repair_ask(incarnation: u64, from: u64, to: u64, name: &str) -> Vec<u8> {
+    let mut out = Vec::with_capacity(26 + name.len());
     out.push(REPAIR_ASK);
     out.extend_from_slice(&incarnation.to_le_bytes());
     out.extend_from_slice(&from.to_le_bytes());
+    out.extend_from_slice(&to.to_le_bytes());
     out.push(name.len() as u8);
     out.extend_from_slice(name.as_bytes());
     out
@@ -327,13 +331,16 @@ pub fn decode_repair(body: &[u8]) -> Result<Repair<'_>, String> {
     };
     match op {
         REPAIR_ASK => {
-            let ([incarnation, from], name) = fields_and_name::<2>(rest, "REPAIR ask")?;
-            if from == 0 {
-                return Err("REPAIR ask from number 0 (publishes count from 1)".into());
+            let ([incarnation, from, to], name) = fields_and_name::<3>(rest, "REPAIR ask")?;
+            if from == 0 || to <= from {
+                return Err(format!(
+                    "REPAIR ask for numbers {from}..{to} (an empty range, or from 0)"
+                ));
             }
             Ok(Repair::Ask {
                 incarnation,
                 from,
+                to,
                 name,
             })
         }
@@ -467,12 +474,13 @@ mod tests {
 
     #[test]
     fn repairs_round_trip_and_lies_are_named() {
-        let ask = encode_repair_ask(9, 4, "g");
+        let ask = encode_repair_ask(9, 4, 7, "g");
         assert_eq!(
             decode_repair(&ask),
             Ok(Repair::Ask {
                 incarnation: 9,
                 from: 4,
+                to: 7,
                 name: "g"
             })
         );
@@ -520,14 +528,17 @@ mod tests {
         let mut not_utf8 = encode_repair_unreachable(9, BusId(77), 5, "");
         not_utf8.push(0xff);
         assert!(decode_repair(&not_utf8).unwrap_err().contains("not UTF-8"));
-        assert!(decode_repair(&encode_repair_ask(9, 0, "g"))
+        assert!(decode_repair(&encode_repair_ask(9, 0, 3, "g"))
             .unwrap_err()
-            .contains("number 0"));
+            .contains("from 0"));
+        assert!(decode_repair(&encode_repair_ask(9, 4, 4, "g"))
+            .unwrap_err()
+            .contains("empty range"));
         assert!(decode_repair(&encode_repair_lost(9, 5, 5, "g"))
             .unwrap_err()
             .contains("empty range"));
-        let mut long_name = encode_repair_ask(9, 4, "g");
-        long_name[17] = 3;
+        let mut long_name = encode_repair_ask(9, 4, 7, "g");
+        long_name[25] = 3;
         assert!(decode_repair(&long_name)
             .unwrap_err()
             .contains("3 bytes but 1 follow"));
@@ -578,12 +589,12 @@ mod tests {
             span in 1u64..1_000,
             name in "[a-z0-9./-]{1,128}",
         ) {
-            let ask = encode_repair_ask(incarnation, from, &name);
+            let to = from.saturating_add(span);
+            let ask = encode_repair_ask(incarnation, from, to, &name);
             prop_assert_eq!(
                 decode_repair(&ask),
-                Ok(Repair::Ask { incarnation, from, name: name.as_str() })
+                Ok(Repair::Ask { incarnation, from, to, name: name.as_str() })
             );
-            let to = from.saturating_add(span);
             let lost = encode_repair_lost(incarnation, from, to, &name);
             prop_assert_eq!(
                 decode_repair(&lost),

@@ -8,8 +8,15 @@ use std::fmt;
 pub enum DownReason {
     /// This node is shutting down.
     Shutdown,
-    /// The peer closed the link (with the reason it gave, if any).
+    /// The peer closed the link (with the reason it gave, if any), or the connection ended
+    /// without a CLOSE: it may come back, and what it has not acknowledged is held for it until
+    /// `NodeConfig::peer_dead_after_ms`.
     ClosedByPeer(String),
+    /// The peer shut down (its CLOSE said so): that incarnation will not come back, so busway
+    /// gives up on it at once (`Event::Undeliverable` for what it had not acknowledged, calls
+    /// to it fail, its groups' interest is forgotten) rather than hold its messages until
+    /// `NodeConfig::peer_dead_after_ms`.
+    PeerShutDown,
     /// The peer sent bytes that are not valid protocol; the text names what and where.
     ProtocolError(String),
     /// The socket failed.
@@ -23,6 +30,7 @@ impl fmt::Display for DownReason {
         match self {
             Self::Shutdown => write!(f, "this node is shutting down"),
             Self::ClosedByPeer(r) => write!(f, "closed by the peer: {r}"),
+            Self::PeerShutDown => write!(f, "the peer shut down"),
             Self::ProtocolError(r) => write!(f, "protocol error: {r}"),
             Self::Io(r) => write!(f, "i/o error: {r}"),
             Self::Timeout(r) => write!(f, "timed out: {r}"),

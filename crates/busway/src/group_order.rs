@@ -22,6 +22,20 @@ pub(crate) const HELD_ENTRY_OVERHEAD_BYTES: usize = 64;
 /// How long a member waits for the repair of a gap before it gives the gap up, in
 /// milliseconds (from when it saw the gap, or last made progress on it).
 pub(crate) const GROUP_REPAIR_WAIT_MS: u64 = 5_000;
+/// How long a member waits for an asked repair to make progress before it asks again, in
+/// milliseconds: the ask or its copies may have died with a relay. Copies on their way
+/// count as progress, so a long repair is not asked for twice.
+pub(crate) const GROUP_REASK_MS: u64 = 1_000;
+const _: () = assert!(GROUP_REASK_MS < GROUP_REPAIR_WAIT_MS);
+
+/// An ask a stream made and waits on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Asked {
+    /// The end (exclusive) of the gap asked for: once `next` reaches it, the gap is filled.
+    to: u64,
+    /// When it was asked, or when the stream last moved since (node clock, ms).
+    at_ms: u64,
+}
 
 /// What became of a publish offered to a stream.
 #[derive(Debug, PartialEq, Eq)]
@@ -53,8 +67,8 @@ pub(crate) struct Stream {
     held_bytes: usize,
     /// When the current gap was seen or last narrowed (node clock, ms); `None`: no gap.
     gap_since_ms: Option<u64>,
-    /// `next` when the publisher was last asked: asked again only once it moved.
-    asked_at: Option<u64>,
+    /// The ask under way, if any: no other is made until it is filled or stalls.
+    asked: Option<Asked>,
 }
 
 impl Stream {
@@ -68,7 +82,7 @@ impl Stream {
             held: BTreeMap::new(),
             held_bytes: 0,
             gap_since_ms: None,
-            asked_at: None,
+            asked: None,
         }
     }
 
@@ -117,19 +131,32 @@ impl Stream {
         }
     }
 
-    /// Whether to ask the publisher for what is missing now, from which number; counts as
-    /// asked (see [`Stream::unask`] when the ask could not be sent).
-    pub(crate) fn ask(&mut self) -> Option<u64> {
-        if !self.has_gap() || self.asked_at == Some(self.next) {
+    /// Whether to ask the publisher for its first gap now, and which numbers (`from..to`: up
+    /// to the first publish held after it, or past the last known); counts as asked (see
+    /// [`Stream::unask`] when the ask could not be sent). Not while an ask is under way: only
+    /// once its gap is filled, or after `GROUP_REASK_MS` without progress.
+    pub(crate) fn ask(&mut self, now_ms: u64) -> Option<(u64, u64)> {
+        if !self.has_gap() {
             return None;
         }
-        self.asked_at = Some(self.next);
-        Some(self.next)
+        if let Some(a) = self.asked {
+            if self.next < a.to && now_ms.saturating_sub(a.at_ms) < GROUP_REASK_MS {
+                return None;
+            }
+        }
+        let to = self
+            .held
+            .keys()
+            .next()
+            .copied()
+            .unwrap_or(self.known.saturating_add(1));
+        self.asked = Some(Asked { to, at_ms: now_ms });
+        Some((self.next, to))
     }
 
     /// The ask [`Stream::ask`] returned was not sent: ask again later.
     pub(crate) fn unask(&mut self) {
-        self.asked_at = None;
+        self.asked = None;
     }
 
     /// The publisher no longer holds `from..to`: those not here are skipped.
@@ -204,9 +231,12 @@ impl Stream {
         out
     }
 
-    /// The stream moved on: a gap left is timed from now.
+    /// The stream moved on: a gap left, and the ask under way, are timed from now.
     fn progressed(&mut self, now_ms: u64) {
         self.gap_since_ms = self.has_gap().then_some(now_ms);
+        if let Some(a) = self.asked.as_mut() {
+            a.at_ms = now_ms;
+        }
     }
 }
 
@@ -230,7 +260,7 @@ mod tests {
         assert_eq!(deliver(&mut s, 6), Offer::Stale);
         assert_eq!(deliver(&mut s, 4), Offer::Stale, "before the start");
         assert!(!s.has_gap());
-        assert_eq!(s.ask(), None);
+        assert_eq!(s.ask(0), None);
     }
 
     #[test]
@@ -240,10 +270,10 @@ mod tests {
         assert_eq!(deliver(&mut s, 4), Offer::Held);
         assert_eq!(deliver(&mut s, 5), Offer::Held);
         assert_eq!(deliver(&mut s, 5), Offer::Stale, "held already");
-        assert_eq!(s.ask(), Some(2));
-        assert_eq!(s.ask(), None, "asked once until it moves");
+        assert_eq!(s.ask(0), Some((2, 4)), "the gap, not what is held after it");
+        assert_eq!(s.ask(0), None, "asked once while it is under way");
         assert_eq!(deliver(&mut s, 2), Offer::Deliver { then: vec![] });
-        assert_eq!(s.ask(), Some(3), "moved: the rest may be asked again");
+        assert_eq!(s.ask(0), None, "its copies are coming: not asked again");
         assert_eq!(
             deliver(&mut s, 3),
             Offer::Deliver {
@@ -261,10 +291,40 @@ mod tests {
         s.mark(1, 0);
         assert!(!s.has_gap(), "nothing after 1");
         s.mark(3, 0);
-        assert_eq!(s.ask(), Some(2));
+        assert_eq!(s.ask(0), Some((2, 4)));
         deliver(&mut s, 2);
         deliver(&mut s, 3);
         assert!(!s.has_gap());
+    }
+
+    #[test]
+    fn each_gap_is_asked_once_and_again_only_when_its_repair_stalls() {
+        let mut s = Stream::starting_at(1, 1);
+        deliver(&mut s, 1);
+        s.offer(4, 0, || p(4));
+        s.offer(8, 0, || p(8));
+        assert_eq!(s.ask(0), Some((2, 4)));
+        // A copy comes: progress, so the stall is timed from it.
+        s.offer(2, 600, || p(2));
+        assert_eq!(s.ask(600 + GROUP_REASK_MS - 1), None);
+        assert_eq!(
+            s.ask(600 + GROUP_REASK_MS),
+            Some((3, 4)),
+            "stalled: the rest of the gap is asked again"
+        );
+        s.offer(3, 2_000, || p(3));
+        assert_eq!(
+            s.ask(2_000),
+            Some((5, 8)),
+            "filled: the next gap is asked at once"
+        );
+        s.mark(9, 2_000);
+        s.offer(5, 2_000, || p(5));
+        s.offer(6, 2_000, || p(6));
+        s.offer(7, 2_000, || p(7));
+        assert_eq!(s.ask(2_000), Some((9, 10)), "the tail a mark revealed");
+        s.unask();
+        assert_eq!(s.ask(2_000), Some((9, 10)), "not sent: asked again");
     }
 
     #[test]

@@ -99,6 +99,11 @@ struct State {
     policies: HashMap<GroupName, GroupPolicy>,
     /// (peer, group) whose link this publisher found full past `GROUP_SLOW_MEMBER_WAIT_MS`.
     lagging: HashSet<(BusId, GroupName)>,
+    /// (peer, publisher, group): a publish or mark of another node this node could not pass
+    /// on to the peer (its link was full). The peer is owed a mark of where that stream
+    /// stands, sent once it fits: else a member behind it that lost the end of a stream
+    /// would never learn it (see [`GroupTable::owed_marks`]).
+    owed: HashSet<(BusId, BusId, GroupName)>,
 }
 
 /// What to do with a publish or mark received from a peer (see [`GroupTable::received`]).
@@ -135,7 +140,9 @@ pub(crate) struct Ask {
     pub(crate) publisher: BusId,
     pub(crate) incarnation: u64,
     pub(crate) group: GroupName,
+    /// The gap asked for: `from..to`.
     pub(crate) from: u64,
+    pub(crate) to: u64,
 }
 
 /// How a publisher answers an ask: what it no longer holds, then copies of the rest.
@@ -155,6 +162,11 @@ pub(crate) struct RepairJob {
     pub(crate) lost: Option<(u64, u64)>,
     pub(crate) copies: VecDeque<(u64, Bytes)>,
 }
+
+/// Marks a relay owes peers at once (see `State::owed`); past it a dropped publish is not
+/// followed by a mark, and the members behind that peer learn of the gap at the stream's next
+/// publish or mark.
+pub(crate) const OWED_MARKS_MAX: usize = 4_096;
 
 /// Repairs a publisher has under way at once; an ask past it is refused (counted), and the
 /// member gives its gap up when its wait runs out.
@@ -252,9 +264,18 @@ impl GroupTable {
         self.repairs.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Queues a repair to send; false (and dropped) past `GROUP_REPAIRS_PENDING_MAX`.
+    /// Queues a repair to send; false (and dropped) past `GROUP_REPAIRS_PENDING_MAX`. A
+    /// repair still under way for the same member and stream is replaced: the member asks
+    /// again only when that one stalled, from where it stands now.
     pub(crate) fn queue_repair(&self, job: RepairJob) -> bool {
         let mut q = self.repairs();
+        if let Some(old) = q
+            .iter_mut()
+            .find(|j| j.to == job.to && j.group == job.group)
+        {
+            *old = job;
+            return true;
+        }
         if q.len() >= GROUP_REPAIRS_PENDING_MAX {
             return false;
         }
@@ -545,19 +566,20 @@ impl GroupTable {
         (stream.incarnation == incarnation).then(|| stream.lost(from, to, now_ms))
     }
 
-    /// The repairs this member should ask for now (each stream with a gap, once per point
-    /// it reached; see [`GroupTable::unask`]).
-    pub(crate) fn asks(&self) -> Vec<Ask> {
+    /// The repairs this member should ask for at `now_ms` (each stream's first gap, see
+    /// [`Stream::ask`] and [`GroupTable::unask`]).
+    pub(crate) fn asks(&self, now_ms: u64) -> Vec<Ask> {
         let mut st = self.lock();
         let mut out = Vec::new();
         for ((publisher, group), source) in st.seen.iter_mut() {
             if let Some(stream) = source.stream.as_mut() {
-                if let Some(from) = stream.ask() {
+                if let Some((from, to)) = stream.ask(now_ms) {
                     out.push(Ask {
                         publisher: *publisher,
                         incarnation: stream.incarnation,
                         group: group.clone(),
                         from,
+                        to,
                     });
                 }
             }
@@ -616,14 +638,14 @@ impl GroupTable {
         }
     }
 
-    /// How this publisher (now `incarnation`) answers an ask for `name` from `from` on
-    /// made of `asked_incarnation`.
+    /// How this publisher (now `incarnation`) answers an ask for `name`'s publishes
+    /// `from..to` made of `asked_incarnation`.
     pub(crate) fn repair(
         &self,
         name: &str,
         asked_incarnation: u64,
         incarnation: u64,
-        from: u64,
+        (from, to): (u64, u64),
     ) -> RepairPlan {
         let st = self.lock();
         let Some(p) = st.published.get(name) else {
@@ -640,16 +662,60 @@ impl GroupTable {
             };
         }
         let oldest = p.retained.front().map_or(p.number + 1, |&(n, _)| n);
-        let lost = (from < oldest).then_some((from, oldest));
+        let lost = (from < oldest).then_some((from, oldest.min(to)));
         let at = p.retained.partition_point(|&(n, _)| n < from);
-        let copies = p.retained.range(at..).cloned().collect();
+        let end = p.retained.partition_point(|&(n, _)| n < to);
+        let copies = p.retained.range(at..end.max(at)).cloned().collect();
         RepairPlan { lost, copies }
+    }
+
+    /// A publish or mark of `publisher` to `name` could not be passed on to `peer` (its link
+    /// was full): `peer` is owed a mark (within `OWED_MARKS_MAX`).
+    pub(crate) fn owe_mark(&self, peer: BusId, publisher: BusId, name: &str) {
+        let mut st = self.lock();
+        if st.owed.len() < OWED_MARKS_MAX {
+            st.owed.insert((peer, publisher, name.into()));
+        }
+    }
+
+    /// The marks owed (see [`GroupTable::owe_mark`]): peer, publisher, its incarnation, the
+    /// last number this node saw of it (publish or mark), group. Call
+    /// [`GroupTable::mark_paid`] for each one sent.
+    pub(crate) fn owed_marks(&self) -> Vec<(BusId, BusId, u64, u64, GroupName)> {
+        let mut guard = self.lock();
+        let st = &mut *guard;
+        if st.owed.is_empty() {
+            return Vec::new();
+        }
+        let seen = &st.seen;
+        // A stream forgotten meanwhile has nothing to mark.
+        st.owed
+            .retain(|(_, publisher, g)| seen.contains_key(&(*publisher, g.clone())));
+        st.owed
+            .iter()
+            .map(|(peer, publisher, g)| {
+                let s = &seen[&(*publisher, g.clone())];
+                (
+                    *peer,
+                    *publisher,
+                    s.incarnation,
+                    s.highest.max(s.marked),
+                    g.clone(),
+                )
+            })
+            .collect()
+    }
+
+    /// An owed mark was sent.
+    pub(crate) fn mark_paid(&self, peer: BusId, publisher: BusId, name: &GroupName) {
+        self.lock().owed.remove(&(peer, publisher, name.clone()));
     }
 
     /// `peer` is gone (given up on, or replaced by a new incarnation): what it asked for and
     /// what it was told are forgotten.
     pub(crate) fn peer_gone(&self, peer: BusId) {
         let mut st = self.lock();
+        st.owed.retain(|(p, _, _)| *p != peer);
         st.wanted_by.retain(|_, v| {
             v.retain(|&p| p != peer);
             !v.is_empty()
@@ -837,15 +903,16 @@ mod tests {
         assert_eq!(after_gap.offer, Some(Offer::Held));
         assert!(after_gap.gap);
         assert_eq!(
-            t.asks(),
+            t.asks(0),
             vec![Ask {
                 publisher: BusId(7),
                 incarnation: 1,
                 group: "g".into(),
-                from: 2
+                from: 2,
+                to: 5,
             }]
         );
-        assert_eq!(t.asks(), vec![], "asked once");
+        assert_eq!(t.asks(0), vec![], "asked once");
         // A copy by a second path fills the gap for this member, and is not passed on.
         let filler = got(&t, 2, &head(7, 1, 2)).unwrap();
         assert_eq!(filler.forward_to, vec![]);
@@ -878,7 +945,8 @@ mod tests {
             vec![],
             "once"
         );
-        assert_eq!(t.asks()[0].from, 2);
+        let asks = t.asks(0);
+        assert_eq!((asks[0].from, asks[0].to), (2, 4), "up to the mark");
         assert_eq!(
             t.marks_for("g", BusId(9), 4),
             vec![(BusId(7), 1, 3)],
@@ -893,6 +961,31 @@ mod tests {
             t.repaired(&head(7, 2, 3), 0, Bytes::new),
             None,
             "not this life"
+        );
+    }
+
+    #[test]
+    fn a_peer_a_publish_could_not_be_passed_on_to_is_owed_a_mark_until_paid() {
+        let t = table();
+        t.interest(BusId(5), true, "g");
+        got(&t, 1, &head(7, 1, 3)).unwrap();
+        t.owe_mark(BusId(5), BusId(7), "g");
+        got(&t, 1, &mark(7, 1, 4)).unwrap();
+        assert_eq!(
+            t.owed_marks(),
+            vec![(BusId(5), BusId(7), 1, 4, "g".into())],
+            "where the stream stands now"
+        );
+        t.mark_paid(BusId(5), BusId(7), &"g".into());
+        assert_eq!(t.owed_marks(), vec![]);
+        t.owe_mark(BusId(5), BusId(7), "g");
+        t.peer_gone(BusId(5));
+        assert_eq!(t.owed_marks(), vec![], "a peer gone is owed nothing");
+        t.owe_mark(BusId(5), BusId(8), "g");
+        assert_eq!(
+            t.owed_marks(),
+            vec![],
+            "a stream never seen has nothing to mark"
         );
     }
 
@@ -915,22 +1008,26 @@ mod tests {
         for i in 1..=5u8 {
             t.publish("g", &Bytes::from(vec![i]), u64::from(i));
         }
-        let plan = t.repair("g", 1, 1, 2);
+        let plan = t.repair("g", 1, 1, (2, 6));
         assert_eq!(plan.lost, Some((2, 3)), "1 and 2 fell out of the bound");
         let numbers: Vec<u64> = plan.copies.iter().map(|c| c.0).collect();
         assert_eq!(numbers, vec![3, 4, 5]);
-        assert_eq!(t.repair("g", 1, 1, 5).copies.len(), 1);
+        let gap = t.repair("g", 1, 1, (3, 5));
+        let numbers: Vec<u64> = gap.copies.iter().map(|c| c.0).collect();
+        assert_eq!((gap.lost, numbers), (None, vec![3, 4]), "the gap alone");
+        assert_eq!(t.repair("g", 1, 1, (1, 2)).lost, Some((1, 2)), "all lost");
+        assert_eq!(t.repair("g", 1, 1, (5, u64::MAX)).copies.len(), 1);
         assert_eq!(
-            t.repair("g", 1, 1, 6),
+            t.repair("g", 1, 1, (6, 9)),
             RepairPlan::default(),
             "nothing after the last"
         );
         assert_eq!(
-            t.repair("g", 0, 1, 2).lost,
+            t.repair("g", 0, 1, (2, 3)).lost,
             Some((2, u64::MAX)),
             "an earlier life"
         );
-        assert_eq!(t.repair("other", 1, 1, 2).lost, Some((2, u64::MAX)));
+        assert_eq!(t.repair("other", 1, 1, (2, 3)).lost, Some((2, u64::MAX)));
         assert_eq!(t.tail_marks(5 + GROUP_TAIL_MARK_MS - 1), vec![]);
         t.interest(BusId(4), true, "g");
         assert_eq!(

@@ -416,7 +416,12 @@ impl Shared {
                     self.groups.block(id, body.clone())
                 }
                 // Cut-off: a relay never waits for one member; that member repairs the gap
-                // from the publisher, or is cut off.
+                // from the publisher, or is cut off. It is owed a mark, in case this was the
+                // end of the stream.
+                Some(Err(crate::peer::PushError::Full)) => {
+                    self.groups.owe_mark(id, head.publisher, head.name);
+                    bump(&self.counters.group_forwards_dropped)
+                }
                 _ => bump(&self.counters.group_forwards_dropped),
             }
         }
@@ -454,11 +459,12 @@ impl Shared {
             Repair::Ask {
                 incarnation,
                 from: first,
+                to,
                 name,
             } => {
                 let plan = self
                     .groups
-                    .repair(name, incarnation, self.incarnation, first);
+                    .repair(name, incarnation, self.incarnation, (first, to));
                 let job = RepairJob {
                     to: from,
                     group: name.into(),
@@ -566,18 +572,25 @@ impl Shared {
             self.groups
                 .marks_for(group, self.config.id, self.incarnation)
         {
-            // A mark that does not fit is covered by the publisher's tail mark or a later
-            // publish.
-            push_mark(&p, &encode_mark(publisher, incarnation, number, group));
+            // A mark that does not fit is sent on a later tick.
+            if push_mark(&p, &encode_mark(publisher, incarnation, number, group)) {
+                continue;
+            }
+            if publisher == self.config.id {
+                self.groups.set_lagging(group, peer, true);
+            } else {
+                self.groups.owe_mark(peer, publisher, group);
+            }
         }
     }
 
     /// Asks the publishers of streams with a gap for copies; an ask that cannot be sent now
     /// is made again on the next tick.
     pub(crate) fn ask_repairs(&self) {
-        let asks = self.groups.asks().into_iter();
-        for ask in asks.chain(self.multicasts.asks()) {
-            let body = encode_repair_ask(ask.incarnation, ask.from, &ask.group);
+        let now_ms = self.coarse_ms.load(std::sync::atomic::Ordering::Relaxed);
+        let asks = self.groups.asks(now_ms).into_iter();
+        for ask in asks.chain(self.multicasts.asks(now_ms)) {
+            let body = encode_repair_ask(ask.incarnation, ask.from, ask.to, &ask.group);
             match self.try_send_framed(ask.publisher, FrameKind::Repair, &body, &Bytes::new()) {
                 Ok(_) => bump(&self.counters.group_repairs_asked),
                 Err(e) => {
@@ -632,7 +645,16 @@ impl Shared {
         for (group, number, to) in self.groups.tail_marks(now_ms) {
             let body = encode_mark(self.config.id, self.incarnation, number, &group);
             for p in to.into_iter().filter_map(|id| self.peer(id)) {
-                push_mark(&p, &body);
+                if !push_mark(&p, &body) {
+                    // Sent again, on later ticks, once it fits (see `lagging` below).
+                    self.groups.set_lagging(&group, p.id, true);
+                }
+            }
+        }
+        for (peer, publisher, incarnation, number, group) in self.groups.owed_marks() {
+            let body = encode_mark(publisher, incarnation, number, &group);
+            if self.peer(peer).is_none_or(|p| push_mark(&p, &body)) {
+                self.groups.mark_paid(peer, publisher, &group);
             }
         }
         for (group, number, id) in self.groups.lagging() {

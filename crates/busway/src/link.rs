@@ -424,6 +424,9 @@ where
             }
             end = &mut reader => {
                 let reason = match end {
+                    Ok(ReadEnd::Close(c)) if c.code == CloseCode::Shutdown => {
+                        DownReason::PeerShutDown
+                    }
                     Ok(ReadEnd::Close(c)) => DownReason::ClosedByPeer(c.reason),
                     Ok(ReadEnd::Eof) => DownReason::ClosedByPeer("connection closed".into()),
                     Err(reason) => return reason,

@@ -343,11 +343,12 @@ impl Shared {
             Repair::Ask {
                 incarnation,
                 from: first,
+                to,
                 ..
             } => {
                 let plan = self
                     .multicasts
-                    .repair(from, incarnation, self.incarnation, first);
+                    .repair(from, incarnation, self.incarnation, (first, to));
                 let job = RepairJob {
                     to: from,
                     group: MULTICAST_STREAM.into(),

@@ -198,14 +198,14 @@ impl MulticastTable {
         st.receivers.iter().map(|(&id, r)| (id, r.number)).collect()
     }
 
-    /// How this source (now `incarnation`) answers `receiver`'s ask for its multicasts from
-    /// `from` on, made of `asked_incarnation`.
+    /// How this source (now `incarnation`) answers `receiver`'s ask for its multicasts
+    /// `from..to`, made of `asked_incarnation`.
     pub(crate) fn repair(
         &self,
         receiver: BusId,
         asked_incarnation: u64,
         incarnation: u64,
-        from: u64,
+        (from, to): (u64, u64),
     ) -> RepairPlan {
         let st = self.lock();
         let everything_lost = RepairPlan {
@@ -219,12 +219,12 @@ impl MulticastTable {
             // Asked of an earlier life of this node: nothing of it is left.
             return everything_lost;
         }
-        let lost = (from < r.held_from).then_some((from, r.held_from));
+        let lost = (from < r.held_from).then_some((from, r.held_from.min(to)));
         let mut copies = Vec::new();
         if r.number >= from.max(r.held_from) {
             for k in st.kept.iter() {
                 if let Some(&(_, n)) = k.to.iter().find(|(id, _)| *id == receiver) {
-                    if n >= from {
+                    if (from..to).contains(&n) {
                         copies.push((n, k.payload.clone()));
                     }
                 }
@@ -308,18 +308,20 @@ impl MulticastTable {
         Some(stream.lost(from, to, now_ms))
     }
 
-    /// The repairs to ask for now: each stream with a gap, once per point it reached.
-    pub(crate) fn asks(&self) -> Vec<Ask> {
+    /// The repairs to ask for at `now_ms`: each stream's first gap (see
+    /// `group_order::Stream::ask`).
+    pub(crate) fn asks(&self, now_ms: u64) -> Vec<Ask> {
         let mut st = self.lock();
         let name: GroupName = Arc::from(MULTICAST_STREAM);
         st.streams
             .iter_mut()
             .filter_map(|(&source, s)| {
-                s.ask().map(|from| Ask {
+                s.ask(now_ms).map(|(from, to)| Ask {
                     publisher: source,
                     incarnation: s.incarnation,
                     group: name.clone(),
                     from,
+                    to,
                 })
             })
             .collect()
@@ -397,17 +399,19 @@ mod tests {
         t.number(&[a], &big(1), 0);
         t.number(&[a, b], &big(2), 0);
         t.number(&[b], &big(3), 0);
-        let plan = t.repair(a, 7, 7, 1);
+        let plan = t.repair(a, 7, 7, (1, 3));
         assert_eq!(plan.lost, Some((1, 2)), "a's first is gone");
         assert_eq!(plan.copies, vec![(2, big(2))]);
-        let plan = t.repair(b, 7, 7, 1);
+        let plan = t.repair(b, 7, 7, (1, 3));
         assert_eq!((plan.lost, plan.copies.len()), (None, 2));
+        let plan = t.repair(b, 7, 7, (2, 3));
+        assert_eq!(plan.copies, vec![(2, big(3))], "the gap asked for alone");
         assert_eq!(
-            t.repair(b, 6, 7, 1).lost,
+            t.repair(b, 6, 7, (1, 2)).lost,
             Some((1, u64::MAX)),
             "another life"
         );
-        assert_eq!(t.repair(BusId(9), 7, 7, 1).lost, Some((1, u64::MAX)));
+        assert_eq!(t.repair(BusId(9), 7, 7, (1, 2)).lost, Some((1, u64::MAX)));
     }
 
     #[test]
@@ -421,8 +425,11 @@ mod tests {
         );
         let got = t.received(s, 1, 6, false, 0, || p(6));
         assert_eq!((got.offer, got.gap), (Some(Offer::Held), true));
-        let asks = t.asks();
-        assert_eq!((asks.len(), asks[0].from, &*asks[0].group), (1, 5, ""));
+        let asks = t.asks(0);
+        assert_eq!(
+            (asks.len(), asks[0].from, asks[0].to, &*asks[0].group),
+            (1, 5, 6, "")
+        );
         let (offer, gap) = t.repaired(s, 1, 5, 0, || p(5)).unwrap();
         assert_eq!(offer, Offer::Deliver { then: vec![p(6)] });
         assert!(!gap);

@@ -687,6 +687,11 @@ impl Peer {
         self.room.notify_waiters();
     }
 
+    /// Whether this node closes the link because it shuts down (see `close`).
+    pub(crate) fn is_closing(&self) -> bool {
+        self.lock().closing
+    }
+
     /// Whether the attached link is closing because its peer closed (see `close_link`): its
     /// reader will not free room in a ring any more. (Our own node closing is not that: the
     /// peer still reads, and what is queued goes out within the linger time.)

@@ -289,6 +289,14 @@ impl Shared {
         let Some((epoch, unacked)) = peer.detach(link) else {
             return;
         };
+        // A peer that shut down will not come back as this incarnation: nothing to wait for.
+        let (deadline, why) = if reason == DownReason::PeerShutDown {
+            (Duration::ZERO, format!("bus id {} shut down", peer.id))
+        } else {
+            let after = self.config.peer_dead_after_ms;
+            let why = format!("bus id {} stayed down for {after} ms", peer.id);
+            (Duration::from_millis(after), why)
+        };
         tracing::debug!(peer = %peer.id, %reason, unacked, "link down");
         self.emit(Event::PeerDown {
             peer: peer.id,
@@ -298,7 +306,6 @@ impl Shared {
         self.peers.notify_changed();
         let shared = self.clone();
         let peer = peer.clone();
-        let deadline = Duration::from_millis(self.config.peer_dead_after_ms);
         // A link task dropped with its runtime (the node going away) has no runtime to arm a
         // timer on, and needs none: nothing will be sent any more.
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
@@ -307,17 +314,7 @@ impl Shared {
         runtime.spawn(async move {
             tokio::time::sleep(deadline).await;
             if let Some(seqs) = peer.expire(epoch, shared.clock_ms()) {
-                shared.give_up_on_peer(
-                    peer.id,
-                    seqs,
-                    format!(
-                        "bus id {} stayed down for {} ms",
-                        peer.id,
-                        deadline.as_millis()
-                    ),
-                    Path::Direct,
-                    Some(peer.incarnation()),
-                );
+                shared.give_up_on_peer(peer.id, seqs, why, Path::Direct, Some(peer.incarnation()));
             }
         });
     }

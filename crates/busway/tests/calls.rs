@@ -289,7 +289,7 @@ async fn an_unknown_id_fails_at_once_and_pending_calls_are_bounded() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_peer_that_restarts_or_stays_down_fails_its_pending_calls_with_the_reason() {
+async fn a_peer_that_restarts_stays_down_or_shuts_down_fails_its_pending_calls_with_the_reason() {
     let mut cb = config(2);
     cb.dial_backoff_min_ms = 5;
     cb.peer_dead_after_ms = 500;
@@ -303,13 +303,9 @@ async fn a_peer_that_restarts_or_stays_down_fails_its_pending_calls_with_the_rea
         .unwrap()
         .unwrap();
     std::mem::forget(request); // its node is going; no error reply from it
-    a.shutdown().await;
-    let a2 = loop {
-        if let Ok(n) = Node::start(config(1).listen(addr.clone())).await {
-            break n;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    };
+                               // Dropped, not shut down: it ends as a crash does, with no CLOSE.
+    drop(a);
+    let a2 = start_again(config(1).listen(addr.clone())).await;
     match tokio::time::timeout(WAIT, pending).await.unwrap().unwrap() {
         Err(CallError::Failed { peer, reason }) => {
             assert_eq!(peer, BusId(1));
@@ -333,7 +329,7 @@ async fn a_peer_that_restarts_or_stays_down_fails_its_pending_calls_with_the_rea
         .unwrap()
         .unwrap();
     std::mem::forget(m2);
-    a2.shutdown().await;
+    drop(a2);
     match tokio::time::timeout(WAIT, pending).await.unwrap().unwrap() {
         Err(CallError::Failed { reason, .. }) => {
             assert!(reason.contains("stayed down"), "{reason}")
@@ -341,6 +337,24 @@ async fn a_peer_that_restarts_or_stays_down_fails_its_pending_calls_with_the_rea
         other => panic!("{other:?}"),
     }
     drop(inbox2);
+    // A node that shuts down says so: its pending calls fail at once, not at the deadline.
+    let a3 = start_again(config(1).listen(addr.clone())).await;
+    let mut inbox3 = a3.take_inbox().unwrap();
+    // Given up on, so sends to it fail fast until it is back.
+    assert!(b.wait_for_peer(BusId(1), WAIT).await);
+    let pending = spawn_call(&b, BusId(1), Bytes::from_static(b"q3"));
+    let m3 = tokio::time::timeout(WAIT, inbox3.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    std::mem::forget(m3);
+    a3.shutdown().await;
+    match tokio::time::timeout(WAIT, pending).await.unwrap().unwrap() {
+        Err(CallError::Failed { reason, .. }) => {
+            assert!(reason.contains("bus id 1 shut down"), "{reason}")
+        }
+        other => panic!("{other:?}"),
+    }
     b.shutdown().await;
 }
 

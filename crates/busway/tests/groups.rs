@@ -407,7 +407,7 @@ mod lies {
         .await;
         assert!(why.contains("a mark has none"), "{why}");
 
-        let ask = encode_repair_ask(1, 0, GROUP);
+        let ask = encode_repair_ask(1, 0, 4, GROUP);
         let why = raw_peer_says(
             &node,
             &mut events,
@@ -415,7 +415,16 @@ mod lies {
             &frame_bytes(FrameKind::Repair, &ask),
         )
         .await;
-        assert!(why.contains("number 0"), "{why}");
+        assert!(why.contains("from 0"), "{why}");
+        let empty = encode_repair_ask(1, 4, 4, GROUP);
+        let why = raw_peer_says(
+            &node,
+            &mut events,
+            25,
+            &frame_bytes(FrameKind::Repair, &empty),
+        )
+        .await;
+        assert!(why.contains("an empty range"), "{why}");
 
         let mut long = encode_repair_lost(1, 3, 9, GROUP);
         long.push(b'!');

@@ -69,10 +69,16 @@ pub(super) fn write_loop<'a, W: AsyncWrite + Unpin>(
 
 /// Ends the link cleanly: the last acknowledgement first (messages read from the peer's ring
 /// are acknowledged on a timer, which may not have fired yet: without it the peer would hold
-/// what it sent until its deadline), then CLOSE.
+/// what it sent until its deadline), then CLOSE: `Shutdown` when this node shuts down (its
+/// peers give up on this incarnation at once), else `Normal` (the answer to the peer's).
 async fn write_close<W: AsyncWrite + Unpin>(w: &mut W, peer: &Peer) -> io::Result<()> {
     let mut last = ack_frame(peer.inbound_expected()).to_vec();
-    last.extend_from_slice(&Close::frame(CloseCode::Normal, "closing"));
+    let close = if peer.is_closing() {
+        Close::frame(CloseCode::Shutdown, "shutting down")
+    } else {
+        Close::frame(CloseCode::Normal, "closing")
+    };
+    last.extend_from_slice(&close);
     w.write_all(&last).await?;
     w.shutdown().await
 }
