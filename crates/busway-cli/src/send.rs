@@ -29,8 +29,16 @@ pub(crate) struct SendArgs {
     #[command(flatten)]
     node: NodeArgs,
     /// The destination bus id.
-    #[arg(long, required_unless_present = "group", conflicts_with = "group")]
+    #[arg(
+        long,
+        required_unless_present_any = ["group", "multicast"],
+        conflicts_with_all = ["group", "multicast"]
+    )]
     to: Option<BusId>,
+    /// Multicast to these bus ids instead (comma-separated: each gets every message, one
+    /// frame per link whatever the number of receivers behind it).
+    #[arg(long, value_delimiter = ',', num_args = 1.., conflicts_with = "group")]
+    multicast: Vec<BusId>,
     /// Publish to this group instead (every member gets each message; waits until a member
     /// is known).
     #[arg(long)]
@@ -64,11 +72,22 @@ pub(crate) async fn run(args: SendArgs) -> Result<ExitCode, String> {
     let target = match (&args.group, args.to) {
         (Some(g), _) => Target::Group(g.clone()),
         (None, Some(to)) => Target::Node(to),
-        (None, None) => return Err("give --to ID or --group NAME".into()),
+        (None, None) if !args.multicast.is_empty() => Target::Multicast(args.multicast.clone()),
+        (None, None) => return Err("give --to ID, --group NAME or --multicast ID,ID..".into()),
     };
     let ready = match &target {
         Target::Node(to) => args.node.wait_reachable(&node, *to).await,
         Target::Group(g) => args.node.wait_for_group(&node, g, args.group_links).await,
+        Target::Multicast(ids) => {
+            let mut ready = Ok(());
+            for &id in ids {
+                ready = args.node.wait_reachable(&node, id).await;
+                if ready.is_err() {
+                    break;
+                }
+            }
+            ready
+        }
     };
     if let Err(why) = ready {
         node.shutdown().await;
@@ -105,25 +124,39 @@ pub(crate) async fn run(args: SendArgs) -> Result<ExitCode, String> {
     // Exit only once the destination has everything (a relay may die meanwhile: what it lost
     // is written again).
     let mut flushed = result.is_ok() && node.flush(Duration::from_secs(FLUSH_WAIT_SECS)).await;
-    if let (true, Target::Group(group)) = (flushed, &target) {
-        flushed = serve_repairs(&node, group).await;
+    match (flushed, &target) {
+        (true, Target::Group(group)) => flushed = serve_repairs(&node, Some(group)).await,
+        (true, Target::Multicast(_)) => flushed = serve_repairs(&node, None).await,
+        _ => {}
     }
     let copies = node.stats().group_copies_sent;
     node.shutdown().await;
     // "Acknowledged" includes given up: say which messages were, and why.
     let mut undeliverable = 0;
+    let mut unreachable = 0;
     while let Ok(Some(ev)) = tokio::time::timeout(EVENTS_DRAIN_WAIT, events.recv()).await {
-        if let busway::Event::Undeliverable { peer, seqs, .. } = &ev {
-            if target.counts_loss_to(*peer) {
+        match &ev {
+            busway::Event::Undeliverable { peer, seqs, .. } if target.counts_loss_to(*peer) => {
                 undeliverable += seqs.end - seqs.start;
                 eprintln!("{}", crate::common::describe(&ev));
             }
+            // A relay had no way on toward a receiver: it will not get what follows either.
+            busway::Event::MulticastUnreachable { .. } => {
+                unreachable += 1;
+                eprintln!("{}", crate::common::describe(&ev));
+            }
+            _ => {}
         }
     }
     result.map_err(|e| format!("after {sent} messages: {e}"))?;
     if undeliverable > 0 {
         return Err(format!(
             "{undeliverable} of {sent} messages to {target} were not delivered"
+        ));
+    }
+    if unreachable > 0 {
+        return Err(format!(
+            "the multicast to {target} did not reach every receiver ({unreachable} report(s) of a relay with no way on)"
         ));
     }
     if !flushed {
@@ -142,14 +175,15 @@ pub(crate) async fn run(args: SendArgs) -> Result<ExitCode, String> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// A publisher's last duty: copies for members that lost publishes with a relay. Returns once
-/// for `GROUP_QUIET_MS` no copy was sent and the links that lead to members did not change
+/// A publisher's (or a multicast source's: `group` `None`) last duty: copies for members
+/// (receivers) that lost publishes with a relay. Returns once for `GROUP_QUIET_MS` no copy
+/// was sent and the links that lead to members did not change
 /// (a relay that died and came back asks for the group again once its members are back: they
 /// learn then what they lost, and ask), and what was sent is acknowledged; false if that did
 /// not happen within `FLUSH_WAIT_SECS`. While links to members may yet come back (see
 /// `links_pending`), it waits for them up to `GROUP_LINKS_BACK_SECS`: only then can the
 /// members behind them learn what they lost.
-async fn serve_repairs(node: &busway::Node, group: &str) -> bool {
+async fn serve_repairs(node: &busway::Node, group: Option<&str>) -> bool {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(FLUSH_WAIT_SECS);
     let links_back_by = tokio::time::Instant::now() + Duration::from_secs(GROUP_LINKS_BACK_SECS);
     let moment = || (node.stats().group_copies_sent, links_up(node, group));
@@ -178,8 +212,12 @@ async fn serve_repairs(node: &busway::Node, group: &str) -> bool {
     }
 }
 
-/// The links that lead to members of `group`, each with whether it is up.
-fn links_up(node: &busway::Node, group: &str) -> Vec<(BusId, bool)> {
+/// The links that lead to members of `group` (none for a multicast: its receivers ask the
+/// source end to end), each with whether it is up.
+fn links_up(node: &busway::Node, group: Option<&str>) -> Vec<(BusId, bool)> {
+    let Some(group) = group else {
+        return Vec::new();
+    };
     let peers = node.peers();
     node.group_links(group)
         .into_iter()
@@ -204,6 +242,7 @@ fn links_pending(node: &busway::Node, up: &[(BusId, bool)], led: &BTreeSet<BusId
 enum Target {
     Node(BusId),
     Group(String),
+    Multicast(Vec<BusId>),
 }
 
 impl Target {
@@ -219,16 +258,21 @@ impl Target {
                 .await
                 .map(drop)
                 .map_err(|e| e.to_string()),
+            Target::Multicast(ids) => node
+                .multicast(ids, payload)
+                .await
+                .map(drop)
+                .map_err(|e| e.to_string()),
         }
     }
 
-    /// Whether messages given up on toward `peer` are this send's loss: none for a group
-    /// (a member asks the publisher for what a dead link or relay lost, and reports what it
-    /// cannot get back, `listen --verify` included).
+    /// Whether messages given up on toward `peer` are this send's loss: none for a group or
+    /// a multicast (a member or receiver asks the source for what a dead link or relay lost,
+    /// and reports what it cannot get back, `listen --verify` included).
     fn counts_loss_to(&self, peer: BusId) -> bool {
         match self {
             Target::Node(to) => *to == peer,
-            Target::Group(_) => false,
+            Target::Group(_) | Target::Multicast(_) => false,
         }
     }
 }
@@ -238,6 +282,10 @@ impl std::fmt::Display for Target {
         match self {
             Target::Node(to) => write!(f, "bus id {to}"),
             Target::Group(g) => write!(f, "group {g}"),
+            Target::Multicast(ids) => {
+                let ids: Vec<String> = ids.iter().map(BusId::to_string).collect();
+                write!(f, "bus ids {}", ids.join(","))
+            }
         }
     }
 }

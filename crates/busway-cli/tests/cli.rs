@@ -815,6 +815,60 @@ fn a_million_publishes_reach_members_over_shm_tcp_and_a_relay_killed_three_times
 }
 
 #[test]
+fn send_multicast_reaches_each_receiver_over_shm_and_tcp_verified() {
+    const N: &str = "200000";
+    let (shm, shm_addr, shm_out) = listener(&[
+        "listen",
+        "--id",
+        "1",
+        "--listen",
+        "tcp://127.0.0.1:0",
+        "--count",
+        N,
+        "--verify",
+    ]);
+    let (tcp, tcp_addr, tcp_out) = listener(&[
+        "listen",
+        "--id",
+        "2",
+        "--listen",
+        "tcp://127.0.0.1:0",
+        "--no-shm",
+        "--count",
+        N,
+        "--verify",
+    ]);
+    let (ok, _, _, err) = finish(
+        spawn(&[
+            "send",
+            "--id",
+            "9",
+            "--connect",
+            &shm_addr,
+            "--connect",
+            &tcp_addr,
+            "--multicast",
+            "1,2",
+            "--count",
+            N,
+            "--size",
+            "16",
+        ]),
+        None,
+    );
+    assert!(ok, "send failed: {err}");
+    for (what, p, out) in [("over shm", shm, shm_out), ("over tcp", tcp, tcp_out)] {
+        let (ok, _, stdout, err) = finish(p, Some(out));
+        assert!(ok, "receiver {what}: {stdout} {err}");
+        assert_eq!(
+            stdout.lines().last().unwrap_or_default(),
+            "received 200000, missing 0, duplicates 0, out-of-order 0",
+            "receiver {what}: {err}"
+        );
+    }
+}
+
+#[test]
 fn a_million_messages_cross_a_relay_killed_three_times() {
     let addr = format!("tcp://127.0.0.1:{}", free_port());
     let r = relay(&addr);
@@ -1785,6 +1839,56 @@ pub(crate) mod etcd {
             stdout.contains("received 1000000, missing 0, duplicates 0, out-of-order 0"),
             "{stdout}"
         );
+    }
+
+    #[test]
+    fn a_multicast_reaches_receivers_that_only_etcd_names() {
+        let Some(etcd) = Etcd::start("multicast") else {
+            return;
+        };
+        let url = etcd.url();
+        let receiver = |id: &str| {
+            listener(&[
+                "listen",
+                "--id",
+                id,
+                "--listen",
+                "tcp://127.0.0.1:0",
+                "--no-shm",
+                "--etcd",
+                &url,
+                "--count",
+                "100000",
+                "--verify",
+            ])
+        };
+        let receivers = [receiver("2"), receiver("3")];
+        let (ok, _, _, err) = finish(
+            spawn(&[
+                "send",
+                "--id",
+                "4",
+                "--no-shm",
+                "--etcd",
+                &url,
+                "--multicast",
+                "2,3",
+                "--count",
+                "100000",
+                "--size",
+                "32",
+            ]),
+            None,
+        );
+        assert!(ok, "{err}");
+        for (l, _, out) in receivers {
+            let (ok, _, stdout, err) = finish(l, Some(out));
+            assert!(ok, "{stdout} {err}");
+            assert!(
+                stdout.contains("received 100000, missing 0, duplicates 0, out-of-order 0"),
+                "{stdout}"
+            );
+        }
     }
 
     #[test]

@@ -79,7 +79,9 @@ impl Node {
     /// copies this node keeps (`NodeConfig::group_retain_bytes`), and one that cannot be is
     /// reported to the receiver (`Event::MulticastGap`). Waits for room on a full link, as
     /// `send` does. Returns how many places it went to (links, and this node's inbox); a
-    /// receiver routed through a link that is down for now is reached when it is back.
+    /// receiver routed through a link that is down for now is reached when it is back. With
+    /// etcd discovery (the `etcd` feature), receivers with no route that etcd names are
+    /// dialed first, as `send` does for one.
     pub async fn multicast(&self, to: &[BusId], payload: Bytes) -> Result<usize, MulticastError> {
         let shared = self.shared();
         let me = shared.config.id;
@@ -108,12 +110,21 @@ impl Node {
         if shared.is_shutting_down() {
             return Err(MulticastError::Closed);
         }
-        let hops = shared.hops();
-        let unrouted: Vec<BusId> = receivers
-            .iter()
-            .copied()
-            .filter(|&id| !shared.has_route(id, &hops))
-            .collect();
+        let unrouted_of = |hops: Hops| -> Vec<BusId> {
+            receivers
+                .iter()
+                .copied()
+                .filter(|&id| !shared.has_route(id, &hops))
+                .collect()
+        };
+        let unrouted = unrouted_of(shared.hops());
+        // Receivers only etcd knows are dialed first, as a send to one of them is.
+        #[cfg(feature = "etcd")]
+        let unrouted = if !unrouted.is_empty() && shared.discover_all(&unrouted).await {
+            unrouted_of(shared.hops())
+        } else {
+            unrouted
+        };
         if !unrouted.is_empty() {
             return Err(MulticastError::NoRoute(unrouted));
         }

@@ -131,6 +131,24 @@ impl Shared {
         }
     }
 
+    /// Dials those of `ids` that etcd names (as `route_or_discover` does for one) and waits
+    /// for their links, at most `DISCOVERED_DIAL_WAIT_MS` in all; true if any was dialed.
+    #[cfg(feature = "etcd")]
+    pub(crate) async fn discover_all(&self, ids: &[BusId]) -> bool {
+        let dialed: Vec<BusId> = ids
+            .iter()
+            .copied()
+            .filter(|&id| self.discover(id))
+            .collect();
+        let wait = Duration::from_millis(crate::discovery::DISCOVERED_DIAL_WAIT_MS);
+        let deadline = tokio::time::Instant::now() + wait;
+        for &id in &dialed {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            self.wait_for_peer(id, left).await;
+        }
+        !dialed.is_empty()
+    }
+
     /// Waits until a link to `id` is up, at most `timeout`; false if it did not come.
     pub(crate) async fn wait_for_peer(&self, id: BusId, timeout: Duration) -> bool {
         let wait = async {
