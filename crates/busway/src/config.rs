@@ -75,7 +75,8 @@ pub struct NodeConfig {
     /// Interval between PINGs; a peer silent for 3 intervals is declared down.
     pub heartbeat_interval_ms: u64,
     /// How long a peer may stay down before its unacknowledged messages are reported
-    /// undeliverable (and sends to it fail at once until it is back).
+    /// undeliverable (and sends to it fail at once until it is back). A peer that shut down
+    /// (`DownReason::PeerShutDown`) is not waited for.
     pub peer_dead_after_ms: u64,
     /// How long a node keeps what it knows of a peer dead past its deadline, and of a source
     /// of relayed messages it has not heard from, before it forgets them (and twice this for a

@@ -134,7 +134,8 @@ pub(crate) struct Published {
     pub(crate) member: bool,
 }
 
-/// A member's ask for a repair: `publisher` (its `incarnation`), `group`, from `from` on.
+/// A member's ask for a repair: `publisher` (its `incarnation`), `group`, one gap
+/// `from..to`.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) struct Ask {
     pub(crate) publisher: BusId,
@@ -291,7 +292,11 @@ impl GroupTable {
 
     /// A repair taken and not finished: first again next time.
     pub(crate) fn resume_repair(&self, job: RepairJob) {
-        self.repairs().push_front(job);
+        let mut q = self.repairs();
+        // A newer ask of the same member for the same stream came meanwhile: it replaces this.
+        if !q.iter().any(|j| j.to == job.to && j.group == job.group) {
+            q.push_front(job);
+        }
     }
 
     /// Whether repairs are under way.

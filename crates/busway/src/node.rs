@@ -38,7 +38,8 @@ const FLUSH_POLL_MS: u64 = 5;
 pub enum SendError {
     /// This node has never had a link to this id.
     NoRoute(BusId),
-    /// The peer stayed down past `peer_dead_after_ms`; sends fail until it is back.
+    /// The peer stayed down past `peer_dead_after_ms`, or shut down; sends fail until it is
+    /// back.
     PeerDown(BusId),
     /// The peer's send queue holds its byte limit (`try_send` only).
     Full(BusId),
