@@ -474,7 +474,15 @@ impl GroupTable {
         }
         let mut guard = self.lock();
         let st = &mut *guard;
-        let key: (BusId, GroupName) = (head.publisher, head.name.into());
+        // The name as this node already holds it (joined, or asked for by a peer): a reference
+        // count, not an allocation per publish received.
+        let name = st
+            .joined
+            .get(head.name)
+            .or_else(|| st.wanted_by.get_key_value(head.name).map(|(k, _)| k))
+            .cloned()
+            .unwrap_or_else(|| head.name.into());
+        let key: (BusId, GroupName) = (head.publisher, name);
         if st.seen.len() >= PUBLISHERS_SEEN_MAX && !st.seen.contains_key(&key) {
             let State { seen, joined, .. } = &mut *st;
             seen.retain(|(_, g), _| joined.contains(g));
