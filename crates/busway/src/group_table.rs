@@ -100,7 +100,7 @@ struct State {
     /// (peer, group) whose link this publisher found full past `GROUP_SLOW_MEMBER_WAIT_MS`.
     lagging: HashSet<(BusId, GroupName)>,
     /// (peer, publisher, group): a publish or mark of another node this node could not pass
-    /// on to the peer (its link was full). The peer is owed a mark of where that stream
+    /// on to the peer (its link was full), or a mark of this node's own that did not fit. The peer is owed a mark of where that stream
     /// stands, sent once it fits: else a member behind it that lost the end of a stream
     /// would never learn it (see [`GroupTable::owed_marks`]).
     owed: HashSet<(BusId, BusId, GroupName)>,
@@ -691,30 +691,36 @@ impl GroupTable {
         }
     }
 
-    /// The marks owed (see [`GroupTable::owe_mark`]): peer, publisher, its incarnation, the
-    /// last number this node saw of it (publish or mark), group. Call
+    /// The marks owed (see [`GroupTable::owe_mark`]; this node `me`, now `incarnation`, may
+    /// owe marks of its own publishes too): peer, publisher, its incarnation, the last number
+    /// this node saw of it (publish or mark) or published, group. Call
     /// [`GroupTable::mark_paid`] for each one sent.
-    pub(crate) fn owed_marks(&self) -> Vec<(BusId, BusId, u64, u64, GroupName)> {
+    pub(crate) fn owed_marks(
+        &self,
+        me: BusId,
+        incarnation: u64,
+    ) -> Vec<(BusId, BusId, u64, u64, GroupName)> {
         let mut guard = self.lock();
         let st = &mut *guard;
         if st.owed.is_empty() {
             return Vec::new();
         }
-        let seen = &st.seen;
+        let (seen, published) = (&st.seen, &st.published);
+        let stands = |publisher: BusId, g: &GroupName| -> Option<(u64, u64)> {
+            if publisher == me {
+                return published.get(g).map(|p| (incarnation, p.number));
+            }
+            seen.get(&(publisher, g.clone()))
+                .map(|s| (s.incarnation, s.highest.max(s.marked)))
+        };
         // A stream forgotten meanwhile has nothing to mark.
         st.owed
-            .retain(|(_, publisher, g)| seen.contains_key(&(*publisher, g.clone())));
+            .retain(|(_, publisher, g)| stands(*publisher, g).is_some());
         st.owed
             .iter()
-            .map(|(peer, publisher, g)| {
-                let s = &seen[&(*publisher, g.clone())];
-                (
-                    *peer,
-                    *publisher,
-                    s.incarnation,
-                    s.highest.max(s.marked),
-                    g.clone(),
-                )
+            .filter_map(|(peer, publisher, g)| {
+                let (inc, number) = stands(*publisher, g)?;
+                Some((*peer, *publisher, inc, number, g.clone()))
             })
             .collect()
     }
@@ -985,20 +991,31 @@ mod tests {
         t.owe_mark(BusId(5), BusId(7), "g");
         got(&t, 1, &mark(7, 1, 4)).unwrap();
         assert_eq!(
-            t.owed_marks(),
+            t.owed_marks(BusId(9), 1),
             vec![(BusId(5), BusId(7), 1, 4, "g".into())],
             "where the stream stands now"
         );
         t.mark_paid(BusId(5), BusId(7), &"g".into());
-        assert_eq!(t.owed_marks(), vec![]);
+        assert_eq!(t.owed_marks(BusId(9), 1), vec![]);
         t.owe_mark(BusId(5), BusId(7), "g");
         t.peer_gone(BusId(5));
-        assert_eq!(t.owed_marks(), vec![], "a peer gone is owed nothing");
+        assert_eq!(
+            t.owed_marks(BusId(9), 1),
+            vec![],
+            "a peer gone is owed nothing"
+        );
         t.owe_mark(BusId(5), BusId(8), "g");
         assert_eq!(
-            t.owed_marks(),
+            t.owed_marks(BusId(9), 1),
             vec![],
             "a stream never seen has nothing to mark"
+        );
+        t.publish("g", &Bytes::from_static(b"p"), 0);
+        t.owe_mark(BusId(5), BusId(9), "g");
+        assert_eq!(
+            t.owed_marks(BusId(9), 1),
+            vec![(BusId(5), BusId(9), 1, 1, "g".into())],
+            "its own tail mark that did not fit"
         );
     }
 

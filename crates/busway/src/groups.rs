@@ -573,12 +573,7 @@ impl Shared {
                 .marks_for(group, self.config.id, self.incarnation)
         {
             // A mark that does not fit is sent on a later tick.
-            if push_mark(&p, &encode_mark(publisher, incarnation, number, group)) {
-                continue;
-            }
-            if publisher == self.config.id {
-                self.groups.set_lagging(group, peer, true);
-            } else {
+            if !push_mark(&p, &encode_mark(publisher, incarnation, number, group)) {
                 self.groups.owe_mark(peer, publisher, group);
             }
         }
@@ -646,12 +641,13 @@ impl Shared {
             let body = encode_mark(self.config.id, self.incarnation, number, &group);
             for p in to.into_iter().filter_map(|id| self.peer(id)) {
                 if !push_mark(&p, &body) {
-                    // Sent again, on later ticks, once it fits (see `lagging` below).
-                    self.groups.set_lagging(&group, p.id, true);
+                    // Sent again, on later ticks, once it fits (the owed marks below).
+                    self.groups.owe_mark(p.id, self.config.id, &group);
                 }
             }
         }
-        for (peer, publisher, incarnation, number, group) in self.groups.owed_marks() {
+        let owed = self.groups.owed_marks(self.config.id, self.incarnation);
+        for (peer, publisher, incarnation, number, group) in owed {
             let body = encode_mark(publisher, incarnation, number, &group);
             if self.peer(peer).is_none_or(|p| push_mark(&p, &body)) {
                 self.groups.mark_paid(peer, publisher, &group);
