@@ -228,12 +228,22 @@ fn links_up(node: &busway::Node, group: Option<&str>) -> Vec<(BusId, bool)> {
 /// Whether links to members may yet come back: one is down (its peer may reconnect: what it
 /// asked for is kept meanwhile), a peer that led to members is up again but has not asked
 /// again (a relay that restarted forgot its members' interest, and they are not back below
-/// it yet). A member that shut down is gone at once, and not waited for.
+/// it yet), or the upstream led to members and is down (a relay that shut down: it is
+/// dialed again, and its members are back below it after it). A member that shut down is
+/// gone at once, and not waited for.
 fn links_pending(node: &busway::Node, up: &[(BusId, bool)], led: &BTreeSet<BusId>) -> bool {
     if up.iter().any(|&(_, up)| !up) {
         return true;
     }
-    node.peers()
+    let peers = node.peers();
+    let is_up = |id: BusId| peers.iter().any(|p| p.id == id && p.up);
+    if node
+        .upstream_id()
+        .is_some_and(|u| led.contains(&u) && !is_up(u))
+    {
+        return true;
+    }
+    peers
         .iter()
         .any(|p| p.up && led.contains(&p.id) && !up.iter().any(|&(id, _)| id == p.id))
 }

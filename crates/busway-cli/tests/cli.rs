@@ -702,11 +702,33 @@ fn send_group_reaches_a_direct_member_and_one_behind_a_relay_each_verified() {
 
 /// Kills the relay `r` at `addr` with SIGKILL (whatever it held is gone) and starts it again,
 /// three times, the stream flowing a while in between; returns the last relay.
-fn relay_killed_three_times(mut r: Proc, addr: &str) -> Proc {
+fn relay_killed_three_times(r: Proc, addr: &str) -> Proc {
+    relay_stopped_three_times(r, addr, Stop::Kill)
+}
+
+/// How a test stops a relay.
+#[derive(Clone, Copy)]
+enum Stop {
+    /// SIGKILL: whatever it held is gone, its peers see the connection end.
+    Kill,
+    /// SIGTERM: it flushes and closes its links with CLOSE (shut down).
+    Term,
+}
+
+/// Stops the relay `r` at `addr` (`how`) and starts it again, three times, the stream
+/// flowing a while in between; returns the last relay.
+fn relay_stopped_three_times(mut r: Proc, addr: &str, how: Stop) -> Proc {
     for _ in 0..3 {
-        // Pacing, not synchronization: the stream flows a while between kills.
+        // Pacing, not synchronization: the stream flows a while between stops.
         std::thread::sleep(Duration::from_millis(120));
-        r.0.kill().unwrap();
+        match how {
+            Stop::Kill => r.0.kill().unwrap(),
+            Stop::Term => assert!(Command::new("kill")
+                .args(["-TERM", &r.0.id().to_string()])
+                .status()
+                .unwrap()
+                .success()),
+        }
         r.0.wait().unwrap();
         r = relay(addr);
     }
@@ -736,6 +758,15 @@ fn member(args: &[&str]) -> (Proc, Option<String>, BufReader<std::process::Child
 
 #[test]
 fn a_million_publishes_reach_members_over_shm_tcp_and_a_relay_killed_three_times() {
+    a_million_publishes_survive_a_relay_stopped_three_times(Stop::Kill);
+}
+
+#[test]
+fn a_million_publishes_reach_members_over_shm_tcp_and_a_relay_shut_down_three_times() {
+    a_million_publishes_survive_a_relay_stopped_three_times(Stop::Term);
+}
+
+fn a_million_publishes_survive_a_relay_stopped_three_times(how: Stop) {
     const N: &str = "1000000";
     let relay_addr = format!("tcp://127.0.0.1:{}", free_port());
     let r = relay(&relay_addr);
@@ -791,8 +822,9 @@ fn a_million_publishes_reach_members_over_shm_tcp_and_a_relay_killed_three_times
         "--group-retain-bytes",
         "268435456",
     ]);
-    // Whatever the relay held for the member behind it is lost with it each time.
-    let r = relay_killed_three_times(r, &relay_addr);
+    // Killed, whatever the relay held for the member behind it is lost with it each time;
+    // shut down, the publisher forgets it at once and the member asks once it is back.
+    let r = relay_stopped_three_times(r, &relay_addr, how);
     let (ok, _, _, sent) = finish(publisher, None);
     assert!(ok, "send failed: {sent}");
     for (what, p, out) in [

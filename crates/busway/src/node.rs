@@ -423,6 +423,12 @@ impl Node {
         }
     }
 
+    /// The bus id of this node's upstream (the peer its `NodeConfig::upstream` link reached
+    /// last), kept while that link is down; `None` before it first came up, or without one.
+    pub fn upstream_id(&self) -> Option<BusId> {
+        self.shared().upstream_id()
+    }
+
     /// Every peer this node knows: up, or down with messages held for it.
     pub fn peers(&self) -> Vec<PeerInfo> {
         let peers = self.shared().peers.snapshot();

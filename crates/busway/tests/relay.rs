@@ -57,6 +57,7 @@ async fn messages_cross_a_relay_in_order_and_a_restarted_relay_loses_nothing() {
     let addr = r.listen_addrs()[0].clone();
     let a = below(1, &addr, |_| {}).await;
     let b = below(2, &addr, |_| {}).await;
+    assert_eq!(a.upstream_id(), Some(RELAY));
     let mut inbox = b.take_inbox().unwrap();
     let total = 60_000u64;
     let sender = {
@@ -101,6 +102,11 @@ async fn messages_cross_a_relay_in_order_and_a_restarted_relay_loses_nothing() {
     assert!(received.is_ok(), "stream stalled at {expected}");
     sender.await.unwrap();
     assert_eq!(restarts, 4);
+    assert_eq!(
+        a.upstream_id(),
+        Some(RELAY),
+        "the same id after its restarts"
+    );
     assert!(
         a.peers().iter().all(|p| p.id == RELAY),
         "no direct link between 1 and 2"
