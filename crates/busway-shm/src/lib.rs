@@ -6,6 +6,8 @@
 //! - [`ring`]: a single-producer single-consumer byte ring of checked, length-prefixed records
 //!   inside a segment, with batched publication and futex wake-ups that are skipped when nobody
 //!   sleeps.
+//! - [`log`]: a broadcast log, one writer and any number of readers, each at its own pace: a
+//!   group's publishes written once for every member on the host.
 //! - [`pass`]: handing a segment's descriptor to the peer over a Unix socket.
 //!
 //! Why one SPSC ring per direction and not libatbus's one multi-writer ring per receiver: see
@@ -17,6 +19,8 @@ mod wait;
 
 #[cfg(not(feature = "loom"))]
 pub mod fuzzing;
+#[cfg(not(feature = "loom"))]
+pub mod log;
 pub mod pass;
 pub mod ring;
 pub mod segment;

@@ -585,6 +585,20 @@ impl Ring {
         }
     }
 
+    /// Wakes the consumer if it sleeps, for something it reads besides this ring (a group's
+    /// log, see [`crate::log`]) that the caller has just made visible: it sleeps with
+    /// [`ReadWaiter::wait_readable_or`] and that something in its check. No system call, and
+    /// no write to the consumer's line, unless it sleeps.
+    pub fn wake_reader(&self) {
+        let word = &self.header().reader_waiting.0;
+        // Pairs with the fence in `Ring::sleep` between the consumer's store of its waiting
+        // word and its re-check: either it sees what the caller published, or we see its word.
+        fence(SeqCst);
+        if word.load(Relaxed) == 1 {
+            self.wake_sleeper(word);
+        }
+    }
+
     /// Sleeps on `word` until `ready()` or the other side closes, at most `timeout`. Sets the
     /// word first and re-checks (the SeqCst fence pairs with the other side's fence between
     /// its store of its index and its swap of the word), so that a wake-up is never missed.
@@ -953,10 +967,17 @@ impl ReadWaiter {
 
     /// Like [`Consumer::wait_readable`], from another thread than the consumer's.
     pub fn wait_readable(&self, timeout: Duration) -> Wait {
+        self.wait_readable_or(timeout, || false)
+    }
+
+    /// Like [`ReadWaiter::wait_readable`], also ending once `also()` is true: what the
+    /// consumer reads besides the ring, whose writer calls [`Ring::wake_reader`] after it
+    /// made it visible.
+    pub fn wait_readable_or(&self, timeout: Duration, mut also: impl FnMut() -> bool) -> Wait {
         let h = self.ring.header();
         self.ring
             .sleep(&h.reader_waiting.0, CLOSED_BY_PRODUCER, timeout, || {
-                self.is_readable()
+                self.is_readable() || also()
             })
     }
 

@@ -47,6 +47,34 @@ impl Segment {
         Self::map(fd)
     }
 
+    /// Like [`Segment::open_from_process`], mapped read-only: for a segment this side only
+    /// reads and others read too (a group's log), so that no bug here can change what they
+    /// read. Writing through [`Segment::as_ptr`] of such a segment faults.
+    pub fn open_read_only_from_process(pid: u32, fd: u32, inode: u64) -> io::Result<Self> {
+        let path = format!("/proc/{pid}/fd/{fd}");
+        let file = std::fs::File::open(&path)
+            .map_err(|e| io::Error::new(e.kind(), format!("opening {path}: {e}")))?;
+        let found = rustix::fs::fstat(&file)?.st_ino;
+        if found != inode {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("{path} is inode {found}, not the announced segment {inode}"),
+            ));
+        }
+        let seals = rustix::fs::fcntl_get_seals(&file)?;
+        if !seals.contains(SealFlags::SHRINK) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "shared-memory segment is not sealed against shrinking",
+            ));
+        }
+        let len = Self::checked_len(&file)?;
+        let map = memmap2::MmapOptions::new()
+            .len(len)
+            .map_raw_read_only(&file)?;
+        Ok(Self { file, map })
+    }
+
     /// Opens the segment that process `pid` holds as descriptor `fd`, through
     /// `/proc/PID/fd/FD`: how a node reaches a segment of a peer on the same host when their
     /// link is TCP (no descriptor passing). Needs the same user (the kernel checks it) and
@@ -76,6 +104,13 @@ impl Segment {
 
     fn map(fd: OwnedFd) -> io::Result<Self> {
         let file = File::from(fd);
+        Self::checked_len(&file)?;
+        let map = MmapRaw::map_raw(&file)?;
+        Ok(Self { file, map })
+    }
+
+    /// The file's length, if a segment may have it.
+    fn checked_len(file: &File) -> io::Result<usize> {
         let len = file.metadata()?.len();
         if len == 0 || len > SEGMENT_BYTES_MAX as u64 {
             return Err(io::Error::new(
@@ -83,8 +118,7 @@ impl Segment {
                 format!("shared-memory segment of {len} bytes; expected 1..={SEGMENT_BYTES_MAX}"),
             ));
         }
-        let map = MmapRaw::map_raw(&file)?;
-        Ok(Self { file, map })
+        Ok(len as usize)
     }
 
     /// The segment's descriptor, to pass to the peer.
