@@ -1,5 +1,8 @@
 //! `busway`: run a node, send and listen from a shell, and benchmark the bus.
 
+// The status document is one `json!` literal with a key per counter: past the default limit.
+#![recursion_limit = "256"]
+
 mod admin;
 mod bench;
 mod call;

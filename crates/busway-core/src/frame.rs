@@ -74,6 +74,10 @@ pub enum FrameKind {
     /// direct link only; body: source, incarnation, flags, hops left, the receivers behind
     /// this link with each one's number, payload.
     Multicast = 0x0D,
+    /// A group's log on the host (see [`crate::group`]): a publisher offers it, a peer on the
+    /// same host accepts or declines it. One message numbered like any other, on a direct
+    /// link only; body: u8 op, the op's fields, the group's name.
+    GroupLog = 0x0E,
     /// First handshake frame of each side.
     Hello = 0x10,
     /// Second handshake frame of each side: proof of the shared secret.
@@ -99,6 +103,7 @@ impl FrameKind {
             0x0B => Self::Publish,
             0x0C => Self::Repair,
             0x0D => Self::Multicast,
+            0x0E => Self::GroupLog,
             0x10 => Self::Hello,
             0x11 => Self::Auth,
             0x20 => Self::Channel,
@@ -407,14 +412,17 @@ pub const SPAN_PUBLISH: u32 = 4 << 24;
 pub const SPAN_REPAIR: u32 = 5 << 24;
 /// Span tag: the span is a MULTICAST body (see [`crate::multicast`]).
 pub const SPAN_MULTICAST: u32 = 6 << 24;
+/// Span tag: the span is a GROUP_LOG body (see [`crate::group`]).
+pub const SPAN_GROUP_LOG: u32 = 7 << 24;
 /// The tag bits of a span's second field.
 pub const SPAN_TAG_MASK: u32 = !SPAN_LEN_MASK;
 
 /// Appends the (start, len) of each message of a DATA, DATA_BATCH, CALL, REPLY, INTEREST,
-/// PUBLISH, REPAIR or MULTICAST frame whose body starts at `base` in the caller's buffer. A
+/// PUBLISH, REPAIR, MULTICAST or GROUP_LOG frame whose body starts at `base` in the caller's buffer. A
 /// CALL, REPLY, INTEREST, PUBLISH, REPAIR or MULTICAST span covers its whole body and carries
 /// `SPAN_CALL`, `SPAN_REPLY`, `SPAN_INTEREST`, `SPAN_PUBLISH`, `SPAN_REPAIR` or
-/// `SPAN_MULTICAST` in the length's top bits (lengths are under 2^24). Any other kind, a batch
+/// `SPAN_MULTICAST` (`SPAN_GROUP_LOG` for GROUP_LOG) in the length's top bits (lengths are
+/// under 2^24). Any other kind, a batch
 /// whose entries do not tile its body, or a CALL, REPLY, INTEREST, PUBLISH, REPAIR or
 /// MULTICAST whose head is short or false is an error naming what was found (and nothing is
 /// appended).
@@ -469,6 +477,11 @@ pub fn message_spans(
         FrameKind::Multicast => {
             crate::multicast::decode_multicast(body)?;
             spans.push((base as u32, body.len() as u32 | SPAN_MULTICAST));
+            Ok(())
+        }
+        FrameKind::GroupLog => {
+            crate::group::decode_group_log(body)?;
+            spans.push((base as u32, body.len() as u32 | SPAN_GROUP_LOG));
             Ok(())
         }
         other => Err(format!("{other:?} frame where only messages may be")),

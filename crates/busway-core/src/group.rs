@@ -23,6 +23,14 @@
 //!   relay had no way on toward `receiver` for its multicast `number`, and drops what comes
 //!   for it until it has.
 //!
+//! * GROUP_LOG, on a direct link between two nodes of one host, one of three ops:
+//!   `LOG_OFFER` (publisher to a peer that asked for the group): `u64 token, u64 pid << 32 |
+//!   fd, u64 inode, u64 capacity, u8 name length, name`: from now on my publishes to the group
+//!   are also in this log (see `busway_shm::log`), which you may read instead of having them
+//!   on this link; `LOG_ACCEPT` / `LOG_DECLINE` (the peer back): `u64 token, u8 name length,
+//!   name`: I read it from now on (send me the group's publishes through it alone) / I do
+//!   not (keep them on the link).
+//!
 //! A name is 1 to `GROUP_NAME_BYTES_MAX` bytes of UTF-8. In a REPAIR, the empty name
 //! (`MULTICAST_STREAM`) names the stream of the source's multicasts to the member (see the
 //! MULTICAST frame): numbered per receiver, asked for, copied and lost like a group's.
@@ -57,6 +65,102 @@ pub const REPAIR_LOST: u8 = 3;
 pub const REPAIR_UNREACHABLE: u8 = 4;
 /// Longest reason a REPAIR unreachable carries, in bytes.
 pub const UNREACHABLE_REASON_BYTES_MAX: usize = 256;
+
+/// GROUP_LOG op: a publisher offers its log of a group.
+pub const LOG_OFFER: u8 = 1;
+/// GROUP_LOG op: the peer reads the log offered from now on.
+pub const LOG_ACCEPT: u8 = 2;
+/// GROUP_LOG op: the peer does not read it.
+pub const LOG_DECLINE: u8 = 3;
+
+/// A GROUP_LOG offer: the sender's publishes to `name` are also in the log that process
+/// `pid` holds as descriptor `fd` (file `inode`, `capacity` bytes of data), bound to `token`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LogOffer<'a> {
+    pub name: &'a str,
+    pub token: u64,
+    pub pid: u32,
+    pub fd: u32,
+    pub inode: u64,
+    pub capacity: u64,
+}
+
+/// A decoded GROUP_LOG body.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GroupLog<'a> {
+    /// The sender's publishes to a group are also in a log (see [`LogOffer`]).
+    Offer(LogOffer<'a>),
+    /// The log offered with `token` is read from now on (`accept`), or it is not.
+    Answer {
+        name: &'a str,
+        token: u64,
+        accept: bool,
+    },
+}
+
+/// The body of a GROUP_LOG offer.
+pub fn encode_log_offer(
+    name: &str,
+    token: u64,
+    pid: u32,
+    fd: u32,
+    inode: u64,
+    capacity: u64,
+) -> Vec<u8> {
+    let mut out = Vec::with_capacity(34 + name.len());
+    out.push(LOG_OFFER);
+    for v in [token, u64::from(pid) << 32 | u64::from(fd), inode, capacity] {
+        out.extend_from_slice(&v.to_le_bytes());
+    }
+    out.push(name.len() as u8);
+    out.extend_from_slice(name.as_bytes());
+    out
+}
+
+/// The body of a GROUP_LOG accept or decline.
+pub fn encode_log_answer(name: &str, token: u64, accept: bool) -> Vec<u8> {
+    let mut out = Vec::with_capacity(10 + name.len());
+    out.push(if accept { LOG_ACCEPT } else { LOG_DECLINE });
+    out.extend_from_slice(&token.to_le_bytes());
+    out.push(name.len() as u8);
+    out.extend_from_slice(name.as_bytes());
+    out
+}
+
+/// Decodes a GROUP_LOG body; the error names what is wrong.
+pub fn decode_group_log(body: &[u8]) -> Result<GroupLog<'_>, String> {
+    let Some((&op, rest)) = body.split_first() else {
+        return Err("GROUP_LOG body of 0 bytes".into());
+    };
+    match op {
+        LOG_OFFER => {
+            let ([token, pid_fd, inode, capacity], name) =
+                fields_and_name::<4>(rest, "GROUP_LOG offer")?;
+            Ok(GroupLog::Offer(LogOffer {
+                name,
+                token,
+                pid: (pid_fd >> 32) as u32,
+                fd: pid_fd as u32,
+                inode,
+                capacity,
+            }))
+        }
+        LOG_ACCEPT | LOG_DECLINE => {
+            let what = if op == LOG_ACCEPT {
+                "GROUP_LOG accept"
+            } else {
+                "GROUP_LOG decline"
+            };
+            let ([token], name) = fields_and_name::<1>(rest, what)?;
+            Ok(GroupLog::Answer {
+                name,
+                token,
+                accept: op == LOG_ACCEPT,
+            })
+        }
+        other => Err(format!("GROUP_LOG op {other} (expected 1 to 3)")),
+    }
+}
 
 /// A decoded INTEREST body.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -406,6 +510,47 @@ pub fn decode_repair(body: &[u8]) -> Result<Repair<'_>, String> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn group_log_round_trips_and_lies_are_named() {
+        let offer = encode_log_offer("lobby", 9, 1234, 17, 555, 4096);
+        assert_eq!(
+            decode_group_log(&offer),
+            Ok(GroupLog::Offer(LogOffer {
+                name: "lobby",
+                token: 9,
+                pid: 1234,
+                fd: 17,
+                inode: 555,
+                capacity: 4096
+            }))
+        );
+        for accept in [true, false] {
+            let a = encode_log_answer("lobby", 9, accept);
+            assert_eq!(
+                decode_group_log(&a),
+                Ok(GroupLog::Answer {
+                    name: "lobby",
+                    token: 9,
+                    accept
+                })
+            );
+        }
+        assert!(decode_group_log(&[]).unwrap_err().contains("0 bytes"));
+        assert!(decode_group_log(&[9, 0]).unwrap_err().contains("op 9"));
+        assert!(decode_group_log(&offer[..20])
+            .unwrap_err()
+            .contains("at least 33"));
+        assert!(decode_group_log(&offer[..offer.len() - 1])
+            .unwrap_err()
+            .contains("5 bytes but 4 follow"));
+        let mut empty = encode_log_answer("x", 1, true);
+        empty.truncate(9);
+        empty.push(0);
+        assert!(decode_group_log(&empty)
+            .unwrap_err()
+            .contains("group name of 0 bytes"));
+    }
 
     #[test]
     fn interest_round_trips_and_lies_are_named() {

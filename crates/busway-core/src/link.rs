@@ -696,7 +696,8 @@ impl Link {
             | FrameKind::Interest
             | FrameKind::Publish
             | FrameKind::Repair
-            | FrameKind::Multicast => {
+            | FrameKind::Multicast
+            | FrameKind::GroupLog => {
                 if let Phase::Up {
                     inbound: Carrier::Ring,
                     ..

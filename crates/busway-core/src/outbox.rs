@@ -723,7 +723,8 @@ fn reframe(frames: &Bytes, skip: u64) -> Bytes {
             | FrameKind::Interest
             | FrameKind::Publish
             | FrameKind::Repair
-            | FrameKind::Multicast => {
+            | FrameKind::Multicast
+            | FrameKind::GroupLog => {
                 if index >= skip {
                     out.append_frame(kind, &[], body);
                 }

@@ -586,7 +586,7 @@ impl Ring {
     }
 
     /// Wakes the consumer if it sleeps, for something it reads besides this ring (a group's
-    /// log, see [`crate::log`]) that the caller has just made visible: it sleeps with
+    /// log) that the caller has just made visible: it sleeps with
     /// [`ReadWaiter::wait_readable_or`] and that something in its check. No system call, and
     /// no write to the consumer's line, unless it sleeps.
     pub fn wake_reader(&self) {

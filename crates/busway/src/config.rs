@@ -48,6 +48,12 @@ pub struct NodeConfig {
     /// peer's ring straight from this process's memory, an in-process channel, rather than
     /// opening it through `/proc` as between processes. Counted in `Stats::mem_channels`.
     pub mem_channels: bool,
+    /// Whether a publisher writes each publish to a group once into a log in shared memory
+    /// that its peers on this host read themselves (one copy for all of them), rather than
+    /// one PUBLISH per link, where the peer's link moved to a ring and accepted the log; and
+    /// whether this node accepts a peer's log. Groups under `GroupPolicy::Backpressure` are
+    /// never logged. Each log holds `shm_ring_bytes` of data.
+    pub group_logs: bool,
     /// Spins a link's shared-memory reader makes on an empty ring before it sleeps on the futex:
     /// 0 sleeps at once (least CPU, a wake-up costs a few microseconds more), larger trades CPU
     /// for latency. Default `busway_shm::ring::SPINS_BEFORE_SLEEP_DEFAULT`.
@@ -121,6 +127,7 @@ impl NodeConfig {
             direct_links: true,
             shm_channels: true,
             mem_channels: true,
+            group_logs: true,
             shm_spins: busway_shm::ring::SPINS_BEFORE_SLEEP_DEFAULT,
             shm_ring_bytes: busway_shm::ring::RING_CAPACITY_DEFAULT,
             secret: None,

@@ -26,6 +26,7 @@ struct FileConfig {
     direct_links: Option<bool>,
     shm_channels: Option<bool>,
     mem_channels: Option<bool>,
+    group_logs: Option<bool>,
     shm_spins: Option<u32>,
     shm_ring_bytes: Option<usize>,
     secret_file: Option<Spanned<PathBuf>>,
@@ -124,6 +125,7 @@ impl NodeConfig {
             direct_links,
             shm_channels,
             mem_channels,
+            group_logs,
             shm_spins,
             shm_ring_bytes,
             frame_body_max,
@@ -196,7 +198,7 @@ impl NodeConfig {
 
 /// The top-level keys an environment variable `BUSWAY_<KEY>` may set (the file's, but for the
 /// tables; `listen`, `connect` and `subtree` take comma-separated values).
-const ENV_KEYS: [&str; 26] = [
+const ENV_KEYS: [&str; 27] = [
     "id",
     "listen",
     "connect",
@@ -207,6 +209,7 @@ const ENV_KEYS: [&str; 26] = [
     "direct_links",
     "shm_channels",
     "mem_channels",
+    "group_logs",
     "shm_spins",
     "shm_ring_bytes",
     "secret_file",
@@ -455,8 +458,8 @@ mod tests {
             );
         }
         assert_eq!(
-            (c.direct_links, c.shm_channels, c.mem_channels),
-            (d.direct_links, d.shm_channels, d.mem_channels)
+            (c.direct_links, c.shm_channels, c.mem_channels, c.group_logs),
+            (d.direct_links, d.shm_channels, d.mem_channels, d.group_logs)
         );
     }
 

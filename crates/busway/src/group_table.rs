@@ -104,6 +104,12 @@ struct State {
     /// stands, sent once it fits: else a member behind it that lost the end of a stream
     /// would never learn it (see [`GroupTable::owed_marks`]).
     owed: HashSet<(BusId, BusId, GroupName)>,
+    /// Per group this node publishes to, the peers that read its publishes from the node's
+    /// log of the group on their host (`group_log_out`), not from their link.
+    via_log: HashMap<GroupName, Vec<BusId>>,
+    /// Per group with readers of its log: the peers that asked for it less those readers
+    /// (what a publish goes to link by link); dropped at every change of either.
+    link_to: HashMap<GroupName, Vec<BusId>>,
 }
 
 /// What to do with a publish or mark received from a peer (see [`GroupTable::received`]).
@@ -125,7 +131,8 @@ pub(crate) struct Fresh {
 /// One publish of this node, numbered (see [`GroupTable::publish`]).
 pub(crate) struct Published {
     pub(crate) number: u64,
-    /// The peers that asked for the group.
+    /// The peers that asked for the group, less those that read it from this node's log
+    /// (under `GroupPolicy::CutOff`; see `set_log_reader`).
     pub(crate) to: Vec<BusId>,
     pub(crate) policy: GroupPolicy,
     /// Those of `to` whose link fell behind (skipped while full under `CutOff`).
@@ -376,7 +383,27 @@ impl GroupTable {
             p.retained_bytes -= old.len() + HELD_ENTRY_OVERHEAD_BYTES;
         }
         let number = p.number;
-        let to = st.wanted_by.get(name).cloned().unwrap_or_default();
+        let policy = st.policies.get(name).copied().unwrap_or_default();
+        // Under backpressure nothing is logged (a log never waits): every peer by its link.
+        let via_log = match policy {
+            GroupPolicy::CutOff => st.via_log.get(name),
+            GroupPolicy::Backpressure => None,
+        };
+        let to = match via_log {
+            None => st.wanted_by.get(name).cloned().unwrap_or_default(),
+            Some(readers) => {
+                if !st.link_to.contains_key(name) {
+                    let readers: HashSet<BusId> = readers.iter().copied().collect();
+                    let rest = st
+                        .wanted_by
+                        .get(name)
+                        .map(|v| v.iter().filter(|p| !readers.contains(p)).copied().collect())
+                        .unwrap_or_default();
+                    st.link_to.insert(name.into(), rest);
+                }
+                st.link_to[name].clone()
+            }
+        };
         let lagging = if st.lagging.is_empty() {
             Vec::new()
         } else {
@@ -389,7 +416,7 @@ impl GroupTable {
         Published {
             number,
             to,
-            policy: st.policies.get(name).copied().unwrap_or_default(),
+            policy,
             lagging,
             member: st.joined.contains(name),
         }
@@ -399,7 +426,10 @@ impl GroupTable {
     /// asked, `None` if ignored (the peer asked for `GROUPS_PER_PEER_MAX` groups already).
     pub(crate) fn interest(&self, from: BusId, join: bool, name: &str) -> Option<bool> {
         let mut st = self.lock();
+        st.link_to.remove(name);
         if !join {
+            // It reads the group's log no more either (it is offered again if it asks again).
+            Self::drop_log_reader(&mut st, name, from);
             if let Some(v) = st.wanted_by.get_mut(name) {
                 v.retain(|&p| p != from);
                 if v.is_empty() {
@@ -458,6 +488,24 @@ impl GroupTable {
         out
     }
 
+    /// The key of `publisher`'s stream to `name` in the table of streams seen, with room
+    /// made for it. The name as this node already holds it (joined, or asked for by a peer):
+    /// a reference count, not an allocation per publish received.
+    fn seen_key(st: &mut State, publisher: BusId, name: &str) -> (BusId, GroupName) {
+        let name = st
+            .joined
+            .get(name)
+            .or_else(|| st.wanted_by.get_key_value(name).map(|(k, _)| k))
+            .cloned()
+            .unwrap_or_else(|| name.into());
+        let key: (BusId, GroupName) = (publisher, name);
+        if st.seen.len() >= PUBLISHERS_SEEN_MAX && !st.seen.contains_key(&key) {
+            let State { seen, joined, .. } = &mut *st;
+            seen.retain(|(_, g), _| joined.contains(g));
+        }
+        key
+    }
+
     /// A publish or mark `head` received from `from` (this node is `me`) at `now_ms`; the
     /// payload, made by `payload`, only if it must wait. `None` for a copy already seen (or
     /// this node's own publish come back).
@@ -474,19 +522,7 @@ impl GroupTable {
         }
         let mut guard = self.lock();
         let st = &mut *guard;
-        // The name as this node already holds it (joined, or asked for by a peer): a reference
-        // count, not an allocation per publish received.
-        let name = st
-            .joined
-            .get(head.name)
-            .or_else(|| st.wanted_by.get_key_value(head.name).map(|(k, _)| k))
-            .cloned()
-            .unwrap_or_else(|| head.name.into());
-        let key: (BusId, GroupName) = (head.publisher, name);
-        if st.seen.len() >= PUBLISHERS_SEEN_MAX && !st.seen.contains_key(&key) {
-            let State { seen, joined, .. } = &mut *st;
-            seen.retain(|(_, g), _| joined.contains(g));
-        }
+        let key = Self::seen_key(st, head.publisher, head.name);
         let member = st.joined.contains(head.name);
         let source = st
             .seen
@@ -544,6 +580,73 @@ impl GroupTable {
             ended,
             gap,
         })
+    }
+
+    /// [`GroupTable::received`] for publishes in a row of one publisher to one group, not
+    /// marks (a group log's records; the caller checked that): one lock and one look-up of
+    /// the stream for the lot. `payload(i)` makes the payload of `heads[i]` if it must wait.
+    /// What becomes of each, in order.
+    pub(crate) fn received_run(
+        &self,
+        me: BusId,
+        from: BusId,
+        heads: &[PublishHead],
+        now_ms: u64,
+        payload: impl Fn(usize) -> Bytes,
+    ) -> Vec<Option<Fresh>> {
+        let Some(first) = heads.first() else {
+            return Vec::new();
+        };
+        if first.publisher == me {
+            return heads.iter().map(|_| None).collect();
+        }
+        let mut guard = self.lock();
+        let st = &mut *guard;
+        let key = Self::seen_key(st, first.publisher, first.name);
+        let member = st.joined.contains(first.name);
+        let forward_all: Vec<BusId> = st
+            .wanted_by
+            .get(first.name)
+            .map(|v| v.iter().copied().filter(|&p| p != from).collect())
+            .unwrap_or_default();
+        let source = st
+            .seen
+            .entry(key)
+            .or_insert_with(|| Source::new(first.incarnation));
+        let mut out = Vec::with_capacity(heads.len());
+        for (i, head) in heads.iter().enumerate() {
+            let mut ended = None;
+            if source.incarnation != head.incarnation {
+                ended = source.stream.take().map(Stream::close);
+                *source = Source::new(head.incarnation);
+            }
+            let pass_on = source.highest < head.number;
+            source.highest = source.highest.max(head.number);
+            let mut offer = None;
+            let mut gap = false;
+            if member {
+                let stream = source
+                    .stream
+                    .get_or_insert_with(|| Stream::starting_at(head.incarnation, head.number));
+                offer = Some(stream.offer(head.number, now_ms, || payload(i)));
+                gap = stream.has_gap();
+            }
+            let forward_to = if pass_on {
+                forward_all.clone()
+            } else {
+                Vec::new()
+            };
+            let useful = matches!(offer, Some(Offer::Deliver { .. } | Offer::Held));
+            let news = pass_on || useful || ended.is_some();
+            out.push(news.then(|| Fresh {
+                unwanted: pass_on && !member && forward_to.is_empty(),
+                forward_to,
+                offer,
+                ended,
+                gap,
+            }));
+        }
+        out
     }
 
     /// A copy of publish `head` its publisher sent this member (REPAIR): what becomes of it;
@@ -734,6 +837,11 @@ impl GroupTable {
     /// what it was told are forgotten.
     pub(crate) fn peer_gone(&self, peer: BusId) {
         let mut st = self.lock();
+        st.link_to.clear();
+        st.via_log.retain(|_, v| {
+            v.retain(|&p| p != peer);
+            !v.is_empty()
+        });
         st.owed.retain(|(p, _, _)| *p != peer);
         st.wanted_by.retain(|_, v| {
             v.retain(|&p| p != peer);
@@ -741,6 +849,52 @@ impl GroupTable {
         });
         st.told.remove(&peer);
         st.lagging.retain(|(p, _)| *p != peer);
+    }
+
+    /// `peer` reads `name`'s publishes from this node's log of the group from now on
+    /// (`reads`), or from its link again: [`GroupTable::publish`] leaves it out of (or puts it
+    /// back into) the peers a publish goes to link by link. Only a peer that asked for the
+    /// group is taken (false otherwise).
+    pub(crate) fn set_log_reader(&self, name: &str, peer: BusId, reads: bool) -> bool {
+        let mut st = self.lock();
+        st.link_to.remove(name);
+        if !reads {
+            Self::drop_log_reader(&mut st, name, peer);
+            return true;
+        }
+        if !st.wanted_by.get(name).is_some_and(|v| v.contains(&peer)) {
+            return false;
+        }
+        let readers = st.via_log.entry(name.into()).or_default();
+        if !readers.contains(&peer) {
+            readers.push(peer);
+        }
+        true
+    }
+
+    fn drop_log_reader(st: &mut State, name: &str, peer: BusId) {
+        if let Some(v) = st.via_log.get_mut(name) {
+            v.retain(|&p| p != peer);
+            if v.is_empty() {
+                st.via_log.remove(name);
+            }
+        }
+    }
+
+    /// `name` as this node holds it (joined, or asked for), or a new one.
+    pub(crate) fn name_of(&self, name: &str) -> GroupName {
+        let st = self.lock();
+        st.joined
+            .get(name)
+            .or_else(|| st.wanted_by.get_key_value(name).map(|(k, _)| k))
+            .cloned()
+            .unwrap_or_else(|| name.into())
+    }
+
+    /// Whether this node wants `name`'s publishes: it joined, or a peer asked for them.
+    pub(crate) fn wants(&self, name: &str) -> bool {
+        let st = self.lock();
+        st.joined.contains(name) || st.wanted_by.contains_key(name)
     }
 
     /// What this node must tell each of `peers` (id, and whether its link is a tree link) so

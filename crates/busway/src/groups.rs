@@ -9,6 +9,7 @@
 //! other: numbered, acknowledged, and resent over a link that drops and comes back.
 
 use crate::event::{Event, Path};
+use crate::group_log_out::{Answered, ForPeer};
 use crate::group_order::{Offer, Skipped};
 use crate::group_table::{GroupName, GroupPolicy, Published, RepairJob};
 use crate::limits::GROUP_SLOW_MEMBER_WAIT_MS;
@@ -16,12 +17,14 @@ use crate::message::MessageBatch;
 use crate::node::{Node, SendError};
 use crate::shared::Shared;
 use crate::stats::bump;
+use busway_core::frame::SPAN_GROUP_LOG;
 use busway_core::frame::SPAN_MULTICAST;
 use busway_core::frame::SPAN_TAG_MASK;
 use busway_core::frame::{FrameKind, SPAN_INTEREST, SPAN_LEN_MASK, SPAN_PUBLISH, SPAN_REPAIR};
 use busway_core::group::MULTICAST_STREAM;
 use busway_core::group::PUBLISH_BACKPRESSURE_BIT;
 use busway_core::group::{check_name, decode_interest, decode_publish, decode_repair};
+use busway_core::group::{decode_group_log, encode_log_answer, GroupLog, LogOffer};
 use busway_core::group::{encode_interest, encode_mark, encode_publish_head, PUBLISH_FIXED_BYTES};
 use busway_core::group::{encode_repair_ask, encode_repair_copy_head, encode_repair_lost, Repair};
 use busway_core::BusId;
@@ -69,6 +72,7 @@ impl Node {
             .join(group)
             .map_err(GroupError::BadName)?
         {
+            self.shared().groups_active.notify_waiters();
             self.shared().sync_group_adverts();
         }
         Ok(())
@@ -127,7 +131,7 @@ impl Node {
         let now_ms = shared.coarse_ms.load(std::sync::atomic::Ordering::Relaxed);
         let Published {
             number,
-            to,
+            mut to,
             policy,
             lagging,
             member,
@@ -138,10 +142,36 @@ impl Node {
         };
         let head = encode_publish_head(shared.config.id, shared.incarnation, number | flag, group);
         let mut reached = 0;
+        if policy == GroupPolicy::CutOff {
+            // Once into the group's log for every peer on this host that reads it.
+            let logged = shared.group_logs.append(group, &head, &payload);
+            reached += logged.readers;
+            shared
+                .counters
+                .group_log_bytes
+                .fetch_add(logged.bytes as u64, std::sync::atomic::Ordering::Relaxed);
+            for id in logged.stale {
+                // Its ring ended (or the publish does not fit the log): by its link.
+                shared.groups.set_log_reader(group, id, false);
+                if !to.contains(&id) {
+                    to.push(id);
+                }
+            }
+        }
         for id in to {
             let Some(peer) = shared.peer(id) else {
                 continue;
             };
+            if policy == GroupPolicy::CutOff {
+                match shared.group_logs.offer(group, &peer) {
+                    ForPeer::Link => {}
+                    ForPeer::Offer(offer) => {
+                        let _ = peer.push_framed(FrameKind::GroupLog, &offer, &Bytes::new());
+                    }
+                    // Counted with the log's readers.
+                    ForPeer::ReadsLog => continue,
+                }
+            }
             if peer.frame_body_max().is_some_and(|m| len > m) {
                 // The peer closes a link over a frame past its stated limit: it cannot have it.
                 bump(&shared.counters.group_forwards_dropped);
@@ -204,6 +234,95 @@ impl crate::ring_link::GroupMessages for Shared {
     fn backlogged(&self) -> bool {
         self.inbox.group_backlogged() || self.push_blocked_forwards().is_some()
     }
+
+    fn open_log(
+        &self,
+        from: BusId,
+        offer: &busway_core::group::LogOffer<'_>,
+    ) -> Result<crate::group_log_in::AttachedLog, String> {
+        if !self.config.group_logs {
+            return Err("group logs are off on this node (NodeConfig::group_logs)".into());
+        }
+        if !self.groups.wants(offer.name) {
+            return Err("this node does not want the group".into());
+        }
+        let group = self.groups.name_of(offer.name);
+        crate::group_log_in::open(from, offer, group, self.config.shm_ring_bytes)
+    }
+
+    fn wants_group(&self, name: &str) -> bool {
+        self.groups.wants(name)
+    }
+
+    /// Publishes read from the log of `group` that the direct peer `from` offered (their
+    /// bodies at `spans` of `chunk`): each must be a publish (not a mark) of `from` itself to
+    /// `group`, else the error names the first that is not and none is taken. Then as if they
+    /// came by the ring, taken in one go (one look at the group table for the lot): passed
+    /// on, delivered in order, gaps asked for. True if publishes went to the inbox.
+    fn sort_out_log(
+        &self,
+        from: BusId,
+        group: &GroupName,
+        chunk: &Bytes,
+        spans: &[(u32, u32)],
+    ) -> Result<bool, String> {
+        let mut heads = Vec::with_capacity(spans.len());
+        for &(start, len) in spans {
+            let body = &chunk[start as usize..(start + len) as usize];
+            let head = decode_publish(body)?;
+            if head.mark || head.publisher != from || head.name != &**group {
+                return Err(format!(
+                    "a {} of bus id {} to group {:?} in bus id {from}'s log of group {group:?} (it holds its own publishes to the group only)",
+                    if head.mark { "mark" } else { "publish" },
+                    head.publisher,
+                    head.name
+                ));
+            }
+            heads.push(head);
+        }
+        let now_ms = self.coarse_ms.load(std::sync::atomic::Ordering::Relaxed);
+        let turn = self.groups.order();
+        let fresh = self
+            .groups
+            .received_run(self.config.id, from, &heads, now_ms, |i| {
+                let (start, len) = spans[i];
+                chunk.slice(start as usize + heads[i].payload_at..(start + len) as usize)
+            });
+        let mut out = Delivered::default();
+        let mut gaps = false;
+        // The publishes that come next, in a row, go to the inbox as one batch.
+        let mut run: Vec<(u32, u32)> = Vec::with_capacity(spans.len());
+        for ((r, head), &(start, len)) in fresh.into_iter().zip(&heads).zip(spans) {
+            let at = head.payload_at as u32;
+            let span = (start + at, len - at);
+            let plain = matches!(&r, Some(f) if f.forward_to.is_empty() && f.ended.is_none() && !f.unwanted
+                && matches!(&f.offer, Some(Offer::Deliver { then }) if then.is_empty()));
+            if plain {
+                run.push(span);
+                gaps |= r.is_some_and(|f| f.gap);
+                continue;
+            }
+            if !run.is_empty() {
+                out.run(from, group, chunk, std::mem::take(&mut run));
+            }
+            let body = chunk.slice(start as usize..(start + len) as usize);
+            gaps |= self.act_on_received(from, chunk, span, &body, head, r, &mut out);
+        }
+        if !run.is_empty() {
+            out.run(from, group, chunk, run);
+        }
+        let left = out.left;
+        let handed = self.hand_over(out);
+        drop(turn);
+        if left {
+            self.sync_group_adverts();
+        }
+        if gaps {
+            self.ask_repairs();
+        }
+        self.pump_repairs();
+        Ok(handed || self.groups.has_blocked())
+    }
 }
 
 impl Shared {
@@ -236,10 +355,58 @@ impl Shared {
         }
     }
 
+    /// `from` answered the offer of this node's log of `name` (see `group_log_out`).
+    fn log_answered(&self, from: BusId, name: &str, token: u64, accept: bool) {
+        let Some(peer) = self.peer(from) else {
+            return;
+        };
+        if !accept {
+            // Back on the link first, then off the log: no publish in between misses it.
+            self.groups.set_log_reader(name, from, false);
+        }
+        match self.group_logs.answered(name, &peer, token, accept) {
+            Answered::Reads => {
+                bump(&self.counters.group_logs_accepted);
+                if !self.groups.set_log_reader(name, from, true) {
+                    // It gave the group up meanwhile.
+                    self.group_logs.forget(name, from);
+                }
+            }
+            Answered::Stopped => {
+                self.groups.set_log_reader(name, from, false);
+            }
+            Answered::Nothing => {}
+        }
+    }
+
+    /// Declines the GROUP_LOG offers left in `spans` (read from a socket, not a ring: a log
+    /// is read beside the ring of the link it was offered on).
+    pub(crate) fn decline_log_offers(
+        &self,
+        from: BusId,
+        chunk: &Bytes,
+        spans: &mut Vec<(u32, u32)>,
+    ) {
+        spans.retain(|&(start, tagged)| {
+            if tagged & SPAN_TAG_MASK != SPAN_GROUP_LOG {
+                return true;
+            }
+            let body = &chunk[start as usize..(start + (tagged & SPAN_LEN_MASK)) as usize];
+            if let Ok(GroupLog::Offer(LogOffer { name, token, .. })) = decode_group_log(body) {
+                if let Some(peer) = self.peer(from) {
+                    let answer = encode_log_answer(name, token, false);
+                    let _ = peer.push_framed(FrameKind::GroupLog, &answer, &Bytes::new());
+                }
+            }
+            false
+        });
+    }
+
     /// A peer is gone for good (given up on, or restarted): its interest is forgotten, and
     /// what others were told because of it is taken back.
     pub(crate) fn group_peer_gone(&self, peer: BusId, path: Path) {
         if path == Path::Direct {
+            self.group_logs.forget_peer(peer);
             self.groups.peer_gone(peer);
             self.sync_group_adverts();
         }
@@ -261,7 +428,7 @@ impl Shared {
         let is_group = |tagged: u32| {
             matches!(
                 tagged & SPAN_TAG_MASK,
-                SPAN_INTEREST | SPAN_PUBLISH | SPAN_REPAIR | SPAN_MULTICAST
+                SPAN_INTEREST | SPAN_PUBLISH | SPAN_REPAIR | SPAN_MULTICAST | SPAN_GROUP_LOG
             )
         };
         // Every read of every link passes here: one that carries no group message takes
@@ -283,9 +450,25 @@ impl Shared {
             let len = tagged & SPAN_LEN_MASK;
             let body = chunk.slice(start as usize..(start + len) as usize);
             match tag {
+                SPAN_GROUP_LOG => {
+                    // Checked by `message_spans`. An offer stays for the reader of the ring
+                    // it came on (see `ring_rx`); a socket's reader declines it.
+                    match decode_group_log(&body) {
+                        Ok(GroupLog::Answer {
+                            name,
+                            token,
+                            accept,
+                        }) => self.log_answered(from, name, token, accept),
+                        Ok(GroupLog::Offer(_)) => return true,
+                        Err(_) => {}
+                    }
+                }
                 SPAN_INTEREST => {
                     // Checked by `message_spans`.
                     if let Ok(i) = decode_interest(&body) {
+                        if !i.join {
+                            self.group_logs.forget(i.name, from);
+                        }
                         match self.groups.interest(from, i.join, i.name) {
                             None => bump(&self.counters.group_interest_refused),
                             Some(new) => {
@@ -312,6 +495,9 @@ impl Shared {
         let left = out.left;
         let handed = self.hand_over(out);
         drop(turn);
+        if interest_changed {
+            self.groups_active.notify_waiters();
+        }
         if interest_changed || left {
             self.sync_group_adverts();
         }
@@ -389,6 +575,23 @@ impl Shared {
         let r = self
             .groups
             .received(self.config.id, from, &head, now_ms, payload);
+        self.act_on_received(from, chunk, span, body, &head, r, out)
+    }
+
+    /// What `publish_received` does with what the group table made of a publish (or mark)
+    /// `head` from `from` (its body `body`, its payload at `span` of `chunk`): passes it on,
+    /// delivers it if it is next, counts a copy; true if a gap opened.
+    #[allow(clippy::too_many_arguments)]
+    fn act_on_received(
+        &self,
+        from: BusId,
+        chunk: &Bytes,
+        span: (u32, u32),
+        body: &Bytes,
+        head: &busway_core::group::PublishHead<'_>,
+        r: Option<crate::group_table::Fresh>,
+        out: &mut Delivered,
+    ) -> bool {
         let Some(fresh) = r else {
             bump(&self.counters.group_copies_dropped);
             return false;
@@ -724,6 +927,24 @@ impl Delivered {
             }),
         }
         self.last_is_span = true;
+    }
+
+    /// Publishes of `src` to `group` at `spans` of `chunk`, next in their stream, as one
+    /// batch.
+    pub(crate) fn run(
+        &mut self,
+        src: BusId,
+        group: &GroupName,
+        chunk: &Bytes,
+        spans: Vec<(u32, u32)>,
+    ) {
+        self.batches.push(MessageBatch::published_in(
+            src,
+            group.clone(),
+            chunk.clone(),
+            spans,
+        ));
+        self.last_is_span = false;
     }
 
     pub(crate) fn payloads(&mut self, src: BusId, group: Option<&str>, payloads: Vec<Bytes>) {

@@ -34,6 +34,8 @@ mod discovery;
 mod etcd_config;
 mod event;
 mod event_queue;
+mod group_log_in;
+mod group_log_out;
 mod group_order;
 mod group_table;
 mod groups;

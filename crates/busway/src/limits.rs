@@ -114,6 +114,9 @@ pub const RING_RECORD_PARTS_MAX: usize = 64;
 /// Records the application reads from a ring into one batch (each at most
 /// `RING_RECORD_BYTES_MAX`): bounds a batch at 1 MiB.
 pub const RING_READ_RECORDS_MAX: usize = 16;
+/// Bytes one read of a peer's group log copies out at most (at least one record of any size
+/// is read): the publishes of one batch for the node.
+pub const GROUP_LOG_READ_BYTES_MAX: usize = 256 << 10;
 /// Bytes of ring messages delivered after which the receiver acknowledges at once; below it,
 /// it acknowledges `RING_ACK_DELAY_MS` after the first unacknowledged read. Well below the
 /// default send queue, so a sender never waits on a late acknowledgement.

@@ -226,6 +226,13 @@ impl Node {
         let connect = config.connect.clone();
         let counters = Arc::<Counters>::default();
         let group_retain_bytes = config.group_retain_bytes;
+        // Logs are read through the links' rings: none without them.
+        let group_log_bytes = if config.group_logs && config.shm_channels {
+            config.shm_ring_bytes
+        } else {
+            0
+        };
+        let id = config.id;
         let shared = Arc::new(Shared {
             incarnation: u64::from_le_bytes(random_bytes::<8>()),
             host_id: crate::shm_link::host_identity(),
@@ -240,6 +247,8 @@ impl Node {
             inbox: inbox_tx,
             calls: Arc::new(CallTable::new(counters.clone(), CALLS_PENDING_MAX)),
             groups: GroupTable::new(group_retain_bytes),
+            group_logs: crate::group_log_out::GroupLogs::new(id, group_log_bytes),
+            groups_active: Default::default(),
             multicasts: crate::multicast_table::MulticastTable::new(group_retain_bytes),
             directory: Default::default(),
             warnings: Default::default(),
@@ -268,6 +277,11 @@ impl Node {
         }
         shared.loops.pick().spawn(shared.clone().retry_loop());
         shared.loops.pick().spawn(shared.clone().pump_loop());
+        let logs_shared = shared.clone();
+        shared
+            .loops
+            .pick()
+            .spawn(async move { logs_shared.group_logs.wake_loop().await });
         shared.loops.pick().spawn(shared.clone().discovery_loop());
         #[cfg(feature = "etcd")]
         if let Some(etcd) = shared.config.etcd.clone() {
@@ -519,6 +533,7 @@ impl Node {
     /// destination (or reported undeliverable), at most `timeout`; true if so.
     pub async fn flush(&self, timeout: Duration) -> bool {
         self.shared().deferred.publish_all();
+        self.shared().group_logs.wake_due();
         let settled = || {
             self.peers().iter().all(|p| p.unacked_msgs == 0)
                 && self.relayed_peers().iter().all(|r| r.unacked_msgs == 0)

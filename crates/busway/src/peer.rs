@@ -125,6 +125,10 @@ pub(crate) struct Peer {
     pub(crate) bytes_in: AtomicU64,
     /// Links attached to it, ever (the first, then each reconnect).
     pub(crate) links: AtomicU64,
+    /// Odd while the attached link writes into a ring, even otherwise; moves on at every
+    /// start and end of a ring, so that a group log's reader accepted on one ring is known
+    /// gone with it (see `Peer::ring_epoch`).
+    ring_epoch: AtomicU64,
 }
 
 /// A snapshot for `Node::peers`.
@@ -175,6 +179,7 @@ impl Peer {
             msgs_in: AtomicU64::new(0),
             bytes_in: AtomicU64::new(0),
             links: AtomicU64::new(0),
+            ring_epoch: AtomicU64::new(0),
         }
     }
 

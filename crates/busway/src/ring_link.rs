@@ -29,6 +29,27 @@ pub(crate) trait GroupMessages: Send + Sync {
 
     /// Whether the inbox holds too many publishes not taken: leave the ring unread.
     fn backlogged(&self) -> bool;
+
+    /// Opens the log of a group the direct peer `from` offered on its ring (see
+    /// `group_log_in`), or says why not.
+    fn open_log(
+        &self,
+        from: BusId,
+        offer: &busway_core::group::LogOffer<'_>,
+    ) -> Result<crate::group_log_in::AttachedLog, String>;
+
+    /// Whether this node still wants the group's publishes (else its log is let go).
+    fn wants_group(&self, name: &str) -> bool;
+
+    /// Takes the records read from `from`'s log of `group` (publish bodies at `spans` of
+    /// `chunk`); true if publishes went to the inbox. An error says what in them is false.
+    fn sort_out_log(
+        &self,
+        from: BusId,
+        group: &crate::group_table::GroupName,
+        chunk: &Bytes,
+        spans: &[(u32, u32)],
+    ) -> Result<bool, String>;
 }
 
 pub(crate) struct RingLink {

@@ -7,17 +7,22 @@
 //! CALL or REPLY frames (their kinds, lengths and batch entries checked); anything else ends
 //! the link with a reason (the node and its other links go on).
 
+use crate::group_log_in::{AttachedLog, LogWatches};
 use crate::limits::{
-    RING_ACK_EVERY_BYTES, RING_READ_RECORDS_MAX, RING_STASH_BYTES_MAX, RING_WAIT_POLL_MS,
+    GROUP_LOG_READ_BYTES_MAX, RING_ACK_EVERY_BYTES, RING_READ_RECORDS_MAX, RING_STASH_BYTES_MAX,
+    RING_WAIT_POLL_MS,
 };
 use crate::message::MessageBatch;
 use crate::ring_link::RingLink;
 use crate::stats::bump;
 use busway_core::control::ack_frame;
-use busway_core::frame::{message_spans, HEADER_LEN, SPAN_LEN_MASK};
+use busway_core::frame::{
+    message_spans, FrameKind, HEADER_LEN, SPAN_GROUP_LOG, SPAN_LEN_MASK, SPAN_TAG_MASK,
+};
+use busway_core::group::{decode_group_log, encode_log_answer, GroupLog};
 use busway_core::{DecodeError, FrameDecoder};
 use busway_shm::ring::{Consumer, ReadWaiter, Wait};
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::mpsc as std_mpsc;
@@ -76,6 +81,10 @@ pub(crate) struct RingReader {
     /// A read handed group publishes to the inbox or left forwards waiting: see whether the
     /// node is backlogged before the next read.
     groups_handed: bool,
+    /// The peer's logs of groups this node accepted (see `group_log_in`), read after the ring.
+    logs: Vec<AttachedLog>,
+    /// Whether each of `logs` has something to read, for the waiter thread.
+    watches: LogWatches,
 }
 
 fn lock(m: &Mutex<RingReader>) -> MutexGuard<'_, RingReader> {
@@ -100,6 +109,8 @@ impl InboundRing {
             stash_bytes: 0,
             inbox_polls: 0,
             groups_handed: false,
+            logs: Vec::new(),
+            watches: LogWatches::default(),
         };
         Self {
             reader: Arc::new(Mutex::new(reader)),
@@ -140,7 +151,7 @@ pub(crate) fn take_over_replies(reader: &Weak<Mutex<RingReader>>, last_polls: &m
     if polls != r.inbox_polls || r.gone || r.stash_bytes >= RING_STASH_BYTES_MAX {
         return false;
     }
-    if !r.consumer.is_readable() {
+    if !r.is_readable() {
         return false;
     }
     let mut took = false;
@@ -153,7 +164,7 @@ pub(crate) fn take_over_replies(reader: &Weak<Mutex<RingReader>>, last_polls: &m
             }
             Polled::Answered => took = true,
             // Nothing whole yet.
-            Polled::Empty if r.consumer.is_readable() && !r.backlogged() => took = true,
+            Polled::Empty if r.is_readable() && !r.backlogged() => took = true,
             Polled::Empty => break,
             Polled::Gone => {
                 r.gone = true;
@@ -207,13 +218,157 @@ impl RingReader {
         backlogged
     }
 
+    /// Whether the ring or one of the logs holds something unread.
+    fn is_readable(&self) -> bool {
+        self.consumer.is_readable() || self.logs.iter().any(|l| l.reader.is_readable())
+    }
+
+    /// Reads the ring, then the logs attached to it.
     fn read_messages(&mut self) -> Polled {
+        let polled = self.read_ring();
+        if self.logs.is_empty() || matches!(polled, Polled::Gone) || self.backlogged() {
+            return polled;
+        }
+        let handed = self.read_logs();
+        self.groups_handed |= handed;
+        match polled {
+            // The publishes went to the inbox's channel: the inbox looks there.
+            Polled::Empty if handed => Polled::Answered,
+            p => p,
+        }
+    }
+
+    /// Reads each log attached to this ring and hands its publishes to the node as if they
+    /// had come by the ring (passed on, and delivered in their stream's order; a gap is asked
+    /// for). A log the node no longer wants is let go (the publisher dropped this node as its
+    /// reader when it read the INTEREST that gave the group up); a log that lies is let go and
+    /// declined, so the publisher sends by the link again. True if publishes went to the inbox.
+    fn read_logs(&mut self) -> bool {
+        let Some(node) = self.link.node.upgrade() else {
+            return false;
+        };
+        let src = self.link.peer.id;
+        let mut handed = false;
+        let mut i = 0;
+        while i < self.logs.len() {
+            let mut buf = BytesMut::new();
+            let mut spans = Vec::new();
+            let log = &mut self.logs[i];
+            let read = log
+                .reader
+                .read_into(GROUP_LOG_READ_BYTES_MAX, &mut buf, &mut spans)
+                .map_err(|e| e.to_string());
+            let read = match read {
+                Ok(r) if r.records > 0 => {
+                    if !node.wants_group(&log.group) {
+                        self.drop_log(i);
+                        continue;
+                    }
+                    let chunk = buf.freeze();
+                    node.sort_out_log(src, &log.group, &chunk, &spans).map(|h| {
+                        handed |= h;
+                        r
+                    })
+                }
+                other => other,
+            };
+            match read {
+                Ok(r) if r.records == 0 => {
+                    i += 1;
+                    continue;
+                }
+                Ok(r) => {
+                    if r.overrun {
+                        bump(&self.link.counters.group_log_overruns);
+                    }
+                    self.link
+                        .counters
+                        .group_log_reads
+                        .fetch_add(r.records as u64, Relaxed);
+                    i += 1;
+                }
+                Err(why) => {
+                    tracing::warn!(peer = %src, group = &*log.group, %why, "the peer's group log cannot be read: its publishes go by the link again");
+                    bump(&self.link.counters.protocol_errors);
+                    let answer = encode_log_answer(&log.group, log.token, false);
+                    let _ = self
+                        .link
+                        .peer
+                        .push_framed(FrameKind::GroupLog, &answer, &Bytes::new());
+                    self.drop_log(i);
+                }
+            }
+        }
+        handed
+    }
+
+    fn drop_log(&mut self, i: usize) {
+        self.logs.swap_remove(i);
+        self.refresh_watches();
+    }
+
+    /// The waiter thread looks at the logs attached now.
+    fn refresh_watches(&self) {
+        let mut w = self.watches.lock().unwrap_or_else(|p| p.into_inner());
+        *w = self.logs.iter().map(|l| l.reader.watch()).collect();
+    }
+
+    /// Takes the GROUP_LOG offers out of `spans` (the peer's, read from its ring): each log
+    /// is opened and attached to this ring (replacing one of the same group) and accepted,
+    /// or declined with a warning that says why.
+    fn take_log_offers(&mut self, chunk: &Bytes, spans: &mut Vec<(u32, u32)>) {
+        if !spans
+            .iter()
+            .any(|&(_, t)| t & SPAN_TAG_MASK == SPAN_GROUP_LOG)
+        {
+            return;
+        }
+        let Some(node) = self.link.node.upgrade() else {
+            return;
+        };
+        let src = self.link.peer.id;
+        let mut offers = Vec::new();
+        spans.retain(|&(start, tagged)| {
+            if tagged & SPAN_TAG_MASK != SPAN_GROUP_LOG {
+                return true;
+            }
+            let len = tagged & SPAN_LEN_MASK;
+            offers.push(chunk.slice(start as usize..(start + len) as usize));
+            false
+        });
+        for body in offers {
+            // Checked by `message_spans`; answers were taken by the node.
+            let Ok(GroupLog::Offer(offer)) = decode_group_log(&body) else {
+                continue;
+            };
+            let (name, token) = (offer.name, offer.token);
+            let accept = match node.open_log(src, &offer) {
+                Ok(log) => {
+                    self.logs.retain(|l| *l.group != *name);
+                    self.logs.push(log);
+                    self.refresh_watches();
+                    true
+                }
+                Err(why) => {
+                    tracing::warn!(peer = %src, group = name, %why, "declined the peer's group log");
+                    false
+                }
+            };
+            let answer = encode_log_answer(name, token, accept);
+            let _ = self
+                .link
+                .peer
+                .push_framed(FrameKind::GroupLog, &answer, &Bytes::new());
+        }
+    }
+
+    fn read_ring(&mut self) -> Polled {
         if self.backlogged() {
             return Polled::Empty;
         }
         // Held from the read to the count: the link's `wait_drained` must not see the ring
         // read out before what was read is counted (its ACK would miss it).
-        let link = &*self.link;
+        let link = self.link.clone();
         let _reading = link.reading();
         if self.link.is_gone() {
             return Polled::Gone;
@@ -302,6 +457,9 @@ impl RingReader {
         if let Some(node) = self.link.node.upgrade() {
             self.groups_handed |= node.sort_out(src, &chunk, &mut spans);
         }
+        // Offers of the peer's group logs: attached to this ring, which they live and die
+        // with.
+        self.take_log_offers(&chunk, &mut spans);
         // Replies end their calls here (this is the application's thread reading the ring);
         // requests go on with a handle to answer them.
         let requests = self.link.calls.sort_out(src, &chunk, &mut spans);
@@ -324,11 +482,14 @@ impl InboundRing {
             // One arming at most waits: an inbox woken often by other peers while this ring
             // stays idle arms it again and again, and those must not pile up.
             let (tx, rx) = std_mpsc::sync_channel(1);
-            let waiter = lock(&self.reader).consumer.waiter();
+            let (waiter, watches) = {
+                let r = lock(&self.reader);
+                (r.consumer.waiter(), r.watches.clone())
+            };
             let waker = waker.clone();
             let spawned = std::thread::Builder::new()
                 .name("busway-shm-wait".into())
-                .spawn(move || wait_for_records(waiter, rx, waker));
+                .spawn(move || wait_for_records(waiter, watches, rx, waker));
             if let Err(e) = spawned {
                 // Without it the inbox would not wake for this ring: end the link instead.
                 lock(&self.reader)
@@ -373,10 +534,23 @@ impl Drop for RingReader {
 
 /// The waiter thread: each time it is armed, sleeps until the ring is readable or closed, then
 /// wakes the inbox. Ends when its ring is dropped.
-fn wait_for_records<W: WakeInbox>(waiter: ReadWaiter, arm: std_mpsc::Receiver<()>, waker: W) {
+fn wait_for_records<W: WakeInbox>(
+    waiter: ReadWaiter,
+    watches: LogWatches,
+    arm: std_mpsc::Receiver<()>,
+    waker: W,
+) {
+    // The logs' writer wakes this ring's reader after each publish (`Ring::wake_reader`).
+    let logs_readable = || {
+        watches
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .any(|w| w.is_readable())
+    };
     while arm.recv().is_ok() {
         loop {
-            match waiter.wait_readable(Duration::from_millis(RING_WAIT_POLL_MS)) {
+            match waiter.wait_readable_or(Duration::from_millis(RING_WAIT_POLL_MS), logs_readable) {
                 Wait::Ready | Wait::Closed => {
                     if !waker.wake() {
                         return;

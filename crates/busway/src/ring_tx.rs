@@ -27,6 +27,11 @@ pub(crate) struct RingWriter {
 }
 
 impl RingWriter {
+    /// The ring written into.
+    pub(crate) fn ring(&self) -> &std::sync::Arc<busway_shm::Ring> {
+        self.producer.ring()
+    }
+
     pub(crate) fn new(producer: Producer) -> Self {
         Self {
             producer,

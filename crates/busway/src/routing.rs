@@ -564,7 +564,7 @@ pub(crate) fn inner_spans(inner: &[u8]) -> Result<Vec<(u32, u32)>, String> {
         let body = &inner[body_at..pos + len];
         if matches!(
             kind,
-            FrameKind::Interest | FrameKind::Publish | FrameKind::Multicast
+            FrameKind::Interest | FrameKind::Publish | FrameKind::Multicast | FrameKind::GroupLog
         ) {
             // A group's traffic goes hop by hop, each hop choosing its links: never end to end.
             return Err(format!(

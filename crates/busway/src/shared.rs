@@ -51,6 +51,11 @@ pub(crate) struct Shared {
     pub(crate) calls: Arc<CallTable>,
     /// The groups this node joined and the groups its peers asked for.
     pub(crate) groups: GroupTable,
+    /// Notified when this node starts taking part in groups (it joins, or a peer asks for a
+    /// group): links with rings stop looking at them only every `RING_IDLE_WATCH_MS`.
+    pub(crate) groups_active: tokio::sync::Notify,
+    /// This node's logs of the groups it publishes to, for peers on its host.
+    pub(crate) group_logs: crate::group_log_out::GroupLogs,
     /// This node's multicasts (numbers, what it keeps for repairs) and the streams of
     /// multicasts to it.
     pub(crate) multicasts: crate::multicast_table::MulticastTable,

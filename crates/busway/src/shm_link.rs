@@ -241,11 +241,19 @@ impl ShmLink {
             let calls = &self.shared.calls;
             if calls.len() == 0 && self.shared.groups.is_idle() {
                 let idle = Duration::from_millis(RING_IDLE_WATCH_MS);
-                // Woken early by a call; else a look now and then.
-                if tokio::time::timeout(idle, calls.wait_pending())
-                    .await
-                    .is_ok()
-                {
+                let active = self.shared.groups_active.notified();
+                tokio::pin!(active);
+                active.as_mut().enable();
+                if !self.shared.groups.is_idle() {
+                    continue;
+                }
+                // Woken early by a call, or by the node's first part in a group (an accept of
+                // its log must not wait for the next look); else a look now and then.
+                let woken = tokio::select! {
+                    r = tokio::time::timeout(idle, calls.wait_pending()) => r.is_ok(),
+                    () = active => true,
+                };
+                if woken {
                     continue;
                 }
             } else {

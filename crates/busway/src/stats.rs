@@ -37,6 +37,10 @@ pub(crate) struct Counters {
     pub(crate) group_repairs_refused: AtomicU64,
     pub(crate) multicast_forwards_dropped: AtomicU64,
     pub(crate) multicasts_refused: AtomicU64,
+    pub(crate) group_log_reads: AtomicU64,
+    pub(crate) group_logs_accepted: AtomicU64,
+    pub(crate) group_log_bytes: AtomicU64,
+    pub(crate) group_log_overruns: AtomicU64,
 }
 
 pub(crate) fn bump(c: &AtomicU64) {
@@ -122,6 +126,18 @@ pub struct Stats {
     /// MULTICAST messages refused: their source may not come over the link they came on
     /// (a peer speaking for another node), or it is this node itself, ever.
     pub multicasts_refused: u64,
+    /// Publishes this node read from its peers' group logs (one copy for every member on a
+    /// host; see `NodeConfig::group_logs`), ever.
+    pub group_log_reads: u64,
+    /// Offers of this node's group logs that peers accepted (each then reads the group's
+    /// publishes from the log instead of its link, until its ring ends), ever.
+    pub group_logs_accepted: u64,
+    /// Bytes this node wrote into its group logs (each publish once, for all the readers on
+    /// its host; record headers included), ever.
+    pub group_log_bytes: u64,
+    /// Times this node fell more than a log's size behind a peer's group log and skipped to
+    /// its oldest record (what it missed is asked for as a repair), ever.
+    pub group_log_overruns: u64,
 }
 
 impl Counters {
@@ -162,6 +178,10 @@ impl Counters {
             group_repairs_refused: self.group_repairs_refused.load(Relaxed),
             multicast_forwards_dropped: self.multicast_forwards_dropped.load(Relaxed),
             multicasts_refused: self.multicasts_refused.load(Relaxed),
+            group_log_reads: self.group_log_reads.load(Relaxed),
+            group_logs_accepted: self.group_logs_accepted.load(Relaxed),
+            group_log_bytes: self.group_log_bytes.load(Relaxed),
+            group_log_overruns: self.group_log_overruns.load(Relaxed),
         }
     }
 }

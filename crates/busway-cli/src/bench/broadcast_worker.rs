@@ -12,8 +12,9 @@
 //! member completing a milestone tells the publisher); it ends the phase with an END naming
 //! how many it sent. Every member checks that it got each message once, in order, and all of
 //! them: anything else fails the run. The publisher reads the bytes queued on each of its
-//! links (`PeerInfo::bytes_sent`), and on each of the relay's (a call to the relay), at the
-//! start and end of each phase.
+//! links (`PeerInfo::bytes_sent`), and on each of the relay's (a call to the relay), and
+//! what it wrote into its group log (`Stats::group_log_bytes`: the members on its host read
+//! the log, one record per publish for all of them), at the start and end of each phase.
 
 use super::sysinfo;
 use busway::{Addr, BusId, IoThreads, MessageBatch, Node, NodeConfig};
@@ -391,6 +392,9 @@ async fn link_bytes(node: &Node, via_relay: bool) -> Result<HashMap<String, u64>
         .iter()
         .map(|p| (format!("{PUBLISHER_ID}->{}", p.id), p.bytes_sent))
         .collect();
+    // The publisher's group logs: one record per publish read by every member on its host,
+    // counted as one more link.
+    out.insert(format!("{PUBLISHER_ID}->log"), node.stats().group_log_bytes);
     if via_relay {
         let reply = node
             .call(RELAY_ID, Bytes::from_static(b"bytes"), CALL_WAIT)

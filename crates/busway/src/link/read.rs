@@ -197,6 +197,7 @@ async fn deliver(
     mut spans: Vec<(u32, u32)>,
 ) {
     shared.sort_out_groups(src, &chunk, &mut spans);
+    shared.decline_log_offers(src, &chunk, &mut spans);
     let requests = shared.calls.sort_out(src, &chunk, &mut spans);
     if !spans.is_empty() {
         let batch = MessageBatch::with_requests(src, chunk, spans, requests);

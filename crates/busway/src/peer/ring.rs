@@ -4,8 +4,10 @@
 
 use super::Peer;
 use crate::ring_tx::{Flush, RingWriter};
+use busway_shm::Ring;
 use busway_shm::RingError;
-use std::sync::MutexGuard;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::{Arc, MutexGuard};
 
 impl Peer {
     pub(super) fn ring_slot(&self) -> MutexGuard<'_, Option<RingWriter>> {
@@ -17,6 +19,9 @@ impl Peer {
     pub(crate) fn start_ring(&self, w: RingWriter) {
         let mut slot = self.ring_slot();
         *slot = Some(w);
+        // Under the slot's lock, as in `end_ring`: the epoch moves with the slot.
+        let e = self.ring_epoch.load(Relaxed);
+        self.ring_epoch.store((e + 1) | 1, Relaxed);
         let mut st = self.lock();
         st.ring_mode = true;
         // The ring's reader does not verify frame checks: do not compute them.
@@ -28,11 +33,27 @@ impl Peer {
     /// acknowledged is.
     pub(crate) fn end_ring(&self) -> Option<RingWriter> {
         let mut slot = self.ring_slot();
+        let e = self.ring_epoch.load(Relaxed);
+        self.ring_epoch.store((e + 1) & !1, Relaxed);
         let mut st = self.lock();
         st.ring_mode = false;
         st.outbox.set_checks(true);
         drop(st);
         slot.take()
+    }
+
+    /// Which ring the attached link writes into: odd while there is one (see
+    /// [`Peer::outbound_ring`]). A plain read, no lock: the publish path reads it per reader.
+    pub(crate) fn ring_epoch(&self) -> u64 {
+        self.ring_epoch.load(Relaxed)
+    }
+
+    /// The ring the attached link writes into, if it switched, and its epoch (which changes
+    /// when that ring ends).
+    pub(crate) fn outbound_ring(&self) -> Option<(u64, Arc<Ring>)> {
+        let slot = self.ring_slot();
+        let ring = slot.as_ref()?.ring().clone();
+        Some((self.ring_epoch.load(Relaxed), ring))
     }
 
     /// Moves queued messages into the ring until none is left or the ring is full. `None` if

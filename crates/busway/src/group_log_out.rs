@@ -1,0 +1,341 @@
+//! A publisher's logs of its groups, one per group, for the members on its host: a publish
+//! is written once into the group's log (`busway_shm::log`) and every peer that reads the log
+//! copies it out itself, instead of the publisher queueing one PUBLISH per member link. That
+//! makes a publish cost the same for 1 or 1,000 same-host members (iceoryx2's one-copy
+//! fan-out); peers on other hosts, or on links that did not switch to a ring, still get one
+//! PUBLISH per link.
+//!
+//! A peer reads a log only once it accepted it: the publisher offers the log (GROUP_LOG
+//! offer) on a link whose messages go through a ring, to a peer that asked for the group; the
+//! peer opens it read-only, attaches it to its reader of that ring, and accepts; from the
+//! accept on, the peer's publishes of the group go into the log alone (`GroupTable`'s
+//! `set_log_reader`). An offer and its answer belong to the ring they were made on (its
+//! epoch, see `Peer::ring_epoch`): when that ring ends, the reader is dropped at the next
+//! publish and the publish goes by the link again until a new offer is accepted. A reader
+//! that falls more than the log's size behind, or loses its ring, sees a gap in the stream
+//! and asks for a repair over its link, as a member behind a dead relay does.
+//!
+//! Only groups under `GroupPolicy::CutOff` are logged: the log never waits for a reader,
+//! while under backpressure the publisher must wait for its slowest member.
+
+use crate::group_table::GroupName;
+use crate::peer::Peer;
+use busway_core::group::encode_log_offer;
+use busway_core::BusId;
+use busway_shm::log::{Log, LogWriter};
+use busway_shm::ring::Binding;
+use busway_shm::Ring;
+use std::collections::HashMap;
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, Weak};
+use tokio::sync::Notify;
+
+/// Logs this process made, by (descriptor, inode): a reader in the same process takes the
+/// log from here instead of mapping `/proc/self/fd` a second time. Weak: a log lives with its
+/// publisher.
+type LocalLogs = Vec<(u32, u64, Weak<Log>)>;
+static LOCAL_LOGS: Mutex<LocalLogs> = Mutex::new(Vec::new());
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // A panic while holding this lock leaves plain data behind; keep going.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The log this process made as (`fd`, `inode`), if it still exists.
+pub(crate) fn local_log(fd: u32, inode: u64) -> Option<Arc<Log>> {
+    lock(&LOCAL_LOGS)
+        .iter()
+        .find(|(f, n, _)| (*f, *n) == (fd, inode))
+        .and_then(|(_, _, l)| l.upgrade())
+}
+
+/// Where one peer stands with one group's log, on the ring of epoch `epoch`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stand {
+    Offered,
+    Reading,
+    Declined,
+}
+
+/// A peer that reads the log: woken through its link's ring after each publish.
+struct Reader {
+    peer: Arc<Peer>,
+    epoch: u64,
+    ring: Arc<Ring>,
+}
+
+/// One group's log.
+struct GroupLog {
+    log: Arc<Log>,
+    writer: LogWriter,
+    token: u64,
+    /// The offer made to each peer and its answer, with the ring epoch they were for.
+    peers: HashMap<BusId, (Stand, u64)>,
+    readers: Vec<Reader>,
+    /// Written since its readers were last woken.
+    wake_due: bool,
+}
+
+/// What [`GroupLogs::append`] did.
+#[derive(Default)]
+pub(crate) struct Appended {
+    /// Readers woken for it.
+    pub(crate) readers: usize,
+    /// Bytes it took in the log (its record's header and padding included).
+    pub(crate) bytes: usize,
+    /// Readers whose ring ended (dropped): the publish must go to them by their link.
+    pub(crate) stale: Vec<BusId>,
+}
+
+/// What a publish does for a peer it sends to by its link (see [`GroupLogs::offer`]).
+pub(crate) enum ForPeer {
+    Link,
+    /// Offer it the log (this GROUP_LOG body), and send by the link meanwhile.
+    Offer(Vec<u8>),
+    /// It reads the log: not by the link too.
+    ReadsLog,
+}
+
+/// What an answer to an offer changed.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Answered {
+    /// The peer reads the log from now on: the caller leaves it out of the publishes sent
+    /// link by link.
+    Reads,
+    /// The peer no longer reads the log (it could not): publishes go to it by its link again.
+    Stopped,
+    Nothing,
+}
+
+/// A node's logs of the groups it publishes to.
+pub(crate) struct GroupLogs {
+    me: BusId,
+    /// Bytes of data of each log (`NodeConfig::shm_ring_bytes`); 0: no logs.
+    capacity: usize,
+    /// Per group, its log, or `None` once making one failed (not tried again).
+    logs: Mutex<HashMap<GroupName, Option<GroupLog>>>,
+    /// A log was written since its readers were last woken (see [`GroupLogs::wake_due`]).
+    due: AtomicBool,
+    /// Wakes the task that wakes the readers (`wake_loop`).
+    wake: Notify,
+}
+
+impl GroupLogs {
+    pub(crate) fn new(me: BusId, capacity: usize) -> Self {
+        Self {
+            me,
+            capacity,
+            logs: Mutex::default(),
+            due: AtomicBool::new(false),
+            wake: Notify::new(),
+        }
+    }
+
+    /// What to do for `peer`, which a publish to `name` is about to go to by its link:
+    /// nothing more, send it an offer of the log first (its link writes into a ring and no
+    /// offer was made on that ring yet; the log is made the first time), or skip it: it reads
+    /// the log already (its accept was taken by the log a moment before the group table).
+    pub(crate) fn offer(&self, name: &str, peer: &Peer) -> ForPeer {
+        let epoch = peer.ring_epoch();
+        if self.capacity == 0 || epoch % 2 == 0 {
+            return ForPeer::Link;
+        }
+        let mut logs = lock(&self.logs);
+        if !logs.contains_key(name) {
+            let made = self.make(name);
+            logs.insert(name.into(), made);
+        }
+        let Some(Some(g)) = logs.get_mut(name) else {
+            return ForPeer::Link;
+        };
+        match g.peers.get(&peer.id) {
+            Some(&(Stand::Reading, e)) if e == epoch => return ForPeer::ReadsLog,
+            Some(&(_, e)) if e == epoch => return ForPeer::Link,
+            _ => {}
+        }
+        let seg = g.log.segment();
+        let Ok(inode) = seg.inode() else {
+            return ForPeer::Link;
+        };
+        g.peers.insert(peer.id, (Stand::Offered, epoch));
+        ForPeer::Offer(encode_log_offer(
+            name,
+            g.token,
+            std::process::id(),
+            seg.fd().as_raw_fd() as u32,
+            inode,
+            g.log.capacity() as u64,
+        ))
+    }
+
+    fn make(&self, name: &str) -> Option<GroupLog> {
+        let mut bytes = [0u8; 8];
+        if getrandom::getrandom(&mut bytes).is_err() {
+            // Not a secret, only a name unlikely to repeat: the process and an address will do.
+            bytes = (std::process::id() as u64 ^ (self as *const Self as u64)).to_le_bytes();
+        }
+        let token = u64::from_le_bytes(bytes);
+        let binding = Binding {
+            token,
+            writer: self.me.0,
+            reader: 0,
+        };
+        match Log::create("busway-group-log", self.capacity, binding) {
+            Ok((log, writer)) => {
+                let seg = log.segment();
+                if let Ok(inode) = seg.inode() {
+                    let mut local = lock(&LOCAL_LOGS);
+                    local.retain(|(_, _, l)| l.strong_count() > 0);
+                    local.push((seg.fd().as_raw_fd() as u32, inode, Arc::downgrade(&log)));
+                }
+                Some(GroupLog {
+                    log,
+                    writer,
+                    token,
+                    peers: HashMap::new(),
+                    readers: Vec::new(),
+                    wake_due: false,
+                })
+            }
+            Err(e) => {
+                tracing::warn!(group = name, error = %e, "cannot make the group's log: its publishes go link by link");
+                None
+            }
+        }
+    }
+
+    /// `peer` answered the offer of `name`'s log bound to `token` (or, declining, gave up a
+    /// log it read). An answer for another ring than the peer's current one, or to no offer,
+    /// changes nothing.
+    pub(crate) fn answered(
+        &self,
+        name: &str,
+        peer: &Arc<Peer>,
+        token: u64,
+        accept: bool,
+    ) -> Answered {
+        let mut logs = lock(&self.logs);
+        let Some(Some(g)) = logs.get_mut(name) else {
+            return Answered::Nothing;
+        };
+        let Some(&(stand, epoch)) = g.peers.get(&peer.id) else {
+            return Answered::Nothing;
+        };
+        if g.token != token || epoch != peer.ring_epoch() {
+            return Answered::Nothing;
+        }
+        match (stand, accept) {
+            (Stand::Offered, true) => {
+                let Some((_, ring)) = peer.outbound_ring().filter(|(e, _)| *e == epoch) else {
+                    // Its ring ended meanwhile: a new offer follows on the next one.
+                    return Answered::Nothing;
+                };
+                g.peers.insert(peer.id, (Stand::Reading, epoch));
+                g.readers.retain(|r| r.peer.id != peer.id);
+                g.readers.push(Reader {
+                    peer: peer.clone(),
+                    epoch,
+                    ring,
+                });
+                Answered::Reads
+            }
+            (Stand::Offered, false) => {
+                g.peers.insert(peer.id, (Stand::Declined, epoch));
+                Answered::Nothing
+            }
+            (Stand::Reading, false) => {
+                g.peers.insert(peer.id, (Stand::Declined, epoch));
+                g.readers.retain(|r| r.peer.id != peer.id);
+                Answered::Stopped
+            }
+            _ => Answered::Nothing,
+        }
+    }
+
+    /// Writes one publish (`head` then `payload`) into `name`'s log if anyone reads it. Its
+    /// readers that sleep are woken by the node's log task once per burst, not per publish
+    /// (see [`GroupLogs::wake_due`]): a hundred sleeping members would otherwise cost a
+    /// hundred wake-ups per publish.
+    pub(crate) fn append(&self, name: &str, head: &[u8], payload: &[u8]) -> Appended {
+        let mut logs = lock(&self.logs);
+        let Some(Some(g)) = logs.get_mut(name) else {
+            return Appended::default();
+        };
+        if g.readers.is_empty() {
+            return Appended::default();
+        }
+        let mut out = Appended::default();
+        // Readers whose ring ended read nothing more: by their link again, and a new offer.
+        g.readers.retain(|r| {
+            let alive = r.peer.ring_epoch() == r.epoch;
+            if !alive {
+                out.stale.push(r.peer.id);
+            }
+            alive
+        });
+        for id in &out.stale {
+            g.peers.remove(id);
+        }
+        if g.writer.push_parts(&[head, payload]).is_err() {
+            // Larger than half the log: this one goes link by link.
+            out.stale.extend(g.readers.iter().map(|r| r.peer.id));
+            return out;
+        }
+        g.writer.publish();
+        out.bytes = busway_shm::ring::RECORD_HEADER_BYTES
+            + (head.len() + payload.len()).next_multiple_of(8);
+        out.readers = g.readers.len();
+        g.wake_due = true;
+        // Relaxed: a hint for the log task, whose `notified` permit carries the wake-up; the
+        // records themselves are published by the log's tail (Release).
+        if !self.due.swap(true, Relaxed) {
+            self.wake.notify_one();
+        }
+        out
+    }
+
+    /// Wakes the readers of every log written since the last call that sleep (the others
+    /// find the new records on their own): one look at each reader's waiting word, and a
+    /// system call only for those asleep.
+    pub(crate) fn wake_due(&self) {
+        // Relaxed: see `append`; cleared before the logs are looked at, so a write after the
+        // look sets it again and notifies again.
+        if !self.due.swap(false, Relaxed) {
+            return;
+        }
+        for g in lock(&self.logs).values_mut().flatten() {
+            if std::mem::take(&mut g.wake_due) {
+                for r in &g.readers {
+                    r.ring.wake_reader();
+                }
+            }
+        }
+    }
+
+    /// The node's log task: wakes the readers of the logs written, once per burst of
+    /// publishes (a burst ends when this task gets to run). Never returns.
+    pub(crate) async fn wake_loop(&self) {
+        loop {
+            self.wake.notified().await;
+            self.wake_due();
+        }
+    }
+
+    /// `peer` no longer reads `name`'s log (it gave up the group; a new offer follows if it
+    /// asks again).
+    pub(crate) fn forget(&self, name: &str, peer: BusId) {
+        if let Some(Some(g)) = lock(&self.logs).get_mut(name) {
+            g.peers.remove(&peer);
+            g.readers.retain(|r| r.peer.id != peer);
+        }
+    }
+
+    /// `peer` is gone for good: it reads no log.
+    pub(crate) fn forget_peer(&self, peer: BusId) {
+        for g in lock(&self.logs).values_mut().flatten() {
+            g.peers.remove(&peer);
+            g.readers.retain(|r| r.peer.id != peer);
+        }
+    }
+}
