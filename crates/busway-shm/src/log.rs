@@ -217,6 +217,36 @@ impl Log {
         })
     }
 
+    /// Writes `data` at the start of the data area, `head` as the oldest whole record and
+    /// `tail` as the published end, as a faulty or hostile writer could (for the `log_reader`
+    /// fuzz target).
+    pub(crate) fn scribble_for_fuzzing(&self, data: &[u8], head: u64, tail: u64) {
+        self.write(0, &data[..data.len().min(self.capacity)]);
+        self.header().head.0.store(head, Relaxed);
+        // Release pairs with the readers' Acquire load of `tail`, as in `LogWriter::publish`.
+        self.header().tail.0.store(tail, Release);
+    }
+
+    /// Writes the header's fixed words (magic, capacity, then the binding's token, writer and
+    /// reader) as a hostile creator could, before a reader opens the log (for the
+    /// `log_reader` fuzz target).
+    pub(crate) fn scribble_header_for_fuzzing(&self, words: [u64; 5]) {
+        let h = self.header();
+        h.magic.0 .0.store(words[0], Relaxed);
+        h.magic.0 .1.store(words[1], Relaxed);
+        h.binding.0 .0.store(words[2], Relaxed);
+        h.binding.0 .1.store(words[3], Relaxed);
+        h.binding.0 .2.store(words[4], Relaxed);
+    }
+
+    /// The header's magic word of this layout (for the fuzz target, which writes it on purpose
+    /// to reach the checks behind it).
+    pub(crate) const MAGIC_FOR_FUZZING: u64 = MAGIC;
+
+    /// The padding record's length word (for the fuzz target, which writes well-formed
+    /// records on purpose to reach the checks behind them).
+    pub(crate) const PAD_LEN_FOR_FUZZING: u32 = PAD_LEN;
+
     fn write(&self, at: usize, src: &[u8]) {
         assert!(at + src.len() <= self.capacity);
         // SAFETY: the range is inside the data area (asserted), mapped writable: only the
@@ -421,9 +451,9 @@ impl LogReader {
                 continue;
             }
             // One record of the largest size fits whatever `bytes_max` says: a read always
-            // moves on.
+            // moves on. Saturating: the writer's `tail` (and so `at`) may lie near u64::MAX.
             let want = (bytes_max as u64).max((log.capacity / 2) as u64);
-            let end = tail.min(at + want);
+            let end = tail.min(at.saturating_add(want));
             let base = out.len();
             let idx = (at as usize) & mask;
             let first = ((end - at) as usize).min(log.capacity - idx);
@@ -450,13 +480,15 @@ impl LogReader {
             }
             let spans_before = spans.len();
             let mut pos = at;
-            while pos + RECORD_HEADER_BYTES as u64 <= end {
+            // Positions are compared as distances (`end - pos`, `tail - pos`), never as sums:
+            // `pos` can be anywhere up to a lying `tail` near u64::MAX, where a sum wraps.
+            while pos < end && end - pos >= RECORD_HEADER_BYTES as u64 {
                 let o = base + (pos - at) as usize;
                 let len = u32::from_le_bytes([out[o], out[o + 1], out[o + 2], out[o + 3]]);
                 let idx = (pos as usize) & mask;
                 if len == PAD_LEN {
                     let skip = (log.capacity - idx) as u64;
-                    if pos + skip > tail {
+                    if skip > tail - pos {
                         spans.truncate(spans_before);
                         return Err(corrupt(pos, "padding past the published end".into()));
                     }
@@ -465,7 +497,7 @@ impl LogReader {
                 }
                 let len = len as usize;
                 let size = record_size(len) as u64;
-                if len > log.record_max() || idx + size as usize > log.capacity || pos + size > tail
+                if len > log.record_max() || idx + size as usize > log.capacity || size > tail - pos
                 {
                     spans.truncate(spans_before);
                     return Err(corrupt(
@@ -476,7 +508,7 @@ impl LogReader {
                         ),
                     ));
                 }
-                if pos + size > end {
+                if size > end - pos {
                     // Whole in the log, not in this copy: the next read takes it.
                     break;
                 }
@@ -484,7 +516,7 @@ impl LogReader {
                 read.records += 1;
                 pos += size;
             }
-            if pos < end && pos + (RECORD_HEADER_BYTES as u64) > end && end == tail {
+            if pos < end && end - pos < RECORD_HEADER_BYTES as u64 && end == tail {
                 spans.truncate(spans_before);
                 return Err(corrupt(
                     pos,

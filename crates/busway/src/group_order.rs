@@ -121,6 +121,19 @@ impl Stream {
         Offer::Held
     }
 
+    /// Publishes `first..first + count` arrived in a row with nothing held: all of them are
+    /// next, handed to the application at once (true); else nothing is done (false: offer
+    /// them one by one).
+    pub(crate) fn take_run(&mut self, first: u64, count: u64, now_ms: u64) -> bool {
+        if count == 0 || first != self.next || !self.held.is_empty() {
+            return false;
+        }
+        self.next += count;
+        self.known = self.known.max(self.next - 1);
+        self.progressed(now_ms);
+        true
+    }
+
     /// A mark: the publisher's last publish is `number`.
     pub(crate) fn mark(&mut self, number: u64, now_ms: u64) {
         if number > self.known {

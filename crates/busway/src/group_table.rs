@@ -128,6 +128,15 @@ pub(crate) struct Fresh {
     pub(crate) unwanted: bool,
 }
 
+/// What became of publishes received in a row (see [`GroupTable::received_run`]).
+pub(crate) enum Run {
+    /// All of them were next in the member's stream, and none goes further: hand them to
+    /// the application as they are. `gap`: one is known to be missing after them.
+    AllNext { gap: bool },
+    /// What became of each, in order.
+    Each(Vec<Option<Fresh>>),
+}
+
 /// One publish of this node, numbered (see [`GroupTable::publish`]).
 pub(crate) struct Published {
     pub(crate) number: u64,
@@ -585,7 +594,6 @@ impl GroupTable {
     /// [`GroupTable::received`] for publishes in a row of one publisher to one group, not
     /// marks (a group log's records; the caller checked that): one lock and one look-up of
     /// the stream for the lot. `payload(i)` makes the payload of `heads[i]` if it must wait.
-    /// What becomes of each, in order.
     pub(crate) fn received_run(
         &self,
         me: BusId,
@@ -593,12 +601,12 @@ impl GroupTable {
         heads: &[PublishHead],
         now_ms: u64,
         payload: impl Fn(usize) -> Bytes,
-    ) -> Vec<Option<Fresh>> {
+    ) -> Run {
         let Some(first) = heads.first() else {
-            return Vec::new();
+            return Run::Each(Vec::new());
         };
         if first.publisher == me {
-            return heads.iter().map(|_| None).collect();
+            return Run::Each(heads.iter().map(|_| None).collect());
         }
         let mut guard = self.lock();
         let st = &mut *guard;
@@ -613,6 +621,21 @@ impl GroupTable {
             .seen
             .entry(key)
             .or_insert_with(|| Source::new(first.incarnation));
+        // The common case of a member that passes nothing on: the whole run is next.
+        let in_a_row = heads
+            .windows(2)
+            .all(|w| w[1].incarnation == first.incarnation && w[1].number == w[0].number + 1);
+        if member && forward_all.is_empty() && in_a_row && source.incarnation == first.incarnation {
+            if let Some(stream) = source.stream.as_mut() {
+                if stream.take_run(first.number, heads.len() as u64, now_ms) {
+                    let last = heads[heads.len() - 1].number;
+                    source.highest = source.highest.max(last);
+                    return Run::AllNext {
+                        gap: stream.has_gap(),
+                    };
+                }
+            }
+        }
         let mut out = Vec::with_capacity(heads.len());
         for (i, head) in heads.iter().enumerate() {
             let mut ended = None;
@@ -646,7 +669,7 @@ impl GroupTable {
                 gap,
             }));
         }
-        out
+        Run::Each(out)
     }
 
     /// A copy of publish `head` its publisher sent this member (REPAIR): what becomes of it;

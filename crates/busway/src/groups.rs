@@ -11,7 +11,7 @@
 use crate::event::{Event, Path};
 use crate::group_log_out::{Answered, ForPeer};
 use crate::group_order::{Offer, Skipped};
-use crate::group_table::{GroupName, GroupPolicy, Published, RepairJob};
+use crate::group_table::{GroupName, GroupPolicy, Published, RepairJob, Run};
 use crate::limits::GROUP_SLOW_MEMBER_WAIT_MS;
 use crate::message::MessageBatch;
 use crate::node::{Node, SendError};
@@ -22,11 +22,11 @@ use busway_core::frame::SPAN_MULTICAST;
 use busway_core::frame::SPAN_TAG_MASK;
 use busway_core::frame::{FrameKind, SPAN_INTEREST, SPAN_LEN_MASK, SPAN_PUBLISH, SPAN_REPAIR};
 use busway_core::group::MULTICAST_STREAM;
-use busway_core::group::PUBLISH_BACKPRESSURE_BIT;
 use busway_core::group::{check_name, decode_interest, decode_publish, decode_repair};
 use busway_core::group::{decode_group_log, encode_log_answer, GroupLog, LogOffer};
 use busway_core::group::{encode_interest, encode_mark, encode_publish_head, PUBLISH_FIXED_BYTES};
 use busway_core::group::{encode_repair_ask, encode_repair_copy_head, encode_repair_lost, Repair};
+use busway_core::group::{PublishHead, PUBLISH_BACKPRESSURE_BIT, PUBLISH_MARK_BIT};
 use busway_core::BusId;
 use bytes::Bytes;
 use std::sync::Arc;
@@ -269,10 +269,15 @@ impl crate::ring_link::GroupMessages for Shared {
         let mut heads = Vec::with_capacity(spans.len());
         for &(start, len) in spans {
             let body = &chunk[start as usize..(start + len) as usize];
+            if let Some(head) = log_record(body, from, group) {
+                heads.push(head);
+                continue;
+            }
+            // Not what a record of this log must be: the full decoding says what it is.
             let head = decode_publish(body)?;
-            if head.mark || head.publisher != from || head.name != &**group {
+            if head.mark || head.publisher != from || head.name != &**group || head.backpressure {
                 return Err(format!(
-                    "a {} of bus id {} to group {:?} in bus id {from}'s log of group {group:?} (it holds its own publishes to the group only)",
+                    "a {} of bus id {} to group {:?} in bus id {from}'s log of group {group:?} (it holds its own publishes to the group only, under the cut-off policy)",
                     if head.mark { "mark" } else { "publish" },
                     head.publisher,
                     head.name
@@ -282,13 +287,33 @@ impl crate::ring_link::GroupMessages for Shared {
         }
         let now_ms = self.coarse_ms.load(std::sync::atomic::Ordering::Relaxed);
         let turn = self.groups.order();
-        let fresh = self
+        let run = self
             .groups
             .received_run(self.config.id, from, &heads, now_ms, |i| {
                 let (start, len) = spans[i];
                 chunk.slice(start as usize + heads[i].payload_at..(start + len) as usize)
             });
         let mut out = Delivered::default();
+        let fresh = match run {
+            Run::AllNext { gap } => {
+                let payloads = heads
+                    .iter()
+                    .zip(spans)
+                    .map(|(h, &(start, len))| {
+                        (start + h.payload_at as u32, len - h.payload_at as u32)
+                    })
+                    .collect();
+                out.run(from, group, chunk, payloads);
+                let handed = self.hand_over(out);
+                drop(turn);
+                if gap {
+                    self.ask_repairs();
+                }
+                self.pump_repairs();
+                return Ok(handed || self.groups.has_blocked());
+            }
+            Run::Each(fresh) => fresh,
+        };
         let mut gaps = false;
         // The publishes that come next, in a row, go to the inbox as one batch.
         let mut run: Vec<(u32, u32)> = Vec::with_capacity(spans.len());
@@ -323,6 +348,35 @@ impl crate::ring_link::GroupMessages for Shared {
         self.pump_repairs();
         Ok(handed || self.groups.has_blocked())
     }
+}
+
+/// The head of a record of `from`'s log of `group` if it is what such a record must be: a
+/// publish (not a mark, not under backpressure) of `from` itself to `group`, numbered from
+/// one. Compared as bytes with what the node holds (no UTF-8 check of the name per record);
+/// `None` for anything else (the caller decodes it in full to say what it is).
+fn log_record<'a>(body: &[u8], from: BusId, group: &'a str) -> Option<PublishHead<'a>> {
+    let at = PUBLISH_FIXED_BYTES + group.len();
+    let word = |i: usize| u64::from_le_bytes(body[i..i + 8].try_into().unwrap_or_default());
+    if body.len() < at
+        || usize::from(body[24]) != group.len()
+        || &body[PUBLISH_FIXED_BYTES..at] != group.as_bytes()
+        || word(0) != from.0
+    {
+        return None;
+    }
+    let number = word(16);
+    if number == 0 || number & (PUBLISH_MARK_BIT | PUBLISH_BACKPRESSURE_BIT) != 0 {
+        return None;
+    }
+    Some(PublishHead {
+        publisher: from,
+        incarnation: word(8),
+        number,
+        name: group,
+        payload_at: at,
+        mark: false,
+        backpressure: false,
+    })
 }
 
 impl Shared {

@@ -85,6 +85,8 @@ pub(crate) struct RingReader {
     logs: Vec<AttachedLog>,
     /// Whether each of `logs` has something to read, for the waiter thread.
     watches: LogWatches,
+    /// Reads of the logs since one had records (see `InboundRing::log_read_within`).
+    looks_since_log_records: u32,
 }
 
 fn lock(m: &Mutex<RingReader>) -> MutexGuard<'_, RingReader> {
@@ -111,6 +113,7 @@ impl InboundRing {
             groups_handed: false,
             logs: Vec::new(),
             watches: LogWatches::default(),
+            looks_since_log_records: 0,
         };
         Self {
             reader: Arc::new(Mutex::new(reader)),
@@ -132,6 +135,13 @@ impl InboundRing {
 
     pub(crate) fn is_gone(&self) -> bool {
         lock(&self.reader).gone
+    }
+
+    /// Whether one of the logs read with this ring had records within the last `looks`
+    /// looks at it.
+    pub(crate) fn log_read_within(&self, looks: u32) -> bool {
+        let r = lock(&self.reader);
+        !r.logs.is_empty() && r.looks_since_log_records < looks
     }
 }
 
@@ -249,6 +259,7 @@ impl RingReader {
         };
         let src = self.link.peer.id;
         let mut handed = false;
+        self.looks_since_log_records = self.looks_since_log_records.saturating_add(1);
         let mut i = 0;
         while i < self.logs.len() {
             let mut buf = BytesMut::new();
@@ -278,6 +289,7 @@ impl RingReader {
                     continue;
                 }
                 Ok(r) => {
+                    self.looks_since_log_records = 0;
                     if r.overrun {
                         bump(&self.link.counters.group_log_overruns);
                     }
