@@ -388,8 +388,10 @@ impl LogReader {
         }
     }
 
+    /// Whether a record was published past this reader's position.
     pub fn is_readable(&self) -> bool {
-        self.watch().is_readable()
+        // Acquire pairs with the writer's Release store of `tail`.
+        self.log.header().tail.0.load(Acquire) > self.at.load(Relaxed)
     }
 
     pub fn log(&self) -> &Arc<Log> {

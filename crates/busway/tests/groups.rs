@@ -377,6 +377,113 @@ mod lies {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn false_group_log_frames_close_only_their_link() {
+        use busway_core::group::{encode_log_answer, encode_log_offer};
+        let (node, healthy) = pair("tcp4", config(1), config(2)).await;
+        let mut events = node.take_events().unwrap();
+        let mut inbox = node.take_inbox().unwrap();
+        node.join(GROUP).unwrap();
+        until_linked(&healthy, &[1]).await;
+
+        let mut bad_op = encode_log_answer(GROUP, 7, true);
+        bad_op[0] = 9;
+        let why = raw_peer_says(
+            &node,
+            &mut events,
+            20,
+            &frame_bytes(FrameKind::GroupLog, &bad_op),
+        )
+        .await;
+        assert!(why.contains("GROUP_LOG op 9"), "{why}");
+
+        let mut short = encode_log_offer(GROUP, 7, 1, 2, 3, 4096);
+        short.truncate(20);
+        let why = raw_peer_says(
+            &node,
+            &mut events,
+            21,
+            &frame_bytes(FrameKind::GroupLog, &short),
+        )
+        .await;
+        assert!(why.contains("GROUP_LOG offer body of 19 bytes"), "{why}");
+
+        // Inside ROUTED: group frames go hop by hop only.
+        use busway_core::routed::{routed_frame, RoutedHeader, RoutedType};
+        let h = RoutedHeader {
+            kind: RoutedType::Data,
+            ttl: 16,
+            src: BusId(22),
+            src_incarnation: 22,
+            dst: BusId(1),
+            seq: 0,
+            settled: false,
+            route: vec![],
+        };
+        let inner = encode_log_answer(GROUP, 7, true);
+        let routed = routed_frame(&h, &frame_bytes(FrameKind::GroupLog, &inner));
+        let why = raw_peer_says(&node, &mut events, 22, &routed).await;
+        assert!(
+            why.contains("group frames travel on direct links only"),
+            "{why}"
+        );
+
+        // The node and its healthy member link are untouched.
+        healthy.publish(GROUP, numbered(0)).await.unwrap();
+        expect_publishes(&mut inbox, BusId(2), 1, "after the lies").await;
+        node.shutdown().await;
+        healthy.shutdown().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_log_offered_on_a_socket_is_declined_and_the_link_stays() {
+        use busway_core::group::{decode_group_log, encode_log_offer, GroupLog};
+        use tokio::io::AsyncReadExt;
+        let node = start(config(1).listen(listen_addr("tcp4"))).await;
+        node.join(GROUP).unwrap();
+        let busway::Addr::Tcp(addr) = node.listen_addrs()[0].clone() else {
+            unreachable!()
+        };
+        let mut s = authenticated(addr, 30, None).await;
+        assert!(node.wait_for_peer(BusId(30), WAIT).await);
+        // An offer of a log this node could not read anyway (no such process), on a socket.
+        let offer = encode_log_offer(GROUP, 0xfeed, u32::MAX, 3, 4, 4096);
+        s.write_all(&frame_bytes(FrameKind::GroupLog, &offer))
+            .await
+            .unwrap();
+        let mut dec = busway_core::FrameDecoder::new(1 << 20);
+        let mut buf = bytes::BytesMut::new();
+        let declined = tokio::time::timeout(WAIT, async {
+            loop {
+                while let Some(f) = dec.decode(&mut buf).unwrap() {
+                    if f.kind == FrameKind::GroupLog {
+                        return decode_group_log(&f.body).map(|g| format!("{g:?}"));
+                    }
+                }
+                assert!(
+                    s.read_buf(&mut buf).await.unwrap() > 0,
+                    "the node closed the link"
+                );
+            }
+        })
+        .await
+        .expect("an answer to the offer");
+        let answer = format!(
+            "{:?}",
+            GroupLog::Answer {
+                name: GROUP,
+                token: 0xfeed,
+                accept: false
+            }
+        );
+        assert_eq!(declined, Ok(answer));
+        assert!(node.peers().iter().any(|p| p.id == BusId(30) && p.up));
+        assert_eq!(node.stats().protocol_errors, 0);
+        // The hand-made peer acknowledges nothing: gone, so the shutdown does not linger.
+        drop(s);
+        node.shutdown().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn false_repairs_and_marks_close_only_their_link_and_foreign_copies_are_refused() {
         use busway_core::group::{
             encode_mark, encode_repair_ask, encode_repair_copy_head, encode_repair_lost,

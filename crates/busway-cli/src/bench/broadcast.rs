@@ -275,6 +275,9 @@ fn spawn(
     if transport == "relay4" {
         cmd.arg("--via-relay");
     }
+    if args.no_group_logs {
+        cmd.arg("--no-group-logs");
+    }
     let mut process = cmd
         .spawn()
         .map(KillOnDrop)
@@ -345,8 +348,11 @@ fn run_once(args: &BenchArgs, t: &str, r: usize, n: usize) -> Result<Run, String
 
 fn print_table(args: &BenchArgs, rows: &[BroadcastRow]) {
     println!(
-        "busway bench --broadcast: 1 publisher -> R members of a group, {} B payloads, {} s x {} rounds per row, median [min-max]; unicast: the same messages sent to each member with one send each, on the same links in the same run; B/link: the most bytes any one link (publisher's or relay's) had queued per publish, headers included; all members of a row in one process, one thread; not pinned",
-        args.broadcast_size, args.duration, args.rounds
+        "busway bench --broadcast: 1 publisher -> R members of a group, {} B payloads, {} s x {} rounds per row, median [min-max]; unicast: the same messages sent to each member with one send each, on the same links in the same run; B/link: the most bytes any one link (publisher's or relay's, or the publisher's group log) had queued per publish, headers included; all members of a row in one process, one thread; not pinned; group logs {}",
+        args.broadcast_size,
+        args.duration,
+        args.rounds,
+        if args.no_group_logs { "off" } else { "on" }
     );
     println!("machine: {}", sysinfo::machine());
     println!(

@@ -122,6 +122,9 @@ pub(crate) struct BroadcastWorkerArgs {
     /// Publisher and members register below the relay at `addr`.
     #[arg(long)]
     via_relay: bool,
+    /// Group logs off: members get publishes by their links.
+    #[arg(long)]
+    no_group_logs: bool,
 }
 
 /// What the publisher measured in one phase.
@@ -226,6 +229,7 @@ fn config(args: &BroadcastWorkerArgs, id: BusId) -> NodeConfig {
     c.io_threads = IoThreads::Current;
     c.shm_channels = args.shm;
     c.shm_ring_bytes = SHM_RING_BYTES;
+    c.group_logs = !args.no_group_logs;
     // Many readers share one thread: none may spin on its rings while others wait.
     c.shm_spins = 0;
     if args.via_relay && id != RELAY_ID {

@@ -124,6 +124,10 @@ pub(crate) struct BenchArgs {
     /// Payload size of `--broadcast` rows in bytes.
     #[arg(long, default_value_t = 64)]
     broadcast_size: usize,
+    /// `--broadcast` rows with group logs off (`NodeConfig::group_logs`): every member gets
+    /// its publishes by its link, as before logs (for an A/B in one binary).
+    #[arg(long)]
+    no_group_logs: bool,
     /// Also write the table as an SVG chart into this directory (busway beside raw, one pair
     /// of bars per row): throughput.svg, latency.svg, rpc.svg, pingpong.svg or broadcast.svg.
     #[arg(long)]
