@@ -347,3 +347,20 @@ impl KillTree {
         }
     }
 }
+
+/// A ROUTED DATA frame from `src` (incarnation `src`) to `dst`, first of its pair, carrying
+/// the whole frame `inner`: what a peer may not put inside one is tested with it.
+pub fn routed_data(src: u64, dst: u64, inner: &[u8]) -> bytes::Bytes {
+    use busway_core::routed::{routed_frame, RoutedHeader, RoutedType};
+    let h = RoutedHeader {
+        kind: RoutedType::Data,
+        ttl: 16,
+        src: BusId(src),
+        src_incarnation: src,
+        dst: BusId(dst),
+        seq: 0,
+        settled: false,
+        route: vec![],
+    };
+    routed_frame(&h, inner)
+}

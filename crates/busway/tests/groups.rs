@@ -348,20 +348,9 @@ mod lies {
         assert!(why.contains("numbered 0"), "{why}");
 
         // A publish inside a ROUTED frame: groups go hop by hop only.
-        use busway_core::routed::{routed_frame, RoutedHeader, RoutedType};
         let mut inner = encode_publish_head(BusId(12), 1, 1, GROUP);
         inner.extend_from_slice(b"x");
-        let h = RoutedHeader {
-            kind: RoutedType::Data,
-            ttl: 16,
-            src: BusId(12),
-            src_incarnation: 12,
-            dst: BusId(1),
-            seq: 0,
-            settled: false,
-            route: vec![],
-        };
-        let routed = routed_frame(&h, &frame_bytes(FrameKind::Publish, &inner));
+        let routed = routed_data(12, 1, &frame_bytes(FrameKind::Publish, &inner));
         let why = raw_peer_says(&node, &mut events, 12, &routed).await;
         assert!(
             why.contains("group frames travel on direct links only"),
@@ -408,19 +397,8 @@ mod lies {
         assert!(why.contains("GROUP_LOG offer body of 19 bytes"), "{why}");
 
         // Inside ROUTED: group frames go hop by hop only.
-        use busway_core::routed::{routed_frame, RoutedHeader, RoutedType};
-        let h = RoutedHeader {
-            kind: RoutedType::Data,
-            ttl: 16,
-            src: BusId(22),
-            src_incarnation: 22,
-            dst: BusId(1),
-            seq: 0,
-            settled: false,
-            route: vec![],
-        };
         let inner = encode_log_answer(GROUP, 7, true);
-        let routed = routed_frame(&h, &frame_bytes(FrameKind::GroupLog, &inner));
+        let routed = routed_data(22, 1, &frame_bytes(FrameKind::GroupLog, &inner));
         let why = raw_peer_says(&node, &mut events, 22, &routed).await;
         assert!(
             why.contains("group frames travel on direct links only"),

@@ -324,20 +324,9 @@ mod lies {
         assert!(why.contains("MULTICAST names 0 receivers"), "{why}");
 
         // A multicast inside a ROUTED frame: multicasts go hop by hop only.
-        use busway_core::routed::{routed_frame, RoutedHeader, RoutedType};
-        let h = RoutedHeader {
-            kind: RoutedType::Data,
-            ttl: 16,
-            src: BusId(12),
-            src_incarnation: 12,
-            dst: BusId(1),
-            seq: 0,
-            settled: false,
-            route: vec![],
-        };
         let inner = frame_bytes(FrameKind::Multicast, &multicast(12, &[(1, 1)], b"x"));
         let mut s = raw_peer(&node, 12).await;
-        s.write_all(&routed_frame(&h, &inner)).await.unwrap();
+        s.write_all(&routed_data(12, 1, &inner)).await.unwrap();
         let why = protocol_error_of(&mut events, 12).await;
         drop(s);
         assert!(why.contains("travel on direct links only"), "{why}");
