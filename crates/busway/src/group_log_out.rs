@@ -86,6 +86,9 @@ pub(crate) struct Appended {
     pub(crate) bytes: usize,
     /// Readers whose ring ended (dropped): the publish must go to them by their link.
     pub(crate) stale: Vec<BusId>,
+    /// Readers that stay readers but get this publish by their link: it is larger than a
+    /// record of the log may be.
+    pub(crate) not_logged: Vec<BusId>,
 }
 
 /// What a publish does for a peer it sends to by its link (see [`GroupLogs::offer`]).
@@ -278,8 +281,9 @@ impl GroupLogs {
             g.peers.remove(id);
         }
         if g.writer.push_parts(&[head, payload]).is_err() {
-            // Larger than half the log: this one goes link by link.
-            out.stale.extend(g.readers.iter().map(|r| r.peer.id));
+            // Larger than half the log: this one goes to its readers link by link (they stay
+            // readers).
+            out.not_logged = g.readers.iter().map(|r| r.peer.id).collect();
             return out;
         }
         g.writer.publish();
@@ -319,6 +323,16 @@ impl GroupLogs {
         loop {
             self.wake.notified().await;
             self.wake_due();
+        }
+    }
+
+    /// The offer of `name`'s log to `peer` could not be queued: it is made again at a later
+    /// publish.
+    pub(crate) fn withdraw(&self, name: &str, peer: BusId) {
+        if let Some(Some(g)) = lock(&self.logs).get_mut(name) {
+            if matches!(g.peers.get(&peer), Some((Stand::Offered, _))) {
+                g.peers.remove(&peer);
+            }
         }
     }
 

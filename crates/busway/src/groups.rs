@@ -142,6 +142,8 @@ impl Node {
         };
         let head = encode_publish_head(shared.config.id, shared.incarnation, number | flag, group);
         let mut reached = 0;
+        // Whether the peers that read the group's log may be skipped here (they got it there).
+        let mut logged_once = policy == GroupPolicy::CutOff;
         if policy == GroupPolicy::CutOff {
             // Once into the group's log for every peer on this host that reads it.
             let logged = shared.group_logs.append(group, &head, &payload);
@@ -151,22 +153,39 @@ impl Node {
                 .group_log_bytes
                 .fetch_add(logged.bytes as u64, std::sync::atomic::Ordering::Relaxed);
             for id in logged.stale {
-                // Its ring ended (or the publish does not fit the log): by its link.
+                // Its ring ended: by its link from now on.
                 shared.groups.set_log_reader(group, id, false);
                 if !to.contains(&id) {
                     to.push(id);
                 }
+            }
+            if !logged.not_logged.is_empty() {
+                // Too large for the log: this one goes to every reader by its link.
+                logged_once = false;
+                to.extend(
+                    logged
+                        .not_logged
+                        .iter()
+                        .filter(|id| !to.contains(id))
+                        .copied()
+                        .collect::<Vec<_>>(),
+                );
             }
         }
         for id in to {
             let Some(peer) = shared.peer(id) else {
                 continue;
             };
-            if policy == GroupPolicy::CutOff {
+            if logged_once {
                 match shared.group_logs.offer(group, &peer) {
                     ForPeer::Link => {}
                     ForPeer::Offer(offer) => {
-                        let _ = peer.push_framed(FrameKind::GroupLog, &offer, &Bytes::new());
+                        if peer
+                            .push_framed(FrameKind::GroupLog, &offer, &Bytes::new())
+                            .is_err()
+                        {
+                            shared.group_logs.withdraw(group, id);
+                        }
                     }
                     // Counted with the log's readers.
                     ForPeer::ReadsLog => continue,

@@ -24,8 +24,19 @@ async fn star(
     members: u64,
     tweak: impl Fn(u64, &mut NodeConfig),
 ) -> (Node, Vec<(Node, Inbox)>) {
+    star_with(transport, members, |_| {}, tweak).await
+}
+
+/// `star`, with `tweak_publisher` applied to the publisher's config too.
+async fn star_with(
+    transport: &str,
+    members: u64,
+    tweak_publisher: impl Fn(&mut NodeConfig),
+    tweak: impl Fn(u64, &mut NodeConfig),
+) -> (Node, Vec<(Node, Inbox)>) {
     let mut pc = config(1).listen(listen_addr(transport));
     pc.mem_channels = transport == "mem";
+    tweak_publisher(&mut pc);
     let publisher = start(pc).await;
     let mut out = Vec::new();
     for i in 0..members {
@@ -304,6 +315,52 @@ async fn a_member_that_leaves_and_joins_again_reads_the_log_again() {
     )
     .await;
     for (m, _) in members {
+        m.shutdown().await;
+    }
+    publisher.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn publishes_too_large_for_the_log_reach_its_readers_by_their_links_in_order() {
+    // A log of 256 KiB holds records of at most 128 KiB less 8 bytes: every third publish is
+    // larger. (Rings under 128 KiB cannot carry the link's 64 KiB records at all.)
+    let small = |c: &mut NodeConfig| c.shm_ring_bytes = 256 << 10;
+    let (publisher, mut members) = star_with("shm", 2, small, |_, c| small(c)).await;
+    let mut nexts = vec![0u64; 2];
+    let mut sent = 0;
+    publish_until_logs_read(&publisher, &mut members, &mut nexts, &mut sent, |_| true).await;
+    let sized = |i: u64| {
+        let mut v = vec![0u8; if i % 3 == 0 { 200 << 10 } else { 8 }];
+        v[..8].copy_from_slice(&i.to_le_bytes());
+        Bytes::from(v)
+    };
+    let end = sent + 60;
+    let readers: Vec<_> = members
+        .drain(..)
+        .zip(nexts.iter().copied())
+        .map(|((m, mut inbox), mut next)| {
+            tokio::spawn(async move {
+                while next < end {
+                    let b = tokio::time::timeout(WAIT, inbox.recv_batch())
+                        .await
+                        .unwrap_or_else(|_| panic!("stalled at {next}"))
+                        .expect("inbox open");
+                    for p in b.iter() {
+                        let i = u64::from_le_bytes(p[..8].try_into().unwrap());
+                        assert_eq!(i, next, "in order, each once");
+                        next += 1;
+                    }
+                }
+                m
+            })
+        })
+        .collect();
+    for i in sent..end {
+        assert_eq!(publisher.publish(GROUP, sized(i)).await.unwrap(), 2);
+    }
+    for r in readers {
+        let m = r.await.unwrap();
+        assert!(m.stats().group_log_reads > 0);
         m.shutdown().await;
     }
     publisher.shutdown().await;
