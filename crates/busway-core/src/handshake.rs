@@ -67,6 +67,10 @@ pub mod caps {
     /// Can move its data to shared-memory rings bound to their reader (CHANNEL frames whose
     /// OFFER carries a token; see `channel`).
     pub const SHM_BOUND: u64 = 1 << 4;
+    /// Understands GROUP_LOG frames (a publisher's offer of its log of a group, see
+    /// `group`): it answers them, accepting or declining. A publisher offers its logs only
+    /// to peers with this bit (an older peer would close the link on the frame).
+    pub const GROUP_LOGS: u64 = 1 << 5;
 }
 
 /// Everything that can be wrong with a handshake. The display text says what and why.

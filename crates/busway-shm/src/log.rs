@@ -262,7 +262,9 @@ impl Log {
         // as `self` lives (the segment is sealed against shrinking). The slice does not outlive
         // this call: it is copied into `out` at once, and the copy is what gets checked (the
         // writer may be overwriting these bytes: `LogReader::read_into` sees it in `head`
-        // afterwards and throws the copy away).
+        // afterwards and throws the copy away). Bytes written by another thread during the
+        // copy are a race Rust's model does not describe (as for any memory a peer process
+        // writes, and in a seqlock); the copy is plain bytes, never trusted before the check.
         out.extend_from_slice(unsafe { std::slice::from_raw_parts(self.data.add(at), len) });
     }
 }
@@ -416,6 +418,7 @@ impl LogReader {
         let mut read = Read::default();
         let mut at = self.at.load(Relaxed);
         let corrupt = |at: u64, why: String| Corrupt { at, why };
+        let mut lapped = 0;
         for _ in 0..TORN_RETRIES {
             // `head` first: the writer stores it before it writes the record it makes room
             // for and `tail` after, so a `tail` loaded later is at most the log's size behind
@@ -449,7 +452,16 @@ impl LogReader {
             }
             if tail - at > cap {
                 // The writer went round the log between the two loads: look at `head` again.
+                // Every time, and `head` never moves: a lie (an honest writer stores `head`
+                // past `tail - capacity` before it publishes `tail`).
                 read.overrun = true;
+                lapped += 1;
+                if lapped == TORN_RETRIES {
+                    return Err(corrupt(
+                        head,
+                        format!("the log's published end {tail} stays more than its size past its oldest record {head}"),
+                    ));
+                }
                 continue;
             }
             // One record of the largest size fits whatever `bytes_max` says: a read always
@@ -643,6 +655,11 @@ mod tests {
         lie(&|l| l.header().head.0.store(1 << 20, Release), "past 16");
         lie(&|l| l.write(0, &1000u32.to_le_bytes()), "does not fit");
         lie(&|l| l.write(0, &PAD_LEN.to_le_bytes()), "padding past");
+        // A published end far past the reader while the oldest record stays behind it.
+        lie(
+            &|l| l.header().tail.0.store(16 + 8192, Release),
+            "stays more than its size",
+        );
         // A published end that goes back, after a first read.
         let (l, mut w) = log(4096);
         let mut r = l.reader().unwrap();

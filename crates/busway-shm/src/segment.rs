@@ -51,10 +51,22 @@ impl Segment {
     /// reads and others read too (a group's log), so that no bug here can change what they
     /// read. Writing through [`Segment::as_ptr`] of such a segment faults.
     pub fn open_read_only_from_process(pid: u32, fd: u32, inode: u64) -> io::Result<Self> {
+        use std::os::unix::fs::OpenOptionsExt;
         let path = format!("/proc/{pid}/fd/{fd}");
-        let file = std::fs::File::open(&path)
+        // Non-blocking: a peer naming a FIFO without a writer must not hang this open.
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags((rustix::fs::OFlags::NONBLOCK | rustix::fs::OFlags::NOCTTY).bits() as i32)
+            .open(&path)
             .map_err(|e| io::Error::new(e.kind(), format!("opening {path}: {e}")))?;
-        let found = rustix::fs::fstat(&file)?.st_ino;
+        let stat = rustix::fs::fstat(&file)?;
+        if rustix::fs::FileType::from_raw_mode(stat.st_mode) != rustix::fs::FileType::RegularFile {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("{path} is not a shared-memory segment (not a regular file)"),
+            ));
+        }
+        let found = stat.st_ino;
         if found != inode {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,

@@ -8,8 +8,8 @@
 //! A peer reads a log only once it accepted it: the publisher offers the log (GROUP_LOG
 //! offer) on a link whose messages go through a ring, to a peer that asked for the group; the
 //! peer opens it read-only, attaches it to its reader of that ring, and accepts; from the
-//! accept on, the peer's publishes of the group go into the log alone (`GroupTable`'s
-//! `set_log_reader`). An offer and its answer belong to the ring they were made on (its
+//! accept on, the peer's publishes of the group go into the log alone: `append` says whom
+//! each record was written for, and a publish goes by link to every other peer that asked. An offer and its answer belong to the ring they were made on (its
 //! epoch, see `Peer::ring_epoch`): when that ring ends, the reader is dropped at the next
 //! publish and the publish goes by the link again until a new offer is accepted. A reader
 //! that falls more than the log's size behind, or loses its ring, sees a gap in the stream
@@ -30,6 +30,10 @@ use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, Weak};
 use tokio::sync::Notify;
+
+/// Groups a node keeps a log of at most: each holds up to `shm_ring_bytes` and a descriptor.
+/// Past it, a group's publishes go link by link.
+pub(crate) const GROUP_LOGS_MAX: usize = 64;
 
 /// Logs this process made, by (descriptor, inode): a reader in the same process takes the
 /// log from here instead of mapping `/proc/self/fd` a second time. Weak: a log lives with its
@@ -73,31 +77,36 @@ struct GroupLog {
     /// The offer made to each peer and its answer, with the ring epoch they were for.
     peers: HashMap<BusId, (Stand, u64)>,
     readers: Vec<Reader>,
+    /// The ids of `readers`, sorted, as `append` hands them out (made again when they change).
+    reader_ids: Arc<Vec<BusId>>,
     /// Written since its readers were last woken.
     wake_due: bool,
+}
+
+impl GroupLog {
+    fn readers_changed(&mut self) {
+        let mut ids: Vec<BusId> = self.readers.iter().map(|r| r.peer.id).collect();
+        ids.sort_unstable();
+        self.reader_ids = Arc::new(ids);
+    }
+
+    fn drop_reader(&mut self, peer: BusId) {
+        if self.readers.iter().any(|r| r.peer.id == peer) {
+            self.readers.retain(|r| r.peer.id != peer);
+            self.readers_changed();
+        }
+    }
 }
 
 /// What [`GroupLogs::append`] did.
 #[derive(Default)]
 pub(crate) struct Appended {
-    /// Readers woken for it.
-    pub(crate) readers: usize,
+    /// The readers it was written for, sorted (`None`: it was not written): exactly the
+    /// peers the publish must not go to by their links too. The one account of who reads the
+    /// log, taken under the log's lock with the write itself.
+    pub(crate) written_for: Option<Arc<Vec<BusId>>>,
     /// Bytes it took in the log (its record's header and padding included).
     pub(crate) bytes: usize,
-    /// Readers whose ring ended (dropped): the publish must go to them by their link.
-    pub(crate) stale: Vec<BusId>,
-    /// Readers that stay readers but get this publish by their link: it is larger than a
-    /// record of the log may be.
-    pub(crate) not_logged: Vec<BusId>,
-}
-
-/// What a publish does for a peer it sends to by its link (see [`GroupLogs::offer`]).
-pub(crate) enum ForPeer {
-    Link,
-    /// Offer it the log (this GROUP_LOG body), and send by the link meanwhile.
-    Offer(Vec<u8>),
-    /// It reads the log: not by the link too.
-    ReadsLog,
 }
 
 /// What an answer to an offer changed.
@@ -135,34 +144,42 @@ impl GroupLogs {
         }
     }
 
-    /// What to do for `peer`, which a publish to `name` is about to go to by its link:
-    /// nothing more, send it an offer of the log first (its link writes into a ring and no
-    /// offer was made on that ring yet; the log is made the first time), or skip it: it reads
-    /// the log already (its accept was taken by the log a moment before the group table).
-    pub(crate) fn offer(&self, name: &str, peer: &Peer) -> ForPeer {
+    /// The GROUP_LOG offer of `name`'s log to send `peer` (which a publish is about to go
+    /// to by its link) first, if one is due: its link writes into a ring and no offer was
+    /// made on that ring yet. Makes the log the first time (at most `GROUP_LOGS_MAX`).
+    pub(crate) fn offer(&self, name: &str, peer: &Peer) -> Option<Vec<u8>> {
         let epoch = peer.ring_epoch();
         if self.capacity == 0 || epoch % 2 == 0 {
-            return ForPeer::Link;
+            return None;
         }
         let mut logs = lock(&self.logs);
         if !logs.contains_key(name) {
+            if logs.len() >= GROUP_LOGS_MAX {
+                return None;
+            }
             let made = self.make(name);
             logs.insert(name.into(), made);
         }
-        let Some(Some(g)) = logs.get_mut(name) else {
-            return ForPeer::Link;
-        };
-        match g.peers.get(&peer.id) {
-            Some(&(Stand::Reading, e)) if e == epoch => return ForPeer::ReadsLog,
-            Some(&(_, e)) if e == epoch => return ForPeer::Link,
-            _ => {}
+        let g = logs.get_mut(name)?.as_mut()?;
+        // A peer that could not take a record of the log as a frame keeps its link.
+        if peer
+            .frame_body_max()
+            .is_some_and(|m| m < g.log.record_max())
+        {
+            return None;
+        }
+        if g.peers.get(&peer.id).is_some_and(|&(_, e)| e == epoch) {
+            return None;
+        }
+        if !peer.answers_group_logs() {
+            // An older peer would close the link on the frame: never offered on this ring.
+            g.peers.insert(peer.id, (Stand::Declined, epoch));
+            return None;
         }
         let seg = g.log.segment();
-        let Ok(inode) = seg.inode() else {
-            return ForPeer::Link;
-        };
+        let inode = seg.inode().ok()?;
         g.peers.insert(peer.id, (Stand::Offered, epoch));
-        ForPeer::Offer(encode_log_offer(
+        Some(encode_log_offer(
             name,
             g.token,
             std::process::id(),
@@ -198,6 +215,7 @@ impl GroupLogs {
                     token,
                     peers: HashMap::new(),
                     readers: Vec::new(),
+                    reader_ids: Arc::default(),
                     wake_due: false,
                 })
             }
@@ -241,6 +259,7 @@ impl GroupLogs {
                     epoch,
                     ring,
                 });
+                g.readers_changed();
                 Answered::Reads
             }
             (Stand::Offered, false) => {
@@ -249,7 +268,7 @@ impl GroupLogs {
             }
             (Stand::Reading, false) => {
                 g.peers.insert(peer.id, (Stand::Declined, epoch));
-                g.readers.retain(|r| r.peer.id != peer.id);
+                g.drop_reader(peer.id);
                 Answered::Stopped
             }
             _ => Answered::Nothing,
@@ -268,35 +287,39 @@ impl GroupLogs {
         if g.readers.is_empty() {
             return Appended::default();
         }
-        let mut out = Appended::default();
         // Readers whose ring ended read nothing more: by their link again, and a new offer.
+        let before = g.readers.len();
+        let mut gone = Vec::new();
         g.readers.retain(|r| {
             let alive = r.peer.ring_epoch() == r.epoch;
             if !alive {
-                out.stale.push(r.peer.id);
+                gone.push(r.peer.id);
             }
             alive
         });
-        for id in &out.stale {
-            g.peers.remove(id);
+        if g.readers.len() != before {
+            for id in &gone {
+                g.peers.remove(id);
+            }
+            g.readers_changed();
         }
-        if g.writer.push_parts(&[head, payload]).is_err() {
-            // Larger than half the log: this one goes to its readers link by link (they stay
-            // readers).
-            out.not_logged = g.readers.iter().map(|r| r.peer.id).collect();
-            return out;
+        if g.readers.is_empty() || g.writer.push_parts(&[head, payload]).is_err() {
+            // No reader left, or larger than half the log: link by link, to readers too
+            // (they stay readers).
+            return Appended::default();
         }
         g.writer.publish();
-        out.bytes = busway_shm::ring::RECORD_HEADER_BYTES
-            + (head.len() + payload.len()).next_multiple_of(8);
-        out.readers = g.readers.len();
         g.wake_due = true;
         // Relaxed: a hint for the log task, whose `notified` permit carries the wake-up; the
         // records themselves are published by the log's tail (Release).
         if !self.due.swap(true, Relaxed) {
             self.wake.notify_one();
         }
-        out
+        Appended {
+            written_for: Some(g.reader_ids.clone()),
+            bytes: busway_shm::ring::RECORD_HEADER_BYTES
+                + (head.len() + payload.len()).next_multiple_of(8),
+        }
     }
 
     /// Wakes the readers of every log written since the last call that sleep (the others
@@ -341,7 +364,7 @@ impl GroupLogs {
     pub(crate) fn forget(&self, name: &str, peer: BusId) {
         if let Some(Some(g)) = lock(&self.logs).get_mut(name) {
             g.peers.remove(&peer);
-            g.readers.retain(|r| r.peer.id != peer);
+            g.drop_reader(peer);
         }
     }
 
@@ -349,7 +372,7 @@ impl GroupLogs {
     pub(crate) fn forget_peer(&self, peer: BusId) {
         for g in lock(&self.logs).values_mut().flatten() {
             g.peers.remove(&peer);
-            g.readers.retain(|r| r.peer.id != peer);
+            g.drop_reader(peer);
         }
     }
 }

@@ -104,12 +104,6 @@ struct State {
     /// stands, sent once it fits: else a member behind it that lost the end of a stream
     /// would never learn it (see [`GroupTable::owed_marks`]).
     owed: HashSet<(BusId, BusId, GroupName)>,
-    /// Per group this node publishes to, the peers that read its publishes from the node's
-    /// log of the group on their host (`group_log_out`), not from their link.
-    via_log: HashMap<GroupName, Vec<BusId>>,
-    /// Per group with readers of its log: the peers that asked for it less those readers
-    /// (what a publish goes to link by link); dropped at every change of either.
-    link_to: HashMap<GroupName, Vec<BusId>>,
 }
 
 /// What to do with a publish or mark received from a peer (see [`GroupTable::received`]).
@@ -140,8 +134,7 @@ pub(crate) enum Run {
 /// One publish of this node, numbered (see [`GroupTable::publish`]).
 pub(crate) struct Published {
     pub(crate) number: u64,
-    /// The peers that asked for the group, less those that read it from this node's log
-    /// (under `GroupPolicy::CutOff`; see `set_log_reader`).
+    /// The peers that asked for the group, sorted.
     pub(crate) to: Vec<BusId>,
     pub(crate) policy: GroupPolicy,
     /// Those of `to` whose link fell behind (skipped while full under `CutOff`).
@@ -393,26 +386,7 @@ impl GroupTable {
         }
         let number = p.number;
         let policy = st.policies.get(name).copied().unwrap_or_default();
-        // Under backpressure nothing is logged (a log never waits): every peer by its link.
-        let via_log = match policy {
-            GroupPolicy::CutOff => st.via_log.get(name),
-            GroupPolicy::Backpressure => None,
-        };
-        let to = match via_log {
-            None => st.wanted_by.get(name).cloned().unwrap_or_default(),
-            Some(readers) => {
-                if !st.link_to.contains_key(name) {
-                    let readers: HashSet<BusId> = readers.iter().copied().collect();
-                    let rest = st
-                        .wanted_by
-                        .get(name)
-                        .map(|v| v.iter().filter(|p| !readers.contains(p)).copied().collect())
-                        .unwrap_or_default();
-                    st.link_to.insert(name.into(), rest);
-                }
-                st.link_to[name].clone()
-            }
-        };
+        let to = st.wanted_by.get(name).cloned().unwrap_or_default();
         let lagging = if st.lagging.is_empty() {
             Vec::new()
         } else {
@@ -435,10 +409,7 @@ impl GroupTable {
     /// asked, `None` if ignored (the peer asked for `GROUPS_PER_PEER_MAX` groups already).
     pub(crate) fn interest(&self, from: BusId, join: bool, name: &str) -> Option<bool> {
         let mut st = self.lock();
-        st.link_to.remove(name);
         if !join {
-            // It reads the group's log no more either (it is offered again if it asks again).
-            Self::drop_log_reader(&mut st, name, from);
             if let Some(v) = st.wanted_by.get_mut(name) {
                 v.retain(|&p| p != from);
                 if v.is_empty() {
@@ -454,7 +425,10 @@ impl GroupTable {
         if asked >= GROUPS_PER_PEER_MAX {
             return None;
         }
-        st.wanted_by.entry(name.into()).or_default().push(from);
+        // Sorted: a publish walks it beside the sorted readers of the group's log.
+        let askers = st.wanted_by.entry(name.into()).or_default();
+        let at = askers.partition_point(|&p| p < from);
+        askers.insert(at, from);
         Some(true)
     }
 
@@ -860,11 +834,6 @@ impl GroupTable {
     /// what it was told are forgotten.
     pub(crate) fn peer_gone(&self, peer: BusId) {
         let mut st = self.lock();
-        st.link_to.clear();
-        st.via_log.retain(|_, v| {
-            v.retain(|&p| p != peer);
-            !v.is_empty()
-        });
         st.owed.retain(|(p, _, _)| *p != peer);
         st.wanted_by.retain(|_, v| {
             v.retain(|&p| p != peer);
@@ -872,36 +841,6 @@ impl GroupTable {
         });
         st.told.remove(&peer);
         st.lagging.retain(|(p, _)| *p != peer);
-    }
-
-    /// `peer` reads `name`'s publishes from this node's log of the group from now on
-    /// (`reads`), or from its link again: [`GroupTable::publish`] leaves it out of (or puts it
-    /// back into) the peers a publish goes to link by link. Only a peer that asked for the
-    /// group is taken (false otherwise).
-    pub(crate) fn set_log_reader(&self, name: &str, peer: BusId, reads: bool) -> bool {
-        let mut st = self.lock();
-        st.link_to.remove(name);
-        if !reads {
-            Self::drop_log_reader(&mut st, name, peer);
-            return true;
-        }
-        if !st.wanted_by.get(name).is_some_and(|v| v.contains(&peer)) {
-            return false;
-        }
-        let readers = st.via_log.entry(name.into()).or_default();
-        if !readers.contains(&peer) {
-            readers.push(peer);
-        }
-        true
-    }
-
-    fn drop_log_reader(st: &mut State, name: &str, peer: BusId) {
-        if let Some(v) = st.via_log.get_mut(name) {
-            v.retain(|&p| p != peer);
-            if v.is_empty() {
-                st.via_log.remove(name);
-            }
-        }
     }
 
     /// `name` as this node holds it (joined, or asked for), or a new one.

@@ -9,7 +9,7 @@
 //! other: numbered, acknowledged, and resent over a link that drops and comes back.
 
 use crate::event::{Event, Path};
-use crate::group_log_out::{Answered, ForPeer};
+use crate::group_log_out::Answered;
 use crate::group_order::{Offer, Skipped};
 use crate::group_table::{GroupName, GroupPolicy, Published, RepairJob, Run};
 use crate::limits::GROUP_SLOW_MEMBER_WAIT_MS;
@@ -131,7 +131,7 @@ impl Node {
         let now_ms = shared.coarse_ms.load(std::sync::atomic::Ordering::Relaxed);
         let Published {
             number,
-            mut to,
+            to,
             policy,
             lagging,
             member,
@@ -142,53 +142,37 @@ impl Node {
         };
         let head = encode_publish_head(shared.config.id, shared.incarnation, number | flag, group);
         let mut reached = 0;
-        // Whether the peers that read the group's log may be skipped here (they got it there).
-        let mut logged_once = policy == GroupPolicy::CutOff;
-        if policy == GroupPolicy::CutOff {
-            // Once into the group's log for every peer on this host that reads it.
-            let logged = shared.group_logs.append(group, &head, &payload);
-            reached += logged.readers;
-            shared
-                .counters
-                .group_log_bytes
-                .fetch_add(logged.bytes as u64, std::sync::atomic::Ordering::Relaxed);
-            for id in logged.stale {
-                // Its ring ended: by its link from now on.
-                shared.groups.set_log_reader(group, id, false);
-                if !to.contains(&id) {
-                    to.push(id);
-                }
-            }
-            if !logged.not_logged.is_empty() {
-                // Too large for the log: this one goes to every reader by its link.
-                logged_once = false;
-                to.extend(
-                    logged
-                        .not_logged
-                        .iter()
-                        .filter(|id| !to.contains(id))
-                        .copied()
-                        .collect::<Vec<_>>(),
-                );
-            }
-        }
+        // Once into the group's log for every peer on this host that reads it (never under
+        // backpressure: a log does not wait); those it was written for are skipped below.
+        let logged = match policy {
+            GroupPolicy::CutOff => shared.group_logs.append(group, &head, &payload),
+            GroupPolicy::Backpressure => Default::default(),
+        };
+        let in_log: &[BusId] = logged.written_for.as_deref().map_or(&[], |v| &v[..]);
+        reached += in_log.len();
+        shared
+            .counters
+            .group_log_bytes
+            .fetch_add(logged.bytes as u64, std::sync::atomic::Ordering::Relaxed);
+        // Both sorted: one walk.
+        let mut in_log = in_log.iter().peekable();
         for id in to {
+            while in_log.next_if(|&&r| r < id).is_some() {}
+            if in_log.next_if(|&&r| r == id).is_some() {
+                continue;
+            }
             let Some(peer) = shared.peer(id) else {
                 continue;
             };
-            if logged_once {
-                match shared.group_logs.offer(group, &peer) {
-                    ForPeer::Link => {}
-                    ForPeer::Offer(offer) => {
-                        if peer
-                            .push_framed(FrameKind::GroupLog, &offer, &Bytes::new())
-                            .is_err()
-                        {
-                            shared.group_logs.withdraw(group, id);
-                        }
+            if policy == GroupPolicy::CutOff {
+                if let Some(offer) = shared.group_logs.offer(group, &peer) {
+                    if peer
+                        .push_framed(FrameKind::GroupLog, &offer, &Bytes::new())
+                        .is_err()
+                    {
+                        // Made again at a later publish.
+                        shared.group_logs.withdraw(group, id);
                     }
-                    // Counted with the log's readers.
-                    ForPeer::ReadsLog => continue,
                 }
             }
             if peer.frame_body_max().is_some_and(|m| len > m) {
@@ -433,22 +417,9 @@ impl Shared {
         let Some(peer) = self.peer(from) else {
             return;
         };
-        if !accept {
-            // Back on the link first, then off the log: no publish in between misses it.
-            self.groups.set_log_reader(name, from, false);
-        }
-        match self.group_logs.answered(name, &peer, token, accept) {
-            Answered::Reads => {
-                bump(&self.counters.group_logs_accepted);
-                if !self.groups.set_log_reader(name, from, true) {
-                    // It gave the group up meanwhile.
-                    self.group_logs.forget(name, from);
-                }
-            }
-            Answered::Stopped => {
-                self.groups.set_log_reader(name, from, false);
-            }
-            Answered::Nothing => {}
+        // The log's own account of its readers decides what goes by link (see `publish`).
+        if self.group_logs.answered(name, &peer, token, accept) == Answered::Reads {
+            bump(&self.counters.group_logs_accepted);
         }
     }
 

@@ -247,7 +247,7 @@ impl Node {
             inbox: inbox_tx,
             calls: Arc::new(CallTable::new(counters.clone(), CALLS_PENDING_MAX)),
             groups: GroupTable::new(group_retain_bytes),
-            group_logs: crate::group_log_out::GroupLogs::new(id, group_log_bytes),
+            group_logs: Arc::new(crate::group_log_out::GroupLogs::new(id, group_log_bytes)),
             groups_active: Default::default(),
             multicasts: crate::multicast_table::MulticastTable::new(group_retain_bytes),
             directory: Default::default(),
@@ -277,11 +277,14 @@ impl Node {
         }
         shared.loops.pick().spawn(shared.clone().retry_loop());
         shared.loops.pick().spawn(shared.clone().pump_loop());
-        let logs_shared = shared.clone();
-        shared
-            .loops
-            .pick()
-            .spawn(async move { logs_shared.group_logs.wake_loop().await });
+        // Holds the logs alone (not the node), and ends with the node.
+        let (logs, mut down) = (shared.group_logs.clone(), shared.shutdown_tx.subscribe());
+        shared.loops.pick().spawn(async move {
+            tokio::select! {
+                () = logs.wake_loop() => {}
+                _ = down.wait_for(|&d| d) => {}
+            }
+        });
         shared.loops.pick().spawn(shared.clone().discovery_loop());
         #[cfg(feature = "etcd")]
         if let Some(etcd) = shared.config.etcd.clone() {

@@ -224,6 +224,11 @@ impl Peer {
         st.intro.capabilities & caps::DIRECT != 0 && !st.intro.listen_addrs.is_empty()
     }
 
+    /// Whether the peer answers GROUP_LOG offers (`caps::GROUP_LOGS`).
+    pub(crate) fn answers_group_logs(&self) -> bool {
+        self.lock().intro.capabilities & caps::GROUP_LOGS != 0
+    }
+
     /// Holds messages back (see `PeerState::held`).
     pub(crate) fn hold(&self) {
         self.lock().held = true;

@@ -236,7 +236,12 @@ impl RingReader {
     /// Reads the ring, then the logs attached to it.
     fn read_messages(&mut self) -> Polled {
         let polled = self.read_ring();
-        if self.logs.is_empty() || matches!(polled, Polled::Gone) || self.backlogged() {
+        if self.logs.is_empty() || matches!(polled, Polled::Gone) {
+            return polled;
+        }
+        if self.backlogged() {
+            // A look all the same: the inbox must not yield at the logs for ever meanwhile.
+            self.looks_since_log_records = self.looks_since_log_records.saturating_add(1);
             return polled;
         }
         let handed = self.read_logs();
@@ -276,7 +281,20 @@ impl RingReader {
             let read = match read {
                 Ok(r) if r.records > 0 => {
                     if !node.wants_group(&log.group) {
-                        self.drop_log(i);
+                        // Declined, so that the publisher stops writing for this node
+                        // (its INTEREST leave says so too, unless it did not fit); kept
+                        // until the decline fits.
+                        let answer = encode_log_answer(&log.group, log.token, false);
+                        if self
+                            .link
+                            .peer
+                            .push_framed(FrameKind::GroupLog, &answer, &Bytes::new())
+                            .is_ok()
+                        {
+                            self.drop_log(i);
+                        } else {
+                            i += 1;
+                        }
                         continue;
                     }
                     let chunk = buf.freeze();

@@ -55,7 +55,7 @@ pub(crate) struct Shared {
     /// group): links with rings stop looking at them only every `RING_IDLE_WATCH_MS`.
     pub(crate) groups_active: tokio::sync::Notify,
     /// This node's logs of the groups it publishes to, for peers on its host.
-    pub(crate) group_logs: crate::group_log_out::GroupLogs,
+    pub(crate) group_logs: Arc<crate::group_log_out::GroupLogs>,
     /// This node's multicasts (numbers, what it keeps for repairs) and the streams of
     /// multicasts to it.
     pub(crate) multicasts: crate::multicast_table::MulticastTable,
@@ -107,7 +107,7 @@ impl Shared {
             random_bytes::<NONCE_LEN>(),
             self.listen_addrs.iter().map(ToString::to_string).collect(),
         );
-        h.capabilities = caps::RELIABLE | caps::RELAY;
+        h.capabilities = caps::RELIABLE | caps::RELAY | caps::GROUP_LOGS;
         if self.config.direct_links {
             h.capabilities |= caps::DIRECT;
         }
