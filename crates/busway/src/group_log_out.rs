@@ -9,9 +9,10 @@
 //! offer) on a link whose messages go through a ring, to a peer that asked for the group; the
 //! peer opens it read-only, attaches it to its reader of that ring, and accepts; from the
 //! accept on, the peer's publishes of the group go into the log alone: `append` says whom
-//! each record was written for, and a publish goes by link to every other peer that asked. An offer and its answer belong to the ring they were made on (its
-//! epoch, see `Peer::ring_epoch`): when that ring ends, the reader is dropped at the next
-//! publish and the publish goes by the link again until a new offer is accepted. A reader
+//! each record was written for, and a publish goes by link to every other peer that asked.
+//! An offer and its answer belong to the ring they were made on (its epoch, see
+//! `Peer::ring_epoch`): when that ring ends, the reader is dropped at the next publish and
+//! the publish goes by the link again until a new offer is accepted. A reader
 //! that falls more than the log's size behind, or loses its ring, sees a gap in the stream
 //! and asks for a repair over its link, as a member behind a dead relay does.
 //!
