@@ -365,3 +365,59 @@ async fn publishes_too_large_for_the_log_reach_its_readers_by_their_links_in_ord
     }
     publisher.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_whose_link_drops_gets_every_publish_and_the_log_again_on_its_new_ring() {
+    let (publisher, mut members) = star("shm", 1, |_, _| {}).await;
+    let mut nexts = vec![0u64];
+    let mut sent = 0;
+    publish_until_logs_read(&publisher, &mut members, &mut nexts, &mut sent, |_| true).await;
+    let (member, mut inbox) = members.pop().unwrap();
+    let mut next = nexts[0];
+    // Publishing goes on while the link is cut and comes back (the member dials again): its
+    // reader of the log dies with the ring; what it missed meanwhile comes by the link or by
+    // repair, and a new offer on the new ring is accepted.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let publishing = {
+        let (publisher, stop) = (publisher.clone(), stop.clone());
+        tokio::spawn(async move {
+            let mut i = sent;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                publisher.publish(GROUP, numbered(i)).await.unwrap();
+                i += 1;
+                if i % 64 == 0 {
+                    tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+                }
+            }
+            i
+        })
+    };
+    read_up_to(&mut inbox, &mut next, sent + 2_000, "before the cut").await;
+    assert!(publisher.disconnect(member.id()), "a link to cut");
+    let again = tokio::time::timeout(WAIT, async {
+        loop {
+            take_ready(&mut inbox, &mut next, "across the cut");
+            if publisher.stats().group_logs_accepted >= 2 {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(POLL_MS)).await;
+        }
+    })
+    .await;
+    assert!(
+        again.is_ok(),
+        "the log was not accepted again on the new ring"
+    );
+    let reads = member.stats().group_log_reads;
+    let target = next + 2_000;
+    read_up_to(&mut inbox, &mut next, target, "after the cut").await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let end = publishing.await.unwrap();
+    read_up_to(&mut inbox, &mut next, end, "to the end").await;
+    assert!(
+        member.stats().group_log_reads > reads,
+        "read from the log again"
+    );
+    member.shutdown().await;
+    publisher.shutdown().await;
+}
