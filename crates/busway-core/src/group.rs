@@ -24,12 +24,13 @@
 //!   for it until it has.
 //!
 //! * GROUP_LOG, on a direct link between two nodes of one host, one of three ops:
-//!   `LOG_OFFER` (publisher to a peer that asked for the group): `u64 token, u64 pid << 32 |
-//!   fd, u64 inode, u64 capacity, u8 name length, name`: from now on my publishes to the group
-//!   are also in this log (see `busway_shm::log`), which you may read instead of having them
-//!   on this link; `LOG_ACCEPT` / `LOG_DECLINE` (the peer back): `u64 token, u8 name length,
-//!   name`: I read it from now on (send me the group's publishes through it alone) / I do
-//!   not (keep them on the link).
+//!   `LOG_OFFER` (publisher to a peer that asked for the group): `u64 token, u64 serial, u64
+//!   pid << 32 | fd, u64 inode, u64 capacity, u8 name length, name`: from now on my publishes
+//!   to the group are also in this log (see `busway_shm::log`), which you may read instead of
+//!   having them on this link; `LOG_ACCEPT` / `LOG_DECLINE` (the peer back): `u64 token, u64
+//!   serial, u8 name length, name`: I read it from now on (send me the group's publishes
+//!   through it alone) / I do not (keep them on the link). The token names the log, the
+//!   serial the offer answered.
 //!
 //! A name is 1 to `GROUP_NAME_BYTES_MAX` bytes of UTF-8. In a REPAIR, the empty name
 //! (`MULTICAST_STREAM`) names the stream of the source's multicasts to the member (see the
@@ -74,11 +75,13 @@ pub const LOG_ACCEPT: u8 = 2;
 pub const LOG_DECLINE: u8 = 3;
 
 /// A GROUP_LOG offer: the sender's publishes to `name` are also in the log that process
-/// `pid` holds as descriptor `fd` (file `inode`, `capacity` bytes of data), bound to `token`.
+/// `pid` holds as descriptor `fd` (file `inode`, `capacity` bytes of data), bound to `token`;
+/// `serial` names this offer (an answer echoes it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LogOffer<'a> {
     pub name: &'a str,
     pub token: u64,
+    pub serial: u64,
     pub pid: u32,
     pub fd: u32,
     pub inode: u64,
@@ -90,26 +93,28 @@ pub struct LogOffer<'a> {
 pub enum GroupLog<'a> {
     /// The sender's publishes to a group are also in a log (see [`LogOffer`]).
     Offer(LogOffer<'a>),
-    /// The log offered with `token` is read from now on (`accept`), or it is not.
+    /// The log offered with `token` in offer `serial` is read from now on (`accept`), or it
+    /// is not.
     Answer {
         name: &'a str,
         token: u64,
+        serial: u64,
         accept: bool,
     },
 }
 
 /// The body of a GROUP_LOG offer.
-pub fn encode_log_offer(
-    name: &str,
-    token: u64,
-    pid: u32,
-    fd: u32,
-    inode: u64,
-    capacity: u64,
-) -> Vec<u8> {
-    let mut out = Vec::with_capacity(34 + name.len());
+pub fn encode_log_offer(o: &LogOffer<'_>) -> Vec<u8> {
+    let name = o.name;
+    let mut out = Vec::with_capacity(42 + name.len());
     out.push(LOG_OFFER);
-    for v in [token, u64::from(pid) << 32 | u64::from(fd), inode, capacity] {
+    for v in [
+        o.token,
+        o.serial,
+        u64::from(o.pid) << 32 | u64::from(o.fd),
+        o.inode,
+        o.capacity,
+    ] {
         out.extend_from_slice(&v.to_le_bytes());
     }
     out.push(name.len() as u8);
@@ -117,11 +122,12 @@ pub fn encode_log_offer(
     out
 }
 
-/// The body of a GROUP_LOG accept or decline.
-pub fn encode_log_answer(name: &str, token: u64, accept: bool) -> Vec<u8> {
-    let mut out = Vec::with_capacity(10 + name.len());
+/// The body of a GROUP_LOG accept or decline of offer `serial` of the log bound to `token`.
+pub fn encode_log_answer(name: &str, token: u64, serial: u64, accept: bool) -> Vec<u8> {
+    let mut out = Vec::with_capacity(18 + name.len());
     out.push(if accept { LOG_ACCEPT } else { LOG_DECLINE });
     out.extend_from_slice(&token.to_le_bytes());
+    out.extend_from_slice(&serial.to_le_bytes());
     out.push(name.len() as u8);
     out.extend_from_slice(name.as_bytes());
     out
@@ -134,11 +140,12 @@ pub fn decode_group_log(body: &[u8]) -> Result<GroupLog<'_>, String> {
     };
     match op {
         LOG_OFFER => {
-            let ([token, pid_fd, inode, capacity], name) =
-                fields_and_name::<4>(rest, "GROUP_LOG offer")?;
+            let ([token, serial, pid_fd, inode, capacity], name) =
+                fields_and_name::<5>(rest, "GROUP_LOG offer")?;
             Ok(GroupLog::Offer(LogOffer {
                 name,
                 token,
+                serial,
                 pid: (pid_fd >> 32) as u32,
                 fd: pid_fd as u32,
                 inode,
@@ -151,10 +158,11 @@ pub fn decode_group_log(body: &[u8]) -> Result<GroupLog<'_>, String> {
             } else {
                 "GROUP_LOG decline"
             };
-            let ([token], name) = fields_and_name::<1>(rest, what)?;
+            let ([token, serial], name) = fields_and_name::<2>(rest, what)?;
             Ok(GroupLog::Answer {
                 name,
                 token,
+                serial,
                 accept: op == LOG_ACCEPT,
             })
         }
@@ -513,25 +521,25 @@ mod tests {
 
     #[test]
     fn group_log_round_trips_and_lies_are_named() {
-        let offer = encode_log_offer("lobby", 9, 1234, 17, 555, 4096);
-        assert_eq!(
-            decode_group_log(&offer),
-            Ok(GroupLog::Offer(LogOffer {
-                name: "lobby",
-                token: 9,
-                pid: 1234,
-                fd: 17,
-                inode: 555,
-                capacity: 4096
-            }))
-        );
+        let o = LogOffer {
+            name: "lobby",
+            token: 9,
+            serial: 3,
+            pid: 1234,
+            fd: 17,
+            inode: 555,
+            capacity: 4096,
+        };
+        let offer = encode_log_offer(&o);
+        assert_eq!(decode_group_log(&offer), Ok(GroupLog::Offer(o)));
         for accept in [true, false] {
-            let a = encode_log_answer("lobby", 9, accept);
+            let a = encode_log_answer("lobby", 9, 3, accept);
             assert_eq!(
                 decode_group_log(&a),
                 Ok(GroupLog::Answer {
                     name: "lobby",
                     token: 9,
+                    serial: 3,
                     accept
                 })
             );
@@ -540,12 +548,12 @@ mod tests {
         assert!(decode_group_log(&[9, 0]).unwrap_err().contains("op 9"));
         assert!(decode_group_log(&offer[..20])
             .unwrap_err()
-            .contains("at least 33"));
+            .contains("at least 41"));
         assert!(decode_group_log(&offer[..offer.len() - 1])
             .unwrap_err()
             .contains("5 bytes but 4 follow"));
-        let mut empty = encode_log_answer("x", 1, true);
-        empty.truncate(9);
+        let mut empty = encode_log_answer("x", 1, 1, true);
+        empty.truncate(17);
         empty.push(0);
         assert!(decode_group_log(&empty)
             .unwrap_err()

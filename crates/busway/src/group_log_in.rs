@@ -16,6 +16,8 @@ use std::sync::Arc;
 pub(crate) struct AttachedLog {
     pub(crate) group: GroupName,
     pub(crate) token: u64,
+    /// The offer it came with (a decline names it).
+    pub(crate) serial: u64,
     pub(crate) reader: LogReader,
 }
 
@@ -67,6 +69,7 @@ pub(crate) fn open(
     Ok(AttachedLog {
         group,
         token: offer.token,
+        serial: offer.serial,
         reader,
     })
 }

@@ -21,7 +21,7 @@
 
 use crate::group_table::GroupName;
 use crate::peer::Peer;
-use busway_core::group::encode_log_offer;
+use busway_core::group::{encode_log_offer, LogOffer};
 use busway_core::BusId;
 use busway_shm::log::{Log, LogWriter};
 use busway_shm::ring::Binding;
@@ -76,12 +76,15 @@ struct GroupLog {
     writer: LogWriter,
     token: u64,
     /// The offer made to each peer and its answer, with the ring epoch they were for.
-    peers: HashMap<BusId, (Stand, u64)>,
+    /// Per peer: where it stands, the ring epoch and the serial of the offer made on it.
+    peers: HashMap<BusId, (Stand, u64, u64)>,
     readers: Vec<Reader>,
     /// The ids of `readers`, sorted, as `append` hands them out (made again when they change).
     reader_ids: Arc<Vec<BusId>>,
     /// Written since its readers were last woken.
     wake_due: bool,
+    /// Offers made of this log, ever: the serial of the last.
+    offers: u64,
 }
 
 impl GroupLog {
@@ -169,25 +172,27 @@ impl GroupLogs {
         {
             return None;
         }
-        if g.peers.get(&peer.id).is_some_and(|&(_, e)| e == epoch) {
+        if g.peers.get(&peer.id).is_some_and(|&(_, e, _)| e == epoch) {
             return None;
         }
         if !peer.answers_group_logs() {
             // An older peer would close the link on the frame: never offered on this ring.
-            g.peers.insert(peer.id, (Stand::Declined, epoch));
+            g.peers.insert(peer.id, (Stand::Declined, epoch, 0));
             return None;
         }
         let seg = g.log.segment();
         let inode = seg.inode().ok()?;
-        g.peers.insert(peer.id, (Stand::Offered, epoch));
-        Some(encode_log_offer(
+        g.offers += 1;
+        g.peers.insert(peer.id, (Stand::Offered, epoch, g.offers));
+        Some(encode_log_offer(&LogOffer {
             name,
-            g.token,
-            std::process::id(),
-            seg.fd().as_raw_fd() as u32,
+            token: g.token,
+            serial: g.offers,
+            pid: std::process::id(),
+            fd: seg.fd().as_raw_fd() as u32,
             inode,
-            g.log.capacity() as u64,
-        ))
+            capacity: g.log.capacity() as u64,
+        }))
     }
 
     fn make(&self, name: &str) -> Option<GroupLog> {
@@ -218,6 +223,7 @@ impl GroupLogs {
                     readers: Vec::new(),
                     reader_ids: Arc::default(),
                     wake_due: false,
+                    offers: 0,
                 })
             }
             Err(e) => {
@@ -227,24 +233,25 @@ impl GroupLogs {
         }
     }
 
-    /// `peer` answered the offer of `name`'s log bound to `token` (or, declining, gave up a
-    /// log it read). An answer for another ring than the peer's current one, or to no offer,
+    /// `peer` answered offer `serial` of `name`'s log bound to `token` (or, declining, gave
+    /// up a log it read). An answer to another offer than the last made to the peer (an
+    /// answer resent from an earlier ring), or on another ring than the peer's current one,
     /// changes nothing.
     pub(crate) fn answered(
         &self,
         name: &str,
         peer: &Arc<Peer>,
-        token: u64,
+        (token, serial): (u64, u64),
         accept: bool,
     ) -> Answered {
         let mut logs = lock(&self.logs);
         let Some(Some(g)) = logs.get_mut(name) else {
             return Answered::Nothing;
         };
-        let Some(&(stand, epoch)) = g.peers.get(&peer.id) else {
+        let Some(&(stand, epoch, offered)) = g.peers.get(&peer.id) else {
             return Answered::Nothing;
         };
-        if g.token != token || epoch != peer.ring_epoch() {
+        if g.token != token || offered != serial || epoch != peer.ring_epoch() {
             return Answered::Nothing;
         }
         match (stand, accept) {
@@ -253,7 +260,7 @@ impl GroupLogs {
                     // Its ring ended meanwhile: a new offer follows on the next one.
                     return Answered::Nothing;
                 };
-                g.peers.insert(peer.id, (Stand::Reading, epoch));
+                g.peers.insert(peer.id, (Stand::Reading, epoch, serial));
                 g.readers.retain(|r| r.peer.id != peer.id);
                 g.readers.push(Reader {
                     peer: peer.clone(),
@@ -264,11 +271,11 @@ impl GroupLogs {
                 Answered::Reads
             }
             (Stand::Offered, false) => {
-                g.peers.insert(peer.id, (Stand::Declined, epoch));
+                g.peers.insert(peer.id, (Stand::Declined, epoch, serial));
                 Answered::Nothing
             }
             (Stand::Reading, false) => {
-                g.peers.insert(peer.id, (Stand::Declined, epoch));
+                g.peers.insert(peer.id, (Stand::Declined, epoch, serial));
                 g.drop_reader(peer.id);
                 Answered::Stopped
             }
@@ -354,7 +361,7 @@ impl GroupLogs {
     /// publish.
     pub(crate) fn withdraw(&self, name: &str, peer: BusId) {
         if let Some(Some(g)) = lock(&self.logs).get_mut(name) {
-            if matches!(g.peers.get(&peer), Some((Stand::Offered, _))) {
+            if matches!(g.peers.get(&peer), Some((Stand::Offered, _, _))) {
                 g.peers.remove(&peer);
             }
         }

@@ -413,12 +413,12 @@ impl Shared {
     }
 
     /// `from` answered the offer of this node's log of `name` (see `group_log_out`).
-    fn log_answered(&self, from: BusId, name: &str, token: u64, accept: bool) {
+    fn log_answered(&self, from: BusId, name: &str, offer: (u64, u64), accept: bool) {
         let Some(peer) = self.peer(from) else {
             return;
         };
         // The log's own account of its readers decides what goes by link (see `publish`).
-        if self.group_logs.answered(name, &peer, token, accept) == Answered::Reads {
+        if self.group_logs.answered(name, &peer, offer, accept) == Answered::Reads {
             bump(&self.counters.group_logs_accepted);
         }
     }
@@ -436,9 +436,15 @@ impl Shared {
                 return true;
             }
             let body = &chunk[start as usize..(start + (tagged & SPAN_LEN_MASK)) as usize];
-            if let Ok(GroupLog::Offer(LogOffer { name, token, .. })) = decode_group_log(body) {
+            if let Ok(GroupLog::Offer(LogOffer {
+                name,
+                token,
+                serial,
+                ..
+            })) = decode_group_log(body)
+            {
                 if let Some(peer) = self.peer(from) {
-                    let answer = encode_log_answer(name, token, false);
+                    let answer = encode_log_answer(name, token, serial, false);
                     let _ = peer.push_framed(FrameKind::GroupLog, &answer, &Bytes::new());
                 }
             }
@@ -501,8 +507,9 @@ impl Shared {
                         Ok(GroupLog::Answer {
                             name,
                             token,
+                            serial,
                             accept,
-                        }) => self.log_answered(from, name, token, accept),
+                        }) => self.log_answered(from, name, (token, serial), accept),
                         Ok(GroupLog::Offer(_)) => return true,
                         Err(_) => {}
                     }

@@ -284,7 +284,7 @@ impl RingReader {
                         // Declined, so that the publisher stops writing for this node
                         // (its INTEREST leave says so too, unless it did not fit); kept
                         // until the decline fits.
-                        let answer = encode_log_answer(&log.group, log.token, false);
+                        let answer = encode_log_answer(&log.group, log.token, log.serial, false);
                         if self
                             .link
                             .peer
@@ -324,7 +324,7 @@ impl RingReader {
                 Err(why) => {
                     tracing::warn!(peer = %src, group = &*log.group, %why, "the peer's group log cannot be read: its publishes go by the link again");
                     bump(&self.link.counters.protocol_errors);
-                    let answer = encode_log_answer(&log.group, log.token, false);
+                    let answer = encode_log_answer(&log.group, log.token, log.serial, false);
                     let _ = self
                         .link
                         .peer
@@ -375,7 +375,7 @@ impl RingReader {
             let Ok(GroupLog::Offer(offer)) = decode_group_log(&body) else {
                 continue;
             };
-            let (name, token) = (offer.name, offer.token);
+            let (name, token, serial) = (offer.name, offer.token, offer.serial);
             let accept = match node.open_log(src, &offer) {
                 Ok(log) => {
                     self.logs.retain(|l| *l.group != *name);
@@ -388,7 +388,7 @@ impl RingReader {
                     false
                 }
             };
-            let answer = encode_log_answer(name, token, accept);
+            let answer = encode_log_answer(name, token, serial, accept);
             let _ = self
                 .link
                 .peer

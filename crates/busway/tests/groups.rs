@@ -367,14 +367,14 @@ mod lies {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn false_group_log_frames_close_only_their_link() {
-        use busway_core::group::{encode_log_answer, encode_log_offer};
+        use busway_core::group::{encode_log_answer, encode_log_offer, LogOffer};
         let (node, healthy) = pair("tcp4", config(1), config(2)).await;
         let mut events = node.take_events().unwrap();
         let mut inbox = node.take_inbox().unwrap();
         node.join(GROUP).unwrap();
         until_linked(&healthy, &[1]).await;
 
-        let mut bad_op = encode_log_answer(GROUP, 7, true);
+        let mut bad_op = encode_log_answer(GROUP, 7, 1, true);
         bad_op[0] = 9;
         let why = raw_peer_says(
             &node,
@@ -385,7 +385,15 @@ mod lies {
         .await;
         assert!(why.contains("GROUP_LOG op 9"), "{why}");
 
-        let mut short = encode_log_offer(GROUP, 7, 1, 2, 3, 4096);
+        let mut short = encode_log_offer(&LogOffer {
+            name: GROUP,
+            token: 7,
+            serial: 1,
+            pid: 1,
+            fd: 2,
+            inode: 3,
+            capacity: 4096,
+        });
         short.truncate(20);
         let why = raw_peer_says(
             &node,
@@ -394,10 +402,13 @@ mod lies {
             &frame_bytes(FrameKind::GroupLog, &short),
         )
         .await;
-        assert!(why.contains("GROUP_LOG offer body of 19 bytes"), "{why}");
+        assert!(
+            why.contains("GROUP_LOG offer body of 19 bytes (at least 41)"),
+            "{why}"
+        );
 
         // Inside ROUTED: group frames go hop by hop only.
-        let inner = encode_log_answer(GROUP, 7, true);
+        let inner = encode_log_answer(GROUP, 7, 1, true);
         let routed = routed_data(22, 1, &frame_bytes(FrameKind::GroupLog, &inner));
         let why = raw_peer_says(&node, &mut events, 22, &routed).await;
         assert!(
@@ -414,7 +425,7 @@ mod lies {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_log_offered_on_a_socket_is_declined_and_the_link_stays() {
-        use busway_core::group::{decode_group_log, encode_log_offer, GroupLog};
+        use busway_core::group::{decode_group_log, encode_log_offer, GroupLog, LogOffer};
         use tokio::io::AsyncReadExt;
         let node = start(config(1).listen(listen_addr("tcp4"))).await;
         node.join(GROUP).unwrap();
@@ -424,7 +435,15 @@ mod lies {
         let mut s = authenticated(addr, 30, None).await;
         assert!(node.wait_for_peer(BusId(30), WAIT).await);
         // An offer of a log this node could not read anyway (no such process), on a socket.
-        let offer = encode_log_offer(GROUP, 0xfeed, u32::MAX, 3, 4, 4096);
+        let offer = encode_log_offer(&LogOffer {
+            name: GROUP,
+            token: 0xfeed,
+            serial: 5,
+            pid: u32::MAX,
+            fd: 3,
+            inode: 4,
+            capacity: 4096,
+        });
         s.write_all(&frame_bytes(FrameKind::GroupLog, &offer))
             .await
             .unwrap();
@@ -450,6 +469,7 @@ mod lies {
             GroupLog::Answer {
                 name: GROUP,
                 token: 0xfeed,
+                serial: 5,
                 accept: false
             }
         );
