@@ -370,17 +370,27 @@ impl GroupLogs {
     /// `peer` no longer reads `name`'s log (it gave up the group; a new offer follows if it
     /// asks again).
     pub(crate) fn forget(&self, name: &str, peer: BusId) {
-        if let Some(Some(g)) = lock(&self.logs).get_mut(name) {
+        let mut logs = lock(&self.logs);
+        if let Some(Some(g)) = logs.get_mut(name) {
             g.peers.remove(&peer);
             g.drop_reader(peer);
+            if g.peers.is_empty() {
+                // Nobody reads it, was offered it or declined it: its memory and descriptor
+                // go (a later asker gets a new log).
+                logs.remove(name);
+            }
         }
     }
 
-    /// `peer` is gone for good: it reads no log.
+    /// `peer` is gone for good: it reads no log (a log it alone stood with goes).
     pub(crate) fn forget_peer(&self, peer: BusId) {
-        for g in lock(&self.logs).values_mut().flatten() {
+        lock(&self.logs).retain(|_, g| {
+            let Some(g) = g else {
+                return true;
+            };
             g.peers.remove(&peer);
             g.drop_reader(peer);
-        }
+            !g.peers.is_empty()
+        });
     }
 }

@@ -421,3 +421,55 @@ async fn a_member_whose_link_drops_gets_every_publish_and_the_log_again_on_its_n
     member.shutdown().await;
     publisher.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_log_nobody_wants_any_more_goes_and_a_new_one_serves_the_next_member() {
+    let (publisher, mut members) = star("shm", 1, |_, _| {}).await;
+    let mut nexts = vec![0u64];
+    let mut sent = 0;
+    publish_until_logs_read(&publisher, &mut members, &mut nexts, &mut sent, |_| true).await;
+    members[0].0.leave(GROUP);
+    until(
+        "the publisher stops sending to the member that left",
+        || publisher.group_links(GROUP).is_empty(),
+    )
+    .await;
+    // Nobody asks: a publish goes nowhere.
+    assert_eq!(publisher.publish(GROUP, numbered(sent)).await.unwrap(), 0);
+    sent += 1;
+    let reads = members[0].0.stats().group_log_reads;
+    members[0].0.join(GROUP).unwrap();
+    until("the publisher sends to the member again", || {
+        publisher.group_links(GROUP) == vec![BusId(10)]
+    })
+    .await;
+    // A new log (the old one went with its last peer), offered and accepted.
+    let first = sent;
+    let mut next: Option<u64> = None;
+    let served = tokio::time::timeout(WAIT, async {
+        loop {
+            publisher.publish(GROUP, numbered(sent)).await.unwrap();
+            sent += 1;
+            while let Some(b) = members[0].1.try_recv_batch() {
+                let n = next
+                    .get_or_insert_with(|| u64::from_le_bytes(b.payload(0).try_into().unwrap()));
+                assert!(
+                    *n >= first,
+                    "publish {n} from before the join came after it"
+                );
+                check(&b, n, "the member that joined again");
+            }
+            let s = publisher.stats();
+            if s.group_logs_accepted >= 2 && members[0].0.stats().group_log_reads > reads {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(POLL_MS)).await;
+        }
+    })
+    .await;
+    assert!(served.is_ok(), "the member did not read a new log");
+    for (m, _) in members {
+        m.shutdown().await;
+    }
+    publisher.shutdown().await;
+}
