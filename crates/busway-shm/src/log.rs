@@ -24,7 +24,10 @@
 //! read. The writer is still a peer: `tail`, `head` and every record length are checked before
 //! use and a lie is reported ([`Corrupt`]), never followed out of the data area.
 
-use crate::ring::{Binding, Corrupt, RingError, RECORD_HEADER_BYTES};
+use crate::ring::{
+    check_binding, check_capacity, check_opened_capacity, Binding, Corrupt, RingError,
+    RECORD_HEADER_BYTES,
+};
 use crate::segment::Segment;
 use bytes::BytesMut;
 use std::collections::VecDeque;
@@ -34,10 +37,10 @@ use std::sync::Arc;
 
 /// Bytes before the data area.
 pub const LOG_HEADER_BYTES: usize = 256;
-/// Smallest data area, in bytes.
-pub const LOG_CAPACITY_MIN: usize = 4096;
+/// Smallest data area, in bytes (a ring's: the same checks apply).
+pub const LOG_CAPACITY_MIN: usize = crate::ring::RING_CAPACITY_MIN;
 /// Largest data area, in bytes.
-pub const LOG_CAPACITY_MAX: usize = 256 << 20;
+pub const LOG_CAPACITY_MAX: usize = crate::ring::RING_CAPACITY_MAX;
 /// Times a read starts again after the writer overwrote what it was copying, before it gives
 /// up for this call (the caller looks again later).
 const TORN_RETRIES: usize = 4;
@@ -127,31 +130,9 @@ impl Log {
             return Err(RingError::Invalid("bad magic (not a group log)".into()));
         }
         let capacity = h.magic.0 .1.load(Relaxed) as usize;
-        check_capacity(capacity)?;
-        if capacity > capacity_max {
-            return Err(RingError::Invalid(format!(
-                "log capacity {capacity} is over the {capacity_max} bytes this side accepts"
-            )));
-        }
-        if LOG_HEADER_BYTES + capacity > log.segment.len() {
-            return Err(RingError::Invalid(format!(
-                "log capacity {capacity} does not fit a segment of {} bytes",
-                log.segment.len()
-            )));
-        }
+        check_opened_capacity(capacity, capacity_max, LOG_HEADER_BYTES, log.segment.len())?;
         let log = Self::in_segment(log.segment, capacity);
-        let found = log.binding();
-        if found.token != expected.token {
-            return Err(RingError::Invalid(
-                "not the log offered: its token is not the one offered".into(),
-            ));
-        }
-        if found.writer != expected.writer {
-            return Err(RingError::Invalid(format!(
-                "not the log offered: it is written by bus id {}, not by {}",
-                found.writer, expected.writer
-            )));
-        }
+        check_binding(&log.binding(), expected, "log")?;
         Ok(Arc::new(log))
     }
 
@@ -267,13 +248,6 @@ impl Log {
         // writes, and in a seqlock); the copy is plain bytes, never trusted before the check.
         out.extend_from_slice(unsafe { std::slice::from_raw_parts(self.data.add(at), len) });
     }
-}
-
-fn check_capacity(capacity: usize) -> Result<(), RingError> {
-    if !capacity.is_power_of_two() || !(LOG_CAPACITY_MIN..=LOG_CAPACITY_MAX).contains(&capacity) {
-        return Err(RingError::Capacity(capacity));
-    }
-    Ok(())
 }
 
 /// The one writer of a log. Never waits: the oldest records make room.

@@ -318,7 +318,56 @@ pub struct Ring {
     waiter: Waiter,
 }
 
-fn check_capacity(capacity: usize) -> Result<(), RingError> {
+/// Whether `found` (the binding in a segment's header) is the one `expected` names; the error
+/// says which field differs (never the token's value), for a `what` ("ring", "log").
+pub(crate) fn check_binding(
+    found: &Binding,
+    expected: &Binding,
+    what: &str,
+) -> Result<(), RingError> {
+    let why = if found.token != expected.token {
+        "its token is not the one offered".to_string()
+    } else if found.writer != expected.writer {
+        format!(
+            "it is written by bus id {}, not by {}",
+            found.writer, expected.writer
+        )
+    } else if found.reader != expected.reader {
+        format!(
+            "it is meant for bus id {}, not for {}",
+            found.reader, expected.reader
+        )
+    } else {
+        return Ok(());
+    };
+    Err(RingError::Invalid(format!("not the {what} offered: {why}")))
+}
+
+/// The checks of a capacity read from the header of a segment a peer handed over: a valid
+/// one, no more than this side accepts (`capacity_max`), and fitting the segment after its
+/// `header_bytes`.
+#[cfg_attr(feature = "loom", allow(dead_code))]
+pub(crate) fn check_opened_capacity(
+    capacity: usize,
+    capacity_max: usize,
+    header_bytes: usize,
+    segment_len: usize,
+) -> Result<(), RingError> {
+    check_capacity(capacity)?;
+    if capacity > capacity_max {
+        return Err(RingError::Invalid(format!(
+            "capacity {capacity} is over the {capacity_max} bytes this side accepts"
+        )));
+    }
+    if header_bytes + capacity > segment_len {
+        return Err(RingError::Invalid(format!(
+            "capacity {capacity} does not fit a segment of {segment_len} bytes"
+        )));
+    }
+    Ok(())
+}
+
+pub(crate) fn check_capacity(capacity: usize) -> Result<(), RingError> {
     if !capacity.is_power_of_two() || !(RING_CAPACITY_MIN..=RING_CAPACITY_MAX).contains(&capacity) {
         return Err(RingError::Capacity(capacity));
     }
@@ -407,18 +456,12 @@ impl Ring {
         }
         let capacity = h.magic.0 .1.load(Relaxed) as usize;
         let checked = h.magic.0 .2.load(Relaxed) & FLAG_UNCHECKED == 0;
-        check_capacity(capacity)?;
-        if capacity > capacity_max {
-            return Err(RingError::Invalid(format!(
-                "capacity {capacity} is over the {capacity_max} bytes this side accepts"
-            )));
-        }
-        let segment_len = memory.segment().len();
-        if RING_HEADER_BYTES + capacity > segment_len {
-            return Err(RingError::Invalid(format!(
-                "capacity {capacity} does not fit a segment of {segment_len} bytes"
-            )));
-        }
+        check_opened_capacity(
+            capacity,
+            capacity_max,
+            RING_HEADER_BYTES,
+            memory.segment().len(),
+        )?;
         let ring = Arc::new(Self {
             memory: Memory::new(memory.into_segment(), capacity),
             capacity,
@@ -442,23 +485,7 @@ impl Ring {
     /// Whether this is the ring `expected` names; the error says which field differs (never
     /// the token's value).
     pub fn check_binding(&self, expected: &Binding) -> Result<(), RingError> {
-        let found = self.binding();
-        let why = if found.token != expected.token {
-            "its token is not the one offered".to_string()
-        } else if found.writer != expected.writer {
-            format!(
-                "it is written by bus id {}, not by {}",
-                found.writer, expected.writer
-            )
-        } else if found.reader != expected.reader {
-            format!(
-                "it is meant for bus id {}, not for {}",
-                found.reader, expected.reader
-            )
-        } else {
-            return Ok(());
-        };
-        Err(RingError::Invalid(format!("not the ring offered: {why}")))
+        check_binding(&self.binding(), expected, "ring")
     }
 
     /// A ring in process memory, for the loom models.

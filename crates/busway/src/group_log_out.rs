@@ -113,17 +113,6 @@ pub(crate) struct Appended {
     pub(crate) bytes: usize,
 }
 
-/// What an answer to an offer changed.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Answered {
-    /// The peer reads the log from now on: the caller leaves it out of the publishes sent
-    /// link by link.
-    Reads,
-    /// The peer no longer reads the log (it could not): publishes go to it by its link again.
-    Stopped,
-    Nothing,
-}
-
 /// A node's logs of the groups it publishes to.
 pub(crate) struct GroupLogs {
     me: BusId,
@@ -234,31 +223,31 @@ impl GroupLogs {
     }
 
     /// `peer` answered offer `serial` of `name`'s log bound to `token` (or, declining, gave
-    /// up a log it read). An answer to another offer than the last made to the peer (an
-    /// answer resent from an earlier ring), or on another ring than the peer's current one,
-    /// changes nothing.
+    /// up a log it read); true if it reads the log from now on. An answer to another offer
+    /// than the last made to the peer (an answer resent from an earlier ring), or on another
+    /// ring than the peer's current one, changes nothing.
     pub(crate) fn answered(
         &self,
         name: &str,
         peer: &Arc<Peer>,
         (token, serial): (u64, u64),
         accept: bool,
-    ) -> Answered {
+    ) -> bool {
         let mut logs = lock(&self.logs);
         let Some(Some(g)) = logs.get_mut(name) else {
-            return Answered::Nothing;
+            return false;
         };
         let Some(&(stand, epoch, offered)) = g.peers.get(&peer.id) else {
-            return Answered::Nothing;
+            return false;
         };
         if g.token != token || offered != serial || epoch != peer.ring_epoch() {
-            return Answered::Nothing;
+            return false;
         }
         match (stand, accept) {
             (Stand::Offered, true) => {
                 let Some((_, ring)) = peer.outbound_ring().filter(|(e, _)| *e == epoch) else {
                     // Its ring ended meanwhile: a new offer follows on the next one.
-                    return Answered::Nothing;
+                    return false;
                 };
                 g.peers.insert(peer.id, (Stand::Reading, epoch, serial));
                 g.readers.retain(|r| r.peer.id != peer.id);
@@ -268,18 +257,15 @@ impl GroupLogs {
                     ring,
                 });
                 g.readers_changed();
-                Answered::Reads
+                true
             }
-            (Stand::Offered, false) => {
-                g.peers.insert(peer.id, (Stand::Declined, epoch, serial));
-                Answered::Nothing
-            }
-            (Stand::Reading, false) => {
+            (Stand::Offered | Stand::Reading, false) => {
+                // Back on its link (a reader no more, if it was one).
                 g.peers.insert(peer.id, (Stand::Declined, epoch, serial));
                 g.drop_reader(peer.id);
-                Answered::Stopped
+                false
             }
-            _ => Answered::Nothing,
+            _ => false,
         }
     }
 

@@ -9,7 +9,6 @@
 //! other: numbered, acknowledged, and resent over a link that drops and comes back.
 
 use crate::event::{Event, Path};
-use crate::group_log_out::Answered;
 use crate::group_order::{Offer, Skipped};
 use crate::group_table::{GroupName, GroupPolicy, Published, RepairJob, Run};
 use crate::limits::GROUP_SLOW_MEMBER_WAIT_MS;
@@ -418,7 +417,7 @@ impl Shared {
             return;
         };
         // The log's own account of its readers decides what goes by link (see `publish`).
-        if self.group_logs.answered(name, &peer, offer, accept) == Answered::Reads {
+        if self.group_logs.answered(name, &peer, offer, accept) {
             bump(&self.counters.group_logs_accepted);
         }
     }
