@@ -125,10 +125,20 @@ impl Departures {
         self.superseded
     }
 
-    /// The direct link was given up (down past its deadline): traffic goes through relays
-    /// again, numbered on from where it was.
-    pub fn resume_relaying(&mut self) {
-        self.superseded = false;
+    /// A send found no direct link in use and chose this path: whether it may queue here.
+    /// `direct_in_use` is asked only if a direct link superseded this path, and must look at
+    /// the direct link *now* (the caller holds whatever lock guards this value): a send that
+    /// looked before the link came up must not take traffic back to the relays (its message
+    /// would travel behind later ones sent direct). True: relaying goes on (resumed if the
+    /// direct link was given up); false: route again, to the direct link.
+    pub fn open_for_send(&mut self, direct_in_use: impl FnOnce() -> bool) -> bool {
+        if self.superseded {
+            if direct_in_use() {
+                return false;
+            }
+            self.superseded = false;
+        }
+        true
     }
 
     pub fn outbox(&self) -> &Outbox {
@@ -343,13 +353,45 @@ impl Departures {
 /// safe once the source has settled everything it held (acknowledged or given up), which
 /// bounds how long a source may hold a relayed message (`peer_dead_after_ms`) below the time
 /// a destination waits before it forgets.
+///
+/// A source's messages may come by more than one link at once (through a relay, and over a
+/// direct link that carries what the source writes again after a switch). One reader at a time
+/// hands a source's messages over ([`Arrivals::claim`]), and it counts what is fresh when it
+/// holds the claim ([`Arrivals::already_delivered`]), not when it read the frame: two readers
+/// that each found the same frame fresh would otherwise both deliver it.
 #[derive(Debug, Default)]
 pub struct Arrivals {
     /// Per source: (its incarnation, the number expected next, when a frame of it last came).
     expected: HashMap<BusId, (u64, u64, u64)>,
+    /// Per source being handed over now: the reader (a caller's token) that does it.
+    claims: HashMap<BusId, u64>,
 }
 
 impl Arrivals {
+    /// Reader `reader` (any token unique among the caller's readers) is to hand over messages
+    /// of `src`: true if it may (no other reader is doing it; the same reader may claim again),
+    /// false if it must wait for [`Arrivals::release`] by the other. At most one claim per
+    /// source: the table is bounded by the readers at work.
+    pub fn claim(&mut self, src: BusId, reader: u64) -> bool {
+        *self.claims.entry(src).or_insert(reader) == reader
+    }
+
+    /// Reader `reader` is done handing over messages of `src` (delivered, or gave up).
+    pub fn release(&mut self, src: BusId, reader: u64) {
+        if self.claims.get(&src) == Some(&reader) {
+            self.claims.remove(&src);
+        }
+    }
+
+    /// How many messages, of those numbered from `first_seq` in incarnation `src_incarnation`,
+    /// were delivered already (by any reader). Asked under the claim, right before handing over.
+    pub fn already_delivered(&self, src: BusId, src_incarnation: u64, first_seq: u64) -> u64 {
+        match self.expected.get(&src) {
+            Some(&(inc, e, _)) if inc == src_incarnation => e.saturating_sub(first_seq),
+            _ => 0,
+        }
+    }
+
     /// A DATA frame from `src` whose messages are numbered from `first_seq`: how many of them to
     /// skip (already delivered), or `Err(expected)` if the frame leaves a gap. `pending` is the
     /// number expected after what the caller already accepted but has not yet marked delivered.

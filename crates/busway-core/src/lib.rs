@@ -32,6 +32,7 @@ pub mod outbox;
 pub mod relay;
 pub mod routed;
 pub mod sim;
+pub mod take_order;
 
 pub use frame::{DecodeError, Frame, FrameDecoder, FrameKind};
 pub use id::BusId;

@@ -16,7 +16,22 @@
 //! ([`HintBook`]); a source dials on a hint, and from then on the pair talks over a direct link
 //! (numbered by its own [`Outbox`], resumed after the schedule cuts it), switching in order:
 //! later messages wait until everything sent through relays is acknowledged
-//! ([`Departures::supersede`]). Every schedule must deliver every message exactly once and in
+//! ([`Departures::supersede`]).
+//!
+//! The switch is where order is easiest to lose, so the schedules reach into it the way the
+//! runtime's threads do:
+//! - a send looks for a direct link, and queues on the path it chose a moment later, after a
+//!   direct link may have come up ([`Departures::open_for_send`]);
+//! - relayed messages wait at the source (a small window), in flight, at a relay (delays), or in
+//!   a destination's reader that is blocked on a full inbox; the relayed messages still held go
+//!   over the direct link too once it is up (as the runtime's next hop is the direct peer), so
+//!   a source's messages come by two links at once ([`Arrivals::claim`]);
+//! - a destination's application takes what arrived in its own time: socket links hand their
+//!   batches into one channel (acknowledged there), a direct link moved to a ring is read by the
+//!   application itself (acknowledged when read), and the two are merged by the runtime's rule
+//!   ([`TakeOrder`]).
+//!
+//! Every schedule must deliver every message to the receiving application exactly once and in
 //! order per (source, destination), whatever path it took, and end with everything
 //! acknowledged.
 //! `BUSWAY_SIM_SEEDS=N` runs N schedules (default 200); `BUSWAY_SIM_SEED=S` runs one.
@@ -32,9 +47,10 @@ use busway_core::routed::{
     RoutedHeader, RoutedType, DEFAULT_TTL,
 };
 use busway_core::sim::{inner_messages, SimRng};
+use busway_core::take_order::{Sources, TakeOrder};
 use busway_core::{BusId, FrameDecoder};
 use bytes::{Bytes, BytesMut};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 
 const LEAVES: [u64; 4] = [1, 2, 3, 4];
 const HUB: u64 = 100;
@@ -102,9 +118,51 @@ struct DirectLink {
 /// What a leaf keeps about a leaf it has a direct link to (the runtime's `Peer`).
 struct DirectPeer {
     outbox: Outbox,
+    /// Messages the application has (through the channel, or read from the ring).
     inbound_expected: u64,
     /// Messages wait (ACKs still flow) until everything sent through relays is acknowledged.
     held: bool,
+}
+
+/// A batch of message numbers from one source, as the application takes it.
+#[derive(Debug)]
+struct AppBatch {
+    src: u64,
+    numbers: Vec<u64>,
+}
+
+/// A frame one of a leaf's link readers has read and not yet handed over.
+enum ReaderWork {
+    /// A ROUTED frame for this leaf (data, or end-to-end control).
+    Routed(Bytes),
+    /// Messages of a direct link's own numbering, over its socket.
+    Direct(Vec<u64>),
+}
+
+/// A ROUTED DATA frame a reader checked and is handing over (the runtime's `deliver` waiting
+/// for room in the inbox): its claim on the source, once taken, is held meanwhile.
+struct Handing {
+    src: u64,
+    src_incarnation: u64,
+    /// The number of the first of `numbers`.
+    first: u64,
+    next: u64,
+    numbers: Vec<u64>,
+    claimed: bool,
+}
+
+/// One link's reader at a leaf: it reads in order and hands over one frame at a time.
+#[derive(Default)]
+struct Reader {
+    queue: VecDeque<ReaderWork>,
+    handing: Option<Handing>,
+}
+
+/// Which link a reader reads: (the other end, whether it is a direct link).
+type ReaderKey = (u64, bool);
+
+fn reader_token(key: ReaderKey) -> u64 {
+    key.0 * 2 + u64::from(key.1)
 }
 
 #[derive(Default)]
@@ -113,10 +171,59 @@ struct Node {
     direct: BTreeMap<u64, DirectPeer>,
     hints: HintBook,
     arrivals: Arrivals,
-    /// Per source: the numbers delivered, in delivery order.
+    readers: BTreeMap<ReaderKey, Reader>,
+    /// What socket links handed to the application, in order.
+    channel: VecDeque<AppBatch>,
+    /// Per direct link moved to a ring: the batches written and not yet read.
+    rings: BTreeMap<u64, VecDeque<AppBatch>>,
+    order: TakeOrder<AppBatch, AppBatch>,
+    /// Which ring the application looks at first next time.
+    next_ring: usize,
+    /// Per source: the numbers the application took, in order.
     delivered: HashMap<u64, Vec<u64>>,
     /// Per destination: the next message number the application sends.
     sent: HashMap<u64, u64>,
+}
+
+/// What a leaf's application reads from: its channel and its rings (reading a ring batch
+/// acknowledges it, as the runtime's ring reader does).
+struct AppSources<'a> {
+    channel: &'a mut VecDeque<AppBatch>,
+    rings: &'a mut BTreeMap<u64, VecDeque<AppBatch>>,
+    direct: &'a mut BTreeMap<u64, DirectPeer>,
+    next_ring: &'a mut usize,
+}
+
+impl Sources for AppSources<'_> {
+    type Delivery = AppBatch;
+    type Batch = AppBatch;
+
+    fn try_channel(&mut self) -> Option<AppBatch> {
+        self.channel.pop_front()
+    }
+
+    fn accept(&mut self, d: AppBatch) -> Option<AppBatch> {
+        Some(d)
+    }
+
+    fn poll_rings(&mut self) -> Option<AppBatch> {
+        let peers: Vec<u64> = self.rings.keys().copied().collect();
+        for k in 0..peers.len() {
+            let i = (*self.next_ring + k) % peers.len();
+            let Some(b) = self.rings.get_mut(&peers[i]).unwrap().pop_front() else {
+                continue;
+            };
+            *self.next_ring = i + 1;
+            let p = self
+                .direct
+                .get_mut(&b.src)
+                .expect("a ring belongs to a direct peer");
+            p.inbound_expected += b.numbers.len() as u64;
+            p.outbox.push_control(ack_frame(p.inbound_expected));
+            return Some(b);
+        }
+        None
+    }
 }
 
 struct Cluster {
@@ -124,11 +231,32 @@ struct Cluster {
     links: BTreeMap<(u64, u64), Link>,
     /// By (lower id, higher id).
     direct_links: BTreeMap<(u64, u64), DirectLink>,
+    /// Whether direct links move their messages to rings (the two leaves share a host).
+    rings: bool,
     /// How many direct links came up, and how many switches held messages back.
     direct_ups: u64,
     held_switches: u64,
+    /// Handovers where a reader waited for another link's claim on the same source.
+    claims_waited: u64,
     nodes: BTreeMap<u64, Node>,
     incarnation: HashMap<u64, u64>,
+}
+
+/// The header and inner part of a whole ROUTED frame.
+fn decode_routed(frame: &Bytes) -> (RoutedHeader, Bytes) {
+    let body = routed_body(frame);
+    let (h, inner_at) = RoutedHeader::decode(&body).unwrap();
+    (h, body.slice(inner_at..))
+}
+
+/// The body of a whole ROUTED frame.
+fn routed_body(frame: &Bytes) -> Bytes {
+    let mut buf = BytesMut::from(&frame[..]);
+    FrameDecoder::new(BODY_LEN_CEILING)
+        .decode(&mut buf)
+        .unwrap()
+        .unwrap()
+        .body
 }
 
 fn parent_of(id: u64) -> Option<u64> {
@@ -153,7 +281,9 @@ fn subtree(id: u64) -> (BusId, BusId) {
 }
 
 impl Cluster {
-    fn new() -> Self {
+    /// `window`: bytes a source writes through relays ahead of acknowledgements (the rest
+    /// waits at the source); `rings`: whether direct links move their messages to rings.
+    fn new(window: usize, rings: bool) -> Self {
         let mut nodes = BTreeMap::new();
         let mut incarnation = HashMap::new();
         for id in LEAVES.iter().chain(&[101, 102, HUB]) {
@@ -163,7 +293,9 @@ impl Cluster {
         for leaf in LEAVES {
             let n = nodes.get_mut(&leaf).unwrap();
             for dst in LEAVES.iter().filter(|&&d| d != leaf) {
-                n.departures.insert(*dst, Departures::new(1 << 20, 0));
+                let mut d = Departures::new(1 << 20, 0);
+                d.set_window(window);
+                n.departures.insert(*dst, d);
                 n.sent.insert(*dst, 0);
             }
         }
@@ -171,11 +303,20 @@ impl Cluster {
             now: 0,
             links: EDGES.iter().map(|&(c, p)| ((c, p), Link::new())).collect(),
             direct_links: BTreeMap::new(),
+            rings,
             direct_ups: 0,
             held_switches: 0,
+            claims_waited: 0,
             nodes,
             incarnation,
         }
+    }
+
+    /// Whether a direct link between `a` and `b` is up (each end then has its peer).
+    fn direct_up(&self, a: u64, b: u64) -> bool {
+        self.direct_links
+            .get(&(a.min(b), a.max(b)))
+            .is_some_and(|d| d.up)
     }
 
     fn neighbors(&self, id: u64) -> Vec<Neighbor> {
@@ -216,9 +357,11 @@ impl Cluster {
 
     /// Sends a ROUTED control frame from `src` toward `dst`, if there is a hop now.
     fn control(&mut self, src: u64, kind: RoutedType, dst: u64, seq: u64, inner: Option<Bytes>) {
-        let Some(hop) = self.hop(src, dst, None) else {
+        let direct = self.direct_up(src, dst);
+        let hop = self.hop(src, dst, None);
+        if !direct && hop.is_none() {
             return;
-        };
+        }
         let h = RoutedHeader {
             kind,
             ttl: DEFAULT_TTL,
@@ -230,7 +373,24 @@ impl Cluster {
             route: Vec::new(),
         };
         let frame = inner.unwrap_or_else(|| routed_frame(&h, &[]));
-        self.put(src, hop, frame);
+        self.send_routed(src, dst, hop, frame);
+    }
+
+    /// Puts a ROUTED frame from `at` toward `dst` on its next hop: the direct link to `dst` if
+    /// one is up (it is the runtime's next hop then, held or not), else `hop` on the tree.
+    fn send_routed(&mut self, at: u64, dst: u64, hop: Option<u64>, frame: Bytes) {
+        if self.direct_up(at, dst) {
+            let p = self
+                .nodes
+                .get_mut(&at)
+                .unwrap()
+                .direct
+                .get_mut(&dst)
+                .unwrap();
+            p.outbox.push_control(frame);
+        } else if let Some(hop) = hop {
+            self.put(at, hop, frame);
+        }
     }
 
     /// A leaf hands what its departures hold unwritten to its next hop.
@@ -239,6 +399,7 @@ impl Cluster {
         for dst in dsts {
             let (now, inc) = (self.now, self.incarnation[&leaf]);
             let hop = self.hop(leaf, dst, None);
+            let direct = self.direct_up(leaf, dst);
             let d = self
                 .nodes
                 .get_mut(&leaf)
@@ -246,12 +407,12 @@ impl Cluster {
                 .departures
                 .get_mut(&dst)
                 .unwrap();
-            let Some(hop) = hop else {
+            if hop.is_none() && !direct {
                 d.stall(now);
                 continue;
-            };
+            }
             for f in d.take_frames(BusId(leaf), inc, BusId(dst), DEFAULT_TTL, now) {
-                self.put(leaf, hop, f);
+                self.send_routed(leaf, dst, hop, f);
             }
         }
     }
@@ -266,18 +427,79 @@ impl Cluster {
         }
     }
 
-    /// Node `at` receives `frame` from neighbor `from`.
+    /// Node `at` receives `frame` from tree neighbor `from`: a relay passes it on at once; a
+    /// leaf's reader of that link takes it in turn.
     fn receive(&mut self, at: u64, from: u64, frame: Bytes) {
-        let mut buf = BytesMut::from(&frame[..]);
-        let f = FrameDecoder::new(BODY_LEN_CEILING)
-            .decode(&mut buf)
-            .unwrap()
-            .unwrap();
-        let (h, inner_at) = RoutedHeader::decode(&f.body).unwrap();
-        let inner = f.body.slice(inner_at..);
+        let (h, _) = decode_routed(&frame);
         if h.dst.0 != at {
-            return self.relay(at, from, h, &f.body);
+            let body = routed_body(&frame);
+            return self.relay(at, from, h, &body);
         }
+        let node = self.nodes.get_mut(&at).unwrap();
+        let reader = node.readers.entry((from, false)).or_default();
+        reader.queue.push_back(ReaderWork::Routed(frame));
+    }
+
+    /// Leaf `at`'s reader of link `key` goes on with what it read, unless it is blocked (on
+    /// a full inbox) or waits for another reader's claim on the same source.
+    fn read_on(&mut self, at: u64, key: ReaderKey, rng: &mut SimRng) {
+        loop {
+            let now = self.now;
+            let node = self.nodes.get_mut(&at).unwrap();
+            let Some(reader) = node.readers.get_mut(&key) else {
+                return;
+            };
+            if let Some(h) = reader.handing.as_mut() {
+                if !h.claimed {
+                    if !node.arrivals.claim(BusId(h.src), reader_token(key)) {
+                        self.claims_waited += 1;
+                        return;
+                    }
+                    h.claimed = true;
+                }
+                // Waits for room in the inbox, its claim held.
+                if rng.chance(30) {
+                    return;
+                }
+                let mut h = reader.handing.take().unwrap();
+                // Counted again under the claim: another reader may have handed them over.
+                let done =
+                    node.arrivals
+                        .already_delivered(BusId(h.src), h.src_incarnation, h.first);
+                h.numbers.drain(..(done as usize).min(h.numbers.len()));
+                if !h.numbers.is_empty() {
+                    node.channel.push_back(AppBatch {
+                        src: h.src,
+                        numbers: h.numbers,
+                    });
+                }
+                node.arrivals
+                    .delivered(BusId(h.src), h.src_incarnation, h.next, now);
+                node.arrivals.release(BusId(h.src), reader_token(key));
+                self.control(at, RoutedType::Ack, h.src, h.next, None);
+                continue;
+            }
+            let Some(work) = reader.queue.pop_front() else {
+                return;
+            };
+            match work {
+                ReaderWork::Direct(numbers) => {
+                    let p = node.direct.get_mut(&key.0).expect("a peer on each end");
+                    p.inbound_expected += numbers.len() as u64;
+                    p.outbox.push_control_frame(ack_frame(p.inbound_expected));
+                    node.channel.push_back(AppBatch {
+                        src: key.0,
+                        numbers,
+                    });
+                }
+                ReaderWork::Routed(frame) => self.routed_for_me(at, key, frame),
+            }
+        }
+    }
+
+    /// A ROUTED frame for leaf `at`, read by its reader `key`.
+    fn routed_for_me(&mut self, at: u64, key: ReaderKey, frame: Bytes) {
+        let (h, inner) = decode_routed(&frame);
         let src = h.src.0;
         match h.kind {
             RoutedType::Data => {
@@ -292,14 +514,20 @@ impl Cluster {
                         self.control(at, RoutedType::Fail, src, expected, Some(gap));
                     }
                     Ok(skip) => {
-                        let got = node.delivered.entry(src).or_default();
-                        for m in msgs.iter().skip(skip as usize) {
-                            got.push(u64::from_le_bytes(m[..8].try_into().unwrap()));
-                        }
+                        let numbers: Vec<u64> = msgs
+                            .iter()
+                            .skip(skip as usize)
+                            .map(|m| u64::from_le_bytes(m[..8].try_into().unwrap()))
+                            .collect();
                         let next = h.seq + msgs.len() as u64;
-                        node.arrivals
-                            .delivered(h.src, h.src_incarnation, next, self.now);
-                        self.control(at, RoutedType::Ack, src, next, None);
+                        node.readers.get_mut(&key).unwrap().handing = Some(Handing {
+                            src,
+                            src_incarnation: h.src_incarnation,
+                            first: next - numbers.len() as u64,
+                            next,
+                            numbers,
+                            claimed: false,
+                        });
                     }
                 }
             }
@@ -327,6 +555,60 @@ impl Cluster {
                 }
             }
         }
+    }
+
+    /// Every leaf's readers go on (in a seeded order), then every leaf's application takes
+    /// a few batches, or none.
+    fn read_and_take(&mut self, rng: &mut SimRng) {
+        for leaf in LEAVES {
+            let mut keys: Vec<ReaderKey> = self.nodes[&leaf].readers.keys().copied().collect();
+            for i in (1..keys.len()).rev() {
+                keys.swap(i, rng.below(i as u64 + 1) as usize);
+            }
+            for key in keys {
+                if !rng.chance(30) {
+                    self.read_on(leaf, key, rng);
+                }
+            }
+        }
+        for leaf in LEAVES {
+            if !rng.chance(50) {
+                continue;
+            }
+            let node = self.nodes.get_mut(&leaf).unwrap();
+            let mut sources = AppSources {
+                channel: &mut node.channel,
+                rings: &mut node.rings,
+                direct: &mut node.direct,
+                next_ring: &mut node.next_ring,
+            };
+            for _ in 0..1 + rng.below(4) {
+                let Some(b) = node.order.next(&mut sources) else {
+                    break;
+                };
+                node.delivered.entry(b.src).or_default().extend(b.numbers);
+            }
+        }
+    }
+
+    /// A link's reader stops with its link: what it read and did not hand over is lost (its
+    /// sender writes it again), and its claim goes.
+    fn stop_reader(&mut self, at: u64, key: ReaderKey) {
+        let Some(node) = self.nodes.get_mut(&at) else {
+            return;
+        };
+        if let Some(r) = node.readers.remove(&key) {
+            if let Some(h) = r.handing.filter(|h| h.claimed) {
+                node.arrivals.release(BusId(h.src), reader_token(key));
+            }
+        }
+    }
+
+    /// The schedule cuts a tree link: what it carried is lost, and so is what its readers held.
+    fn cut_link(&mut self, key: (u64, u64)) {
+        self.links.get_mut(&key).unwrap().cut();
+        self.stop_reader(key.0, (key.1, false));
+        self.stop_reader(key.1, (key.0, false));
     }
 
     fn departure(&mut self, at: u64, dst: u64) -> &mut Departures {
@@ -477,6 +759,9 @@ impl Cluster {
                         held: relayed > 0,
                     },
                 );
+                if self.rings {
+                    node.rings.insert(other, VecDeque::new());
+                }
             }
         }
     }
@@ -532,38 +817,56 @@ impl Cluster {
         }
     }
 
-    /// Leaf `at` reads `bytes` (whole frames) from its direct link to `from`.
+    /// Leaf `at` reads `bytes` (whole frames) from its direct link to `from`: ACKs at once;
+    /// messages into the ring (read by the application) or to the link's reader (over the
+    /// socket); ROUTED frames to the link's reader.
     fn direct_receive(&mut self, at: u64, from: u64, bytes: &[u8]) {
+        let rings = self.rings;
         let node = self.nodes.get_mut(&at).unwrap();
         let mut dec = FrameDecoder::new(BODY_LEN_CEILING);
         let mut pos = 0;
-        let mut spans = Vec::new();
-        let mut acked = None;
         while let Some((kind, len)) = dec.peek(&bytes[pos..]).expect("whole, checked frames") {
             let body = &bytes[pos + HEADER_LEN..pos + len];
-            if kind == FrameKind::Ack {
-                acked = decode_token(body);
-            } else {
-                message_spans(kind, body, pos + HEADER_LEN, &mut spans).unwrap();
+            let reader = node.readers.entry((from, true)).or_default();
+            match kind {
+                FrameKind::Ack => {
+                    let p = node.direct.get_mut(&from).expect("a peer on each end");
+                    p.outbox
+                        .ack(decode_token(body).unwrap())
+                        .expect("a good ACK");
+                }
+                FrameKind::Routed => {
+                    reader
+                        .queue
+                        .push_back(ReaderWork::Routed(Bytes::copy_from_slice(
+                            &bytes[pos..pos + len],
+                        )))
+                }
+                _ => {
+                    let mut spans = Vec::new();
+                    message_spans(kind, body, 0, &mut spans).unwrap();
+                    let numbers: Vec<u64> = spans
+                        .iter()
+                        .map(|&(s, _)| {
+                            let m = &body[s as usize..s as usize + 8];
+                            u64::from_le_bytes(m.try_into().unwrap())
+                        })
+                        .collect();
+                    if rings {
+                        let ring = node.rings.get_mut(&from).expect("a ring per direct peer");
+                        ring.push_back(AppBatch { src: from, numbers });
+                    } else {
+                        reader.queue.push_back(ReaderWork::Direct(numbers));
+                    }
+                }
             }
             pos += len;
         }
-        let p = node.direct.get_mut(&from).expect("a peer on each end");
-        if let Some(next) = acked {
-            p.outbox.ack(next).expect("a good ACK");
-        }
-        if !spans.is_empty() {
-            p.inbound_expected += spans.len() as u64;
-            p.outbox.push_control(ack_frame(p.inbound_expected));
-            let got = node.delivered.entry(from).or_default();
-            for (s, l) in spans {
-                let m = &bytes[s as usize..(s + l) as usize];
-                got.push(u64::from_le_bytes(m[..8].try_into().unwrap()));
-            }
-        }
     }
 
-    /// The schedule cuts a direct link: what it carried is lost; the dialer dials again.
+    /// The schedule cuts a direct link: what it carried is lost, what its reader held too,
+    /// and what its ring held unread (acknowledged only once read, so written again); the
+    /// dialer dials again.
     fn cut_direct(&mut self, key: (u64, u64), redial_ms: u64) {
         let now = self.now;
         if let Some(d) = self.direct_links.get_mut(&key) {
@@ -571,8 +874,26 @@ impl Cluster {
                 d.up = false;
                 d.lanes = Default::default();
                 d.dial_at = Some(now + redial_ms);
+                for (at, other) in [(key.0, key.1), (key.1, key.0)] {
+                    self.stop_reader(at, (other, true));
+                    if let Some(ring) = self.nodes.get_mut(&at).unwrap().rings.get_mut(&other) {
+                        ring.clear();
+                    }
+                }
             }
         }
+    }
+
+    /// Whether everything sent was acknowledged and the applications took it all.
+    fn all_done(&self, total: u64) -> bool {
+        self.all_sent_and_acknowledged(total)
+            && self.nodes.values().all(|n| {
+                n.channel.is_empty()
+                    && n.rings.values().all(VecDeque::is_empty)
+                    && n.readers
+                        .values()
+                        .all(|r| r.queue.is_empty() && r.handing.is_none())
+            })
     }
 
     fn all_sent_and_acknowledged(&self, total: u64) -> bool {
@@ -584,11 +905,52 @@ impl Cluster {
     }
 }
 
-/// Runs one schedule; returns (direct links brought up, switches that held messages back).
-fn run(seed: u64) -> (u64, u64) {
+/// What one schedule did.
+#[derive(Default)]
+struct Took {
+    direct_ups: u64,
+    held_switches: u64,
+    claims_waited: u64,
+    /// Sends that looked for a direct link before one came up and queued after.
+    late_queues: u64,
+}
+
+/// A send the application looked up and had not queued yet.
+struct Looked {
+    leaf: u64,
+    dst: u64,
+    direct: bool,
+    batch: Vec<Vec<u8>>,
+}
+
+impl Cluster {
+    /// Queues a send on the path it looked up: the direct link, or the relays unless a direct
+    /// link superseded them since (the runtime asks again under the relayed entry's lock).
+    fn queue(&mut self, s: Looked) -> u64 {
+        let node = self.nodes.get_mut(&s.leaf).unwrap();
+        let direct_now = node.direct.contains_key(&s.dst);
+        if !s.direct {
+            let d = node.departures.get_mut(&s.dst).unwrap();
+            if d.open_for_send(|| direct_now) {
+                return d.outbox_mut().push_copies(&s.batch) as u64;
+            }
+        }
+        let p = node
+            .direct
+            .get_mut(&s.dst)
+            .expect("switched to a direct link");
+        p.outbox.push_copies(&s.batch) as u64
+    }
+}
+
+/// Runs one schedule.
+fn run(seed: u64) -> Took {
     let mut rng = SimRng::new(seed);
     let total = 100 + rng.below(400);
-    let mut c = Cluster::new();
+    // A window of a few messages to a few hundred: relayed messages wait at the source too.
+    let window = 64 + rng.below(8_192) as usize;
+    let mut c = Cluster::new(window, rng.chance(50));
+    let mut late_queues = 0;
     let mut healed_at = None;
     for step in 0..STEPS_MAX {
         // The clock moves, sometimes by a lot.
@@ -612,19 +974,25 @@ fn run(seed: u64) -> (u64, u64) {
             }
             if rng.chance(4) {
                 let key = EDGES[rng.below(EDGES.len() as u64) as usize];
-                let link = c.links.get_mut(&key).unwrap();
                 match rng.below(5) {
-                    0 => link.cut(),
-                    1 => link.up = true,
-                    2 => link.delay_ms = rng.below(30),
-                    3 => link.reorder = !link.reorder,
+                    0 => c.cut_link(key),
+                    1 => c.links.get_mut(&key).unwrap().up = true,
+                    2 => c.links.get_mut(&key).unwrap().delay_ms = rng.below(30),
+                    3 => {
+                        let link = c.links.get_mut(&key).unwrap();
+                        link.reorder = !link.reorder;
+                    }
                     _ => {
                         let relay = [101, 102, HUB][rng.below(3) as usize];
-                        for (k, l) in c.links.iter_mut() {
-                            if k.0 == relay || k.1 == relay {
-                                l.cut();
-                                l.up = true;
-                            }
+                        let keys: Vec<(u64, u64)> = c
+                            .links
+                            .keys()
+                            .filter(|k| k.0 == relay || k.1 == relay)
+                            .copied()
+                            .collect();
+                        for k in keys {
+                            c.cut_link(k);
+                            c.links.get_mut(&k).unwrap().up = true;
                         }
                     }
                 }
@@ -642,7 +1010,9 @@ fn run(seed: u64) -> (u64, u64) {
             c.relink();
             healed_at = Some(step);
         }
-        // The applications send.
+        // The applications look up where their sends go; some queue at once, the others
+        // after the dials below (a direct link may come up in between).
+        let mut later = Vec::new();
         for leaf in LEAVES {
             if !rng.chance(50) {
                 continue;
@@ -657,23 +1027,37 @@ fn run(seed: u64) -> (u64, u64) {
             let batch: Vec<Vec<u8>> = (*next..*next + n)
                 .map(|i| i.to_le_bytes().to_vec())
                 .collect();
-            let relayed = node.departures.get_mut(&dst).unwrap();
-            *next += if relayed.is_superseded() {
-                let p = node
-                    .direct
-                    .get_mut(&dst)
-                    .expect("switched to a direct link");
-                p.outbox.push_copies(&batch) as u64
-            } else {
-                relayed.outbox_mut().push_copies(&batch) as u64
+            let looked = Looked {
+                leaf,
+                dst,
+                direct: node.direct.contains_key(&dst),
+                batch,
             };
+            if rng.chance(50) {
+                let queued = c.queue(looked);
+                *c.nodes.get_mut(&leaf).unwrap().sent.get_mut(&dst).unwrap() += queued;
+            } else {
+                later.push(looked);
+            }
         }
         for leaf in LEAVES {
             c.pump(leaf);
         }
         c.dial();
+        for looked in later {
+            let (leaf, dst) = (looked.leaf, looked.dst);
+            if !looked.direct && c.nodes[&leaf].direct.contains_key(&dst) {
+                late_queues += 1;
+            }
+            let queued = c.queue(looked);
+            *c.nodes.get_mut(&leaf).unwrap().sent.get_mut(&dst).unwrap() += queued;
+        }
+        for leaf in LEAVES {
+            c.pump(leaf);
+        }
         c.run_direct();
         c.deliver_due(&mut rng);
+        c.read_and_take(&mut rng);
         let now = c.now;
         for n in c.nodes.values_mut() {
             for d in n.departures.values_mut() {
@@ -686,7 +1070,7 @@ fn run(seed: u64) -> (u64, u64) {
                 }
             }
         }
-        if c.all_sent_and_acknowledged(total)
+        if c.all_done(total)
             && c.links
                 .values()
                 .all(|l| l.up_lane.in_flight.is_empty() && l.down_lane.in_flight.is_empty())
@@ -700,10 +1084,16 @@ fn run(seed: u64) -> (u64, u64) {
     for (&dst, node) in &c.nodes {
         for (&src, got) in &node.delivered {
             let want: Vec<u64> = (0..c.nodes[&src].sent[&dst]).collect();
-            assert_eq!(
-                got, &want,
-                "seed {seed}: {src} -> {dst} exactly once, in order"
-            );
+            if got != &want {
+                let wrong = got.iter().zip(&want).position(|(g, w)| g != w);
+                panic!(
+                    "seed {seed}: {src} -> {dst} exactly once, in order, at the application: \
+                     {} taken for {} sent, first wrong at {wrong:?}: {:?}",
+                    got.len(),
+                    want.len(),
+                    wrong.map(|i| &got[i.saturating_sub(2)..(i + 3).min(got.len())])
+                );
+            }
         }
     }
     for (&src, node) in &c.nodes {
@@ -714,10 +1104,15 @@ fn run(seed: u64) -> (u64, u64) {
         }
     }
     assert!(
-        c.all_sent_and_acknowledged(total),
-        "seed {seed}: everything acknowledged"
+        c.all_done(total),
+        "seed {seed}: everything acknowledged and taken"
     );
-    (c.direct_ups, c.held_switches)
+    Took {
+        direct_ups: c.direct_ups,
+        held_switches: c.held_switches,
+        claims_waited: c.claims_waited,
+        late_queues,
+    }
 }
 
 #[test]
@@ -733,14 +1128,26 @@ fn seeded_schedules_deliver_every_message_once_in_order_through_relays() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(200);
-    let (mut ups, mut held) = (0, 0);
+    let mut all = Took::default();
     for seed in 0..seeds {
-        let (u, h) = run(seed);
-        ups += u;
-        held += h;
+        let t = run(seed);
+        all.direct_ups += t.direct_ups;
+        all.held_switches += t.held_switches;
+        all.claims_waited += t.claims_waited;
+        all.late_queues += t.late_queues;
     }
-    eprintln!("{seeds} schedules: {ups} direct links up, {held} switches held messages back");
+    eprintln!(
+        "{seeds} schedules: {} direct links up, {} switches held messages back, {} sends \
+         queued after a switch they looked before, {} handovers waited for another link",
+        all.direct_ups, all.held_switches, all.late_queues, all.claims_waited
+    );
     if seeds >= 20 {
-        assert!(ups > 0 && held > 0, "the switch to direct links is taken");
+        assert!(
+            all.direct_ups > 0
+                && all.held_switches > 0
+                && all.late_queues > 0
+                && all.claims_waited > 0,
+            "the schedules reach into the switch"
+        );
     }
 }

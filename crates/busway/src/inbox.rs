@@ -10,7 +10,10 @@
 //! application reads it directly (see `ring_rx`): `recv` looks at its rings and its channel in
 //! turn, spins `NodeConfig::shm_spins` times over them while it has rings and nothing is ready,
 //! then sleeps until a ring's waiter thread or a link wakes it. A ring that fills stops its
-//! sender the same way a full inbox does.
+//! sender the same way a full inbox does. A ring batch goes behind whatever the channel held
+//! when it was read (`busway_core::take_order`): a peer's messages relayed or written again
+//! over a socket around its switch to a direct link are in the channel, acknowledged, before
+//! the peer writes what follows them into its ring.
 //!
 //! Publishes to a group (see `groups`) take another way in: each node decides the order of a
 //! publisher's stream in one place (a gap holds later publishes until its repair comes, by
@@ -22,6 +25,7 @@
 use crate::deferred::Deferred;
 use crate::message::{Message, MessageBatch};
 use crate::ring_rx::{InboundRing, Polled, WakeInbox};
+use busway_core::take_order::{Sources, TakeOrder};
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 use tokio::sync::mpsc::error::TryRecvError;
@@ -96,27 +100,36 @@ pub(crate) struct InboxSender {
 
 /// The application's end. Owned by one task at a time (`recv` takes `&mut self`).
 pub struct Inbox {
-    rx: mpsc::UnboundedReceiver<Delivery>,
-    budget: Arc<Semaphore>,
-    groups: Arc<GroupBacklog>,
+    /// The channel and the rings the batches come from.
+    sources: InboxSources,
+    /// Which of them goes next, and what was taken out of order (see `TakeOrder`: a ring
+    /// batch goes behind what the channel held when it was read).
+    order: TakeOrder<Delivery, MessageBatch>,
     /// A batch being read message by message, and the index of the next message.
     current: Option<(MessageBatch, usize)>,
-    /// Peers' rings read directly.
-    rings: Vec<InboundRing>,
-    /// The ring looked at first next time (round robin).
-    next_ring: usize,
-    /// Whether rings go before the channel next time (neither starves the other).
-    rings_first: bool,
-    /// A ring read queued an acknowledgement: let the link task run before returning.
-    ack_queued: bool,
-    /// A ring read held only replies, which woke their callers: let them run before spinning.
-    answered: bool,
     /// Looks over rings and channel before sleeping, while there are rings.
     spins: u32,
     waker: InboxWaker,
     /// Single sends of this node waiting to be published into rings: published before the
     /// inbox looks for messages (the application's next await is often here).
     deferred: Arc<Deferred>,
+}
+
+/// The application's channel and the peers' rings it reads directly.
+struct InboxSources {
+    rx: mpsc::UnboundedReceiver<Delivery>,
+    budget: Arc<Semaphore>,
+    groups: Arc<GroupBacklog>,
+    /// Peers' rings read directly.
+    rings: Vec<InboundRing>,
+    /// The ring looked at first next time (round robin).
+    next_ring: usize,
+    /// A ring read queued an acknowledgement: let the link task run before returning.
+    ack_queued: bool,
+    /// A ring read held only replies, which woke their callers: let them run before spinning.
+    answered: bool,
+    /// The channel said the node is gone.
+    closed: bool,
 }
 
 pub(crate) fn inbox(
@@ -137,15 +150,18 @@ pub(crate) fn inbox(
             groups: groups.clone(),
         },
         Inbox {
-            rx,
-            budget,
-            groups,
+            sources: InboxSources {
+                rx,
+                budget,
+                groups,
+                rings: Vec::new(),
+                next_ring: 0,
+                ack_queued: false,
+                answered: false,
+                closed: false,
+            },
+            order: TakeOrder::default(),
             current: None,
-            rings: Vec::new(),
-            next_ring: 0,
-            rings_first: false,
-            ack_queued: false,
-            answered: false,
             spins,
             waker,
             deferred,
@@ -237,7 +253,21 @@ impl InboxSender {
     }
 }
 
-impl Inbox {
+impl Sources for InboxSources {
+    type Delivery = Delivery;
+    type Batch = MessageBatch;
+
+    fn try_channel(&mut self) -> Option<Delivery> {
+        match self.rx.try_recv() {
+            Ok(d) => Some(d),
+            Err(TryRecvError::Empty) => None,
+            Err(TryRecvError::Disconnected) => {
+                self.closed = true;
+                None
+            }
+        }
+    }
+
     /// Takes a delivery from the channel: a batch to return, or bookkeeping.
     fn accept(&mut self, d: Delivery) -> Option<MessageBatch> {
         match d {
@@ -255,13 +285,6 @@ impl Inbox {
             }
             Delivery::Wake => None,
         }
-    }
-
-    /// The rest of a batch that `recv` had started on, if any.
-    fn take_current(&mut self) -> Option<MessageBatch> {
-        let (mut batch, next) = self.current.take()?;
-        batch.skip(next);
-        (!batch.is_empty()).then_some(batch)
     }
 
     /// A batch from the rings, round robin; drops rings that are done with.
@@ -288,35 +311,23 @@ impl Inbox {
         }
         found
     }
+}
 
-    /// A batch from the channel if one is ready; `Err` once the node is gone.
-    fn poll_channel(&mut self) -> Result<Option<MessageBatch>, TryRecvError> {
-        loop {
-            match self.rx.try_recv() {
-                Ok(d) => {
-                    if let Some(b) = self.accept(d) {
-                        return Ok(Some(b));
-                    }
-                }
-                Err(TryRecvError::Empty) => return Ok(None),
-                Err(e) => return Err(e),
-            }
-        }
+impl Inbox {
+    /// The rest of a batch that `recv` had started on, if any.
+    fn take_current(&mut self) -> Option<MessageBatch> {
+        let (mut batch, next) = self.current.take()?;
+        batch.skip(next);
+        (!batch.is_empty()).then_some(batch)
     }
 
-    /// A batch that is ready now, from the rings or the channel (alternating which goes
-    /// first); `Err` once the node is gone and its rings are read out.
+    /// A batch that is ready now, from the rings or the channel, in order (`TakeOrder`);
+    /// `Err` once the node is gone and its rings are read out.
     fn poll_ready(&mut self) -> Result<Option<MessageBatch>, TryRecvError> {
-        self.rings_first = !self.rings_first;
-        if self.rings_first {
-            if let Some(b) = self.poll_rings() {
-                return Ok(Some(b));
-            }
-        }
-        match self.poll_channel() {
-            Ok(Some(b)) => Ok(Some(b)),
-            Ok(None) => Ok(self.poll_rings()),
-            Err(e) => self.poll_rings().map(Some).ok_or(e),
+        match self.order.next(&mut self.sources) {
+            Some(b) => Ok(Some(b)),
+            None if self.sources.closed => Err(TryRecvError::Disconnected),
+            None => Ok(None),
         }
     }
 
@@ -328,7 +339,7 @@ impl Inbox {
         loop {
             match self.poll_ready() {
                 Ok(Some(b)) => {
-                    if !std::mem::take(&mut self.ack_queued) {
+                    if !std::mem::take(&mut self.sources.ack_queued) {
                         return Some(b);
                     }
                     // The link task may share this thread (`IoThreads::Current`): let it send
@@ -344,14 +355,14 @@ impl Inbox {
                 Ok(None) => {}
                 Err(_) => return None,
             }
-            if std::mem::take(&mut self.answered) {
+            if std::mem::take(&mut self.sources.answered) {
                 // Callers were woken by their replies: let them run now (they may share this
                 // thread), then spin afresh for what they send next.
                 spins = 0;
                 tokio::task::yield_now().await;
                 continue;
             }
-            if !self.rings.is_empty() && spins < self.spins {
+            if !self.sources.rings.is_empty() && spins < self.spins {
                 spins += 1;
                 std::hint::spin_loop();
                 if spins % INBOX_SPINS_PER_YIELD == 0 {
@@ -362,6 +373,7 @@ impl Inbox {
             }
             spins = 0;
             if self
+                .sources
                 .rings
                 .iter()
                 .any(|r| r.log_read_within(INBOX_LOG_LOOKS_BEFORE_SLEEP))
@@ -369,17 +381,17 @@ impl Inbox {
                 tokio::task::yield_now().await;
                 continue;
             }
-            for r in &mut self.rings {
+            for r in &mut self.sources.rings {
                 r.arm(&self.waker);
             }
             // A record published after the last look makes the armed waiter fire at once.
-            match self.rx.recv().await {
+            match self.sources.rx.recv().await {
                 Some(d) => {
-                    if let Some(b) = self.accept(d) {
+                    if let Some(b) = self.sources.accept(d) {
                         return Some(b);
                     }
                 }
-                None => return self.poll_rings(),
+                None => return self.order.from_rings(&mut self.sources),
             }
         }
     }
@@ -423,18 +435,23 @@ impl Inbox {
 impl Drop for Inbox {
     fn drop(&mut self) {
         // Wake links waiting for room: their batches now have nowhere to go.
-        self.budget.close();
+        self.sources.budget.close();
         // Rings handed to the application that it will not read: read and discard them on
         // threads of their own, so that their messages are acknowledged (as on a socket) and
         // their writers do not wait on a reader that is gone. A ring handed over after the
         // close is refused and goes to such a thread by itself (`ShmLink::switch_in`).
-        self.rx.close();
-        while let Ok(d) = self.rx.try_recv() {
+        let s = &mut self.sources;
+        s.rx.close();
+        let taken: Vec<Delivery> = self.order.drain_ahead().collect();
+        for d in taken
+            .into_iter()
+            .chain(std::iter::from_fn(|| s.rx.try_recv().ok()))
+        {
             if let Delivery::Ring(r) = d {
-                self.rings.push(r);
+                s.rings.push(r);
             }
         }
-        for r in self.rings.drain(..) {
+        for r in s.rings.drain(..) {
             r.discard_on_a_thread();
         }
     }

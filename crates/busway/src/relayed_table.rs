@@ -18,6 +18,8 @@ use tokio::sync::Notify;
 pub(crate) struct RelayedTable {
     remotes: RwLock<HashMap<BusId, Arc<Remote>, IdHashState>>,
     arrivals: Mutex<Arrivals>,
+    /// Readers waiting for another link's claim on a source (see [`RelayedTable::claim`]).
+    claim_released: Notify,
     /// Wakes the pump task: relayed messages were queued.
     pump_wake: Notify,
 }
@@ -57,6 +59,38 @@ impl RelayedTable {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .check(h.src, h.src_incarnation, h.seq, pending, h.settled)
+    }
+
+    /// Waits until link `link_id` is the one reader handing over messages of `src` (see
+    /// `Arrivals::claim`): the claim ends when the returned guard is dropped, also when the
+    /// link's task ends in the middle (its messages are then not marked delivered, and the
+    /// source writes them again).
+    pub(crate) async fn claim(&self, src: BusId, link_id: u64) -> Claim<'_> {
+        loop {
+            let released = self.claim_released.notified();
+            tokio::pin!(released);
+            released.as_mut().enable();
+            if let Some(claim) = self.try_claim(src, link_id) {
+                return claim;
+            }
+            released.await;
+        }
+    }
+
+    /// The claim of [`RelayedTable::claim`] if it is free now.
+    pub(crate) fn try_claim(&self, src: BusId, link_id: u64) -> Option<Claim<'_>> {
+        let claimed = self.lock_arrivals().claim(src, link_id);
+        // Made only once claimed: a `Claim` releases the claim when it is dropped.
+        claimed.then(|| Claim {
+            table: self,
+            src,
+            link_id,
+        })
+    }
+
+    fn lock_arrivals(&self) -> std::sync::MutexGuard<'_, Arrivals> {
+        // A panic while holding this lock leaves plain data behind; keep going.
+        self.arrivals.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Messages from `src` up to `next_expected` are in the inbox (at `now_ms`).
@@ -110,5 +144,28 @@ impl RelayedTable {
     /// The pump task's wait for [`RelayedTable::wake_pump`].
     pub(crate) fn pump_woken(&self) -> Notified<'_> {
         self.pump_wake.notified()
+    }
+}
+
+/// One link's turn to hand over a source's relayed messages (see [`RelayedTable::claim`]).
+pub(crate) struct Claim<'a> {
+    table: &'a RelayedTable,
+    src: BusId,
+    link_id: u64,
+}
+
+impl Claim<'_> {
+    /// How many of the messages numbered from `first_seq` were delivered already, by any link.
+    pub(crate) fn already_delivered(&self, src_incarnation: u64, first_seq: u64) -> u64 {
+        self.table
+            .lock_arrivals()
+            .already_delivered(self.src, src_incarnation, first_seq)
+    }
+}
+
+impl Drop for Claim<'_> {
+    fn drop(&mut self) {
+        self.table.lock_arrivals().release(self.src, self.link_id);
+        self.table.claim_released.notify_waiters();
     }
 }

@@ -170,9 +170,11 @@ impl Remote {
         unacked
     }
 
-    /// Traffic goes through relays again (the direct link was given up).
-    pub(crate) fn resume_relaying(&self) {
-        self.lock().departures.resume_relaying();
+    /// A send that found no direct link in use chose this destination: whether it may queue
+    /// here (see `Departures::open_for_send`; `direct_in_use` looks at the direct link under
+    /// this lock). False: a direct link superseded this path; route again.
+    pub(crate) fn open_for_send(&self, direct_in_use: impl FnOnce() -> bool) -> bool {
+        self.lock().departures.open_for_send(direct_in_use)
     }
 
     pub(crate) fn unacked(&self) -> u64 {
@@ -316,7 +318,8 @@ mod tests {
             1,
             "held ones still go"
         );
-        r.resume_relaying();
+        assert!(!r.open_for_send(|| true), "the direct link is in use");
+        assert!(r.open_for_send(|| false), "the direct link was given up");
         assert_eq!(r.push_shared(&Bytes::from_static(b"c")), Ok(2));
     }
 }

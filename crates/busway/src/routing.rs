@@ -95,14 +95,16 @@ impl Shared {
 
     /// How to send to `dst`, or `None` if nobody could know it.
     pub(crate) fn route(&self, dst: BusId) -> Option<Route> {
-        if let Some(p) = self.peer(dst) {
-            // A direct link dialed on a hint and given up: back through relays.
-            if !(p.discovered && p.is_dead()) {
-                return Some(Route::Direct(p));
-            }
+        if let Some(p) = self.direct_in_use(dst) {
+            return Some(Route::Direct(p));
         }
         if let Some(r) = self.remote_of(dst) {
-            r.resume_relaying();
+            // A direct link may have come up since the look above (it supersedes `r` after it
+            // is in the table): looked at again under `r`'s lock, so that this send cannot
+            // take traffic back to the relays behind the switch.
+            if !r.open_for_send(|| self.direct_in_use(dst).is_some()) {
+                return self.direct_in_use(dst).map(Route::Direct);
+            }
             r.touch(self.coarse_ms.load(Relaxed));
             return Some(Route::Relayed(r));
         }
@@ -113,6 +115,12 @@ impl Shared {
             Remote::new(dst, self.config.send_queue_bytes_max, self.clock_ms())
         });
         Some(Route::Relayed(r))
+    }
+
+    /// The peer `dst` if a link to it carries its traffic: not a direct link dialed on a hint
+    /// and given up (traffic to it goes back through relays).
+    fn direct_in_use(&self, dst: BusId) -> Option<Arc<Peer>> {
+        self.peer(dst).filter(|p| !(p.discovered && p.is_dead()))
     }
 
     pub(crate) fn remote_of(&self, dst: BusId) -> Option<Arc<Remote>> {

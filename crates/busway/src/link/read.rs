@@ -283,6 +283,7 @@ pub(super) fn read_loop<'a, R: AsyncRead + WaitReadable + Unpin>(
     buf: &'a mut BytesMut,
     machine: &'a Mutex<Link>,
     shm: Option<&'a Arc<ShmLink>>,
+    link_id: u64,
 ) -> impl std::future::Future<Output = Result<ReadEnd, DownReason>> + 'a {
     async move {
         // Small until reads come back full (an idle link holds no large buffer).
@@ -366,7 +367,20 @@ pub(super) fn read_loop<'a, R: AsyncRead + WaitReadable + Unpin>(
                     // link's task does not carry its room.
                     blocked_while(shared, machine, Box::pin(forwards)).await;
                 }
-                for r in work.routed {
+                for mut r in work.routed {
+                    // A source's messages may come by two links at once (a relay and a direct
+                    // link after a switch): one link at a time hands them over, and what is
+                    // fresh is counted again under its claim.
+                    let claim = match shared.relayed.try_claim(r.src, link_id) {
+                        Some(c) => c,
+                        None => {
+                            let wait = shared.relayed.claim(r.src, link_id);
+                            blocked_while(shared, machine, wait).await
+                        }
+                    };
+                    let first = r.next - r.spans.len() as u64;
+                    let done = claim.already_delivered(r.incarnation, first) as usize;
+                    r.spans.drain(..done.min(r.spans.len()));
                     // Even a frame of duplicates is acknowledged: the sender may be waiting for it.
                     if !r.spans.is_empty() {
                         let n = r.spans.len() as u64;
@@ -374,6 +388,7 @@ pub(super) fn read_loop<'a, R: AsyncRead + WaitReadable + Unpin>(
                         deliver(shared, machine, r.src, chunk.clone(), r.spans).await;
                     }
                     shared.routed_delivered(r.src, r.incarnation, r.next);
+                    drop(claim);
                     shared.send_routed_ack(r.src, r.next);
                 }
                 if !spans.is_empty() {
