@@ -910,6 +910,82 @@ fn a_million_messages_cross_a_relay_killed_three_times() {
     drop(r);
 }
 
+/// Pairs of `busway send` and `busway listen` below one relay in the direct-link shape: every
+/// listener also listens (so the relay hints its sender where, and the sender dials it), every
+/// sender streams `PAIR_MESSAGES` at full speed, all at once.
+const PAIRS: u64 = 6;
+const PAIR_MESSAGES: &str = "2000000";
+
+/// `PAIRS` pairs, `rounds` times over, with `extra` arguments for every process (`--no-shm`):
+/// every listener gets every message once, in order, and each pair switched to a direct link
+/// on the way (the listener saw its sender's own link come up).
+fn pairs_switch_to_direct_links_in_order(rounds: usize, extra: &[&str]) {
+    for round in 0..rounds {
+        let addr = format!("tcp://127.0.0.1:{}", free_port());
+        let relay = relay_with(&addr, extra);
+        let listeners: Vec<_> = (1..=PAIRS)
+            .map(|i| {
+                let id = (10 + i).to_string();
+                let mut args = vec!["listen", "--id", &id, "--upstream", &addr];
+                args.extend_from_slice(&["--listen", "tcp://127.0.0.1:0"]);
+                args.extend_from_slice(&["--count", PAIR_MESSAGES, "--verify"]);
+                args.extend_from_slice(extra);
+                let (mut p, _, out) = listener(&args);
+                // Registered below the relay before anyone sends to it.
+                let mut err = BufReader::new(p.0.stderr.take().unwrap());
+                let mut line = String::new();
+                while !line.contains("peer 100 up") {
+                    line.clear();
+                    assert!(err.read_line(&mut line).unwrap() > 0, "listen ended early");
+                }
+                (p, out, err)
+            })
+            .collect();
+        let senders: Vec<Proc> = (1..=PAIRS)
+            .map(|i| {
+                let (id, to) = ((20 + i).to_string(), (10 + i).to_string());
+                let mut args = vec!["send", "--id", &id, "--upstream", &addr, "--to", &to];
+                args.extend_from_slice(&["--count", PAIR_MESSAGES, "--size", "64"]);
+                args.extend_from_slice(extra);
+                spawn(&args)
+            })
+            .collect();
+        for s in senders {
+            let (ok, _, _, err) = finish(s, None);
+            assert!(ok, "round {round}: send failed: {err}");
+        }
+        for (i, (l, out, err)) in (1..=PAIRS).zip(listeners) {
+            let (ok, _, stdout, err) = finish_with(l, Some(out), Some(err));
+            assert!(
+                ok,
+                "round {round}: listen {} failed: {stdout} {err}",
+                10 + i
+            );
+            assert_eq!(
+                stdout.lines().last().unwrap_or_default(),
+                format!("received {PAIR_MESSAGES}, missing 0, duplicates 0, out-of-order 0"),
+                "round {round}, pair {i}"
+            );
+            assert!(
+                err.contains(&format!("peer {} up", 20 + i)),
+                "round {round}: sender {} never dialed its listener directly: {err}",
+                20 + i
+            );
+        }
+        drop(relay);
+    }
+}
+
+#[test]
+fn pairs_below_a_relay_keep_their_order_across_the_switch_to_direct_links_over_shm() {
+    pairs_switch_to_direct_links_in_order(2, &[]);
+}
+
+#[test]
+fn pairs_below_a_relay_keep_their_order_across_the_switch_to_direct_links_over_sockets() {
+    pairs_switch_to_direct_links_in_order(2, &["--no-shm"]);
+}
+
 /// Waits (within `LIMIT`) for a process whose stdout was already taken; its exit status and
 /// stderr.
 fn exit_of(mut p: Proc) -> (std::process::ExitStatus, String) {

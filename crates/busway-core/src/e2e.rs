@@ -720,4 +720,42 @@ mod tests {
         assert_eq!(stale, FailOutcome::GaveUp(3..3));
         assert_eq!(d.outbox().unacked(), 1, "message 3 still held");
     }
+
+    #[test]
+    fn one_reader_at_a_time_hands_a_source_over_and_counts_what_others_delivered() {
+        let mut a = Arrivals::default();
+        let src = BusId(7);
+        // Two links read the same frame (messages 0..10) and both find it fresh.
+        assert_eq!(a.check(src, 1, 0, None, false), Ok(0));
+        assert_eq!(a.check(src, 1, 0, None, false), Ok(0));
+        assert!(a.claim(src, 1), "the first reader claims the source");
+        assert!(a.claim(src, 1), "and may claim it again");
+        assert!(!a.claim(src, 2), "the second waits");
+        assert!(a.claim(BusId(8), 2), "another source is free");
+        assert_eq!(a.already_delivered(src, 1, 0), 0);
+        a.delivered(src, 1, 10, 0);
+        a.release(src, 2);
+        assert!(!a.claim(src, 2), "only the holder releases");
+        a.release(src, 1);
+        assert!(a.claim(src, 2));
+        assert_eq!(
+            a.already_delivered(src, 1, 0),
+            10,
+            "all of it came by the other link"
+        );
+        assert_eq!(a.already_delivered(src, 1, 4), 6);
+        assert_eq!(a.already_delivered(src, 1, 12), 0);
+        assert_eq!(a.already_delivered(src, 2, 0), 0, "another incarnation");
+    }
+
+    #[test]
+    fn a_send_that_looked_before_the_switch_stays_off_the_relays() {
+        let mut d = Departures::new(1 << 20, 0);
+        assert!(d.open_for_send(|| unreachable!("asked only once superseded")));
+        d.supersede();
+        assert!(!d.open_for_send(|| true), "the direct link is in use");
+        assert!(d.is_superseded());
+        assert!(d.open_for_send(|| false), "the direct link was given up");
+        assert!(!d.is_superseded(), "relaying resumed");
+    }
 }

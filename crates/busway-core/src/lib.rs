@@ -14,6 +14,7 @@
 //! - [`routed`], [`relay`], [`hints`]: the ROUTED frame, routing decisions, direct-link hints.
 //! - [`group`]: the INTEREST, PUBLISH and REPAIR frames of groups.
 //! - [`multicast`]: the MULTICAST frame (one payload to the receivers behind a link).
+//! - [`take_order`]: the order in which an application takes batches from a channel and rings.
 //! - [`fuzzing`]: entry points shared by the fuzz targets and the property tests.
 
 pub mod cert_ids;
