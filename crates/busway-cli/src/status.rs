@@ -89,6 +89,7 @@ pub(crate) fn snapshot(node: &Node) -> Value {
             "group_repairs_refused": s.group_repairs_refused,
             "multicast_forwards_dropped": s.multicast_forwards_dropped,
             "multicasts_refused": s.multicasts_refused,
+            "publishes_refused": s.publishes_refused,
             "group_log_reads": s.group_log_reads,
             "group_logs_accepted": s.group_logs_accepted,
             "group_log_bytes": s.group_log_bytes,

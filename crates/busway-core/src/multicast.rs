@@ -35,6 +35,10 @@ pub const MULTICAST_RECEIVERS_MAX: usize = 1_024;
 pub const MULTICAST_HOPS_MAX: u8 = 16;
 /// Flag: the frame is a mark.
 pub const MULTICAST_FLAG_MARK: u8 = 1;
+/// The highest number a multicast may carry, as a PUBLISH's (2^62 - 1; a source sending a
+/// billion a second to one receiver reaches it in 146 years): a number past it is a protocol
+/// error, so that nothing on a receiver's stream (next number, the end of a gap) can wrap.
+pub const MULTICAST_NUMBER_MAX: u64 = (1 << 62) - 1;
 
 /// A decoded MULTICAST head; the payload is the body from `payload_at` on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -128,6 +132,12 @@ pub fn decode_multicast(body: &[u8]) -> Result<MulticastHead<'_>, String> {
                 "MULTICAST receiver {i} ({id}) numbered 0 (multicasts count from 1)"
             ));
         }
+        if number > MULTICAST_NUMBER_MAX {
+            return Err(format!(
+                "MULTICAST receiver {i} ({id}) numbered {number}, past the highest number \
+                 {MULTICAST_NUMBER_MAX}"
+            ));
+        }
         if id == source.0 {
             return Err(format!("MULTICAST receiver {i} is its own source {source}"));
         }
@@ -196,6 +206,9 @@ mod tests {
             err(&body(&[(BusId(1), 1), (BusId(2), 0)], b"")).contains("receiver 1 (2) numbered 0")
         );
         assert!(err(&body(&[(BusId(7), 1)], b"")).contains("its own source"));
+        let wraps = body(&[(BusId(1), MULTICAST_NUMBER_MAX + 1)], b"");
+        assert!(err(&wraps).contains("past the highest number"));
+        assert!(decode_multicast(&body(&[(BusId(1), MULTICAST_NUMBER_MAX)], b"")).is_ok());
         let mut flags = body(&[(BusId(1), 1)], b"");
         flags[16] = 0x82;
         assert!(err(&flags).contains("flags 0x82"));
@@ -210,7 +223,7 @@ mod tests {
             source in 1u64..1_000,
             incarnation: u64,
             hops: u8,
-            receivers in proptest::collection::vec((1_000u64.., 1u64..), 1..40),
+            receivers in proptest::collection::vec((1_000u64.., 1u64..=MULTICAST_NUMBER_MAX), 1..40),
             payload in proptest::collection::vec(any::<u8>(), 0..64),
         ) {
             let list: Vec<(BusId, u64)> = receivers.iter().map(|&(r, n)| (BusId(r), n)).collect();

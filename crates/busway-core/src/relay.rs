@@ -66,6 +66,12 @@ pub struct Sources {
 impl Sources {
     /// Whether a ROUTED frame from `src` may come over this link; the error names the lie.
     pub fn check(&self, src: BusId) -> Result<(), String> {
+        self.check_frame(src, "ROUTED frame")
+    }
+
+    /// Whether `what` (a kind of frame) of `src` (its source, or a group's publisher) may come
+    /// over this link, by the rule ROUTED frames follow; the error names the lie.
+    pub fn check_frame(&self, src: BusId, what: &str) -> Result<(), String> {
         let served = self.serves.is_some_and(|(lo, hi)| lo <= src && src <= hi);
         if src == self.peer || self.upstream || served {
             return Ok(());
@@ -75,7 +81,7 @@ impl Sources {
             None => "which registered no subtree".to_string(),
         };
         Err(format!(
-            "ROUTED frame from bus id {src} on the link to bus id {} ({registered}): a peer may not send for others",
+            "{what} from bus id {src} on the link to bus id {} ({registered}): a peer may not send for others",
             self.peer
         ))
     }

@@ -619,6 +619,12 @@ impl Shared {
         let Ok(head) = decode_publish(body) else {
             return false;
         };
+        let what = if head.mark { "PUBLISH mark" } else { "PUBLISH" };
+        if let Err(why) = self.may_speak_for(from, head.publisher, what) {
+            bump(&self.counters.publishes_refused);
+            self.refuse_link(from, why);
+            return false;
+        }
         let at = head.payload_at as u32;
         let span = (start + at, len - at);
         let payload = || body.slice(head.payload_at..);

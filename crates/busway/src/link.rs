@@ -462,7 +462,10 @@ where
                 }
             }
             silent = &mut timers => silent,
-            _ = peer.cut_requested(link_id) => DownReason::Io("link cut by Node::disconnect".into()),
+            lie = peer.cut_requested(link_id) => match lie {
+                Some(why) => down_reason(shared, peer.id, LinkError::Protocol(why)),
+                None => DownReason::Io("link cut by Node::disconnect".into()),
+            },
         }
     }
 }

@@ -24,7 +24,6 @@ use busway_core::group::{encode_repair_unreachable, Repair, MULTICAST_STREAM};
 use busway_core::multicast::{decode_multicast, encode_multicast_head, MulticastHead};
 use busway_core::multicast::{MULTICAST_FIXED_BYTES, MULTICAST_HOPS_MAX};
 use busway_core::multicast::{MULTICAST_RECEIVERS_MAX, MULTICAST_RECEIVER_BYTES};
-use busway_core::relay::Sources;
 use busway_core::BusId;
 use bytes::Bytes;
 use std::collections::BTreeMap;
@@ -225,9 +224,9 @@ impl Shared {
             return false;
         };
         let me = self.config.id;
-        if let Err(why) = self.may_come_from(from, &head) {
-            self.warn_repeated("multicast refused", &from.to_string(), &why);
+        if let Err(why) = self.may_speak_for(from, head.source, "MULTICAST") {
             bump(&self.counters.multicasts_refused);
+            self.refuse_link(from, why);
             return false;
         }
         let mut gap = false;
@@ -265,26 +264,6 @@ impl Shared {
             self.pass_multicast_on(from, &head, body, onward);
         }
         gap
-    }
-
-    /// Whether a MULTICAST of `head.source` may come over the link to `from`: over the
-    /// upstream link, from anywhere; over a registered downstream's, from its subtree; over
-    /// any other link, from the peer alone. The error names the lie.
-    fn may_come_from(&self, from: BusId, head: &MulticastHead<'_>) -> Result<(), String> {
-        if head.source == self.config.id {
-            return Err(format!(
-                "MULTICAST from peer {from} claims this node ({}) as its source",
-                head.source
-            ));
-        }
-        let serves = self.peer(from).and_then(|p| p.neighbor().serves);
-        Sources {
-            peer: from,
-            serves,
-            upstream: self.upstream_id() == Some(from),
-        }
-        .check(head.source)
-        .map_err(|e| format!("MULTICAST from peer {from}: {e}"))
     }
 
     /// Passes a multicast on toward `onward` (receivers other than this node), one frame per

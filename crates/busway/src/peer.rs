@@ -71,9 +71,11 @@ pub(crate) struct PeerState {
     inbound_expected: u64,
     /// The link attached now, if any.
     link: Option<u64>,
-    /// `Node::disconnect` asked to cut this link (see `request_cut`); 0: none (link ids start
-    /// at 1).
+    /// `Node::disconnect` asked to cut this link (see `request_cut`), or a lie it carried
+    /// closes it (see `refuse_link`); 0: none (link ids start at 1).
     cut_link: u64,
+    /// Why the link is cut, when a lie it carried is the reason.
+    cut_reason: Option<String>,
     /// Bumped at every detach, so a deadline set at one detach does not fire after a later one.
     detach_epoch: u64,
     /// Down past its deadline since this time (the node's clock, ms), if it is.
@@ -158,6 +160,7 @@ impl Peer {
                 inbound_expected: 0,
                 link: None,
                 cut_link: 0,
+                cut_reason: None,
                 detach_epoch: 0,
                 dead_since_ms: None,
                 closing: false,
@@ -666,24 +669,39 @@ impl Peer {
     /// the link and leaves a permit (`notify_one`): a link task that was not waiting yet (just
     /// up) still sees it, and a later link ignores a request meant for an earlier one.
     pub(crate) fn request_cut(&self) -> bool {
+        self.cut_attached(None)
+    }
+
+    /// Closes the attached link for a lie it carried (`why` names it): the link ends as for a
+    /// protocol error. False if no link is attached.
+    pub(crate) fn refuse_link(&self, why: String) -> bool {
+        self.cut_attached(Some(why))
+    }
+
+    fn cut_attached(&self, why: Option<String>) -> bool {
         let mut st = self.lock();
         let Some(link) = st.link else {
             return false;
         };
+        // The first reason for this link stays: later lies on it are the same liar's.
+        if st.cut_link != link || st.cut_reason.is_none() {
+            st.cut_reason = why;
+        }
         st.cut_link = link;
         drop(st);
         self.cut.notify_one();
         true
     }
 
-    /// Completes once a cut of link `link` was asked for (see `request_cut`).
-    pub(crate) async fn cut_requested(&self, link: u64) {
+    /// Completes once a cut of link `link` was asked for (see `request_cut`): the lie that
+    /// closes it, if that is why.
+    pub(crate) async fn cut_requested(&self, link: u64) -> Option<String> {
         loop {
             self.cut.notified().await;
             let mut st = self.lock();
             if st.cut_link == link {
                 st.cut_link = 0;
-                return;
+                return st.cut_reason.take();
             }
         }
     }

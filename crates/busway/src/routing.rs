@@ -117,6 +117,40 @@ impl Shared {
         Some(Route::Relayed(r))
     }
 
+    /// Whether `what` (a PUBLISH, mark or MULTICAST) of `speaker` (its publisher or source)
+    /// may come over the link to `from`, by the rule ROUTED frames follow (`relay::Sources`):
+    /// over the upstream link from anywhere, over a registered downstream's from its subtree,
+    /// over any other link from the peer alone; and never in this node's own name. The error
+    /// names the lie.
+    pub(crate) fn may_speak_for(
+        &self,
+        from: BusId,
+        speaker: BusId,
+        what: &str,
+    ) -> Result<(), String> {
+        if speaker == self.config.id {
+            return Err(format!(
+                "{what} from peer {from} names this node ({speaker}) as its sender"
+            ));
+        }
+        let serves = self.peer(from).and_then(|p| p.neighbor().serves);
+        relay::Sources {
+            peer: from,
+            serves,
+            upstream: self.upstream_id() == Some(from),
+        }
+        .check_frame(speaker, what)
+    }
+
+    /// A lie came over the link to `from` (`why` names it): it changes nothing here, and the
+    /// link closes as for a protocol error (counted, logged, `PeerDown` with the reason); the
+    /// node and its other links go on.
+    pub(crate) fn refuse_link(&self, from: BusId, why: String) {
+        if let Some(p) = self.peer(from) {
+            p.refuse_link(why);
+        }
+    }
+
     /// The peer `dst` if a link to it carries its traffic: not a direct link dialed on a hint
     /// and given up (traffic to it goes back through relays).
     fn direct_in_use(&self, dst: BusId) -> Option<Arc<Peer>> {

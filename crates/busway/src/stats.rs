@@ -37,6 +37,7 @@ pub(crate) struct Counters {
     pub(crate) group_repairs_refused: AtomicU64,
     pub(crate) multicast_forwards_dropped: AtomicU64,
     pub(crate) multicasts_refused: AtomicU64,
+    pub(crate) publishes_refused: AtomicU64,
     pub(crate) group_log_reads: AtomicU64,
     pub(crate) group_logs_accepted: AtomicU64,
     pub(crate) group_log_bytes: AtomicU64,
@@ -124,8 +125,13 @@ pub struct Stats {
     /// for copies (counted with the groups' `group_repairs_asked` and `group_copies_sent`).
     pub multicast_forwards_dropped: u64,
     /// MULTICAST messages refused: their source may not come over the link they came on
-    /// (a peer speaking for another node), or it is this node itself, ever.
+    /// (a peer speaking for another node), or it is this node itself, ever. Each closed the
+    /// link it came on.
     pub multicasts_refused: u64,
+    /// PUBLISH messages (marks included) refused: their publisher may not come over the link
+    /// they came on (a peer speaking for another node), or it is this node itself, ever. Each
+    /// closed the link it came on.
+    pub publishes_refused: u64,
     /// Publishes this node read from its peers' group logs (one copy for every member on a
     /// host; see `NodeConfig::group_logs`), ever.
     pub group_log_reads: u64,
@@ -178,6 +184,7 @@ impl Counters {
             group_repairs_refused: self.group_repairs_refused.load(Relaxed),
             multicast_forwards_dropped: self.multicast_forwards_dropped.load(Relaxed),
             multicasts_refused: self.multicasts_refused.load(Relaxed),
+            publishes_refused: self.publishes_refused.load(Relaxed),
             group_log_reads: self.group_log_reads.load(Relaxed),
             group_logs_accepted: self.group_logs_accepted.load(Relaxed),
             group_log_bytes: self.group_log_bytes.load(Relaxed),

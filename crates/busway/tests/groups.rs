@@ -366,6 +366,79 @@ mod lies {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_peer_may_not_publish_or_mark_in_another_nodes_name() {
+        use busway_core::group::encode_mark;
+        let (node, healthy) = pair("tcp4", config(1), config(2)).await;
+        let mut events = node.take_events().unwrap();
+        let mut inbox = node.take_inbox().unwrap();
+        node.join(GROUP).unwrap();
+        until_linked(&healthy, &[1]).await;
+        for i in 0..3 {
+            healthy.publish(GROUP, numbered(i)).await.unwrap();
+        }
+        expect_publishes(&mut inbox, BusId(2), 3, "before the lies").await;
+
+        // Peer 13 forges 2's next publish, inside 2's live stream (its incarnation, number 4).
+        let mut forged = encode_publish_head(BusId(2), healthy.incarnation(), 4, GROUP);
+        forged.extend_from_slice(&99u64.to_le_bytes());
+        let why = raw_peer_says(
+            &node,
+            &mut events,
+            13,
+            &frame_bytes(FrameKind::Publish, &forged),
+        )
+        .await;
+        assert!(
+            why.contains(
+                "PUBLISH from bus id 2 on the link to bus id 13 (which registered no subtree): \
+                 a peer may not send for others"
+            ),
+            "{why}"
+        );
+
+        // Peer 14 forges a mark of 2's far ahead: the member would ask for a gap 2 never had,
+        // and be cut off when 2 says so.
+        let mark = encode_mark(BusId(2), healthy.incarnation(), 1_000_000, GROUP);
+        let why = raw_peer_says(
+            &node,
+            &mut events,
+            14,
+            &frame_bytes(FrameKind::Publish, &mark),
+        )
+        .await;
+        assert!(
+            why.contains("PUBLISH mark from bus id 2 on the link to bus id 14"),
+            "{why}"
+        );
+
+        // Peer 15 publishes in this node's own name.
+        let mut own = encode_publish_head(BusId(1), 7, 1, GROUP);
+        own.extend_from_slice(b"x");
+        let why = raw_peer_says(
+            &node,
+            &mut events,
+            15,
+            &frame_bytes(FrameKind::Publish, &own),
+        )
+        .await;
+        assert!(why.contains("names this node (1) as its sender"), "{why}");
+        assert_eq!(node.stats().publishes_refused, 3);
+
+        // The honest stream goes on whole: 2's real publish 4 is not dropped as a copy of the
+        // forged one, and no gap was opened by the forged mark.
+        for i in 0..3 {
+            healthy.publish(GROUP, numbered(i)).await.unwrap();
+        }
+        expect_publishes(&mut inbox, BusId(2), 3, "after the lies").await;
+        let stats = node.stats();
+        assert_eq!(stats.group_copies_dropped, 0);
+        assert_eq!(stats.group_repairs_asked, 0);
+        assert!(node.peers().iter().any(|p| p.id == BusId(2) && p.up));
+        node.shutdown().await;
+        healthy.shutdown().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn false_group_log_frames_close_only_their_link() {
         use busway_core::group::{encode_log_answer, encode_log_offer, LogOffer};
         let (node, healthy) = pair("tcp4", config(1), config(2)).await;

@@ -333,7 +333,7 @@ mod lies {
 
         // A well-formed multicast from the peer itself is delivered (the checks let true
         // frames through); one that claims another node as its source is refused, counted,
-        // and the link stays.
+        // and closes its link.
         let mut s = raw_peer(&node, 13).await;
         s.write_all(&frame_bytes(
             FrameKind::Multicast,
@@ -352,18 +352,34 @@ mod lies {
         ))
         .await
         .unwrap();
-        until("the forged multicast is refused", || {
-            node.stats().multicasts_refused == 1
-        })
-        .await;
-        assert!(node.peers().iter().any(|p| p.id == BusId(13) && p.up));
+        let why = protocol_error_of(&mut events, 13).await;
+        assert!(
+            why.contains(
+                "MULTICAST from bus id 2 on the link to bus id 13 (which registered no subtree): \
+                 a peer may not send for others"
+            ),
+            "{why}"
+        );
+        assert_eq!(node.stats().multicasts_refused, 1);
+        drop(s);
+
+        // A number past the highest a multicast may carry (it would wrap the stream).
+        let mut s = raw_peer(&node, 14).await;
+        s.write_all(&frame_bytes(
+            FrameKind::Multicast,
+            &multicast(14, &[(1, u64::MAX)], b"wraps"),
+        ))
+        .await
+        .unwrap();
+        let why = protocol_error_of(&mut events, 14).await;
+        assert!(why.contains("past the highest number"), "{why}");
         drop(s);
 
         // The node and its healthy link are untouched: a multicast still arrives, the first
         // from 2 (the forged one was not taken as 2's).
         healthy.multicast(&[BusId(1)], numbered(0)).await.unwrap();
         expect_multicasts(&mut inbox, BusId(2), 1, "after the lies").await;
-        assert!(node.stats().protocol_errors >= 3);
+        assert!(node.stats().protocol_errors >= 5);
         node.shutdown().await;
         healthy.shutdown().await;
     }
