@@ -182,10 +182,14 @@ async fn a_copy_by_a_second_path_is_dropped() {
     }
     expect_publishes(&mut inbox, BusId(1), 1_000, "member on two paths").await;
     nothing_more_from(&publisher, &mut inbox, BusId(2)).await;
+    // Every publish went both ways; each second copy that reached the member was dropped
+    // there. On a busy machine the relay may drop some for a full link (the cut-off policy:
+    // the member has them already), so the two counts add up, rather than one being exact.
     until("the member dropped the second copies", || {
-        member.stats().group_copies_dropped == 1_000
+        member.stats().group_copies_dropped + relay.stats().group_forwards_dropped == 1_000
     })
     .await;
+    assert!(member.stats().group_copies_dropped > 0);
     for n in [publisher, member, relay] {
         n.shutdown().await;
     }
