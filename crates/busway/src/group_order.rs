@@ -44,6 +44,10 @@ pub(crate) enum Offer {
     Deliver { then: Vec<Bytes> },
     /// It came early: held until the gap before it closes.
     Held,
+    /// It came early, and holding it would pass `GROUP_HELD_BYTES_MAX`: not held; the gap is
+    /// given up on at the next look (`Stream::overdue`), and this one counts as missed unless
+    /// a repair brings it.
+    Dropped,
     /// Delivered already, or from before the member's start: dropped.
     Stale,
 }
@@ -65,6 +69,8 @@ pub(crate) struct Stream {
     known: u64,
     held: BTreeMap<u64, Bytes>,
     held_bytes: usize,
+    /// A publish that came early was not held (the bound): give the gap up now.
+    overflowed: bool,
     /// When the current gap was seen or last narrowed (node clock, ms); `None`: no gap.
     gap_since_ms: Option<u64>,
     /// The ask under way, if any: no other is made until it is filled or stalls.
@@ -81,6 +87,7 @@ impl Stream {
             known: number.saturating_sub(1),
             held: BTreeMap::new(),
             held_bytes: 0,
+            overflowed: false,
             gap_since_ms: None,
             asked: None,
         }
@@ -114,10 +121,20 @@ impl Stream {
             self.progressed(now_ms);
             return Offer::Deliver { then };
         }
-        let p = payload();
-        self.held_bytes += p.len() + HELD_ENTRY_OVERHEAD_BYTES;
-        self.held.insert(number, p);
         self.gap_since_ms.get_or_insert(now_ms);
+        let p = payload();
+        let cost = p.len() + HELD_ENTRY_OVERHEAD_BYTES;
+        // Checked here, not only on the tick: a source that keeps its own gap open cannot
+        // make the member hold more than the bound between two looks.
+        if self.held_bytes + cost > GROUP_HELD_BYTES_MAX {
+            self.overflowed = true;
+            return Offer::Dropped;
+        }
+        self.held_bytes += cost;
+        // A copy: the payload is a slice of the read it came in, and holding the slice would
+        // keep that whole read alive (a 1-byte publish pinning 64 KiB) while counting 65
+        // bytes. Only publishes that came early are copied.
+        self.held.insert(number, Bytes::copy_from_slice(&p));
         Offer::Held
     }
 
@@ -191,9 +208,10 @@ impl Stream {
     /// Also returns why.
     pub(crate) fn overdue(&mut self, now_ms: u64) -> Option<(Skipped, String)> {
         let since = self.gap_since_ms?;
-        let why = if self.held_bytes > GROUP_HELD_BYTES_MAX {
+        let why = if self.overflowed || self.held_bytes > GROUP_HELD_BYTES_MAX {
             format!(
-                "{} bytes of later publishes waited for a repair (GROUP_HELD_BYTES_MAX)",
+                "{} bytes of later publishes waited for a repair, and the next would pass \
+                 {GROUP_HELD_BYTES_MAX} (GROUP_HELD_BYTES_MAX)",
                 self.held_bytes
             )
         } else if now_ms.saturating_sub(since) >= GROUP_REPAIR_WAIT_MS {
@@ -216,6 +234,7 @@ impl Stream {
 
     /// Skips to `to` (exclusive), handing over what is held before it and after it in a run.
     fn skip_to(&mut self, to: u64) -> Skipped {
+        self.overflowed = false;
         let mut deliver = Vec::new();
         let mut have = 0u64;
         while let Some(entry) = self.held.first_entry() {
@@ -379,10 +398,47 @@ mod tests {
 
         let mut big = Stream::starting_at(1, 1);
         let payload = Bytes::from(vec![0u8; GROUP_HELD_BYTES_MAX]);
-        big.offer(2, 0, || payload);
+        assert_eq!(big.offer(2, 0, || payload), Offer::Dropped, "never held");
+        assert_eq!(big.held_bytes, 0);
         let (skipped, why) = big.overdue(0).unwrap();
-        assert_eq!(skipped.missed, 1, "past the bound at once");
+        assert_eq!(
+            skipped.missed, 2,
+            "past the bound at once: 1 and 2 are lost"
+        );
         assert!(why.contains("GROUP_HELD_BYTES_MAX"), "{why}");
+    }
+
+    #[test]
+    fn a_held_publish_pins_only_its_own_bytes_and_the_bound_holds_on_insert() {
+        // One 64 KiB read holding a 1-byte publish that came early.
+        let read = Bytes::from(vec![7u8; 64 << 10]);
+        let mut s = Stream::starting_at(1, 1);
+        assert_eq!(s.offer(3, 0, || read.slice(100..101)), Offer::Held);
+        let held = &s.held[&3];
+        let inside = read.as_ptr_range();
+        assert!(
+            !inside.contains(&held.as_ptr()),
+            "held as a copy, not as a slice that keeps the read alive"
+        );
+        assert_eq!(s.held_bytes, 1 + HELD_ENTRY_OVERHEAD_BYTES);
+
+        // A source that keeps its gap open and sends on: the member holds no more than the
+        // bound, whatever comes before the next look.
+        let chunk = Bytes::from(vec![1u8; 1 << 20]);
+        let mut dropped = 0;
+        for n in 4..200 {
+            if s.offer(n, 0, || chunk.clone()) == Offer::Dropped {
+                dropped += 1;
+            }
+            assert!(s.held_bytes <= GROUP_HELD_BYTES_MAX);
+        }
+        assert!(dropped > 0);
+        let (skipped, why) = s
+            .overdue(1)
+            .expect("given up at the next look, not after the wait");
+        assert!(why.contains("GROUP_HELD_BYTES_MAX"), "{why}");
+        assert_eq!(skipped.missed, 2, "1 and 2 never came");
+        assert_eq!(s.held_bytes, 0, "what was held is handed over");
     }
 
     #[test]

@@ -550,7 +550,10 @@ impl GroupTable {
         } else {
             Vec::new()
         };
-        let useful = matches!(offer, Some(Offer::Deliver { .. } | Offer::Held));
+        let useful = matches!(
+            offer,
+            Some(Offer::Deliver { .. } | Offer::Held | Offer::Dropped)
+        );
         // A mark for a member, a restart or a publish that moved anything on is news.
         let news = pass_on || useful || ended.is_some() || (head.mark && member);
         if !news {
@@ -633,7 +636,10 @@ impl GroupTable {
             } else {
                 Vec::new()
             };
-            let useful = matches!(offer, Some(Offer::Deliver { .. } | Offer::Held));
+            let useful = matches!(
+                offer,
+                Some(Offer::Deliver { .. } | Offer::Held | Offer::Dropped)
+            );
             let news = pass_on || useful || ended.is_some();
             out.push(news.then(|| Fresh {
                 unwanted: pass_on && !member && forward_to.is_empty(),
