@@ -363,23 +363,35 @@ impl Departures {
 pub struct Arrivals {
     /// Per source: (its incarnation, the number expected next, when a frame of it last came).
     expected: HashMap<BusId, (u64, u64, u64)>,
-    /// Per source being handed over now: the reader (a caller's token) that does it.
-    claims: HashMap<BusId, u64>,
+    /// Per source being handed over now: the reader (a caller's token) that does it, and
+    /// whether another reader was refused meanwhile (it waits to be told of the release).
+    claims: HashMap<BusId, (u64, bool)>,
 }
 
 impl Arrivals {
     /// Reader `reader` (any token unique among the caller's readers) is to hand over messages
-    /// of `src`: true if it may (no other reader is doing it; the same reader may claim again),
-    /// false if it must wait for [`Arrivals::release`] by the other. At most one claim per
-    /// source: the table is bounded by the readers at work.
+    /// of `src`: true if it may (no other reader is doing it), false if it must wait for
+    /// [`Arrivals::release`] by the other. Claims do not nest: a reader claims a source once
+    /// and releases it once. At most one claim per source: the table is bounded by the
+    /// readers at work.
     pub fn claim(&mut self, src: BusId, reader: u64) -> bool {
-        *self.claims.entry(src).or_insert(reader) == reader
+        let (holder, contended) = self.claims.entry(src).or_insert((reader, false));
+        if *holder == reader {
+            return true;
+        }
+        *contended = true;
+        false
     }
 
-    /// Reader `reader` is done handing over messages of `src` (delivered, or gave up).
-    pub fn release(&mut self, src: BusId, reader: u64) {
-        if self.claims.get(&src) == Some(&reader) {
-            self.claims.remove(&src);
+    /// Reader `reader` is done handing over messages of `src` (delivered, or gave up): true
+    /// if another reader was refused meanwhile and waits to be told.
+    pub fn release(&mut self, src: BusId, reader: u64) -> bool {
+        match self.claims.get(&src) {
+            Some(&(holder, contended)) if holder == reader => {
+                self.claims.remove(&src);
+                contended
+            }
+            _ => false,
         }
     }
 

@@ -231,6 +231,8 @@ struct Cluster {
     links: BTreeMap<(u64, u64), Link>,
     /// By (lower id, higher id).
     direct_links: BTreeMap<(u64, u64), DirectLink>,
+    /// Bytes a source writes through relays ahead of acknowledgements.
+    window: usize,
     /// Whether direct links move their messages to rings (the two leaves share a host).
     rings: bool,
     /// How many direct links came up, and how many switches held messages back.
@@ -293,9 +295,8 @@ impl Cluster {
         for leaf in LEAVES {
             let n = nodes.get_mut(&leaf).unwrap();
             for dst in LEAVES.iter().filter(|&&d| d != leaf) {
-                let mut d = Departures::new(1 << 20, 0);
-                d.set_window(window);
-                n.departures.insert(*dst, d);
+                // Its relayed entry is made by the first send that goes through relays, as
+                // the runtime makes it (a switch before that finds none to supersede).
                 n.sent.insert(*dst, 0);
             }
         }
@@ -303,6 +304,7 @@ impl Cluster {
             now: 0,
             links: EDGES.iter().map(|&(c, p)| ((c, p), Link::new())).collect(),
             direct_links: BTreeMap::new(),
+            window,
             rings,
             direct_ups: 0,
             held_switches: 0,
@@ -747,7 +749,10 @@ impl Cluster {
                     continue;
                 }
                 // First time up: the switch. What went through relays is acknowledged first.
-                let relayed = node.departures.get_mut(&other).unwrap().supersede();
+                let relayed = node
+                    .departures
+                    .get_mut(&other)
+                    .map_or(0, Departures::supersede);
                 if relayed > 0 {
                     self.held_switches += 1;
                 }
@@ -772,7 +777,8 @@ impl Cluster {
         for leaf in LEAVES {
             let node = self.nodes.get_mut(&leaf).unwrap();
             for (&other, p) in node.direct.iter_mut() {
-                if p.held && node.departures[&other].outbox().unacked() == 0 {
+                let relayed = node.departures.get(&other);
+                if p.held && relayed.is_none_or(|d| d.outbox().unacked() == 0) {
                     p.held = false;
                 }
             }
@@ -927,11 +933,19 @@ impl Cluster {
     /// Queues a send on the path it looked up: the direct link, or the relays unless a direct
     /// link superseded them since (the runtime asks again under the relayed entry's lock).
     fn queue(&mut self, s: Looked) -> u64 {
+        let window = self.window;
         let node = self.nodes.get_mut(&s.leaf).unwrap();
         let direct_now = node.direct.contains_key(&s.dst);
         if !s.direct {
-            let d = node.departures.get_mut(&s.dst).unwrap();
-            if d.open_for_send(|| direct_now) {
+            let made = !node.departures.contains_key(&s.dst);
+            let d = node.departures.entry(s.dst).or_insert_with(|| {
+                let mut d = Departures::new(1 << 20, 0);
+                d.set_window(window);
+                d
+            });
+            // A switch that looked for the entry before it was made superseded nothing: the
+            // direct link, in the table already, goes first.
+            if !(made && direct_now) && d.open_for_send(|| direct_now) {
                 return d.outbox_mut().push_copies(&s.batch) as u64;
             }
         }

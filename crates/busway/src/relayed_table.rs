@@ -62,49 +62,53 @@ impl RelayedTable {
     }
 
     /// Waits until link `link_id` is the one reader handing over messages of `src` (see
-    /// `Arrivals::claim`): the claim ends when the returned guard is dropped, also when the
-    /// link's task ends in the middle (its messages are then not marked delivered, and the
-    /// source writes them again).
-    pub(crate) async fn claim(&self, src: BusId, link_id: u64) -> Claim<'_> {
+    /// `Arrivals::claim`), and says how many of those numbered from `first` (incarnation
+    /// `incarnation`) were delivered already, by any link. The claim ends with
+    /// [`Claim::finish`], or when the guard is dropped (the link's task ended before the
+    /// hand-over: nothing was marked delivered, and the source writes them again).
+    pub(crate) async fn claim(
+        &self,
+        src: BusId,
+        link_id: u64,
+        (incarnation, first): (u64, u64),
+    ) -> (Claim<'_>, u64) {
         loop {
             let released = self.claim_released.notified();
             tokio::pin!(released);
             released.as_mut().enable();
-            if let Some(claim) = self.try_claim(src, link_id) {
-                return claim;
+            if let Some(got) = self.try_claim(src, link_id, (incarnation, first)) {
+                return got;
             }
             released.await;
         }
     }
 
-    /// The claim of [`RelayedTable::claim`] if it is free now.
-    pub(crate) fn try_claim(&self, src: BusId, link_id: u64) -> Option<Claim<'_>> {
-        let claimed = self.lock_arrivals().claim(src, link_id);
+    /// The claim of [`RelayedTable::claim`] if it is free now (one lock for both answers).
+    pub(crate) fn try_claim(
+        &self,
+        src: BusId,
+        link_id: u64,
+        (incarnation, first): (u64, u64),
+    ) -> Option<(Claim<'_>, u64)> {
+        let mut arrivals = self.lock_arrivals();
+        if !arrivals.claim(src, link_id) {
+            return None;
+        }
+        let done = arrivals.already_delivered(src, incarnation, first);
+        drop(arrivals);
         // Made only once claimed: a `Claim` releases the claim when it is dropped.
-        claimed.then(|| Claim {
+        let claim = Claim {
             table: self,
             src,
             link_id,
-        })
+            finished: false,
+        };
+        Some((claim, done))
     }
 
     fn lock_arrivals(&self) -> std::sync::MutexGuard<'_, Arrivals> {
         // A panic while holding this lock leaves plain data behind; keep going.
         self.arrivals.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Messages from `src` up to `next_expected` are in the inbox (at `now_ms`).
-    pub(crate) fn delivered(
-        &self,
-        src: BusId,
-        src_incarnation: u64,
-        next_expected: u64,
-        now_ms: u64,
-    ) {
-        self.arrivals
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .delivered(src, src_incarnation, next_expected, now_ms);
     }
 
     /// Forgets the sources no frame came from for `idle_ms`; returns how many.
@@ -152,20 +156,32 @@ pub(crate) struct Claim<'a> {
     table: &'a RelayedTable,
     src: BusId,
     link_id: u64,
+    finished: bool,
 }
 
 impl Claim<'_> {
-    /// How many of the messages numbered from `first_seq` were delivered already, by any link.
-    pub(crate) fn already_delivered(&self, src_incarnation: u64, first_seq: u64) -> u64 {
-        self.table
-            .lock_arrivals()
-            .already_delivered(self.src, src_incarnation, first_seq)
+    /// Messages up to `next_expected` (incarnation `incarnation`) are in the inbox (at
+    /// `now_ms`): marked delivered and the claim released under one lock.
+    pub(crate) fn finish(mut self, incarnation: u64, next_expected: u64, now_ms: u64) {
+        let mut arrivals = self.table.lock_arrivals();
+        arrivals.delivered(self.src, incarnation, next_expected, now_ms);
+        let waited = arrivals.release(self.src, self.link_id);
+        drop(arrivals);
+        self.finished = true;
+        if waited {
+            self.table.claim_released.notify_waiters();
+        }
     }
 }
 
 impl Drop for Claim<'_> {
     fn drop(&mut self) {
-        self.table.lock_arrivals().release(self.src, self.link_id);
-        self.table.claim_released.notify_waiters();
+        if self.finished {
+            return;
+        }
+        let waited = self.table.lock_arrivals().release(self.src, self.link_id);
+        if waited {
+            self.table.claim_released.notify_waiters();
+        }
     }
 }

@@ -29,6 +29,11 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// Looks [`Shared::route`] takes at a destination whose direct link changes under it (comes
+/// up, or is given up, between its looks at the peer table and the relayed entry); a change
+/// takes a handshake or a deadline, so a second look almost always settles it.
+const ROUTE_LOOKS_MAX: usize = 3;
+
 /// Where a message for a destination goes.
 pub(crate) enum Route {
     Direct(Arc<Peer>),
@@ -94,27 +99,41 @@ impl Shared {
     }
 
     /// How to send to `dst`, or `None` if nobody could know it.
+    ///
+    /// A direct link that comes up is put in the peer table first and supersedes the relayed
+    /// entry after (`switch_to_direct`); a send here looks at the relayed entry first and the
+    /// peer table after. So a send that chose the relays either queued before the switch
+    /// (counted: the direct link holds its messages until these are acknowledged) or sees the
+    /// direct link and goes there: never through relays behind the switch.
     pub(crate) fn route(&self, dst: BusId) -> Option<Route> {
-        if let Some(p) = self.direct_in_use(dst) {
-            return Some(Route::Direct(p));
-        }
-        if let Some(r) = self.remote_of(dst) {
-            // A direct link may have come up since the look above (it supersedes `r` after it
-            // is in the table): looked at again under `r`'s lock, so that this send cannot
-            // take traffic back to the relays behind the switch.
-            if !r.open_for_send(|| self.direct_in_use(dst).is_some()) {
-                return self.direct_in_use(dst).map(Route::Direct);
+        // A direct link given up while we looked makes a second look go to the relays.
+        for _ in 0..ROUTE_LOOKS_MAX {
+            if let Some(p) = self.direct_in_use(dst) {
+                return Some(Route::Direct(p));
             }
-            r.touch(self.coarse_ms.load(Relaxed));
-            return Some(Route::Relayed(r));
+            let r = match self.remote_of(dst) {
+                Some(r) => r,
+                None if !self.relayable(dst) => return None,
+                None => {
+                    let r = self.relayed.get_or_insert(dst, || {
+                        Remote::new(dst, self.config.send_queue_bytes_max, self.clock_ms())
+                    });
+                    // A switch that looked for the entry before it was made superseded
+                    // nothing: its link is in the peer table already, and goes first.
+                    if let Some(p) = self.direct_in_use(dst) {
+                        return Some(Route::Direct(p));
+                    }
+                    r
+                }
+            };
+            // The direct link looked at again under `r`'s lock (see above): it may have come
+            // up since the first look.
+            if r.open_for_send(|| self.direct_in_use(dst).is_some()) {
+                r.touch(self.coarse_ms.load(Relaxed));
+                return Some(Route::Relayed(r));
+            }
         }
-        if !self.relayable(dst) {
-            return None;
-        }
-        let r = self.relayed.get_or_insert(dst, || {
-            Remote::new(dst, self.config.send_queue_bytes_max, self.clock_ms())
-        });
-        Some(Route::Relayed(r))
+        self.direct_in_use(dst).map(Route::Direct)
     }
 
     /// Whether `what` (a PUBLISH, mark or MULTICAST) of `speaker` (its publisher or source)
@@ -343,12 +362,6 @@ impl Shared {
     /// `pending` is what this read already accepted from `src`.
     pub(crate) fn check_routed(&self, h: &RoutedHeader, pending: Option<u64>) -> Result<u64, u64> {
         self.relayed.check_arrival(h, pending)
-    }
-
-    /// Messages from `src` up to `next_expected` are in the inbox.
-    pub(crate) fn routed_delivered(&self, src: BusId, src_incarnation: u64, next_expected: u64) {
-        self.relayed
-            .delivered(src, src_incarnation, next_expected, self.clock_ms());
     }
 
     /// A gap in what `src` sent: tell it where to resume.

@@ -185,11 +185,24 @@ fn routed_in(
     Ok(())
 }
 
-/// Hands messages from `src` to the application: group messages are sorted out (interest
-/// recorded, publishes passed on and delivered in their streams' order; past the inbox's
-/// group bound this link waits before it reads on), replies end their calls here, the rest
-/// (requests with a handle to answer them) go to the inbox, waiting for room if need be.
+/// Hands messages from `src` to the application ([`hand_over_sorted`]), then waits while
+/// the application or a group's members are behind ([`wait_for_group_room`]).
 async fn deliver(
+    shared: &Shared,
+    machine: &Mutex<Link>,
+    src: BusId,
+    chunk: bytes::Bytes,
+    spans: Vec<(u32, u32)>,
+) {
+    hand_over_sorted(shared, machine, src, chunk, spans).await;
+    wait_for_group_room(shared, machine).await;
+}
+
+/// Hands messages from `src` to the application: group messages are sorted out (interest
+/// recorded, publishes passed on and delivered in their streams' order), replies end their
+/// calls here, the rest (requests with a handle to answer them) go to the inbox, waiting for
+/// room if need be. Once this returns, the messages are the application's.
+async fn hand_over_sorted(
     shared: &Shared,
     machine: &Mutex<Link>,
     src: BusId,
@@ -203,6 +216,11 @@ async fn deliver(
         let batch = MessageBatch::with_requests(src, chunk, spans, requests);
         hand_over(shared, machine, batch).await;
     }
+}
+
+/// Past the inbox's group bound, or while a group under backpressure waits for room toward
+/// a member, this link waits before it reads on.
+async fn wait_for_group_room(shared: &Shared, machine: &Mutex<Link>) {
     if shared.inbox.group_backlogged() {
         blocked_while(shared, machine, shared.inbox.wait_group_room()).await;
     }
@@ -370,26 +388,30 @@ pub(super) fn read_loop<'a, R: AsyncRead + WaitReadable + Unpin>(
                 for mut r in work.routed {
                     // A source's messages may come by two links at once (a relay and a direct
                     // link after a switch): one link at a time hands them over, and what is
-                    // fresh is counted again under its claim.
-                    let claim = match shared.relayed.try_claim(r.src, link_id) {
-                        Some(c) => c,
+                    // fresh is counted again under its claim. The claim covers the hand-over
+                    // alone (no wait for a group's members under it: their acknowledgements
+                    // may come by the link that waits for the claim).
+                    let first = (r.incarnation, r.next - r.spans.len() as u64);
+                    let (claim, done) = match shared.relayed.try_claim(r.src, link_id, first) {
+                        Some(got) => got,
                         None => {
-                            let wait = shared.relayed.claim(r.src, link_id);
+                            let wait = shared.relayed.claim(r.src, link_id, first);
                             blocked_while(shared, machine, wait).await
                         }
                     };
-                    let first = r.next - r.spans.len() as u64;
-                    let done = claim.already_delivered(r.incarnation, first) as usize;
-                    r.spans.drain(..done.min(r.spans.len()));
+                    r.spans.drain(..(done as usize).min(r.spans.len()));
                     // Even a frame of duplicates is acknowledged: the sender may be waiting for it.
-                    if !r.spans.is_empty() {
+                    let fresh = !r.spans.is_empty();
+                    if fresh {
                         let n = r.spans.len() as u64;
                         shared.counters.msgs_in.fetch_add(n, Relaxed);
-                        deliver(shared, machine, r.src, chunk.clone(), r.spans).await;
+                        hand_over_sorted(shared, machine, r.src, chunk.clone(), r.spans).await;
                     }
-                    shared.routed_delivered(r.src, r.incarnation, r.next);
-                    drop(claim);
+                    claim.finish(r.incarnation, r.next, shared.clock_ms());
                     shared.send_routed_ack(r.src, r.next);
+                    if fresh {
+                        wait_for_group_room(shared, machine).await;
+                    }
                 }
                 if !spans.is_empty() {
                     let bytes: u64 = spans
