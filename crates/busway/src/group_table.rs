@@ -171,6 +171,8 @@ pub(crate) struct RepairJob {
     pub(crate) incarnation: u64,
     pub(crate) lost: Option<(u64, u64)>,
     pub(crate) copies: VecDeque<(u64, Bytes)>,
+    /// When the member asked for it (node clock, ms).
+    pub(crate) asked_ms: u64,
 }
 
 /// Marks a relay owes peers at once (see `State::owed`); past it a dropped publish is not
@@ -181,6 +183,12 @@ pub(crate) const OWED_MARKS_MAX: usize = 4_096;
 /// Repairs a publisher has under way at once; an ask past it is refused (counted), and the
 /// member gives its gap up when its wait runs out.
 pub(crate) const GROUP_REPAIRS_PENDING_MAX: usize = 256;
+/// An ask from a member whose repair of the same stream is still under way and was asked
+/// less than this long ago (ms) is refused, counted, before any plan is made: an honest
+/// member asks again only once its gap is filled (its repair sent by then) or after
+/// `GROUP_REASK_MS` without progress, so only a member that asks in a loop is refused, and
+/// one that does costs the publisher one plan per this long and stream, not one per ask.
+pub(crate) const REPAIR_ASK_GAP_MIN_MS: u64 = crate::group_order::GROUP_REASK_MS / 2;
 
 /// One change of what this node tells a peer it wants.
 #[derive(Debug, PartialEq, Eq)]
@@ -291,6 +299,16 @@ impl GroupTable {
         }
         q.push_back(job);
         true
+    }
+
+    /// Whether `member` asks for a repair of `group` too soon after its last ask, whose
+    /// repair is still under way (see `REPAIR_ASK_GAP_MIN_MS`).
+    pub(crate) fn asks_too_soon(&self, member: BusId, group: &str, now_ms: u64) -> bool {
+        self.repairs().iter().any(|j| {
+            j.to == member
+                && &*j.group == group
+                && now_ms.saturating_sub(j.asked_ms) < REPAIR_ASK_GAP_MIN_MS
+        })
     }
 
     /// The oldest repair under way, to send as much of as fits; give it back with

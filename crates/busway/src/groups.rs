@@ -721,6 +721,11 @@ impl Shared {
                 to,
                 name,
             } => {
+                if self.groups.asks_too_soon(from, name, now_ms) {
+                    tracing::debug!(member = %from, group = name, "repair refused: asked again too soon");
+                    bump(&self.counters.group_repairs_refused);
+                    return false;
+                }
                 let plan = self
                     .groups
                     .repair(name, incarnation, self.incarnation, (first, to));
@@ -730,6 +735,7 @@ impl Shared {
                     incarnation: self.incarnation,
                     lost: plan.lost,
                     copies: plan.copies.into(),
+                    asked_ms: now_ms,
                 };
                 if !self.groups.queue_repair(job) {
                     tracing::warn!(member = %from, group = name, "repair refused: too many under way");

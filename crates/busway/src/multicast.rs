@@ -336,6 +336,11 @@ impl Shared {
                 to,
                 ..
             } => {
+                if self.groups.asks_too_soon(from, MULTICAST_STREAM, now_ms) {
+                    tracing::debug!(receiver = %from, "multicast repair refused: asked again too soon");
+                    bump(&self.counters.group_repairs_refused);
+                    return false;
+                }
                 let plan = self
                     .multicasts
                     .repair(from, incarnation, self.incarnation, (first, to));
@@ -345,6 +350,7 @@ impl Shared {
                     incarnation: self.incarnation,
                     lost: plan.lost,
                     copies: plan.copies.into(),
+                    asked_ms: now_ms,
                 };
                 if !self.groups.queue_repair(job) {
                     tracing::warn!(receiver = %from, "multicast repair refused: too many under way");

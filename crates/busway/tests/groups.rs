@@ -443,6 +443,45 @@ mod lies {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_member_that_asks_in_a_loop_gets_one_repair_not_one_per_ask() {
+        use busway_core::group::encode_repair_ask;
+        let (publisher, member) = pair("tcp4", config(1), config(2)).await;
+        let mut inbox = member.take_inbox().unwrap();
+        member.join(GROUP).unwrap();
+        until_linked(&publisher, &[2]).await;
+        for i in 0..1_000 {
+            publisher.publish(GROUP, numbered(i)).await.unwrap();
+        }
+        expect_publishes(&mut inbox, BusId(1), 1_000, "before the asks").await;
+
+        // Peer 13 asks for everything there ever was, a hundred times in one write.
+        let busway::Addr::Tcp(addr) = publisher.listen_addrs()[0].clone() else {
+            unreachable!()
+        };
+        let mut s = authenticated(addr, 13, None).await;
+        assert!(publisher.wait_for_peer(BusId(13), WAIT).await);
+        let ask = encode_repair_ask(publisher.incarnation(), 1, 1 << 62, GROUP);
+        let asks: Vec<u8> = (0..100)
+            .flat_map(|_| frame_bytes(FrameKind::Repair, &ask))
+            .collect();
+        s.write_all(&asks).await.unwrap();
+        until("the asks after the first are refused", || {
+            publisher.stats().group_repairs_refused >= 90
+        })
+        .await;
+        // One plan per REPAIR_ASK_GAP_MIN_MS at most: a slow machine may split the asks over
+        // a few reads, never over a hundred plans of 1,000 copies each.
+        assert!(publisher.stats().group_copies_sent <= 10 * 1_000);
+
+        // The honest member is untouched.
+        publisher.publish(GROUP, numbered(0)).await.unwrap();
+        expect_publishes(&mut inbox, BusId(1), 1, "after the asks").await;
+        drop(s);
+        publisher.shutdown().await;
+        member.shutdown().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn false_group_log_frames_close_only_their_link() {
         use busway_core::group::{encode_log_answer, encode_log_offer, LogOffer};
         let (node, healthy) = pair("tcp4", config(1), config(2)).await;
