@@ -491,6 +491,8 @@ impl Shared {
         let mut newly_asked: Vec<String> = Vec::new();
         let mut gaps = false;
         let now_ms = self.coarse_ms.load(std::sync::atomic::Ordering::Relaxed);
+        // Who the link may speak for, looked up once per read (see `may_speak_for`).
+        let mut link = None;
         spans.retain(|&(start, tagged)| {
             if !is_group(tagged) {
                 return true;
@@ -531,12 +533,14 @@ impl Shared {
                     }
                 }
                 SPAN_PUBLISH => {
+                    let at = (start, len);
                     gaps |=
-                        self.publish_received(from, chunk, (start, len), &body, now_ms, &mut out)
+                        self.publish_received(from, &mut link, chunk, at, &body, now_ms, &mut out)
                 }
                 SPAN_MULTICAST => {
+                    let at = (start, len);
                     gaps |=
-                        self.multicast_received(from, chunk, (start, len), &body, now_ms, &mut out)
+                        self.multicast_received(from, &mut link, chunk, at, &body, now_ms, &mut out)
                 }
                 _ => gaps |= self.repair_received(from, chunk, start, &body, now_ms, &mut out),
             }
@@ -607,9 +611,11 @@ impl Shared {
 
     /// A PUBLISH (or mark) from the direct peer `from`, its body at `start..start + len` of
     /// `chunk`: passed on, and for this node's application if a member; true if a gap opened.
+    #[allow(clippy::too_many_arguments)]
     fn publish_received(
         &self,
         from: BusId,
+        link: &mut Option<busway_core::relay::Sources>,
         chunk: &Bytes,
         (start, len): (u32, u32),
         body: &Bytes,
@@ -620,7 +626,7 @@ impl Shared {
             return false;
         };
         let what = if head.mark { "PUBLISH mark" } else { "PUBLISH" };
-        if let Err(why) = self.may_speak_for(from, head.publisher, what) {
+        if let Err(why) = self.may_speak_for(from, head.publisher, what, link) {
             bump(&self.counters.publishes_refused);
             self.refuse_link(from, why);
             return false;

@@ -210,9 +210,11 @@ impl Shared {
     /// A MULTICAST (or mark) from the direct peer `from`, its body at `start..start + len`
     /// of `chunk`: delivered here if this node is named (in its source's order, into `out`),
     /// passed on toward the others; true if this node's stream has a gap to ask for.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn multicast_received(
         &self,
         from: BusId,
+        link: &mut Option<busway_core::relay::Sources>,
         chunk: &Bytes,
         (start, len): (u32, u32),
         body: &Bytes,
@@ -224,7 +226,7 @@ impl Shared {
             return false;
         };
         let me = self.config.id;
-        if let Err(why) = self.may_speak_for(from, head.source, "MULTICAST") {
+        if let Err(why) = self.may_speak_for(from, head.source, "MULTICAST", link) {
             bump(&self.counters.multicasts_refused);
             self.refuse_link(from, why);
             return false;

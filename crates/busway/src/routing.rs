@@ -140,24 +140,28 @@ impl Shared {
     /// may come over the link to `from`, by the rule ROUTED frames follow (`relay::Sources`):
     /// over the upstream link from anywhere, over a registered downstream's from its subtree,
     /// over any other link from the peer alone; and never in this node's own name. The error
-    /// names the lie.
+    /// names the lie. `link` keeps what was looked up of the link for the rest of its read
+    /// (a publish from the link's own peer looks nothing up).
     pub(crate) fn may_speak_for(
         &self,
         from: BusId,
         speaker: BusId,
         what: &str,
+        link: &mut Option<relay::Sources>,
     ) -> Result<(), String> {
         if speaker == self.config.id {
             return Err(format!(
                 "{what} from peer {from} names this node ({speaker}) as its sender"
             ));
         }
-        let serves = self.peer(from).and_then(|p| p.neighbor().serves);
-        relay::Sources {
-            peer: from,
-            serves,
-            upstream: self.upstream_id() == Some(from),
+        if speaker == from {
+            return Ok(());
         }
+        link.get_or_insert_with(|| relay::Sources {
+            peer: from,
+            serves: self.peer(from).and_then(|p| p.neighbor().serves),
+            upstream: self.upstream_id() == Some(from),
+        })
         .check_frame(speaker, what)
     }
 
