@@ -130,6 +130,18 @@ fn million_verified(listen: &str, extra: &[&str]) -> String {
 
 const SHM_LINE: &str = "link(s) moved their data to shared memory";
 
+/// Held by the tests that load the machine most (six pairs at full speed) and by those that
+/// pace a signal against a running stream: on 2 cores the first can starve the second's test
+/// thread until its stream is over before the signal (seen in CI: the relay's SIGTERM came
+/// after the listener had everything, so no peer-down line). Every test still runs at full
+/// speed; these just never overlap.
+static LOAD_SENSITIVE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn load_sensitive() -> std::sync::MutexGuard<'static, ()> {
+    // A test that failed while holding it leaves nothing to repair.
+    LOAD_SENSITIVE.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 #[test]
 fn a_million_sequenced_messages_over_tcp() {
     let err = million_verified("tcp://127.0.0.1:0", &["--no-shm"]);
@@ -920,6 +932,7 @@ const PAIR_MESSAGES: &str = "2000000";
 /// every listener gets every message once, in order, and each pair switched to a direct link
 /// on the way (the listener saw its sender's own link come up).
 fn pairs_switch_to_direct_links_in_order(rounds: usize, extra: &[&str]) {
+    let _alone = load_sensitive();
     for round in 0..rounds {
         let addr = format!("tcp://127.0.0.1:{}", free_port());
         let relay = relay_with(&addr, extra);
@@ -1002,6 +1015,7 @@ fn exit_of(mut p: Proc) -> (std::process::ExitStatus, String) {
 
 #[test]
 fn sigterm_stops_a_node_cleanly_mid_stream_and_nothing_is_lost() {
+    let _alone = load_sensitive();
     let addr = format!("tcp://127.0.0.1:{}", free_port());
     let r = relay(&addr);
     let stream = RelayedMillion::start(&addr);
@@ -1027,6 +1041,7 @@ fn sigterm_stops_a_node_cleanly_mid_stream_and_nothing_is_lost() {
 
 #[test]
 fn a_second_sigterm_stops_a_node_at_once() {
+    let _alone = load_sensitive();
     let addr = format!("tcp://127.0.0.1:{}", free_port());
     let mut r = relay(&addr);
     let mut l = spawn(&["listen", "--id", "2", "--upstream", &addr]);
