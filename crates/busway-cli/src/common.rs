@@ -428,8 +428,14 @@ pub(crate) fn describe(ev: &Event) -> String {
             publisher,
             missed,
             reason,
+            fell_behind,
         } => format!(
-            "cut off from group {group}: {missed} publishes of {publisher} missed ({reason})"
+            "cut off from group {group}: {missed} publishes of {publisher} missed ({reason}; {})",
+            if *fell_behind {
+                "this member fell behind: its application left them unread"
+            } else {
+                "lost on the way: this member kept up"
+            }
         ),
         Event::MulticastGap {
             source,

@@ -10,7 +10,9 @@ use std::time::Duration;
 pub(crate) struct ListenArgs {
     #[command(flatten)]
     node: NodeArgs,
-    /// Exit after this many messages.
+    /// Exit after this many messages. Cut off from a `--group` before that (it fell behind,
+    /// or lost publishes the publisher no longer holds), it stops at once (exit code 4, or 2
+    /// with `--verify`); without `--count` it joins the group again and goes on.
     #[arg(long)]
     count: Option<u64>,
     /// Check the 8-byte little-endian sequence number at the start of each payload instead of
@@ -47,6 +49,7 @@ pub(crate) async fn run(args: ListenArgs) -> Result<ExitCode, String> {
     let mut verifier = Verifier::default();
     let idle = args.idle_timeout.map(Duration::from_secs_f64);
     let mut timed_out = false;
+    let mut cut_off = false;
     // Made once: a signal between two reads is not missed.
     tokio::pin!(stop);
     'outer: while args.count.is_none_or(|n| verifier.received() < n) {
@@ -60,6 +63,18 @@ pub(crate) async fn run(args: ListenArgs) -> Result<ExitCode, String> {
             } => b,
             Some(ev) = events.recv() => {
                 eprintln!("{}", common::describe(&ev));
+                if let busway::Event::GroupCutOff { group, .. } = &ev {
+                    if args.count.is_some() {
+                        // The count cannot be reached: the publishes missed will never come.
+                        cut_off = true;
+                        break;
+                    }
+                    if let Err(e) = node.join(group) {
+                        eprintln!("busway listen: joining group {group} again failed: {e}");
+                    } else {
+                        eprintln!("busway listen: joined group {group} again");
+                    }
+                }
                 continue;
             }
             _ = &mut stop => break,
@@ -118,6 +133,13 @@ pub(crate) async fn run(args: ListenArgs) -> Result<ExitCode, String> {
     }
     if timed_out {
         return Ok(ExitCode::from(3));
+    }
+    if cut_off {
+        eprintln!(
+            "busway listen: cut off after {} messages; stopping",
+            verifier.received()
+        );
+        return Ok(ExitCode::from(4));
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -5,7 +5,7 @@ use crate::verify::SEQ_LEN;
 use busway::BusId;
 use bytes::{BufMut, Bytes, BytesMut};
 use clap::Args;
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -187,10 +187,16 @@ async fn serve_repairs(node: &busway::Node, group: Option<&str>) -> bool {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(FLUSH_WAIT_SECS);
     let links_back_by = tokio::time::Instant::now() + Duration::from_secs(GROUP_LINKS_BACK_SECS);
     let moment = || (node.stats().group_copies_sent, links_up(node, group));
-    let mut led = BTreeSet::new();
+    // The peers that led to members, with the incarnation they had then.
+    let mut led = BTreeMap::new();
     loop {
         let up = links_up(node, group);
-        led.extend(up.iter().map(|&(id, _)| id));
+        let peers = node.peers();
+        for &(id, _) in &up {
+            if let Some(p) = peers.iter().find(|p| p.id == id) {
+                led.insert(id, p.incarnation);
+            }
+        }
         if links_pending(node, &up, &led) && tokio::time::Instant::now() < links_back_by {
             // Polled: interest arrives as messages, not events.
             tokio::time::sleep(GROUP_LINKS_POLL).await;
@@ -227,11 +233,12 @@ fn links_up(node: &busway::Node, group: Option<&str>) -> Vec<(BusId, bool)> {
 
 /// Whether links to members may yet come back: one is down (its peer may reconnect: what it
 /// asked for is kept meanwhile), a peer that led to members is up again but has not asked
-/// again (a relay that restarted forgot its members' interest, and they are not back below
-/// it yet), or the upstream led to members and is down (a relay that shut down: it is
+/// again (a relay that restarted, a new incarnation, forgot its members' interest, and they
+/// are not back below it yet; the same incarnation that no longer asks lost its members:
+/// they left, or finished), or the upstream led to members and is down (a relay that shut down: it is
 /// dialed again, and its members are back below it after it). A member that shut down is
 /// gone at once, and not waited for.
-fn links_pending(node: &busway::Node, up: &[(BusId, bool)], led: &BTreeSet<BusId>) -> bool {
+fn links_pending(node: &busway::Node, up: &[(BusId, bool)], led: &BTreeMap<BusId, u64>) -> bool {
     if up.iter().any(|&(_, up)| !up) {
         return true;
     }
@@ -239,13 +246,14 @@ fn links_pending(node: &busway::Node, up: &[(BusId, bool)], led: &BTreeSet<BusId
     let is_up = |id: BusId| peers.iter().any(|p| p.id == id && p.up);
     if node
         .upstream_id()
-        .is_some_and(|u| led.contains(&u) && !is_up(u))
+        .is_some_and(|u| led.contains_key(&u) && !is_up(u))
     {
         return true;
     }
-    peers
-        .iter()
-        .any(|p| p.up && led.contains(&p.id) && !up.iter().any(|&(id, _)| id == p.id))
+    peers.iter().any(|p| {
+        let restarted = led.get(&p.id).is_some_and(|&i| i != p.incarnation);
+        p.up && restarted && !up.iter().any(|&(id, _)| id == p.id)
+    })
 }
 
 /// Where `send` sends.

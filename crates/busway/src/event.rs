@@ -112,6 +112,11 @@ pub enum Event {
         publisher: BusId,
         missed: u64,
         reason: String,
+        /// True if this node's application had left `GROUP_INBOX_BYTES_MAX` of publishes
+        /// unread within `GROUP_REPAIR_WAIT_MS` before: it lost them by its own slow reading
+        /// (a slow member). False: they were lost on the way (a link or relay that fell
+        /// behind or failed), the application kept up.
+        fell_behind: bool,
     },
     /// `missed` multicasts of `source` to this node never reached it: the source no longer
     /// held them when this node asked (it fell behind further than the source keeps), no

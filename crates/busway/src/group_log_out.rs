@@ -139,8 +139,16 @@ impl GroupLogs {
 
     /// The GROUP_LOG offer of `name`'s log to send `peer` (which a publish is about to go
     /// to by its link) first, if one is due: its link writes into a ring and no offer was
-    /// made on that ring yet. Makes the log the first time (at most `GROUP_LOGS_MAX`).
-    pub(crate) fn offer(&self, name: &str, peer: &Peer) -> Option<Vec<u8>> {
+    /// made on that ring yet. Makes the log the first time (at most `GROUP_LOGS_MAX`). A peer
+    /// that passes the group on (`passes_on`, asked once per ring) is never offered one: a
+    /// log does not wait for its reader, and a relay that fell behind would lose the stream
+    /// for every member below it; by its link the wait goes back to the publisher.
+    pub(crate) fn offer(
+        &self,
+        name: &str,
+        peer: &Peer,
+        passes_on: impl FnOnce() -> bool,
+    ) -> Option<Vec<u8>> {
         let epoch = peer.ring_epoch();
         if self.capacity == 0 || epoch % 2 == 0 {
             return None;
@@ -164,8 +172,9 @@ impl GroupLogs {
         if g.peers.get(&peer.id).is_some_and(|&(_, e, _)| e == epoch) {
             return None;
         }
-        if !peer.answers_group_logs() {
-            // An older peer would close the link on the frame: never offered on this ring.
+        if !peer.answers_group_logs() || passes_on() {
+            // An older peer would close the link on the frame, a relay must not fall behind
+            // unseen: never offered on this ring.
             g.peers.insert(peer.id, (Stand::Declined, epoch, 0));
             return None;
         }

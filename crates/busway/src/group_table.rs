@@ -11,13 +11,14 @@
 //! links and outlive the member that stated it. Publishes go to every peer that asked,
 //! whatever its link; a node that sees a publish twice drops the second.
 
-use crate::group_order::{Offer, Skipped, Stream, HELD_ENTRY_OVERHEAD_BYTES};
+use crate::group_forwards::WaitingForwards;
+use crate::group_order::{Offer, Skipped, Stream, GROUP_REPAIR_WAIT_MS, HELD_ENTRY_OVERHEAD_BYTES};
 use crate::limits::GROUPS_JOINED_MAX;
 use busway_core::group::PublishHead;
 use busway_core::BusId;
 use bytes::Bytes;
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
 /// A group's name (checked: 1 to `GROUP_NAME_BYTES_MAX` bytes of UTF-8).
@@ -208,13 +209,11 @@ pub(crate) struct GroupTable {
     /// Held from a decision about a member's streams to the hand-over of what it delivers,
     /// so that the inbox gets each stream in the order decided, whichever link decided it.
     order: Mutex<()>,
-    /// Publishes of groups under backpressure that a relay must pass on to a peer whose
-    /// queue was full: (peer, PUBLISH body), in order. While any wait, the links stop
-    /// reading (`Shared::push_blocked_forwards`).
-    blocked: Mutex<VecDeque<(BusId, Bytes)>>,
-    /// Whether `blocked` holds any, for the look every read of every link makes
-    /// (`has_blocked`) without taking its lock.
-    any_blocked: AtomicBool,
+    /// Publishes a relay passes on that wait for room toward a peer (see `group_forwards`).
+    pub(crate) waiting: WaitingForwards,
+    /// When (ms on the node's clock) a link last found the application's inbox holding
+    /// `GROUP_INBOX_BYTES_MAX` of publishes not taken; `u64::MAX`: never.
+    app_behind_ms: AtomicU64,
 }
 
 impl GroupTable {
@@ -225,51 +224,23 @@ impl GroupTable {
             retain_bytes,
             repairs: Mutex::default(),
             order: Mutex::default(),
-            blocked: Mutex::default(),
-            any_blocked: AtomicBool::new(false),
+            waiting: WaitingForwards::default(),
+            app_behind_ms: AtomicU64::new(u64::MAX),
         }
     }
 
-    fn blocked(&self) -> std::sync::MutexGuard<'_, VecDeque<(BusId, Bytes)>> {
-        self.blocked.lock().unwrap_or_else(|p| p.into_inner())
+    /// A link found the application behind on its group publishes at `now_ms`.
+    pub(crate) fn note_app_behind(&self, now_ms: u64) {
+        // Relaxed: a time read by `app_fell_behind` to word an event, ordering nothing.
+        self.app_behind_ms.store(now_ms, Relaxed);
     }
 
-    /// Whether a forward to `peer` waits for room already (later ones queue behind it).
-    pub(crate) fn is_blocked_to(&self, peer: BusId) -> bool {
-        self.has_blocked() && self.blocked().iter().any(|(p, _)| *p == peer)
-    }
-
-    /// Queues a forward to `peer` that waits for room (backpressure).
-    pub(crate) fn block(&self, peer: BusId, body: Bytes) {
-        let mut q = self.blocked();
-        q.push_back((peer, body));
-        // Relaxed: a hint read by `has_blocked`; the queue itself is read under its lock
-        // (the link that queued it reads the hint on its own thread right after).
-        self.any_blocked.store(true, Relaxed);
-    }
-
-    /// Whether forwards wait for room.
-    pub(crate) fn has_blocked(&self) -> bool {
-        // Relaxed: see `block`.
-        self.any_blocked.load(Relaxed)
-    }
-
-    /// Pushes the waiting forwards in order with `push` (false: no room, stop there);
-    /// returns the first that still waits: its peer and length.
-    pub(crate) fn push_blocked(
-        &self,
-        mut push: impl FnMut(BusId, &Bytes) -> bool,
-    ) -> Option<(BusId, usize)> {
-        let mut q = self.blocked();
-        while let Some((peer, body)) = q.front() {
-            if !push(*peer, body) {
-                return Some((*peer, body.len()));
-            }
-            q.pop_front();
-        }
-        // Relaxed: see `block`; set under the queue's lock, as there.
-        self.any_blocked.store(false, Relaxed);
-        None
+    /// Whether the application was behind on its group publishes within the last
+    /// `GROUP_REPAIR_WAIT_MS` before `now_ms`: a member cut off now lost its publishes by its
+    /// own reading, not on the way.
+    pub(crate) fn app_fell_behind(&self, now_ms: u64) -> bool {
+        let at = self.app_behind_ms.load(Relaxed);
+        at != u64::MAX && now_ms.saturating_sub(at) <= GROUP_REPAIR_WAIT_MS
     }
 
     /// The turn to decide about streams and hand what they deliver to the inbox (see

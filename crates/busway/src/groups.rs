@@ -9,9 +9,10 @@
 //! other: numbered, acknowledged, and resent over a link that drops and comes back.
 
 use crate::event::{Event, Path};
+use crate::group_forwards::Push;
 use crate::group_order::{Offer, Skipped};
 use crate::group_table::{GroupName, GroupPolicy, Published, RepairJob, Run};
-use crate::limits::GROUP_SLOW_MEMBER_WAIT_MS;
+use crate::limits::{GROUP_HOP_WAIT_MS, GROUP_SLOW_MEMBER_WAIT_MS, ROUTED_RETRY_INTERVAL_MS};
 use crate::message::MessageBatch;
 use crate::node::{Node, SendError};
 use crate::shared::Shared;
@@ -108,7 +109,7 @@ impl Node {
     /// member, the payload shared, not copied per link; this node's own inbox too if it is a
     /// member. It is kept (`NodeConfig::group_retain_bytes`) for members that lose it with a
     /// relay and ask for a copy. A link whose queue is full is waited for at most
-    /// `GROUP_SLOW_MEMBER_WAIT_MS` and then skipped while it stays full
+    /// `GROUP_SLOW_MEMBER_WAIT_MS` (`GROUP_HOP_WAIT_MS` toward a relay) and then skipped while it stays full
     /// (`GroupPolicy::CutOff`, the default), or as long as it takes, relays on the way waiting
     /// too (`GroupPolicy::Backpressure`; see [`Node::set_group_policy`] and
     /// `docs/SEMANTICS.md`). Returns how many places it went to (links, and this node's
@@ -164,7 +165,10 @@ impl Node {
                 continue;
             };
             if policy == GroupPolicy::CutOff {
-                if let Some(offer) = shared.group_logs.offer(group, &peer) {
+                if let Some(offer) = shared
+                    .group_logs
+                    .offer(group, &peer, || shared.passes_groups_on(&peer))
+                {
                     if peer
                         .push_framed(FrameKind::GroupLog, &offer, &Bytes::new())
                         .is_err()
@@ -194,7 +198,7 @@ impl Node {
                     Err(crate::peer::PushError::Full) => match policy {
                         GroupPolicy::Backpressure => peer.wait_for_room(len).await,
                         GroupPolicy::CutOff => {
-                            let wait = Duration::from_millis(GROUP_SLOW_MEMBER_WAIT_MS);
+                            let wait = Duration::from_millis(shared.group_wait_ms(&peer));
                             if lagging.contains(&id)
                                 || tokio::time::timeout(wait, peer.wait_for_room(len))
                                     .await
@@ -234,7 +238,11 @@ impl crate::ring_link::GroupMessages for Shared {
     }
 
     fn backlogged(&self) -> bool {
-        self.inbox.group_backlogged() || self.push_blocked_forwards().is_some()
+        if self.inbox.group_backlogged() {
+            self.note_app_behind();
+            return true;
+        }
+        self.push_blocked_forwards().is_some()
     }
 
     fn open_log(
@@ -312,7 +320,7 @@ impl crate::ring_link::GroupMessages for Shared {
                     self.ask_repairs();
                 }
                 self.pump_repairs();
-                return Ok(handed || self.groups.has_blocked());
+                return Ok(handed || self.groups.waiting.any());
             }
             Run::Each(fresh) => fresh,
         };
@@ -333,7 +341,7 @@ impl crate::ring_link::GroupMessages for Shared {
                 out.run(from, group, chunk, std::mem::take(&mut run));
             }
             let body = chunk.slice(start as usize..(start + len) as usize);
-            gaps |= self.act_on_received(from, chunk, span, &body, head, r, &mut out);
+            gaps |= self.act_on_received(from, chunk, span, &body, head, r, now_ms, &mut out);
         }
         if !run.is_empty() {
             out.run(from, group, chunk, run);
@@ -348,7 +356,7 @@ impl crate::ring_link::GroupMessages for Shared {
             self.ask_repairs();
         }
         self.pump_repairs();
-        Ok(handed || self.groups.has_blocked())
+        Ok(handed || self.groups.waiting.any())
     }
 }
 
@@ -457,6 +465,7 @@ impl Shared {
         if path == Path::Direct {
             self.group_logs.forget_peer(peer);
             self.groups.peer_gone(peer);
+            self.groups.waiting.peer_gone(peer);
             self.sync_group_adverts();
         }
     }
@@ -562,37 +571,65 @@ impl Shared {
             self.ask_repairs();
         }
         self.pump_repairs();
-        handed || self.groups.has_blocked()
+        handed || self.groups.waiting.any()
     }
 
-    /// Passes on the publishes of groups under backpressure that wait for room, in order, as
-    /// far as the queues allow; returns the first that still waits (its peer and length).
-    pub(crate) fn push_blocked_forwards(&self) -> Option<(Arc<crate::peer::Peer>, usize)> {
-        let (id, len) = self.groups.push_blocked(|id, body| {
+    /// Passes on the publishes that wait for room, in order, as far as the queues allow
+    /// (cut-off ones past their time are dropped instead, see `forward_publish`); returns the
+    /// first that still waits: its peer, length and give-up time.
+    pub(crate) fn push_blocked_forwards(
+        &self,
+    ) -> Option<(Arc<crate::peer::Peer>, usize, Option<u64>)> {
+        let now_ms = self.coarse_ms.load(std::sync::atomic::Ordering::Relaxed);
+        let pushed = self.groups.waiting.push(now_ms, |id, body| {
             match self
                 .peer(id)
                 .map(|p| p.push_framed(FrameKind::Publish, &[], body))
             {
-                Some(Err(crate::peer::PushError::Full)) => false,
-                Some(Ok(_)) => true,
+                Some(Err(crate::peer::PushError::Full)) => Push::Full,
+                Some(Ok(_)) => Push::Sent,
                 // Gone: that peer will not hear it.
                 _ => {
                     bump(&self.counters.group_forwards_dropped);
-                    true
+                    Push::Gone
                 }
             }
-        })?;
+        });
+        for (id, body) in &pushed.dropped {
+            bump(&self.counters.group_forwards_dropped);
+            if let Ok(head) = decode_publish(body) {
+                self.groups.owe_mark(*id, head.publisher, head.name);
+            }
+        }
+        if !pushed.dropped.is_empty() {
+            tracing::debug!(
+                dropped = pushed.dropped.len(),
+                "a link to members stayed full: its cut-off publishes are dropped until it has room"
+            );
+        }
+        let (id, len, give_up_at) = pushed.waits?;
         match self.peer(id) {
-            Some(p) => Some((p, len)),
+            Some(p) => Some((p, len, give_up_at)),
             None => self.push_blocked_forwards(),
         }
     }
 
-    /// Waits until every publish of a group under backpressure that waited for room is
-    /// passed on (the caller's link stops reading meanwhile).
+    /// Waits until every publish that waited for room is passed on, or (cut-off) given up
+    /// on (the caller's link stops reading meanwhile).
     pub(crate) async fn wait_blocked_forwards(&self) {
-        while let Some((peer, len)) = self.push_blocked_forwards() {
-            peer.wait_for_room(len).await;
+        while let Some((peer, len, give_up_at)) = self.push_blocked_forwards() {
+            match give_up_at {
+                None => peer.wait_for_room(len).await,
+                Some(at) => {
+                    let now = self.coarse_ms.load(std::sync::atomic::Ordering::Relaxed);
+                    // The coarse clock moves every `ROUTED_RETRY_INTERVAL_MS`: one more
+                    // interval and the give-up time is surely past on it.
+                    let left = at.saturating_sub(now) + ROUTED_RETRY_INTERVAL_MS;
+                    let _ =
+                        tokio::time::timeout(Duration::from_millis(left), peer.wait_for_room(len))
+                            .await;
+                }
+            }
         }
     }
 
@@ -637,7 +674,84 @@ impl Shared {
         let r = self
             .groups
             .received(self.config.id, from, &head, now_ms, payload);
-        self.act_on_received(from, chunk, span, body, &head, r, out)
+        self.act_on_received(from, chunk, span, body, &head, r, now_ms, out)
+    }
+
+    /// Passes a publish (or mark) `body` on to the peer `id`, behind any that wait for it.
+    /// One that does not fit waits (the links that bring publishes stop reading meanwhile,
+    /// see `push_blocked_forwards`): under backpressure as long as it takes, under cut-off
+    /// at most `group_wait_ms`, then it is dropped for that peer, which is owed a mark and
+    /// skipped at once while it stays full (it lags).
+    fn forward_publish(
+        &self,
+        id: BusId,
+        body: &Bytes,
+        head: &busway_core::group::PublishHead<'_>,
+        now_ms: u64,
+    ) {
+        let waiting = &self.groups.waiting;
+        let Some(peer) = self.peer(id) else {
+            bump(&self.counters.group_forwards_dropped);
+            return;
+        };
+        // A frame past the peer's stated limit would close its link: not sent.
+        if peer.frame_body_max().is_some_and(|m| body.len() > m) {
+            bump(&self.counters.group_forwards_dropped);
+            return;
+        }
+        let lagging = !head.backpressure && waiting.is_lagging(id);
+        if !waiting.waits_for(id) || lagging {
+            match peer.push_framed(FrameKind::Publish, &[], body) {
+                Ok(_) => {
+                    if !head.backpressure {
+                        waiting.caught_up(id);
+                    }
+                    return;
+                }
+                Err(crate::peer::PushError::Full) => {}
+                // Closed or given up: that peer will not hear it.
+                Err(_) => {
+                    bump(&self.counters.group_forwards_dropped);
+                    return;
+                }
+            }
+        }
+        if lagging {
+            // Its members ask the publisher for what they missed, or are cut off. It is owed
+            // a mark, in case this was the end of the stream.
+            self.groups.owe_mark(id, head.publisher, head.name);
+            bump(&self.counters.group_forwards_dropped);
+            return;
+        }
+        let give_up_at = (!head.backpressure).then(|| now_ms + self.group_wait_ms(&peer));
+        waiting.wait(id, body.clone(), give_up_at);
+    }
+
+    /// A link stops reading because the application left `GROUP_INBOX_BYTES_MAX` of group
+    /// publishes unread (see `Event::GroupCutOff::fell_behind`).
+    pub(crate) fn note_app_behind(&self) {
+        let now_ms = self.coarse_ms.load(std::sync::atomic::Ordering::Relaxed);
+        self.groups.note_app_behind(now_ms);
+    }
+
+    /// How long a cut-off publish waits for room toward `peer`: `GROUP_HOP_WAIT_MS` if it
+    /// passes groups on, `GROUP_SLOW_MEMBER_WAIT_MS` otherwise.
+    fn group_wait_ms(&self, peer: &crate::peer::Peer) -> u64 {
+        if self.passes_groups_on(peer) {
+            GROUP_HOP_WAIT_MS
+        } else {
+            GROUP_SLOW_MEMBER_WAIT_MS
+        }
+    }
+
+    /// Whether `peer` passes groups on to others: this node's upstream, or a downstream that
+    /// registered more ids than its own.
+    fn passes_groups_on(&self, peer: &crate::peer::Peer) -> bool {
+        let serves_others = peer
+            .neighbor()
+            .serves
+            .is_some_and(|(lo, hi)| (lo, hi) != (peer.id, peer.id));
+        serves_others || self.upstream_id() == Some(peer.id)
     }
 
     /// What `publish_received` does with what the group table made of a publish (or mark)
@@ -652,6 +766,7 @@ impl Shared {
         body: &Bytes,
         head: &busway_core::group::PublishHead<'_>,
         r: Option<crate::group_table::Fresh>,
+        now_ms: u64,
         out: &mut Delivered,
     ) -> bool {
         let Some(fresh) = r else {
@@ -663,32 +778,7 @@ impl Shared {
             bump(&self.counters.publishes_unwanted);
         }
         for id in fresh.forward_to {
-            if head.backpressure && self.groups.is_blocked_to(id) {
-                // Behind the ones that wait, in order.
-                self.groups.block(id, body.clone());
-                continue;
-            }
-            // A frame past the peer's stated limit would close its link: not sent.
-            let sent = self
-                .peer(id)
-                .filter(|p| p.frame_body_max().is_none_or(|m| body.len() <= m))
-                .map(|p| p.push_framed(FrameKind::Publish, &[], body));
-            match sent {
-                Some(Ok(_)) => {}
-                // The group moves at its slowest member: this link stops reading until the
-                // publish fits (see `push_blocked_forwards`).
-                Some(Err(crate::peer::PushError::Full)) if head.backpressure => {
-                    self.groups.block(id, body.clone())
-                }
-                // Cut-off: a relay never waits for one member; that member repairs the gap
-                // from the publisher, or is cut off. It is owed a mark, in case this was the
-                // end of the stream.
-                Some(Err(crate::peer::PushError::Full)) => {
-                    self.groups.owe_mark(id, head.publisher, head.name);
-                    bump(&self.counters.group_forwards_dropped)
-                }
-                _ => bump(&self.counters.group_forwards_dropped),
-            }
+            self.forward_publish(id, body, head, now_ms);
         }
         if let Some(ended) = fresh.ended {
             self.skipped(head.publisher, head.name, ended, None, out);
@@ -816,13 +906,16 @@ impl Shared {
         let missed = skipped.missed;
         match cut_off {
             Some(reason) => {
-                tracing::warn!(%publisher, group, missed, %reason, "cut off from the group");
+                let now_ms = self.coarse_ms.load(std::sync::atomic::Ordering::Relaxed);
+                let fell_behind = self.groups.app_fell_behind(now_ms);
+                tracing::warn!(%publisher, group, missed, %reason, fell_behind, "cut off from the group");
                 out.left |= self.groups.leave(group);
                 self.emit(Event::GroupCutOff {
                     group: group.to_owned(),
                     publisher,
                     missed,
                     reason,
+                    fell_behind,
                 });
             }
             None => self.emit(Event::GroupGap {
@@ -931,8 +1024,8 @@ impl Shared {
                 self.groups.set_lagging(&group, id, false);
             }
         }
-        // Forwards of groups under backpressure waiting for room (a ring's reader retries
-        // them itself; a socket's link waits for them).
+        // Forwards waiting for room, and cut-off ones past their time (a ring's reader
+        // retries them itself; a socket's link waits for them).
         self.push_blocked_forwards();
         self.ask_repairs();
         self.pump_repairs();

@@ -34,6 +34,7 @@ mod discovery;
 mod etcd_config;
 mod event;
 mod event_queue;
+mod group_forwards;
 mod group_log_in;
 mod group_log_out;
 mod group_order;

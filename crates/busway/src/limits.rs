@@ -159,3 +159,8 @@ pub const DEFAULT_GROUP_RETAIN_BYTES: usize = 4 * DEFAULT_SEND_QUEUE_BYTES_MAX;
 /// `GroupPolicy::CutOff` before it skips that link (and later publishes skip it at once
 /// while it stays full), in milliseconds.
 pub const GROUP_SLOW_MEMBER_WAIT_MS: u64 = 1_000;
+/// The same wait toward a hop that passes the group on (this node's upstream, or a
+/// downstream that registered ids besides its own), in milliseconds: longer than a member's,
+/// so that the hop nearest a slow member gives up on it first and the hops above see that
+/// hop catch up, rather than each cutting the whole subtree below it.
+pub const GROUP_HOP_WAIT_MS: u64 = 3 * GROUP_SLOW_MEMBER_WAIT_MS;

@@ -932,19 +932,10 @@ async fn a_member_that_stops_reading_is_cut_off_and_the_others_keep_their_rate()
         got < SLOW_PUBLISHES,
         "the slow member got everything: nothing was full"
     );
-    let (missed, reason) = wait_event(&mut events, |e| match e {
-        busway::Event::GroupCutOff {
-            group,
-            publisher,
-            missed,
-            reason,
-        } if group == GROUP && *publisher == BusId(1) => Some((*missed, reason.clone())),
-        _ => None,
-    })
-    .await;
+    let (missed, reason, fell_behind) = cut_off_event(&mut events).await;
     assert!(
-        missed > 0 && reason.contains("no longer holds"),
-        "{missed}: {reason}"
+        missed > 0 && reason.contains("no longer holds") && fell_behind,
+        "{missed}: {reason} (fell behind: {fell_behind})"
     );
     assert!(slow.groups().is_empty(), "a member cut off left the group");
     until(
@@ -953,6 +944,124 @@ async fn a_member_that_stops_reading_is_cut_off_and_the_others_keep_their_rate()
     )
     .await;
     for n in [publisher, fast, slow] {
+        n.shutdown().await;
+    }
+}
+
+/// The first `GroupCutOff` of 1's publishes to `GROUP`: missed, reason, fell behind.
+async fn cut_off_event(events: &mut busway::Events) -> (u64, String, bool) {
+    wait_event(events, |e| match e {
+        busway::Event::GroupCutOff {
+            group,
+            publisher,
+            missed,
+            reason,
+            fell_behind,
+        } if group == GROUP && *publisher == BusId(1) => {
+            Some((*missed, reason.clone(), *fell_behind))
+        }
+        _ => None,
+    })
+    .await
+}
+
+/// Reads 1's padded publishes in order from 0 until the first that does not come next (a
+/// gap: what was held behind it comes once the member gave it up) or the inbox stays empty
+/// for a while; returns how many came in order.
+async fn read_padded_until_gap(inbox: &mut Inbox) -> u64 {
+    let mut next = 0;
+    // Not a synchronization: the caller waits for the cut-off event after this.
+    while let Ok(batch) =
+        tokio::time::timeout(std::time::Duration::from_millis(500), inbox.recv_batch()).await
+    {
+        for p in batch.expect("inbox open").iter() {
+            if u64::from_le_bytes(p[..8].try_into().unwrap()) != next {
+                return next;
+            }
+            next += 1;
+        }
+    }
+    next
+}
+
+/// Publishes through a relay at full speed under the default policy and default settings:
+/// 80 MiB, well past what the publisher keeps (`group_retain_bytes`, 32 MiB) and what the
+/// queues on the way hold.
+const RELAYED_SLOW_PUBLISHES: u64 = 80_000;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn through_a_relay_a_member_that_reads_gets_all_and_one_that_stops_alone_is_cut_off() {
+    let relay = start(config(100).listen(listen_addr("tcp4"))).await;
+    let addr = relay.listen_addrs()[0].clone();
+    let publisher = below(1, &addr).await;
+    let fast = below(2, &addr).await;
+    let slow = below(3, &addr).await;
+    fast.join(GROUP).unwrap();
+    slow.join(GROUP).unwrap();
+    let (mut fast_inbox, mut slow_inbox) = (fast.take_inbox().unwrap(), slow.take_inbox().unwrap());
+    let mut fast_events = fast.take_events().unwrap();
+    let mut events = slow.take_events().unwrap();
+    until_linked(&relay, &[2, 3]).await;
+    until_linked(&publisher, &[100]).await;
+    let fast_reads = tokio::spawn(async move {
+        let n = read_padded(
+            &mut fast_inbox,
+            Some(RELAYED_SLOW_PUBLISHES),
+            "the member that reads",
+        )
+        .await;
+        (n, fast_inbox)
+    });
+    // The relay waits for the member that stopped reading once (GROUP_SLOW_MEMBER_WAIT_MS),
+    // then skips it while it stays full: the publisher goes on at the others' pace.
+    let publishing = tokio::time::timeout(std::time::Duration::from_secs(60), async {
+        for i in 0..RELAYED_SLOW_PUBLISHES {
+            publisher.publish(GROUP, padded(i)).await.unwrap();
+        }
+    })
+    .await;
+    assert!(
+        publishing.is_ok(),
+        "the publisher waited for the slow member"
+    );
+    let (n, _fast_inbox) = fast_reads.await.unwrap();
+    assert_eq!(
+        n, RELAYED_SLOW_PUBLISHES,
+        "the member that reads got every publish"
+    );
+    assert!(
+        relay.stats().group_forwards_dropped > 0,
+        "the relay skipped the slow member"
+    );
+    assert_eq!(
+        publisher.stats().group_forwards_dropped,
+        0,
+        "the publisher's link kept up"
+    );
+    // The slow member reads at last: what its queues held, then a gap the publisher no
+    // longer holds: it alone is cut off, and told it fell behind.
+    let got = read_padded_until_gap(&mut slow_inbox).await;
+    assert!(
+        got < RELAYED_SLOW_PUBLISHES,
+        "the slow member got everything"
+    );
+    let (missed, reason, fell_behind) = cut_off_event(&mut events).await;
+    assert!(
+        missed > 0 && fell_behind,
+        "{missed}: {reason} (fell behind: {fell_behind})"
+    );
+    assert!(slow.groups().is_empty(), "a member cut off left the group");
+    assert_eq!(
+        fast.groups(),
+        vec![GROUP.to_string()],
+        "the member that read stays"
+    );
+    while let Ok(Some(e)) =
+        tokio::time::timeout(std::time::Duration::ZERO, fast_events.recv()).await
+    {
+        assert!(!matches!(e, busway::Event::GroupCutOff { .. }), "{e:?}");
+    }
+    for n in [publisher, fast, slow, relay] {
         n.shutdown().await;
     }
 }

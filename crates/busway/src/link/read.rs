@@ -218,14 +218,16 @@ async fn hand_over_sorted(
     }
 }
 
-/// Past the inbox's group bound, or while a group under backpressure waits for room toward
-/// a member, this link waits before it reads on.
+/// Past the inbox's group bound, or while a publish waits for room toward a member (as long
+/// as it takes under backpressure, a bounded time under cut-off), this link waits before it
+/// reads on: the wait goes back to the publisher.
 async fn wait_for_group_room(shared: &Shared, machine: &Mutex<Link>) {
     if shared.inbox.group_backlogged() {
+        shared.note_app_behind();
         blocked_while(shared, machine, shared.inbox.wait_group_room()).await;
     }
-    if shared.groups.has_blocked() {
-        // A group under backpressure: its publishes wait here for room toward a member.
+    if shared.groups.waiting.any() {
+        // Publishes wait here for room toward a member.
         blocked_while(shared, machine, shared.wait_blocked_forwards()).await;
     }
 }
