@@ -1,4 +1,5 @@
-//! `busway call`: send one request and print its reply.
+//! `busway call`: send a request and print its reply, or (`--count`) many, several at once,
+//! and print how fast they were answered.
 
 use crate::common::NodeArgs;
 use busway::BusId;
@@ -18,9 +19,20 @@ pub(crate) struct CallArgs {
     /// Longest wait for the reply, in seconds.
     #[arg(long, default_value_t = 5.0)]
     timeout: f64,
+    /// Make this many calls, up to `CALLS_AT_ONCE` (64) at a time, and print a summary line
+    /// (calls answered, per second, the slowest answer) instead of the replies; exit code 1
+    /// if any failed.
+    #[arg(long, default_value_t = 1)]
+    count: u64,
+    /// Pad the payload with zeros to this many bytes.
+    #[arg(long)]
+    size: Option<usize>,
     /// The request's payload (text).
     payload: String,
 }
+
+/// Calls `busway call --count` keeps under way at once.
+const CALLS_AT_ONCE: usize = 64;
 
 pub(crate) async fn run(args: CallArgs) -> Result<ExitCode, String> {
     if !(args.timeout > 0.0 && args.timeout.is_finite()) {
@@ -39,9 +51,19 @@ pub(crate) async fn run(args: CallArgs) -> Result<ExitCode, String> {
         return Err(why);
     }
     let timeout = Duration::from_secs_f64(args.timeout);
-    let result = node
-        .call(args.to, Bytes::from(args.payload.into_bytes()), timeout)
-        .await;
+    let mut payload = args.payload.into_bytes();
+    if let Some(size) = args.size {
+        payload.resize(size.max(payload.len()), 0);
+    }
+    let payload = Bytes::from(payload);
+    if args.count != 1 {
+        let summary = many_calls(&node, args.to, payload, args.count, timeout).await;
+        reader.abort();
+        node.shutdown().await;
+        println!("{}", summary?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let result = node.call(args.to, payload, timeout).await;
     reader.abort();
     node.shutdown().await;
     let reply = result.map_err(|e| format!("call to bus id {}: {e}", args.to))?;
@@ -50,4 +72,50 @@ pub(crate) async fn run(args: CallArgs) -> Result<ExitCode, String> {
         .and_then(|()| out.write_all(b"\n"))
         .map_err(|e| e.to_string())?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// `count` calls of `payload` to `to`, `CALLS_AT_ONCE` under way at a time: the summary line,
+/// or the first failure and how many failed.
+async fn many_calls(
+    node: &busway::Node,
+    to: BusId,
+    payload: Bytes,
+    count: u64,
+    timeout: Duration,
+) -> Result<String, String> {
+    let start = std::time::Instant::now();
+    let mut under_way = tokio::task::JoinSet::new();
+    let mut results = Vec::new();
+    for _ in 0..count {
+        if under_way.len() >= CALLS_AT_ONCE {
+            results.extend(under_way.join_next().await);
+        }
+        let (node, payload) = (node.clone(), payload.clone());
+        under_way.spawn(async move {
+            let t = std::time::Instant::now();
+            node.call(to, payload, timeout).await.map(|_| t.elapsed())
+        });
+    }
+    results.extend(under_way.join_all().await.into_iter().map(Ok));
+    let results: Vec<_> = results
+        .into_iter()
+        .map(|r| {
+            r.map_err(|e| e.to_string())
+                .and_then(|r| r.map_err(|e| e.to_string()))
+        })
+        .collect();
+    let secs = start.elapsed().as_secs_f64();
+    let failed: Vec<_> = results.iter().filter_map(|r| r.as_ref().err()).collect();
+    if let Some(first) = failed.first() {
+        return Err(format!(
+            "{} of {count} calls to bus id {to} failed; the first: {first}",
+            failed.len()
+        ));
+    }
+    let slowest = results.iter().flatten().max().copied().unwrap_or_default();
+    Ok(format!(
+        "{count} calls answered in {secs:.3} s ({:.0} calls/s, slowest {:.1} ms)",
+        count as f64 / secs.max(1e-9),
+        slowest.as_secs_f64() * 1e3
+    ))
 }

@@ -47,6 +47,7 @@ pub(crate) async fn run(args: ListenArgs) -> Result<ExitCode, String> {
         println!("joined group {g}");
     }
     let mut verifier = Verifier::default();
+    let mut unanswered = Unanswered::default();
     let idle = args.idle_timeout.map(Duration::from_secs_f64);
     let mut timed_out = false;
     let mut cut_off = false;
@@ -90,8 +91,10 @@ pub(crate) async fn run(args: ListenArgs) -> Result<ExitCode, String> {
         for (i, payload) in batch.iter().enumerate() {
             let request = batch.request(i);
             if let (true, Some(r)) = (args.echo, request) {
-                if let Err(e) = r.reply(bytes::Bytes::copy_from_slice(payload)).await {
-                    eprintln!("busway listen: no reply to {}: {e}", batch.src());
+                // Without waiting: a caller that does not take its replies (its queue stays
+                // full) loses its own, and holds up no other caller's.
+                if let Err(e) = r.try_reply(bytes::Bytes::copy_from_slice(payload)) {
+                    unanswered.note(batch.src(), &e);
                 }
             }
             let what = match (request.is_some(), batch.group()) {
@@ -115,6 +118,7 @@ pub(crate) async fn run(args: ListenArgs) -> Result<ExitCode, String> {
     }
     let shm = node.stats().shm_channels;
     node.shutdown().await;
+    unanswered.summary();
     if shm > 0 {
         eprintln!("busway listen: {shm} link(s) moved their data to shared memory");
     }
@@ -142,4 +146,34 @@ pub(crate) async fn run(args: ListenArgs) -> Result<ExitCode, String> {
         return Ok(ExitCode::from(4));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Lines `listen --echo` prints about requests it could not answer, one per caller, before
+/// it only counts them (a caller that stopped reading may send thousands).
+const UNANSWERED_LINES_MAX: usize = 16;
+
+/// The requests `listen --echo` could not answer, per caller.
+#[derive(Default)]
+struct Unanswered {
+    callers: Vec<busway::BusId>,
+    total: u64,
+}
+
+impl Unanswered {
+    fn note(&mut self, caller: busway::BusId, why: &busway::ReplyError) {
+        self.total += 1;
+        if self.callers.len() < UNANSWERED_LINES_MAX && !self.callers.contains(&caller) {
+            self.callers.push(caller);
+            eprintln!("busway listen: no reply to {caller}: {why}");
+        }
+    }
+
+    fn summary(&self) {
+        if self.total > 0 {
+            eprintln!(
+                "busway listen: {} request(s) left unanswered (the caller's queue was full, or it was gone)",
+                self.total
+            );
+        }
+    }
 }

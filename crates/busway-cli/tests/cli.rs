@@ -6,6 +6,10 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 const BIN: &str = env!("CARGO_BIN_EXE_busway");
+
+/// The runtime crate's test helpers: a real handshake by hand, for a peer that lies.
+#[path = "../../busway/tests/common.rs"]
+mod node_helpers;
 /// Longest a whole command may run in these tests.
 const LIMIT: Duration = Duration::from_secs(120);
 
@@ -308,6 +312,121 @@ fn call_prints_the_reply_of_listen_echo_and_fails_with_the_reason() {
         !ok && err.contains("--timeout must be a positive number of seconds"),
         "{err}"
     );
+}
+
+/// The lines `r` writes, as they come, from a thread of their own.
+fn lines_of(r: impl Read + Send + 'static) -> mpsc::Receiver<String> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(r).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+/// Waits (within `LIMIT`) for the `n`th line from `lines` that `pred` accepts.
+fn wait_lines(lines: &mpsc::Receiver<String>, n: usize, pred: impl Fn(&str) -> bool, what: &str) {
+    let deadline = std::time::Instant::now() + LIMIT;
+    let mut seen = 0;
+    while seen < n {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let line = lines
+            .recv_timeout(left)
+            .unwrap_or_else(|e| panic!("{what}: no such line within {LIMIT:?} ({e})"));
+        if pred(&line) {
+            seen += 1;
+        }
+    }
+}
+
+/// Issue #26, item 9: a caller that sends large calls and never acknowledges a reply fills
+/// only its own queue; `listen --echo` goes on answering the others and names the one it
+/// could not answer.
+#[test]
+fn a_caller_that_never_acknowledges_does_not_stall_listen_echo() {
+    use busway_core::frame::{frame_bytes, FrameKind};
+    use tokio::io::AsyncWriteExt;
+    let (mut l, addr, out) = listener(&[
+        "listen",
+        "--id",
+        "7",
+        "--listen",
+        "tcp://127.0.0.1:0",
+        "--echo",
+    ]);
+    let requests = lines_of(out);
+    let errors = lines_of(l.0.stderr.take().unwrap());
+    let sock: std::net::SocketAddr = addr.strip_prefix("tcp://").unwrap().parse().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    // A peer that authenticates as bus id 3, then only writes: calls of 1 MB, never an ACK
+    // of a reply (and never reads: its replies wait in the server's queue).
+    let _greedy = rt.block_on(async {
+        let mut s = node_helpers::authenticated(sock, 3, None).await;
+        for id in 1..=32u64 {
+            let mut body = id.to_le_bytes().to_vec();
+            body.resize(1_000_000, 0);
+            s.write_all(&frame_bytes(FrameKind::Call, &body))
+                .await
+                .unwrap();
+        }
+        s
+    });
+    // Its queue full, not its link gone: the server did not wait until the link died.
+    wait_lines(
+        &errors,
+        1,
+        |l| l.contains("no reply to 3") && l.contains("the send queue to bus id 3 is full"),
+        "the server's word on the caller that does not acknowledge",
+    );
+    let (ok, _, stdout, err) = finish(
+        spawn(&[
+            "call",
+            "--id",
+            "4",
+            "--connect",
+            &addr,
+            "--to",
+            "7",
+            "are you there",
+        ]),
+        None,
+    );
+    assert!(ok, "the honest caller got no answer: {err}");
+    assert_eq!(stdout.trim(), "are you there");
+    wait_lines(
+        &requests,
+        1,
+        |l| l == "4 (request): are you there",
+        "the honest request",
+    );
+    // Many calls at once from another caller: all answered.
+    let (ok, _, stdout, err) = finish(
+        spawn(&[
+            "call",
+            "--id",
+            "5",
+            "--connect",
+            &addr,
+            "--to",
+            "7",
+            "--count",
+            "2000",
+            "--size",
+            "1000",
+            "hi",
+        ]),
+        None,
+    );
+    assert!(ok, "{err}");
+    assert!(stdout.starts_with("2000 calls answered in "), "{stdout}");
+    drop(l);
 }
 
 #[test]

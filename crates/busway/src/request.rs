@@ -92,6 +92,13 @@ impl Request {
     }
 
     /// Answers the request with `payload`, waiting while the queue to the caller is full.
+    ///
+    /// A server that serves many callers from one loop should not wait here: a caller that
+    /// stops taking its replies keeps its queue full, and the loop, with every other caller,
+    /// would wait with it. Either answer with [`Request::try_reply`] and let such a caller
+    /// lose its own replies (what `busway listen --echo` does: an error names the caller),
+    /// or answer each request from a task of its own (`tokio::spawn`), at most so many at
+    /// once, so that one waits and the rest go on.
     pub async fn reply(&self, payload: Bytes) -> Result<(), ReplyError> {
         let node = self.claim()?;
         let sent = node
@@ -101,7 +108,8 @@ impl Request {
     }
 
     /// Answers the request with `payload` without waiting; on an error (e.g. a full queue) it
-    /// stays unanswered and may be answered again.
+    /// stays unanswered and may be answered again. The way to serve many callers from one
+    /// loop (see [`Request::reply`]): a caller whose queue is full loses only its own reply.
     pub fn try_reply(&self, payload: Bytes) -> Result<(), ReplyError> {
         let node = self.claim()?;
         let sent = node.try_reply(self.inner.from, self.inner.id, REPLY_OK, payload);
