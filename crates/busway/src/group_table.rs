@@ -90,6 +90,14 @@ struct State {
     joined: HashSet<GroupName>,
     /// Per group, the peers that asked for its publishes.
     wanted_by: HashMap<GroupName, Vec<BusId>>,
+    /// Per peer, how many groups it asked for (its quota, `GROUPS_PER_PEER_MAX`).
+    asked_by: HashMap<BusId, usize>,
+    /// Groups whose joins or askers changed since [`GroupTable::adverts`] last looked (or
+    /// whose advert did not fit a peer's queue): only these are looked at again, so that the
+    /// work of a join is proportional to the peers, not to the groups.
+    dirty: HashSet<GroupName>,
+    /// Every group is to be looked at (a peer came or went: what each peer is told changes).
+    all_dirty: bool,
     /// Per peer, the groups this node told it it wants.
     told: HashMap<BusId, HashSet<GroupName>>,
     /// This node's publishes, per group.
@@ -317,7 +325,9 @@ impl GroupTable {
                 "this node is a member of {GROUPS_JOINED_MAX} groups already (GROUPS_JOINED_MAX)"
             ));
         }
-        st.joined.insert(name.into());
+        let name: GroupName = name.into();
+        st.dirty.insert(name.clone());
+        st.joined.insert(name);
         Ok(true)
     }
 
@@ -327,6 +337,7 @@ impl GroupTable {
         let was = st.joined.remove(name);
         if was {
             st.seen.retain(|(_, g), _| &**g != name);
+            st.dirty.insert(name.into());
         }
         was
     }
@@ -397,25 +408,39 @@ impl GroupTable {
     /// `from` asked for (`join`) or gave up `name`'s publishes: `Some(true)` if it newly
     /// asked, `None` if ignored (the peer asked for `GROUPS_PER_PEER_MAX` groups already).
     pub(crate) fn interest(&self, from: BusId, join: bool, name: &str) -> Option<bool> {
-        let mut st = self.lock();
+        let mut guard = self.lock();
+        let st = &mut *guard;
         if !join {
             if let Some(v) = st.wanted_by.get_mut(name) {
-                v.retain(|&p| p != from);
+                if let Ok(at) = v.binary_search(&from) {
+                    v.remove(at);
+                    if let Some(n) = st.asked_by.get_mut(&from) {
+                        *n -= 1;
+                    }
+                    st.dirty.insert(name.into());
+                }
                 if v.is_empty() {
                     st.wanted_by.remove(name);
                 }
             }
             return Some(false);
         }
-        if st.wanted_by.get(name).is_some_and(|v| v.contains(&from)) {
+        if st
+            .wanted_by
+            .get(name)
+            .is_some_and(|v| v.binary_search(&from).is_ok())
+        {
             return Some(false);
         }
-        let asked = st.wanted_by.values().filter(|v| v.contains(&from)).count();
-        if asked >= GROUPS_PER_PEER_MAX {
+        let asked = st.asked_by.entry(from).or_default();
+        if *asked >= GROUPS_PER_PEER_MAX {
             return None;
         }
+        *asked += 1;
+        let name: GroupName = name.into();
+        st.dirty.insert(name.clone());
         // Sorted: a publish walks it beside the sorted readers of the group's log.
-        let askers = st.wanted_by.entry(name.into()).or_default();
+        let askers = st.wanted_by.entry(name).or_default();
         let at = askers.partition_point(|&p| p < from);
         askers.insert(at, from);
         Some(true)
@@ -835,7 +860,21 @@ impl GroupTable {
             !v.is_empty()
         });
         st.told.remove(&peer);
+        st.asked_by.remove(&peer);
         st.lagging.retain(|(p, _)| *p != peer);
+        st.all_dirty = true;
+    }
+
+    /// Every group is to be looked at by the next [`GroupTable::adverts`] (a peer came up: it
+    /// is to be told all this node wants through it).
+    pub(crate) fn all_adverts_due(&self) {
+        self.lock().all_dirty = true;
+    }
+
+    /// `advert` did not fit its peer's queue: looked at again by the next
+    /// [`GroupTable::adverts`].
+    pub(crate) fn advert_not_sent(&self, advert: &Advert) {
+        self.lock().dirty.insert(advert.name.clone());
     }
 
     /// `name` as this node holds it (joined, or asked for), or a new one.
@@ -856,44 +895,42 @@ impl GroupTable {
 
     /// What this node must tell each of `peers` (id, and whether its link is a tree link) so
     /// that what each was told matches what this node wants through it (see the module's
-    /// note). Call [`GroupTable::told`] for each change once it is queued.
+    /// note), for the groups that changed since the last call (all of them after
+    /// [`GroupTable::all_adverts_due`]): peers times changed groups. Call
+    /// [`GroupTable::told`] for each change once it is queued, else
+    /// [`GroupTable::advert_not_sent`].
     pub(crate) fn adverts(&self, peers: &[(BusId, bool)]) -> Vec<Advert> {
-        let st = self.lock();
+        let mut guard = self.lock();
+        let st = &mut *guard;
+        let groups: Vec<GroupName> = if std::mem::take(&mut st.all_dirty) {
+            st.dirty.clear();
+            let mut all: HashSet<GroupName> = st.joined.iter().cloned().collect();
+            all.extend(st.wanted_by.keys().cloned());
+            all.extend(st.told.values().flatten().cloned());
+            all.into_iter().collect()
+        } else {
+            st.dirty.drain().collect()
+        };
         let mut out = Vec::new();
-        // Linear in peers times groups (a hub with a thousand links calls this on every change
-        // of interest): per group, its first asker on a tree link and whether there is another.
+        if groups.is_empty() {
+            return out;
+        }
         let tree: HashSet<BusId> = peers.iter().filter(|p| p.1).map(|p| p.0).collect();
-        let askers: Vec<(&GroupName, Option<BusId>, bool)> = st
-            .wanted_by
-            .iter()
-            .map(|(g, by)| {
+        for g in groups {
+            // Its first asker on a tree link, and whether there is another.
+            let (first, second) = st.wanted_by.get(&g).map_or((None, false), |by| {
                 let mut on_tree = by.iter().filter(|q| tree.contains(q));
-                (g, on_tree.next().copied(), on_tree.next().is_some())
-            })
-            .collect();
-        for &(peer, _) in peers {
-            let mut want: HashSet<&GroupName> = st.joined.iter().collect();
-            for &(g, first, second) in &askers {
+                (on_tree.next().copied(), on_tree.next().is_some())
+            });
+            let joined = st.joined.contains(&g);
+            for &(peer, _) in peers {
                 // Wanted through a tree link other than this peer's own.
-                if second || first.is_some_and(|q| q != peer) {
-                    want.insert(g);
-                }
-            }
-            let told = st.told.get(&peer);
-            for g in &want {
-                if !told.is_some_and(|t| t.contains(*g)) {
+                let want = joined || second || first.is_some_and(|q| q != peer);
+                let told = st.told.get(&peer).is_some_and(|t| t.contains(&g));
+                if want != told {
                     out.push(Advert {
                         peer,
-                        join: true,
-                        name: (*g).clone(),
-                    });
-                }
-            }
-            for g in told.into_iter().flatten() {
-                if !want.contains(g) {
-                    out.push(Advert {
-                        peer,
-                        join: false,
+                        join: want,
                         name: g.clone(),
                     });
                 }
@@ -1010,6 +1047,33 @@ mod tests {
             apply(&t, &peers),
             vec![(1, false, "g".into()), (3, false, "g".into())]
         );
+    }
+
+    #[test]
+    fn adverts_look_at_changed_groups_only_and_again_at_one_that_did_not_fit() {
+        let t = table();
+        let peers = [(BusId(1), true), (BusId(2), true)];
+        for g in 0..100 {
+            t.interest(BusId(2), true, &format!("g{g}"));
+        }
+        assert_eq!(apply(&t, &peers).len(), 100, "each goes up to 1");
+        assert_eq!(t.lock().dirty.len(), 0);
+        t.interest(BusId(2), true, "new");
+        let ads = t.adverts(&peers);
+        assert_eq!(ads.len(), 1, "only the group that changed: {:?}", ads.len());
+        // It did not fit 1's queue: looked at again, and told then.
+        t.advert_not_sent(&ads[0]);
+        assert_eq!(apply(&t, &peers), vec![(1, true, "new".into())]);
+        assert_eq!(apply(&t, &peers), vec![], "told, nothing left");
+        // A peer that comes is told everything.
+        t.all_adverts_due();
+        let more = [(BusId(1), true), (BusId(2), true), (BusId(3), false)];
+        assert_eq!(apply(&t, &more).len(), 101);
+        // The quota counts each peer's groups, a leave gives one back.
+        t.peer_gone(BusId(3));
+        assert_eq!(t.lock().asked_by.get(&BusId(2)), Some(&101));
+        t.interest(BusId(2), false, "new");
+        assert_eq!(t.lock().asked_by.get(&BusId(2)), Some(&100));
     }
 
     #[test]

@@ -415,6 +415,8 @@ impl Shared {
                 .is_ok()
             {
                 self.groups.told(&advert);
+            } else {
+                self.groups.advert_not_sent(&advert);
             }
         }
     }

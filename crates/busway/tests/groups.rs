@@ -481,6 +481,77 @@ mod lies {
         member.shutdown().await;
     }
 
+    /// Issue #26, item 4: interest work is proportional to what changed. Sixteen registered
+    /// downstreams ask for 4,096 groups each (the most one may), in one write each, while an honest pair
+    /// streams through the same node: every ask is recorded, the pair's stream arrives whole
+    /// and in order, and no link of the node goes down. (Before, each join looked at every
+    /// group of every peer: from eight such peers the node stalled long enough to time out
+    /// its own links.)
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn sixteen_peers_asking_for_4096_groups_each_stall_no_one() {
+        const PEERS: u64 = 16;
+        const GROUPS: usize = 4_096;
+        const STREAM: u64 = 20_000;
+        let hub = start(config(100).listen(listen_addr("tcp4"))).await;
+        let mut hub_events = hub.take_events().unwrap();
+        let addr = hub.listen_addrs()[0].clone();
+        let a = below(1, &addr).await;
+        let b = below(2, &addr).await;
+        let mut inbox = b.take_inbox().unwrap();
+        let busway::Addr::Tcp(sock) = addr else {
+            unreachable!()
+        };
+        let mut askers = Vec::new();
+        for id in 201..201 + PEERS {
+            // Registered downstreams: their interest is passed on to every other tree link.
+            let registered = |h: &mut busway_core::handshake::Hello| {
+                h.downstream_of_you = Some((BusId(id), BusId(id)));
+            };
+            askers.push(authenticated_as(sock, id, None, registered).await);
+        }
+        let stream = {
+            let a = a.clone();
+            tokio::spawn(async move {
+                for i in 0..STREAM {
+                    a.send(BusId(2), Bytes::from(i.to_le_bytes().to_vec()))
+                        .await
+                        .unwrap();
+                }
+            })
+        };
+        for s in &mut askers {
+            let joins: Vec<u8> = (0..GROUPS)
+                .flat_map(|g| {
+                    frame_bytes(
+                        FrameKind::Interest,
+                        &encode_interest(true, &format!("g{g}")),
+                    )
+                })
+                .collect();
+            s.write_all(&joins).await.unwrap();
+        }
+        expect_in_order(&mut inbox, BusId(1), 0..STREAM, |i| {
+            i.to_le_bytes().to_vec()
+        })
+        .await;
+        stream.await.unwrap();
+        let all: Vec<BusId> = (201..201 + PEERS).map(BusId).collect();
+        until("every ask is recorded", || {
+            hub.group_links(&format!("g{}", GROUPS - 1)) == all && hub.group_links("g0") == all
+        })
+        .await;
+        assert_eq!(hub.stats().group_interest_refused, 0);
+        while let Ok(Some(e)) =
+            tokio::time::timeout(std::time::Duration::ZERO, hub_events.recv()).await
+        {
+            assert!(!matches!(e, busway::Event::PeerDown { .. }), "{e:?}");
+        }
+        drop(askers);
+        for n in [a, b, hub] {
+            n.shutdown().await;
+        }
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn false_group_log_frames_close_only_their_link() {
         use busway_core::group::{encode_log_answer, encode_log_offer, LogOffer};
