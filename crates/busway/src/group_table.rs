@@ -14,6 +14,7 @@
 use crate::group_forwards::WaitingForwards;
 use crate::group_order::{Offer, Skipped, Stream, GROUP_REPAIR_WAIT_MS, HELD_ENTRY_OVERHEAD_BYTES};
 use crate::limits::GROUPS_JOINED_MAX;
+use crate::seen_order::SeenOrder;
 use busway_core::group::PublishHead;
 use busway_core::BusId;
 use bytes::Bytes;
@@ -26,9 +27,11 @@ pub(crate) type GroupName = Arc<str>;
 
 /// Groups one peer may ask for; INTEREST past it is ignored and counted.
 pub(crate) const GROUPS_PER_PEER_MAX: usize = 4_096;
-/// (publisher, group) pairs whose last publish a node remembers; past it, the oldest
-/// publishers' entries of groups this node is not a member of are forgotten first (a copy
-/// of one of their publishes by a second path may then be delivered twice).
+/// (publisher, group) pairs whose last publish a node remembers; past it, the oldest (first
+/// seen) are forgotten, in O(1), those of groups this node is not a member of first (a copy
+/// of one of their publishes by a second path may then be passed on twice), then a member's
+/// own (what such a stream held behind a gap is dropped with it). Only a peer that may
+/// speak for that many publishers (a relay, see `relay::Sources`) can make this many.
 pub(crate) const PUBLISHERS_SEEN_MAX: usize = 65_536;
 /// How long a group stays without a publish before its publisher sends a mark (its last
 /// number) along the tree, in milliseconds: a member that lost the end of the stream sees it.
@@ -102,8 +105,11 @@ struct State {
     told: HashMap<BusId, HashSet<GroupName>>,
     /// This node's publishes, per group.
     published: HashMap<GroupName, OwnStream>,
-    /// Per (publisher, group), what this node saw of its stream.
+    /// Per (publisher, group), what this node saw of its stream; at most
+    /// `PUBLISHERS_SEEN_MAX`.
     seen: HashMap<(BusId, GroupName), Source>,
+    /// The keys of `seen` in the order first seen, to forget the oldest when it is full.
+    seen_order: SeenOrder<(BusId, GroupName)>,
     /// Per group this node publishes to, its policy for members that fall behind.
     policies: HashMap<GroupName, GroupPolicy>,
     /// (peer, group) whose link this publisher found full past `GROUP_SLOW_MEMBER_WAIT_MS`.
@@ -496,9 +502,20 @@ impl GroupTable {
             .cloned()
             .unwrap_or_else(|| name.into());
         let key: (BusId, GroupName) = (publisher, name);
-        if st.seen.len() >= PUBLISHERS_SEEN_MAX && !st.seen.contains_key(&key) {
-            let State { seen, joined, .. } = &mut *st;
-            seen.retain(|(_, g), _| joined.contains(g));
+        if !st.seen.contains_key(&key) {
+            let State {
+                seen,
+                joined,
+                seen_order,
+                ..
+            } = &mut *st;
+            if seen.len() >= PUBLISHERS_SEEN_MAX {
+                let present = |k: &(BusId, GroupName)| seen.contains_key(k);
+                if let Some(old) = seen_order.oldest(present, |k| joined.contains(&k.1)) {
+                    seen.remove(&old);
+                }
+            }
+            seen_order.push(key.clone(), seen.len(), |k| seen.contains_key(k));
         }
         key
     }
@@ -1047,6 +1064,30 @@ mod tests {
             apply(&t, &peers),
             vec![(1, false, "g".into()), (3, false, "g".into())]
         );
+    }
+
+    #[test]
+    fn the_streams_seen_stay_within_their_bound_forgetting_the_oldest_passed_on_first() {
+        let t = table();
+        t.join("g").unwrap();
+        t.interest(BusId(5), true, "h");
+        // One stream of "h" (passed on, not a member), then made-up publishers of "g".
+        let mut h = head(7, 1, 1);
+        h.name = "h";
+        got(&t, 1, &h).unwrap();
+        for p in 0..PUBLISHERS_SEEN_MAX as u64 + 100 {
+            got(&t, 1, &head(1_000 + p, 1, 1)).unwrap();
+        }
+        let st = t.lock();
+        assert_eq!(st.seen.len(), PUBLISHERS_SEEN_MAX);
+        assert!(
+            !st.seen.contains_key(&(BusId(7), "h".into())),
+            "the stream passed on went first"
+        );
+        assert!(!st.seen.contains_key(&(BusId(1_000), "g".into())));
+        assert!(st
+            .seen
+            .contains_key(&(BusId(1_000 + PUBLISHERS_SEEN_MAX as u64 + 99), "g".into())));
     }
 
     #[test]

@@ -60,6 +60,7 @@ mod ring_link;
 mod ring_rx;
 mod ring_tx;
 mod routing;
+mod seen_order;
 mod shared;
 mod shm_link;
 mod stats;

@@ -9,6 +9,7 @@
 
 use crate::group_order::{Offer, Skipped, Stream, HELD_ENTRY_OVERHEAD_BYTES};
 use crate::group_table::{Ask, GroupName, RepairPlan};
+use crate::seen_order::SeenOrder;
 use busway_core::group::MULTICAST_STREAM;
 use busway_core::BusId;
 use bytes::Bytes;
@@ -19,7 +20,8 @@ use std::sync::{Arc, Mutex};
 /// are forgotten (a later multicast to one starts again at 1, which that receiver sees as old
 /// and drops until its stream is forgotten too: keep receivers under this bound).
 pub(crate) const MULTICAST_RECEIVERS_KNOWN_MAX: usize = 65_536;
-/// Sources a receiver keeps a stream for; past it, streams without a gap are forgotten.
+/// Sources a receiver keeps a stream for; past it, the oldest (first seen) are forgotten in
+/// O(1), those without a gap first (then what one held behind its gap is dropped with it).
 pub(crate) const MULTICAST_SOURCES_MAX: usize = 65_536;
 /// How long a source waits after its last multicast to a receiver before it sends that
 /// receiver a mark (its last number), in milliseconds: a lost tail is seen.
@@ -64,6 +66,8 @@ struct State {
     kept_bytes: usize,
     /// Per source, its incarnation and this node's stream of its multicasts.
     streams: HashMap<BusId, Stream>,
+    /// The keys of `streams` in the order first seen, to forget the oldest when it is full.
+    streams_order: SeenOrder<BusId>,
     /// As a relay: when this node last told a source that a receiver is unreachable.
     reported: HashMap<(BusId, BusId), u64>,
 }
@@ -250,8 +254,21 @@ impl MulticastTable {
     ) -> Arrived {
         let mut guard = self.lock();
         let st = &mut *guard;
-        if st.streams.len() >= MULTICAST_SOURCES_MAX && !st.streams.contains_key(&source) {
-            st.streams.retain(|_, s| s.has_gap());
+        if !st.streams.contains_key(&source) {
+            let State {
+                streams,
+                streams_order,
+                ..
+            } = st;
+            if streams.len() >= MULTICAST_SOURCES_MAX {
+                // The oldest without a gap first: forgotten, it only lets a late copy in twice.
+                let present = |k: &BusId| streams.contains_key(k);
+                let has_gap = |k: &BusId| streams.get(k).is_some_and(Stream::has_gap);
+                if let Some(old) = streams_order.oldest(present, has_gap) {
+                    streams.remove(&old);
+                }
+            }
+            streams_order.push(source, streams.len(), |k| streams.contains_key(k));
         }
         let mut out = Arrived::default();
         let start = match st.streams.get(&source) {
@@ -369,6 +386,24 @@ mod tests {
 
     fn p(n: u8) -> Bytes {
         Bytes::from(vec![n])
+    }
+
+    #[test]
+    fn the_streams_kept_stay_within_their_bound_forgetting_the_oldest_without_a_gap_first() {
+        let t = MulticastTable::new(1 << 20);
+        // Source 1 has a gap (3 came after 1); every other source is in order.
+        t.received(BusId(1), 1, 1, false, 0, || p(1));
+        t.received(BusId(1), 1, 3, false, 0, || p(3));
+        for s in 0..MULTICAST_SOURCES_MAX as u64 + 100 {
+            t.received(BusId(1_000 + s), 1, 1, false, 0, || p(1));
+        }
+        let st = t.lock();
+        assert_eq!(st.streams.len(), MULTICAST_SOURCES_MAX);
+        assert!(
+            st.streams.contains_key(&BusId(1)),
+            "the stream with a gap stays"
+        );
+        assert!(!st.streams.contains_key(&BusId(1_000)));
     }
 
     #[test]
