@@ -91,11 +91,9 @@ pub(crate) async fn run(args: ListenArgs) -> Result<ExitCode, String> {
         for (i, payload) in batch.iter().enumerate() {
             let request = batch.request(i);
             if let (true, Some(r)) = (args.echo, request) {
-                // Without waiting: a caller that does not take its replies (its queue stays
-                // full) loses its own, and holds up no other caller's.
-                if let Err(e) = r.try_reply(bytes::Bytes::copy_from_slice(payload)) {
-                    unanswered.note(batch.src(), &e);
-                }
+                // Never waiting here: a caller that does not take its replies holds up
+                // its own, no other caller's.
+                unanswered.reply(r.clone(), bytes::Bytes::copy_from_slice(payload));
             }
             let what = match (request.is_some(), batch.group()) {
                 (true, _) => " (request)".to_owned(),
@@ -151,17 +149,84 @@ pub(crate) async fn run(args: ListenArgs) -> Result<ExitCode, String> {
 /// Lines `listen --echo` prints about requests it could not answer, one per caller, before
 /// it only counts them (a caller that stopped reading may send thousands).
 const UNANSWERED_LINES_MAX: usize = 16;
+/// Bytes of replies `listen --echo` keeps for one caller whose send queue is full, waiting
+/// for room in order; past it that caller's replies are dropped (it is not reading).
+const REPLY_BYTES_WAITING_PER_CALLER_MAX: usize = 16 << 20;
+/// Callers that may have replies waiting at once; past it, a reply that finds its caller's
+/// queue full is dropped.
+const CALLERS_WAITING_MAX: usize = 1_024;
 
-/// The requests `listen --echo` could not answer, per caller.
+/// One caller's replies waiting for room in its send queue, sent in order by a task of
+/// their own.
+struct Waiting {
+    tx: tokio::sync::mpsc::UnboundedSender<(busway::Request, bytes::Bytes)>,
+    /// Bytes queued in `tx` and not sent yet.
+    bytes: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+/// How `listen --echo` answers: at once where the caller's queue has room, else behind that
+/// caller's other replies waiting (within `REPLY_BYTES_WAITING_PER_CALLER_MAX`), else not
+/// at all, with a line per caller and a count.
 #[derive(Default)]
 struct Unanswered {
+    waiting: std::collections::HashMap<busway::BusId, Waiting>,
     callers: Vec<busway::BusId>,
-    total: u64,
+    total: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Unanswered {
-    fn note(&mut self, caller: busway::BusId, why: &busway::ReplyError) {
-        self.total += 1;
+    fn reply(&mut self, request: busway::Request, payload: bytes::Bytes) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let caller = request.from();
+        if !self.waiting.contains_key(&caller) {
+            match request.try_reply(payload.clone()) {
+                Ok(()) => return,
+                Err(busway::ReplyError::Full(_)) if self.waiting.len() < CALLERS_WAITING_MAX => {}
+                Err(e) => return self.note(caller, &e.to_string()),
+            }
+            self.waiting.insert(caller, self.spawn_waiting());
+        }
+        let w = &self.waiting[&caller];
+        // Relaxed: a count of bytes, read here and decremented by the task; no other data
+        // depends on it.
+        if w.bytes.load(Relaxed) + payload.len() > REPLY_BYTES_WAITING_PER_CALLER_MAX {
+            return self.note(
+                caller,
+                &format!(
+                    "its send queue is full and {REPLY_BYTES_WAITING_PER_CALLER_MAX} bytes of replies wait for it (it is not reading)"
+                ),
+            );
+        }
+        w.bytes.fetch_add(payload.len(), Relaxed);
+        let _ = w.tx.send((request, payload));
+    }
+
+    /// A task that sends one caller's replies in order, each as room comes.
+    fn spawn_waiting(&self) -> Waiting {
+        let (tx, mut rx) =
+            tokio::sync::mpsc::unbounded_channel::<(busway::Request, bytes::Bytes)>();
+        let bytes = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let (left, total) = (bytes.clone(), self.total.clone());
+        tokio::spawn(async move {
+            use std::sync::atomic::Ordering::Relaxed;
+            let mut said = false;
+            while let Some((request, payload)) = rx.recv().await {
+                let len = payload.len();
+                if let Err(e) = request.reply(payload).await {
+                    total.fetch_add(1, Relaxed);
+                    if !std::mem::replace(&mut said, true) {
+                        eprintln!("busway listen: no reply to {}: {e}", request.from());
+                    }
+                }
+                left.fetch_sub(len, Relaxed);
+            }
+        });
+        Waiting { tx, bytes }
+    }
+
+    fn note(&mut self, caller: busway::BusId, why: &str) {
+        self.total
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         if self.callers.len() < UNANSWERED_LINES_MAX && !self.callers.contains(&caller) {
             self.callers.push(caller);
             eprintln!("busway listen: no reply to {caller}: {why}");
@@ -169,10 +234,10 @@ impl Unanswered {
     }
 
     fn summary(&self) {
-        if self.total > 0 {
+        let total = self.total.load(std::sync::atomic::Ordering::Relaxed);
+        if total > 0 {
             eprintln!(
-                "busway listen: {} request(s) left unanswered (the caller's queue was full, or it was gone)",
-                self.total
+                "busway listen: {total} request(s) left unanswered (the caller stopped reading, or was gone)"
             );
         }
     }

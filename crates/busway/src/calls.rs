@@ -144,6 +144,9 @@ impl Replier for Shared {
         };
         self.try_send_framed(to, FrameKind::Reply, &head, &payload)
             .map(drop)
-            .map_err(|e| ReplyError::Send(e.to_string()))
+            .map_err(|e| match e {
+                crate::SendError::Full(id) => ReplyError::Full(id),
+                e => ReplyError::Send(e.to_string()),
+            })
     }
 }

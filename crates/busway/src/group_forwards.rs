@@ -11,7 +11,7 @@
 
 use busway_core::BusId;
 use bytes::Bytes;
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Mutex;
 
@@ -28,8 +28,22 @@ struct Waiting {
 struct State {
     /// In arrival order; a peer's publishes stay behind the first one waiting for it.
     queue: VecDeque<Waiting>,
+    /// How many of `queue` wait for each peer (a forward looks here, not along the queue).
+    per_peer: HashMap<BusId, usize>,
     /// Peers whose cut-off publishes were dropped for want of room, until one fits again.
     lagging: HashSet<BusId>,
+}
+
+impl State {
+    /// `n` of the publishes waiting for `peer` left the queue.
+    fn taken(&mut self, peer: BusId, n: usize) {
+        if let Some(left) = self.per_peer.get_mut(&peer) {
+            *left -= n;
+            if *left == 0 {
+                self.per_peer.remove(&peer);
+            }
+        }
+    }
 }
 
 /// What a push toward a peer made of a waiting publish.
@@ -77,7 +91,7 @@ impl WaitingForwards {
 
     /// Whether a publish waits for room toward `peer` already (later ones go behind it).
     pub(crate) fn waits_for(&self, peer: BusId) -> bool {
-        self.any() && self.lock().queue.iter().any(|w| w.peer == peer)
+        self.any() && self.lock().per_peer.contains_key(&peer)
     }
 
     /// Whether cut-off publishes toward `peer` are dropped at once while it is full.
@@ -98,6 +112,7 @@ impl WaitingForwards {
     /// Queues `body` for `peer` until it fits (`give_up_at_ms`: see [`Waiting`]).
     pub(crate) fn wait(&self, peer: BusId, body: Bytes, give_up_at_ms: Option<u64>) {
         let mut st = self.lock();
+        *st.per_peer.entry(peer).or_default() += 1;
         st.queue.push_back(Waiting {
             peer,
             body,
@@ -116,10 +131,13 @@ impl WaitingForwards {
         while let Some(w) = st.queue.front() {
             match push(w.peer, &w.body) {
                 Push::Sent | Push::Gone => {
+                    let peer = w.peer;
                     st.queue.pop_front();
+                    st.taken(peer, 1);
                 }
                 Push::Full if w.give_up_at_ms.is_some_and(|t| t <= now_ms) => {
                     let peer = w.peer;
+                    let before = out.dropped.len();
                     st.queue.retain(|w| {
                         let drop = w.peer == peer && w.give_up_at_ms.is_some();
                         if drop {
@@ -127,6 +145,8 @@ impl WaitingForwards {
                         }
                         !drop
                     });
+                    let dropped = out.dropped.len() - before;
+                    st.taken(peer, dropped);
                     st.lagging.insert(peer);
                     self.any_lagging.store(true, Relaxed);
                 }
@@ -144,6 +164,7 @@ impl WaitingForwards {
     pub(crate) fn peer_gone(&self, peer: BusId) {
         let mut st = self.lock();
         st.queue.retain(|w| w.peer != peer);
+        st.per_peer.remove(&peer);
         st.lagging.remove(&peer);
         self.any.store(!st.queue.is_empty(), Relaxed);
         self.any_lagging.store(!st.lagging.is_empty(), Relaxed);

@@ -99,8 +99,9 @@ struct State {
     /// whose advert did not fit a peer's queue): only these are looked at again, so that the
     /// work of a join is proportional to the peers, not to the groups.
     dirty: HashSet<GroupName>,
-    /// Every group is to be looked at (a peer came or went: what each peer is told changes).
-    all_dirty: bool,
+    /// Peers that came up (or back) since [`GroupTable::adverts`] last saw them: each is to
+    /// be told everything this node wants through it.
+    new_peers: HashSet<BusId>,
     /// Per peer, the groups this node told it it wants.
     told: HashMap<BusId, HashSet<GroupName>>,
     /// This node's publishes, per group.
@@ -225,6 +226,10 @@ pub(crate) struct GroupTable {
     order: Mutex<()>,
     /// Publishes a relay passes on that wait for room toward a peer (see `group_forwards`).
     pub(crate) waiting: WaitingForwards,
+    /// Held from a look at what each peer is to be told to the record of what was (see
+    /// `Shared::sync_group_adverts`): two at once could each record what the other's look
+    /// did not see.
+    adverts_turn: Mutex<()>,
     /// When (ms on the node's clock) a link last found the application's inbox holding
     /// `GROUP_INBOX_BYTES_MAX` of publishes not taken; `u64::MAX`: never.
     app_behind_ms: AtomicU64,
@@ -240,7 +245,13 @@ impl GroupTable {
             order: Mutex::default(),
             waiting: WaitingForwards::default(),
             app_behind_ms: AtomicU64::new(u64::MAX),
+            adverts_turn: Mutex::default(),
         }
+    }
+
+    /// The turn to look at and record what each peer is told (see `adverts_turn`).
+    pub(crate) fn adverts_turn(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.adverts_turn.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// A link found the application behind on its group publishes at `now_ms`.
@@ -870,22 +881,36 @@ impl GroupTable {
     /// `peer` is gone (given up on, or replaced by a new incarnation): what it asked for and
     /// what it was told are forgotten.
     pub(crate) fn peer_gone(&self, peer: BusId) {
-        let mut st = self.lock();
+        let mut guard = self.lock();
+        let st = &mut *guard;
         st.owed.retain(|(p, _, _)| *p != peer);
-        st.wanted_by.retain(|_, v| {
-            v.retain(|&p| p != peer);
+        // What others were told because of its interest is looked at again.
+        let dirty = &mut st.dirty;
+        st.wanted_by.retain(|g, v| {
+            if let Ok(at) = v.binary_search(&peer) {
+                v.remove(at);
+                dirty.insert(g.clone());
+            }
             !v.is_empty()
         });
         st.told.remove(&peer);
         st.asked_by.remove(&peer);
+        st.new_peers.remove(&peer);
         st.lagging.retain(|(p, _)| *p != peer);
-        st.all_dirty = true;
     }
 
-    /// Every group is to be looked at by the next [`GroupTable::adverts`] (a peer came up: it
-    /// is to be told all this node wants through it).
-    pub(crate) fn all_adverts_due(&self) {
-        self.lock().all_dirty = true;
+    /// `peer` came up (or back): the next [`GroupTable::adverts`] tells it everything this
+    /// node wants through it, and looks again at what others are told of the groups it asked
+    /// for (it may be a tree link now: the upstream).
+    pub(crate) fn peer_came(&self, peer: BusId) {
+        let mut guard = self.lock();
+        let st = &mut *guard;
+        st.new_peers.insert(peer);
+        for (g, by) in &st.wanted_by {
+            if by.binary_search(&peer).is_ok() {
+                st.dirty.insert(g.clone());
+            }
+        }
     }
 
     /// `advert` did not fit its peer's queue: looked at again by the next
@@ -912,35 +937,43 @@ impl GroupTable {
 
     /// What this node must tell each of `peers` (id, and whether its link is a tree link) so
     /// that what each was told matches what this node wants through it (see the module's
-    /// note), for the groups that changed since the last call (all of them after
-    /// [`GroupTable::all_adverts_due`]): peers times changed groups. Call
+    /// note), for the groups that changed since the last call, and everything for a peer
+    /// that came ([`GroupTable::peer_came`]): peers times changed groups. Call
     /// [`GroupTable::told`] for each change once it is queued, else
     /// [`GroupTable::advert_not_sent`].
     pub(crate) fn adverts(&self, peers: &[(BusId, bool)]) -> Vec<Advert> {
         let mut guard = self.lock();
         let st = &mut *guard;
-        let groups: Vec<GroupName> = if std::mem::take(&mut st.all_dirty) {
-            st.dirty.clear();
-            let mut all: HashSet<GroupName> = st.joined.iter().cloned().collect();
-            all.extend(st.wanted_by.keys().cloned());
-            all.extend(st.told.values().flatten().cloned());
-            all.into_iter().collect()
-        } else {
-            st.dirty.drain().collect()
-        };
+        // Per group looked at, the peers it is looked at for (`None`: all of them).
+        let mut look: HashMap<GroupName, Option<Vec<BusId>>> =
+            st.dirty.drain().map(|g| (g, None)).collect();
+        for &(peer, _) in peers {
+            if !st.new_peers.remove(&peer) {
+                continue;
+            }
+            let told = st.told.get(&peer).into_iter().flatten();
+            for g in st.joined.iter().chain(st.wanted_by.keys()).chain(told) {
+                if let Some(Some(for_peers)) = look.get_mut(g).map(Option::as_mut) {
+                    for_peers.push(peer);
+                } else if !look.contains_key(g) {
+                    look.insert(g.clone(), Some(vec![peer]));
+                }
+            }
+        }
         let mut out = Vec::new();
-        if groups.is_empty() {
+        if look.is_empty() {
             return out;
         }
         let tree: HashSet<BusId> = peers.iter().filter(|p| p.1).map(|p| p.0).collect();
-        for g in groups {
+        let all: Vec<BusId> = peers.iter().map(|p| p.0).collect();
+        for (g, for_peers) in look {
             // Its first asker on a tree link, and whether there is another.
             let (first, second) = st.wanted_by.get(&g).map_or((None, false), |by| {
                 let mut on_tree = by.iter().filter(|q| tree.contains(q));
                 (on_tree.next().copied(), on_tree.next().is_some())
             });
             let joined = st.joined.contains(&g);
-            for &(peer, _) in peers {
+            for &peer in for_peers.as_deref().unwrap_or(&all) {
                 // Wanted through a tree link other than this peer's own.
                 let want = joined || second || first.is_some_and(|q| q != peer);
                 let told = st.told.get(&peer).is_some_and(|t| t.contains(&g));
@@ -1107,7 +1140,7 @@ mod tests {
         assert_eq!(apply(&t, &peers), vec![(1, true, "new".into())]);
         assert_eq!(apply(&t, &peers), vec![], "told, nothing left");
         // A peer that comes is told everything.
-        t.all_adverts_due();
+        t.peer_came(BusId(3));
         let more = [(BusId(1), true), (BusId(2), true), (BusId(3), false)];
         assert_eq!(apply(&t, &more).len(), 101);
         // The quota counts each peer's groups, a leave gives one back.

@@ -237,12 +237,15 @@ impl crate::ring_link::GroupMessages for Shared {
         self.sort_out_groups(from, chunk, spans)
     }
 
-    fn backlogged(&self) -> bool {
+    fn backlogged(&self, ring_peer: BusId) -> bool {
         if self.inbox.group_backlogged() {
             self.note_app_behind();
             return true;
         }
-        self.push_blocked_forwards().is_some()
+        // Not for a publish that waits for the ring's own peer: the room toward it comes
+        // with what the ring brings (see `wait_blocked_forwards`).
+        self.push_blocked_forwards()
+            .is_some_and(|(peer, _, _)| peer.id != ring_peer)
     }
 
     fn open_log(
@@ -393,6 +396,7 @@ impl Shared {
     /// Tells each peer what this node now wants through it (see `group_table`); a change
     /// that does not fit a peer's queue is told on a later call (the retry tick calls this).
     pub(crate) fn sync_group_adverts(&self) {
+        let _turn = self.groups.adverts_turn();
         let upstream = self.upstream_id();
         let peers: Vec<(BusId, bool)> = self
             .peers_snapshot()
@@ -617,9 +621,14 @@ impl Shared {
     }
 
     /// Waits until every publish that waited for room is passed on, or (cut-off) given up
-    /// on (the caller's link stops reading meanwhile).
-    pub(crate) async fn wait_blocked_forwards(&self) {
+    /// on (the caller's link, to `link_peer`, stops reading meanwhile). Not while the first
+    /// waits for `link_peer` itself: the room toward it comes with the acknowledgements
+    /// that link reads.
+    pub(crate) async fn wait_blocked_forwards(&self, link_peer: BusId) {
         while let Some((peer, len, give_up_at)) = self.push_blocked_forwards() {
+            if peer.id == link_peer {
+                return;
+            }
             match give_up_at {
                 None => peer.wait_for_room(len).await,
                 Some(at) => {
@@ -702,7 +711,11 @@ impl Shared {
             return;
         }
         let lagging = !head.backpressure && waiting.is_lagging(id);
-        if !waiting.waits_for(id) || lagging {
+        // A lagging peer's cut-off publishes go past what waits for it (only backpressure
+        // publishes do: its cut-off ones were dropped), a mark never does: it may be of one
+        // of those streams (a mark does not say its stream's policy), and ahead of them it
+        // would show a gap that is not there.
+        if !waiting.waits_for(id) || (lagging && !head.mark) {
             match peer.push_framed(FrameKind::Publish, &[], body) {
                 Ok(_) => {
                     if !head.backpressure {
@@ -1014,6 +1027,10 @@ impl Shared {
         }
         let owed = self.groups.owed_marks(self.config.id, self.incarnation);
         for (peer, publisher, incarnation, number, group) in owed {
+            if self.groups.waiting.waits_for(peer) {
+                // Behind the publishes that wait for that peer, on a later tick.
+                continue;
+            }
             let body = encode_mark(publisher, incarnation, number, &group);
             if self.peer(peer).is_none_or(|p| push_mark(&p, &body)) {
                 self.groups.mark_paid(peer, publisher, &group);

@@ -32,7 +32,10 @@ pub enum ReplyError {
     AlreadyAnswered,
     /// The node that received the request is gone.
     NodeGone,
-    /// The reply could not be queued (no route to the caller, full, too large, shutting down).
+    /// `try_reply` only: the send queue toward the caller (`BusId`) is full (it is not
+    /// taking its replies as fast as they come); the request may be answered again.
+    Full(BusId),
+    /// The reply could not be queued (no route to the caller, too large, shutting down).
     Send(String),
 }
 
@@ -42,6 +45,7 @@ impl fmt::Display for ReplyError {
             Self::NotARequest => write!(f, "the message is not a request"),
             Self::AlreadyAnswered => write!(f, "the request was answered already"),
             Self::NodeGone => write!(f, "the node that received the request is gone"),
+            Self::Full(id) => write!(f, "the send queue to bus id {id} is full"),
             Self::Send(why) => write!(f, "the reply could not be sent: {why}"),
         }
     }

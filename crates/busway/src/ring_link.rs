@@ -27,8 +27,9 @@ pub(crate) trait GroupMessages: Send + Sync {
     /// the publishes for this node go to its inbox, in order. True if any went there.
     fn sort_out(&self, from: BusId, chunk: &Bytes, spans: &mut Vec<(u32, u32)>) -> bool;
 
-    /// Whether the inbox holds too many publishes not taken: leave the ring unread.
-    fn backlogged(&self) -> bool;
+    /// Whether the inbox holds too many publishes not taken, or a publish waits for room
+    /// toward a peer other than `ring_peer`: leave the ring unread.
+    fn backlogged(&self, ring_peer: BusId) -> bool;
 
     /// Opens the log of a group the direct peer `from` offered on its ring (see
     /// `group_log_in`), or says why not.

@@ -223,7 +223,11 @@ impl RingReader {
         if !self.groups_handed {
             return false;
         }
-        let backlogged = self.link.node.upgrade().is_some_and(|n| n.backlogged());
+        let backlogged = self
+            .link
+            .node
+            .upgrade()
+            .is_some_and(|n| n.backlogged(self.link.peer.id));
         self.groups_handed = backlogged;
         backlogged
     }

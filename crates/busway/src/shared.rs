@@ -284,7 +284,7 @@ impl Shared {
         }
         // A new peer (or a new incarnation) learns what this node wants through it, and the
         // receivers of this node's multicasts behind it where their streams stand.
-        self.groups.all_adverts_due();
+        self.groups.peer_came(peer.id);
         self.sync_group_adverts();
         self.multicast_link_up(peer.id);
         self.peers.notify_changed();

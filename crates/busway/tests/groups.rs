@@ -1137,6 +1137,76 @@ async fn through_a_relay_a_member_that_reads_gets_all_and_one_that_stops_alone_i
     }
 }
 
+/// A member that also publishes through the relay while the relay waits for room toward it:
+/// the relay goes on reading that member's link (its acknowledgements make the room), so the
+/// member that reads keeps its whole stream and nothing is skipped. (Had the relay stopped
+/// reading every link, that member's own, it would have waited out the give-up time for
+/// acknowledgements it did not read, then skipped a member that keeps up.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_waiting_for_a_member_still_reads_that_members_link() {
+    let relay = start(config(100).listen(listen_addr("tcp4"))).await;
+    let addr = relay.listen_addrs()[0].clone();
+    let publisher = below(1, &addr).await;
+    let member = below(2, &addr).await;
+    let other = below(3, &addr).await;
+    member.join(GROUP).unwrap();
+    other.join("chat").unwrap();
+    let mut inbox = member.take_inbox().unwrap();
+    let mut other_inbox = other.take_inbox().unwrap();
+    until_linked(&relay, &[2]).await;
+    until("the member's chat reaches node 3", || {
+        member.group_links("chat") == vec![BusId(100)]
+    })
+    .await;
+    until_linked(&publisher, &[100]).await;
+    let reads = tokio::spawn(async move {
+        read_padded(
+            &mut inbox,
+            Some(RELAYED_SLOW_PUBLISHES),
+            "the member that talks",
+        )
+        .await
+    });
+    // The member publishes to a group of node 3's through the relay all along.
+    let talking = {
+        let member = member.clone();
+        tokio::spawn(async move {
+            let mut i = 0u64;
+            while !reads_done(&member) {
+                member
+                    .publish("chat", Bytes::from(i.to_le_bytes().to_vec()))
+                    .await
+                    .unwrap();
+                i += 1;
+                tokio::task::yield_now().await;
+            }
+            i
+        })
+    };
+    let drain = tokio::spawn(async move { while other_inbox.recv_batch().await.is_some() {} });
+    for i in 0..RELAYED_SLOW_PUBLISHES {
+        publisher.publish(GROUP, padded(i)).await.unwrap();
+    }
+    assert_eq!(reads.await.unwrap(), RELAYED_SLOW_PUBLISHES);
+    member.leave(GROUP);
+    let talked = talking.await.unwrap();
+    assert!(talked > 0);
+    assert_eq!(
+        relay.stats().group_forwards_dropped,
+        0,
+        "nothing was skipped"
+    );
+    drain.abort();
+    for n in [publisher, member, other, relay] {
+        n.shutdown().await;
+    }
+}
+
+/// Whether `member` left the group (the test's signal that its reading is over).
+fn reads_done(member: &Node) -> bool {
+    member.groups().is_empty()
+}
+
 /// Publishes `SLOW_PUBLISHES` from `publisher` (under backpressure) while the member behind
 /// `fast_inbox` reads and the one behind `slow_inbox` does not yet: the publisher must wait
 /// for the slow one; then each gets every publish, in order, once.

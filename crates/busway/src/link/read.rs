@@ -195,7 +195,7 @@ async fn deliver(
     spans: Vec<(u32, u32)>,
 ) {
     hand_over_sorted(shared, machine, src, chunk, spans).await;
-    wait_for_group_room(shared, machine).await;
+    wait_for_group_room(shared, machine, src).await;
 }
 
 /// Hands messages from `src` to the application: group messages are sorted out (interest
@@ -221,14 +221,14 @@ async fn hand_over_sorted(
 /// Past the inbox's group bound, or while a publish waits for room toward a member (as long
 /// as it takes under backpressure, a bounded time under cut-off), this link waits before it
 /// reads on: the wait goes back to the publisher.
-async fn wait_for_group_room(shared: &Shared, machine: &Mutex<Link>) {
+async fn wait_for_group_room(shared: &Shared, machine: &Mutex<Link>, peer: BusId) {
     if shared.inbox.group_backlogged() {
         shared.note_app_behind();
         blocked_while(shared, machine, shared.inbox.wait_group_room()).await;
     }
     if shared.groups.waiting.any() {
         // Publishes wait here for room toward a member.
-        blocked_while(shared, machine, shared.wait_blocked_forwards()).await;
+        blocked_while(shared, machine, shared.wait_blocked_forwards(peer)).await;
     }
 }
 
@@ -412,7 +412,7 @@ pub(super) fn read_loop<'a, R: AsyncRead + WaitReadable + Unpin>(
                     claim.finish(r.incarnation, r.next, shared.clock_ms());
                     shared.send_routed_ack(r.src, r.next);
                     if fresh {
-                        wait_for_group_room(shared, machine).await;
+                        wait_for_group_room(shared, machine, peer.id).await;
                     }
                 }
                 if !spans.is_empty() {
