@@ -15,6 +15,12 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Mutex;
 
+/// Bytes of publishes that may wait before even the link of the peer waited for stops
+/// reading (it reads on below it: its acknowledgements make the room). Past it, that peer's
+/// acknowledgements wait too, until its cut-off publishes' give-up time (bounded memory over a
+/// link that both lags as a member and brings publishes for others).
+pub(crate) const WAITING_BYTES_MAX: usize = 64 << 20;
+
 /// One publish (or mark) body waiting for room toward `peer`.
 struct Waiting {
     peer: BusId,
@@ -30,6 +36,8 @@ struct State {
     queue: VecDeque<Waiting>,
     /// How many of `queue` wait for each peer (a forward looks here, not along the queue).
     per_peer: HashMap<BusId, usize>,
+    /// Bytes of the bodies in `queue`.
+    bytes: usize,
     /// Peers whose cut-off publishes were dropped for want of room, until one fits again.
     lagging: HashSet<BusId>,
 }
@@ -94,6 +102,11 @@ impl WaitingForwards {
         self.any() && self.lock().per_peer.contains_key(&peer)
     }
 
+    /// Whether the publishes waiting hold more than `WAITING_BYTES_MAX`.
+    pub(crate) fn over_bound(&self) -> bool {
+        self.any() && self.lock().bytes > WAITING_BYTES_MAX
+    }
+
     /// Whether cut-off publishes toward `peer` are dropped at once while it is full.
     pub(crate) fn is_lagging(&self, peer: BusId) -> bool {
         // Relaxed: a hint, as `any`; the set is read under the lock.
@@ -113,6 +126,7 @@ impl WaitingForwards {
     pub(crate) fn wait(&self, peer: BusId, body: Bytes, give_up_at_ms: Option<u64>) {
         let mut st = self.lock();
         *st.per_peer.entry(peer).or_default() += 1;
+        st.bytes += body.len();
         st.queue.push_back(Waiting {
             peer,
             body,
@@ -131,9 +145,10 @@ impl WaitingForwards {
         while let Some(w) = st.queue.front() {
             match push(w.peer, &w.body) {
                 Push::Sent | Push::Gone => {
-                    let peer = w.peer;
+                    let (peer, len) = (w.peer, w.body.len());
                     st.queue.pop_front();
                     st.taken(peer, 1);
+                    st.bytes -= len;
                 }
                 Push::Full if w.give_up_at_ms.is_some_and(|t| t <= now_ms) => {
                     let peer = w.peer;
@@ -147,6 +162,10 @@ impl WaitingForwards {
                     });
                     let dropped = out.dropped.len() - before;
                     st.taken(peer, dropped);
+                    st.bytes -= out.dropped[before..]
+                        .iter()
+                        .map(|(_, b)| b.len())
+                        .sum::<usize>();
                     st.lagging.insert(peer);
                     self.any_lagging.store(true, Relaxed);
                 }
@@ -164,6 +183,7 @@ impl WaitingForwards {
     pub(crate) fn peer_gone(&self, peer: BusId) {
         let mut st = self.lock();
         st.queue.retain(|w| w.peer != peer);
+        st.bytes = st.queue.iter().map(|w| w.body.len()).sum();
         st.per_peer.remove(&peer);
         st.lagging.remove(&peer);
         self.any.store(!st.queue.is_empty(), Relaxed);
@@ -221,5 +241,11 @@ mod tests {
         assert!(!f.is_lagging(BusId(1)));
         f.peer_gone(BusId(1));
         assert!(!f.any());
+        assert!(!f.over_bound());
+        f.wait(BusId(3), Bytes::from(vec![0; WAITING_BYTES_MAX + 1]), Some(20));
+        assert!(f.over_bound(), "the bytes are counted");
+        let out = f.push(20, |_, _| Push::Full);
+        assert_eq!(out.dropped.len(), 1);
+        assert!(!f.over_bound(), "and given back when dropped");
     }
 }

@@ -245,7 +245,7 @@ impl crate::ring_link::GroupMessages for Shared {
         // Not for a publish that waits for the ring's own peer: the room toward it comes
         // with what the ring brings (see `wait_blocked_forwards`).
         self.push_blocked_forwards()
-            .is_some_and(|(peer, _, _)| peer.id != ring_peer)
+            .is_some_and(|(peer, _, _)| peer.id != ring_peer || self.groups.waiting.over_bound())
     }
 
     fn open_log(
@@ -623,10 +623,10 @@ impl Shared {
     /// Waits until every publish that waited for room is passed on, or (cut-off) given up
     /// on (the caller's link, to `link_peer`, stops reading meanwhile). Not while the first
     /// waits for `link_peer` itself: the room toward it comes with the acknowledgements
-    /// that link reads.
+    /// that link reads (unless `WAITING_BYTES_MAX` wait already).
     pub(crate) async fn wait_blocked_forwards(&self, link_peer: BusId) {
         while let Some((peer, len, give_up_at)) = self.push_blocked_forwards() {
-            if peer.id == link_peer {
+            if peer.id == link_peer && !self.groups.waiting.over_bound() {
                 return;
             }
             match give_up_at {
