@@ -242,7 +242,11 @@ mod tests {
         f.peer_gone(BusId(1));
         assert!(!f.any());
         assert!(!f.over_bound());
-        f.wait(BusId(3), Bytes::from(vec![0; WAITING_BYTES_MAX + 1]), Some(20));
+        f.wait(
+            BusId(3),
+            Bytes::from(vec![0; WAITING_BYTES_MAX + 1]),
+            Some(20),
+        );
         assert!(f.over_bound(), "the bytes are counted");
         let out = f.push(20, |_, _| Push::Full);
         assert_eq!(out.dropped.len(), 1);
