@@ -83,27 +83,27 @@ async fn many_calls(
     count: u64,
     timeout: Duration,
 ) -> Result<String, String> {
+    // A call's time, or why it failed (a task that panicked counts as a failure too).
+    let outcome = |joined: Result<Result<Duration, String>, tokio::task::JoinError>| {
+        joined.map_err(|e| e.to_string()).and_then(|r| r)
+    };
     let start = std::time::Instant::now();
     let mut under_way = tokio::task::JoinSet::new();
     let mut results = Vec::new();
     for _ in 0..count {
         if under_way.len() >= CALLS_AT_ONCE {
-            results.extend(under_way.join_next().await);
+            results.extend(under_way.join_next().await.map(outcome));
         }
         let (node, payload) = (node.clone(), payload.clone());
         under_way.spawn(async move {
             let t = std::time::Instant::now();
-            node.call(to, payload, timeout).await.map(|_| t.elapsed())
+            let answered = node.call(to, payload, timeout).await;
+            answered.map(|_| t.elapsed()).map_err(|e| e.to_string())
         });
     }
-    results.extend(under_way.join_all().await.into_iter().map(Ok));
-    let results: Vec<_> = results
-        .into_iter()
-        .map(|r| {
-            r.map_err(|e| e.to_string())
-                .and_then(|r| r.map_err(|e| e.to_string()))
-        })
-        .collect();
+    while let Some(joined) = under_way.join_next().await {
+        results.push(outcome(joined));
+    }
     let secs = start.elapsed().as_secs_f64();
     let failed: Vec<_> = results.iter().filter_map(|r| r.as_ref().err()).collect();
     if let Some(first) = failed.first() {

@@ -47,7 +47,7 @@ pub(crate) async fn run(args: ListenArgs) -> Result<ExitCode, String> {
         println!("joined group {g}");
     }
     let mut verifier = Verifier::default();
-    let mut unanswered = Unanswered::default();
+    let mut replies = EchoReplies::default();
     let idle = args.idle_timeout.map(Duration::from_secs_f64);
     let mut timed_out = false;
     let mut cut_off = false;
@@ -93,7 +93,7 @@ pub(crate) async fn run(args: ListenArgs) -> Result<ExitCode, String> {
             if let (true, Some(r)) = (args.echo, request) {
                 // Never waiting here: a caller that does not take its replies holds up
                 // its own, no other caller's.
-                unanswered.reply(r.clone(), bytes::Bytes::copy_from_slice(payload));
+                replies.reply(r.clone(), bytes::Bytes::copy_from_slice(payload));
             }
             let what = match (request.is_some(), batch.group()) {
                 (true, _) => " (request)".to_owned(),
@@ -116,7 +116,7 @@ pub(crate) async fn run(args: ListenArgs) -> Result<ExitCode, String> {
     }
     let shm = node.stats().shm_channels;
     node.shutdown().await;
-    unanswered.summary();
+    replies.summary();
     if shm > 0 {
         eprintln!("busway listen: {shm} link(s) moved their data to shared memory");
     }
@@ -168,13 +168,13 @@ struct Waiting {
 /// caller's other replies waiting (within `REPLY_BYTES_WAITING_PER_CALLER_MAX`), else not
 /// at all, with a line per caller and a count.
 #[derive(Default)]
-struct Unanswered {
+struct EchoReplies {
     waiting: std::collections::HashMap<busway::BusId, Waiting>,
     callers: Vec<busway::BusId>,
     total: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }
 
-impl Unanswered {
+impl EchoReplies {
     fn reply(&mut self, request: busway::Request, payload: bytes::Bytes) {
         use std::sync::atomic::Ordering::Relaxed;
         let caller = request.from();
