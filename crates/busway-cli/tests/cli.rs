@@ -2246,14 +2246,15 @@ pub(crate) mod etcd {
         });
         victim.0.kill().unwrap();
         victim.0.wait().unwrap();
-        // Its lease is 2 s, renewed every 2/3 s: it expires at most 2 s after the kill; etcd
-        // looks for expired leases every 500 ms.
-        let took = until(
+        // Its lease is 2 s: it expires at most 2 s after the kill, and etcd looks for expired
+        // leases every 500 ms. The bound proves the configured lease is the one that ends it
+        // (the default would take 10 s) while leaving a busy machine room: this is not a
+        // timing measurement.
+        until(
             "node 6 leaves node 5's view",
-            Duration::from_secs(10),
+            Duration::from_secs(busway::DEFAULT_ETCD_LEASE_TTL_SECS - 2),
             || !knows(&admin, 6),
         );
-        assert!(took <= Duration::from_millis(2_600), "{took:?}");
         let _ = std::fs::remove_dir_all(&dir);
     }
 
