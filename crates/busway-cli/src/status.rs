@@ -94,6 +94,8 @@ pub(crate) fn snapshot(node: &Node) -> Value {
             "group_logs_accepted": s.group_logs_accepted,
             "group_log_bytes": s.group_log_bytes,
             "group_log_overruns": s.group_log_overruns,
+            "registrations_refused": s.registrations_refused,
+            "registrations_refused_upstream": s.registrations_refused_upstream,
         },
         "groups": node.groups(),
         "etcd": node.discovery().map(|d| json!({

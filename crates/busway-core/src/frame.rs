@@ -78,6 +78,10 @@ pub enum FrameKind {
     /// same host accepts or declines it. One message numbered like any other, on a direct
     /// link only; body: u8 op, the op's fields, the group's name.
     GroupLog = 0x0E,
+    /// A relay registers with its upstream the ids it serves beyond its HELLO's range, or
+    /// the upstream answers (see [`crate::registry`]); a control frame, on the socket only,
+    /// never numbered. Body: u8 op, u64 version, then the op's fields.
+    Register = 0x0F,
     /// First handshake frame of each side.
     Hello = 0x10,
     /// Second handshake frame of each side: proof of the shared secret.
@@ -104,6 +108,7 @@ impl FrameKind {
             0x0C => Self::Repair,
             0x0D => Self::Multicast,
             0x0E => Self::GroupLog,
+            0x0F => Self::Register,
             0x10 => Self::Hello,
             0x11 => Self::Auth,
             0x20 => Self::Channel,

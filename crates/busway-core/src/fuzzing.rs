@@ -49,9 +49,9 @@ pub fn frame_decoder(data: &[u8]) {
 /// the input. Most kind bytes pick a valid kind; 0xf0 and above send the body as raw bytes
 /// (whatever the reader makes of them as a header).
 fn frames_with_valid_checks(mut input: &[u8], stream: &mut Vec<u8>) {
-    const KINDS: [u8; 17] = [
-        0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08, 0x09, 0x0A, 0x0B, 0x0C, 0x0D, 0x0E, 0x10,
-        0x11, 0x20,
+    const KINDS: [u8; 18] = [
+        0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08, 0x09, 0x0A, 0x0B, 0x0C, 0x0D, 0x0E, 0x0F,
+        0x10, 0x11, 0x20,
     ];
     while input.len() >= 3 {
         let kind = input[0];
@@ -117,13 +117,43 @@ pub fn handshake(data: &[u8]) {
     }
 }
 
+/// A REGISTER body as a downstream sends it: decoded, it encodes to the same bytes, and
+/// applied to a registry it leaves every lookup naming the one peer that holds the id.
+fn register_body(body: &[u8]) {
+    use crate::registry::{RegisterOp, Registry};
+    let Ok(op) = RegisterOp::decode(body) else {
+        return;
+    };
+    assert_eq!(op.encode(), body, "a REGISTER body re-encodes to its bytes");
+    let mut reg = Registry::default();
+    let me = crate::BusId(1 << 40);
+    let _ = reg.add(
+        me,
+        crate::BusId(2),
+        (crate::BusId(10), crate::BusId(20)),
+        None,
+    );
+    let (answer, changed) = reg.apply(me, crate::BusId(3), &op, None);
+    assert!(matches!(answer, RegisterOp::Answer { .. }));
+    if let RegisterOp::Add { range, .. } = op {
+        assert_eq!(changed, reg.lookup(range.0) == Some(crate::BusId(3)));
+    }
+    assert!(
+        reg.lookup(me).is_none(),
+        "the relay's own id is never registered"
+    );
+}
+
 /// Feeds arbitrary bytes as the bodies an established peer can send beyond DATA: the first
-/// byte picks a ROUTED body (header, then its DATA inner frames, FAIL or HINT) or a CHANNEL
-/// body. Must never panic; whatever decodes must encode back to what it decoded from.
+/// byte picks a ROUTED body (header, then its DATA inner frames, FAIL or HINT), a CHANNEL
+/// body or a REGISTER body (see `register_body`). Must never panic; whatever decodes must encode back to what it decoded from.
 pub fn peer_bodies(data: &[u8]) {
     let Some((&which, body)) = data.split_first() else {
         return;
     };
+    if which % 3 == 2 {
+        return register_body(body);
+    }
     if which & 1 == 0 {
         if let Ok(msg) = crate::channel::Channel::decode(body) {
             if matches!(msg, crate::channel::Channel::Refuse(_)) {

@@ -71,6 +71,9 @@ pub mod caps {
     /// `group`): it answers them, accepting or declining. A publisher offers its logs only
     /// to peers with this bit (an older peer would close the link on the frame).
     pub const GROUP_LOGS: u64 = 1 << 5;
+    /// Understands REGISTER frames (see `registry`): a relay registers its downstreams'
+    /// ids with an upstream that has this bit (an older one would close the link on it).
+    pub const REGISTER: u64 = 1 << 6;
 }
 
 /// Everything that can be wrong with a handshake. The display text says what and why.

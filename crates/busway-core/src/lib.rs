@@ -12,6 +12,7 @@
 //! - [`link`]: one link's protocol as a state machine (handshake, frame rules, heartbeats, rings).
 //! - [`outbox`], [`e2e`]: numbering, holding and resending messages on a link and end to end.
 //! - [`routed`], [`relay`], [`hints`]: the ROUTED frame, routing decisions, direct-link hints.
+//! - [`registry`]: the REGISTER frame, what downstreams registered, what a relay asked upstream.
 //! - [`group`]: the INTEREST, PUBLISH and REPAIR frames of groups.
 //! - [`multicast`]: the MULTICAST frame (one payload to the receivers behind a link).
 //! - [`take_order`]: the order in which an application takes batches from a channel and rings.
@@ -30,6 +31,7 @@ pub mod id;
 pub mod link;
 pub mod multicast;
 pub mod outbox;
+pub mod registry;
 pub mod relay;
 pub mod routed;
 pub mod sim;

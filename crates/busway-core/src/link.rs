@@ -24,8 +24,8 @@
 
 use crate::channel::Channel;
 use crate::control::{decode_token, ping_frame, Close, CloseCode};
+use crate::frame::{frame_bytes, Frame, HEADER_LEN};
 use crate::frame::{message_spans, DecodeError, FrameDecoder, FrameKind, HANDSHAKE_BODY_LEN_MAX};
-use crate::frame::{Frame, HEADER_LEN};
 use crate::handshake::Secret;
 use crate::handshake::{caps, Established, Handshake, HandshakeError, Hello, NonceCache, Role};
 use crate::BusId;
@@ -181,6 +181,9 @@ pub enum LinkEvent {
     Rtt(u64),
     /// A ROUTED frame; its body is this range of the buffer given to `handle_input`.
     Routed(Range<usize>),
+    /// A REGISTER frame (checked; an ADD outside the peer's TLS certificate was answered
+    /// here, refused): apply it, and send back the answer (see [`crate::registry`]).
+    Register(crate::registry::RegisterOp),
     /// The peer closed the link with this reason: send what is queued, then our CLOSE.
     PeerClosed(Close),
     /// The link is over: close the connection. A driver that can still write sends what
@@ -206,6 +209,8 @@ struct UpConfig {
     heartbeat_interval_ms: u64,
     heartbeat_misses_max: u64,
     ring_required: bool,
+    /// The ids the peer's TLS certificate names: a range it registers must lie within one.
+    peer_cert_ids: Option<crate::cert_ids::CertIds>,
 }
 
 enum Phase {
@@ -268,6 +273,7 @@ impl Link {
                 heartbeat_interval_ms: config.heartbeat_interval_ms,
                 heartbeat_misses_max: config.heartbeat_misses_max,
                 ring_required: config.ring_required,
+                peer_cert_ids: config.peer_cert_ids.clone(),
             },
             nonces,
             phase: Phase::Handshaking {
@@ -748,8 +754,37 @@ impl Link {
             FrameKind::Routed => self
                 .events
                 .push_back(LinkEvent::Routed(body_at..body_at + body.len())),
+            FrameKind::Register => return self.register_frame(body, at),
             FrameKind::Channel => return self.channel_frame(body, at),
         }
+        true
+    }
+
+    fn register_frame(&mut self, body: &[u8], at: u64) -> bool {
+        use crate::registry::RegisterOp;
+        let op = match RegisterOp::decode(body) {
+            Ok(op) => op,
+            Err(what) => {
+                self.protocol_error(format!("{what} (at stream offset {at})"));
+                return false;
+            }
+        };
+        if let (RegisterOp::Add { version, range }, Some(ids)) = (&op, &self.up.peer_cert_ids) {
+            if !ids.covers(range.0, range.1) {
+                let refused = Some(format!(
+                    "bus ids {}..={} are not all named by the TLS certificate, which names {ids}",
+                    range.0, range.1
+                ));
+                let answer = RegisterOp::Answer {
+                    version: *version,
+                    refused,
+                };
+                self.transmits
+                    .push_back(frame_bytes(FrameKind::Register, &answer.encode()));
+                return true;
+            }
+        }
+        self.events.push_back(LinkEvent::Register(op));
         true
     }
 

@@ -3,6 +3,7 @@
 //! tests both decide with these functions.
 
 use crate::id::BusId;
+pub use crate::registry::Registry;
 use crate::routed::{FailReason, RoutedHeader, ROUTE_LEN_MAX};
 
 /// What routing needs to know about one neighbor.
@@ -22,26 +23,31 @@ impl Neighbor {
 }
 
 /// The neighbor that takes a frame for `dst`, in order: `dst` itself; a downstream whose
-/// subtree holds `dst`; the upstream. Only neighbors whose link is up count, and never
-/// `except` (the neighbor the frame came from). A destination in the subtree of a downstream
-/// whose link is down has no hop for now: the upstream would only send it back down here.
+/// subtree holds `dst` (declared in its HELLO, or registered since: `registered_by`, the
+/// neighbor the node's [`Registry`] names for `dst`); the upstream. Only neighbors whose link
+/// is up count, and never `except` (the neighbor the frame came from). A destination in the
+/// subtree of a downstream whose link is down has no hop for now: the upstream would only
+/// send it back down here. A registration by a neighbor given up (one that no longer serves
+/// its declared range either) counts for nothing.
 pub fn next_hop(
     dst: BusId,
     neighbors: &[Neighbor],
     upstream: Option<BusId>,
     except: Option<BusId>,
+    registered_by: Option<BusId>,
 ) -> Option<BusId> {
     let usable = |n: &&Neighbor| n.up && Some(n.id) != except;
     let mut candidates = neighbors.iter().filter(usable);
     if let Some(n) = candidates.clone().find(|n| n.id == dst) {
         return Some(n.id);
     }
-    if let Some(n) = candidates.clone().find(|n| n.serves(dst)) {
+    let below = |n: &Neighbor| n.serves(dst) || (Some(n.id) == registered_by && n.serves.is_some());
+    if let Some(n) = candidates.clone().find(|n| below(n)) {
         return Some(n.id);
     }
     if neighbors
         .iter()
-        .any(|n| !n.up && Some(n.id) != except && n.serves(dst))
+        .any(|n| !n.up && Some(n.id) != except && below(n))
     {
         return None;
     }
@@ -65,19 +71,36 @@ pub struct Sources {
 
 impl Sources {
     /// Whether a ROUTED frame from `src` may come over this link; the error names the lie.
-    pub fn check(&self, src: BusId) -> Result<(), String> {
-        self.check_frame(src, "ROUTED frame")
+    /// `registered_by` looks up who registered an id since (see [`Registry::lookup`]); it is
+    /// asked only when the link's fixed rule does not let `src` through.
+    pub fn check(
+        &self,
+        src: BusId,
+        registered_by: impl FnOnce(BusId) -> Option<BusId>,
+    ) -> Result<(), String> {
+        self.check_frame(src, "ROUTED frame", registered_by)
     }
 
     /// Whether `what` (a kind of frame) of `src` (its source, or a group's publisher) may come
     /// over this link, by the rule ROUTED frames follow; the error names the lie.
-    pub fn check_frame(&self, src: BusId, what: &str) -> Result<(), String> {
+    pub fn check_frame(
+        &self,
+        src: BusId,
+        what: &str,
+        registered_by: impl FnOnce(BusId) -> Option<BusId>,
+    ) -> Result<(), String> {
         let served = self.serves.is_some_and(|(lo, hi)| lo <= src && src <= hi);
         if src == self.peer || self.upstream || served {
             return Ok(());
         }
+        // A downstream's later registrations (a relay's own downstreams).
+        if self.serves.is_some() && registered_by(src) == Some(self.peer) {
+            return Ok(());
+        }
         let registered = match self.serves {
-            Some((lo, hi)) => format!("which registered bus ids {lo}..={hi}"),
+            Some((lo, hi)) => {
+                format!("which declared bus ids {lo}..={hi} and registered no more that holds it")
+            }
             None => "which registered no subtree".to_string(),
         };
         Err(format!(
@@ -96,6 +119,7 @@ pub fn check_registration(
     peer: BusId,
     (lo, hi): (BusId, BusId),
     others: &[Neighbor],
+    registry: &Registry,
 ) -> Result<(), String> {
     let what = format!("bus id {peer} registers bus ids {lo}..={hi}");
     if lo > hi {
@@ -113,6 +137,11 @@ pub fn check_registration(
                 ));
             }
         }
+    }
+    if let Some(((l, h), other)) = registry.overlapping((lo, hi), peer) {
+        return Err(format!(
+            "{what}, which overlaps bus ids {l}..={h} registered by bus id {other}"
+        ));
     }
     Ok(())
 }
@@ -158,6 +187,8 @@ pub struct RelayView<'a> {
     /// again yet).
     pub uptime_ms: u64,
     pub grace_ms: u64,
+    /// What its downstreams registered beyond their HELLO's ranges.
+    pub registry: &'a Registry,
 }
 
 /// Why a relay does not pass a frame on.
@@ -186,10 +217,17 @@ pub fn forward(
         text,
         report,
     })?;
-    if let Some(hop) = next_hop(header.dst, view.neighbors, view.upstream, Some(from)) {
+    let dst = header.dst;
+    let registered_by = view.registry.lookup(dst);
+    if let Some(hop) = next_hop(
+        dst,
+        view.neighbors,
+        view.upstream,
+        Some(from),
+        registered_by,
+    ) {
         return Ok(hop);
     }
-    let dst = header.dst;
     let down = |id: BusId| view.neighbors.iter().all(|n| n.id != id || !n.up);
     // The upstream takes what nobody below serves, unless that is where the frame came from.
     let upstream_down = view.upstream.filter(|&u| u != from && down(u));
@@ -201,7 +239,9 @@ pub fn forward(
             FailReason::PeerDown,
             format!("bus id {dst} is down (at relay {me})"),
         )
-    } else if let Some(n) = others().find(|n| !n.up && n.serves(dst)) {
+    } else if let Some(n) = others()
+        .find(|n| !n.up && (n.serves(dst) || (Some(n.id) == registered_by && n.serves.is_some())))
+    {
         (
             FailReason::PeerDown,
             format!(
@@ -256,9 +296,12 @@ mod tests {
     #[test]
     fn a_destination_below_a_cut_downstream_is_not_looked_for_above() {
         let neighbors = [n(9, true, None), n(5, false, Some((7, 9)))];
-        assert_eq!(next_hop(BusId(8), &neighbors, Some(BusId(9)), None), None);
         assert_eq!(
-            next_hop(BusId(3), &neighbors, Some(BusId(9)), None),
+            next_hop(BusId(8), &neighbors, Some(BusId(9)), None, None),
+            None
+        );
+        assert_eq!(
+            next_hop(BusId(3), &neighbors, Some(BusId(9)), None, None),
             Some(BusId(9)),
             "an id nobody below serves goes up"
         );
@@ -267,12 +310,14 @@ mod tests {
     #[test]
     fn a_relay_forwards_or_names_why_not() {
         let neighbors = [n(2, true, None), n(3, false, None), n(1, true, None)];
+        let none = Registry::default();
         let view = |uptime_ms| RelayView {
             me: BusId(100),
             neighbors: &neighbors,
             upstream: None,
             uptime_ms,
             grace_ms: 1_000,
+            registry: &none,
         };
         let mut h = data_for(2);
         assert_eq!(forward(&mut h, BusId(1), &view(5_000)), Ok(BusId(2)));
@@ -337,6 +382,46 @@ mod tests {
     }
 
     #[test]
+    fn a_registered_id_is_routed_to_and_accepted_from_its_live_downstream_only() {
+        let me = BusId(100);
+        let mut reg = Registry::default();
+        reg.add(me, BusId(2), (BusId(31), BusId(32)), None).unwrap();
+        let by = reg.lookup(BusId(31));
+        let ns = [n(2, true, Some((2, 2))), n(3, true, None)];
+        let up = Some(BusId(3));
+        assert_eq!(next_hop(BusId(31), &ns, up, None, by), Some(BusId(2)));
+        let cut = [n(2, false, Some((2, 2))), n(3, true, None)];
+        assert_eq!(
+            next_hop(BusId(31), &cut, up, None, by),
+            None,
+            "down for now"
+        );
+        let given_up = [n(2, false, None), n(3, true, None)];
+        assert_eq!(
+            next_hop(BusId(31), &given_up, up, None, by),
+            Some(BusId(3)),
+            "a downstream given up serves nothing"
+        );
+        let link = Sources {
+            peer: BusId(2),
+            serves: Some((BusId(2), BusId(2))),
+            upstream: false,
+        };
+        assert!(link.check(BusId(31), |id| reg.lookup(id)).is_ok());
+        assert!(link.check(BusId(33), |id| reg.lookup(id)).is_err());
+        let other = Sources {
+            peer: BusId(4),
+            ..link
+        };
+        assert!(
+            other.check(BusId(31), |id| reg.lookup(id)).is_err(),
+            "only the link that registered it"
+        );
+        let clash = check_registration(me, BusId(5), (BusId(30), BusId(31)), &[], &reg);
+        assert!(clash.unwrap_err().contains("registered by bus id 2"));
+    }
+
+    #[test]
     fn direct_then_subtree_then_upstream() {
         let ns = [
             n(1, true, None),
@@ -344,14 +429,14 @@ mod tests {
             n(3, true, None),
         ];
         let up = Some(BusId(3));
-        assert_eq!(next_hop(BusId(1), &ns, up, None), Some(BusId(1)));
-        assert_eq!(next_hop(BusId(15), &ns, up, None), Some(BusId(2)));
-        assert_eq!(next_hop(BusId(99), &ns, up, None), Some(BusId(3)));
-        assert_eq!(next_hop(BusId(99), &ns, None, None), None);
+        assert_eq!(next_hop(BusId(1), &ns, up, None, None), Some(BusId(1)));
+        assert_eq!(next_hop(BusId(15), &ns, up, None, None), Some(BusId(2)));
+        assert_eq!(next_hop(BusId(99), &ns, up, None, None), Some(BusId(3)));
+        assert_eq!(next_hop(BusId(99), &ns, None, None, None), None);
         // Never back where it came from, and never over a link that is down.
-        assert_eq!(next_hop(BusId(99), &ns, up, Some(BusId(3))), None);
+        assert_eq!(next_hop(BusId(99), &ns, up, Some(BusId(3)), None), None);
         let down = [n(1, false, None), n(3, true, None)];
-        assert_eq!(next_hop(BusId(1), &down, up, None), Some(BusId(3)));
+        assert_eq!(next_hop(BusId(1), &down, up, None, None), Some(BusId(3)));
     }
 
     #[test]
@@ -361,8 +446,8 @@ mod tests {
             serves: None,
             upstream: false,
         };
-        assert!(plain.check(BusId(9)).is_ok());
-        let lie = plain.check(BusId(2)).unwrap_err();
+        assert!(plain.check(BusId(9), |_| None).is_ok());
+        let lie = plain.check(BusId(2), |_| None).unwrap_err();
         assert!(
             lie.contains("from bus id 2 on the link to bus id 9"),
             "{lie}"
@@ -371,20 +456,26 @@ mod tests {
             serves: Some((BusId(9), BusId(20))),
             ..plain
         };
-        assert!(below.check(BusId(15)).is_ok());
-        assert!(below.check(BusId(21)).is_err());
+        assert!(below.check(BusId(15), |_| None).is_ok());
+        assert!(below.check(BusId(21), |_| None).is_err());
         let above = Sources {
             upstream: true,
             ..plain
         };
-        assert!(above.check(BusId(12_345)).is_ok());
+        assert!(above.check(BusId(12_345), |_| None).is_ok());
     }
 
     #[test]
     fn a_registration_must_hold_its_peer_not_the_relay_and_overlap_nothing_live() {
         let me = BusId(100);
         let reg = |peer, lo, hi, others: &[Neighbor]| {
-            check_registration(me, BusId(peer), (BusId(lo), BusId(hi)), others)
+            check_registration(
+                me,
+                BusId(peer),
+                (BusId(lo), BusId(hi)),
+                others,
+                &Registry::default(),
+            )
         };
         assert!(reg(9, 9, 20, &[]).is_ok());
         assert!(reg(9, 20, 9, &[]).unwrap_err().contains("empty"));

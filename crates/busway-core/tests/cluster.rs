@@ -338,7 +338,7 @@ impl Cluster {
 
     fn hop(&self, at: u64, dst: u64, except: Option<u64>) -> Option<u64> {
         let up = parent_of(at).map(BusId);
-        relay::next_hop(BusId(dst), &self.neighbors(at), up, except.map(BusId)).map(|b| b.0)
+        relay::next_hop(BusId(dst), &self.neighbors(at), up, except.map(BusId), None).map(|b| b.0)
     }
 
     /// Puts a frame on the link from `from` to `to`.
@@ -646,6 +646,7 @@ impl Cluster {
             upstream: parent_of(at).map(BusId),
             uptime_ms: self.now,
             grace_ms: 0,
+            registry: &relay::Registry::default(),
         };
         match relay::forward(&mut h, BusId(from), &view) {
             Ok(hop) => {

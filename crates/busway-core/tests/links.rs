@@ -321,7 +321,8 @@ impl Sim {
                     LinkEvent::RingAccepted
                     | LinkEvent::RingRefused(_)
                     | LinkEvent::Rtt(_)
-                    | LinkEvent::Routed(_) => {}
+                    | LinkEvent::Routed(_)
+                    | LinkEvent::Register(_) => {}
                 }
             }
             if !again || !open {

@@ -705,8 +705,13 @@ impl Shared {
             bump(&self.counters.group_forwards_dropped);
             return;
         };
-        // A frame past the peer's stated limit would close its link: not sent.
-        if peer.frame_body_max().is_some_and(|m| body.len() > m) {
+        // A frame past the peer's stated limit would close its link: not sent. Nor one in
+        // the name of a publisher the upstream does not hold registered for us (a publisher
+        // whose registration was refused, or is on its way: see `registrations`).
+        if peer.frame_body_max().is_some_and(|m| body.len() > m)
+            || (self.upstream_id() == Some(id)
+                && self.gate_up(head.publisher) != busway_core::registry::Gate::Pass)
+        {
             bump(&self.counters.group_forwards_dropped);
             return;
         }
@@ -766,7 +771,9 @@ impl Shared {
             .neighbor()
             .serves
             .is_some_and(|(lo, hi)| (lo, hi) != (peer.id, peer.id));
-        serves_others || self.upstream_id() == Some(peer.id)
+        serves_others
+            || self.upstream_id() == Some(peer.id)
+            || self.registrations.below().holds_any(peer.id)
     }
 
     /// What `publish_received` does with what the group table made of a publish (or mark)

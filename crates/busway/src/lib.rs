@@ -53,6 +53,8 @@ mod node;
 mod outgoing;
 mod peer;
 mod peer_table;
+mod registration_table;
+mod registrations;
 mod relayed_table;
 mod remote;
 mod request;

@@ -62,6 +62,10 @@ pub const RELAYED_WINDOW_BYTES: usize = FORWARD_QUEUE_BYTES_MAX / 2;
 /// milliseconds; meanwhile it does not read from the link the frame came from (TCP then slows
 /// the sender), which keeps relayed traffic lossless in the common case.
 pub const FORWARD_WAIT_MS: u64 = 200;
+/// Longest a downstream's new link waits, before it is read, for the upstream to answer the
+/// registration of its range, in milliseconds (see `registrations`); past it the link is
+/// read, and what it sends up in the meantime waits or is reported, as for a range refused.
+pub const REGISTER_WAIT_MS: u64 = 1_000;
 /// Room a relayed message leaves in a frame for the ROUTED header and a full route, in bytes.
 pub const ROUTED_OVERHEAD_BYTES_MAX: usize = 1024;
 /// Smallest `NodeConfig::frame_body_max`, in bytes: a relayed chunk of small messages (up to

@@ -363,6 +363,9 @@ where
     // acknowledged before the link carries messages (order across the switch).
     shared.switch_to_direct(&peer);
     shared.peer_ready(&peer, role);
+    // A downstream's range goes to our upstream before the downstream is read: what it sends
+    // first can go up.
+    shared.downstream_came(&peer).await;
     // Relayed messages held for want of a path may have one now.
     shared.relink_remotes();
     tracing::debug!(peer = %id, %remote, "link up");

@@ -293,7 +293,18 @@ impl Shared {
             let why = format!("no route at relay {}", self.config.id);
             self.multicast_unreachable(head, &unrouted, &why);
         }
+        let upstream = self.upstream_id();
         for (peer, list) in split {
+            // Up there a multicast in the name of a source the upstream does not hold
+            // registered for us would close our link (see `registrations`).
+            if Some(peer.id) == upstream
+                && self.gate_up(head.source) != busway_core::registry::Gate::Pass
+            {
+                self.counters
+                    .multicast_forwards_dropped
+                    .fetch_add(list.len() as u64, std::sync::atomic::Ordering::Relaxed);
+                continue;
+            }
             let new_head = encode_multicast_head(
                 head.source,
                 head.incarnation,

@@ -252,6 +252,7 @@ impl Node {
             multicasts: crate::multicast_table::MulticastTable::new(group_retain_bytes),
             directory: Default::default(),
             warnings: Default::default(),
+            registrations: Default::default(),
             deferred,
             counters,
             loops,

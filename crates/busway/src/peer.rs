@@ -562,6 +562,13 @@ impl Peer {
         }
     }
 
+    /// (messages the peer acknowledged: every one below this number, the number of the next
+    /// message queued).
+    pub(crate) fn sent_point(&self) -> (u64, u64) {
+        let st = self.lock();
+        (st.outbox.acked(), st.outbox.next_seq())
+    }
+
     /// (next_send_seq, next_expected_seq) to announce in AUTH to this incarnation.
     pub(crate) fn resume_point(&self) -> (u64, u64) {
         let st = self.lock();

@@ -95,18 +95,20 @@ impl PeerTable {
     /// down. A subtree the peer registers with node `me` (`registers`) is checked against every
     /// neighbor's under the same lock, so that two links cannot both pass the check. Refuses a
     /// second link to an id that is up from another incarnation, naming both.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn attach(
         &self,
         me: BusId,
         id: BusId,
         incarnation: u64,
         registers: Option<(BusId, BusId)>,
+        registry: &busway_core::registry::Registry,
         make: impl FnOnce() -> Peer,
     ) -> Result<Attached, String> {
         let mut peers = self.peers.write().unwrap_or_else(|p| p.into_inner());
         if let Some(range) = registers {
             let others: Vec<Neighbor> = peers.values().map(|p| p.neighbor()).collect();
-            busway_core::relay::check_registration(me, id, range, &others)?;
+            busway_core::relay::check_registration(me, id, range, &others, registry)?;
         }
         match peers.get(&id) {
             Some(old) if old.incarnation() == incarnation => Ok(Attached {

@@ -18,6 +18,7 @@ use crate::remote::Remote;
 use crate::shared::Shared;
 use busway_core::e2e::{Check, FailOutcome, Verdict};
 use busway_core::frame::{FrameDecoder, FrameKind, BODY_LEN_CEILING, HEADER_LEN};
+use busway_core::registry::Registry;
 use busway_core::relay::{self, Neighbor};
 use busway_core::routed::{
     decode_fail, decode_hint, encode_fail, encode_hint, forwarded_parts, routed_frame, FailReason,
@@ -46,18 +47,21 @@ pub(crate) struct Hops {
     peers: Vec<Arc<Peer>>,
     neighbors: Vec<Neighbor>,
     upstream: Option<BusId>,
+    registry: Arc<Registry>,
 }
 
 impl Hops {
     /// The neighbor whose link is up that takes a frame for `dst`, never `except`.
     pub(crate) fn next(&self, dst: BusId, except: Option<BusId>) -> Option<Arc<Peer>> {
-        let hop = relay::next_hop(dst, &self.neighbors, self.upstream, except)?;
+        let by = self.registry.lookup(dst);
+        let hop = relay::next_hop(dst, &self.neighbors, self.upstream, except, by)?;
         self.peers.iter().find(|p| p.id == hop).cloned()
     }
 
     /// Whether a downstream registered `dst` (as its own id or in its subtree).
     fn registered_below(&self, dst: BusId) -> bool {
-        relay::next_hop(dst, &self.neighbors, None, Some(dst)).is_some()
+        let by = self.registry.lookup(dst);
+        relay::next_hop(dst, &self.neighbors, None, Some(dst), by).is_some()
     }
 }
 
@@ -70,6 +74,7 @@ impl Shared {
             peers,
             neighbors,
             upstream: self.upstream_id(),
+            registry: self.registrations.below(),
         }
     }
 
@@ -162,7 +167,7 @@ impl Shared {
             serves: self.peer(from).and_then(|p| p.neighbor().serves),
             upstream: self.upstream_id() == Some(from),
         })
-        .check_frame(speaker, what)
+        .check_frame(speaker, what, |id| self.registrations.registered_by(id))
     }
 
     /// A lie came over the link to `from` (`why` names it): it changes nothing here, and the
@@ -299,12 +304,15 @@ impl Shared {
         let me = self.config.id;
         let peers = self.peers_snapshot();
         let neighbors: Vec<Neighbor> = peers.iter().map(|p| p.neighbor()).collect();
+        let registry = self.registrations.below();
+        let upstream = self.upstream_id();
         let view = relay::RelayView {
             me,
             neighbors: &neighbors,
-            upstream: self.upstream_id(),
+            upstream,
             uptime_ms: self.clock_ms(),
             grace_ms: self.config.relay_grace_ms,
+            registry: &registry,
         };
         let hop = match relay::forward(&mut header, from, &view) {
             Ok(id) => peers.into_iter().find(|p| p.id == id),
@@ -319,6 +327,17 @@ impl Shared {
         let Some(hop) = hop else {
             return;
         };
+        if Some(hop.id) == upstream {
+            if let Err(why) = self.wait_gate_up(header.src).await {
+                // Up there it would close our link: the source hears why, and sends again.
+                if header.kind == RoutedType::Data {
+                    let text = format!("relay {me}: {why}");
+                    let (src, seq, dst) = (header.src, header.seq, header.dst);
+                    self.send_fail(src, seq, FailReason::PeerDown, dst, &text);
+                }
+                return;
+            }
+        }
         if hop.id == header.dst && header.kind == RoutedType::Data {
             self.maybe_hint(header.src, &hop);
         }
@@ -526,6 +545,7 @@ impl Shared {
                 next_sweep = now + FORGET_SWEEP_INTERVAL_MS;
                 self.forget_idle(now);
             }
+            self.registrations_tick();
             let multicasts = !self.multicasts.is_idle();
             if !self.groups.is_idle() || self.groups.has_repairs() || multicasts {
                 // Interest that did not fit a peer's queue when it changed.

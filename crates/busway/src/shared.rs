@@ -63,6 +63,8 @@ pub(crate) struct Shared {
     pub(crate) directory: crate::directory::Directory,
     /// Repeated warnings about connections, held back per host (`warn_limit`).
     pub(crate) warnings: crate::warn_limit::WarnLimiter,
+    /// What downstreams registered here, and what this node registered upstream.
+    pub(crate) registrations: crate::registration_table::Registrations,
     /// Peers whose rings hold single sends not yet published.
     pub(crate) deferred: Arc<Deferred>,
     pub(crate) counters: Arc<Counters>,
@@ -107,7 +109,7 @@ impl Shared {
             random_bytes::<NONCE_LEN>(),
             self.listen_addrs.iter().map(ToString::to_string).collect(),
         );
-        h.capabilities = caps::RELIABLE | caps::RELAY | caps::GROUP_LOGS;
+        h.capabilities = caps::RELIABLE | caps::RELAY | caps::GROUP_LOGS | caps::REGISTER;
         if self.config.direct_links {
             h.capabilities |= caps::DIRECT;
         }
@@ -175,6 +177,9 @@ impl Shared {
     ) {
         self.calls.fail_peer(peer, &reason);
         self.group_peer_gone(peer, path);
+        if path == Path::Direct {
+            self.downstream_gone(peer);
+        }
         self.report_undeliverable(peer, seqs, reason, path, incarnation);
     }
 
@@ -254,10 +259,16 @@ impl Shared {
             )
         };
         let registers = est.peer.downstream_of_you;
-        let Attached { peer, replaced } =
-            self.peers
-                .attach(self.config.id, id, est.peer.incarnation, registers, make)?;
+        let Attached { peer, replaced } = self.peers.attach(
+            self.config.id,
+            id,
+            est.peer.incarnation,
+            registers,
+            &self.registrations.below(),
+            make,
+        )?;
         if let Some(old) = replaced {
+            self.registrations.forget(id);
             let seqs = old.fail_all();
             self.give_up_on_peer(
                 id,
@@ -281,6 +292,7 @@ impl Shared {
     pub(crate) fn peer_ready(&self, peer: &Peer, dial: Dial) {
         if dial == Dial::Upstream {
             self.peers.set_upstream(peer.id);
+            self.upstream_came(peer);
         }
         // A new peer (or a new incarnation) learns what this node wants through it, and the
         // receivers of this node's multicasts behind it where their streams stand.

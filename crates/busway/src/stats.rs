@@ -42,6 +42,8 @@ pub(crate) struct Counters {
     pub(crate) group_logs_accepted: AtomicU64,
     pub(crate) group_log_bytes: AtomicU64,
     pub(crate) group_log_overruns: AtomicU64,
+    pub(crate) registrations_refused: AtomicU64,
+    pub(crate) registrations_refused_upstream: AtomicU64,
 }
 
 pub(crate) fn bump(c: &AtomicU64) {
@@ -144,6 +146,14 @@ pub struct Stats {
     /// Times this node fell more than a log's size behind a peer's group log and skipped to
     /// its oldest record (what it missed is asked for as a repair), ever.
     pub group_log_overruns: u64,
+    /// REGISTER ops this node refused (a range that holds this node, overlaps another
+    /// downstream's, passes the downstream's quota, or comes from a peer that is no
+    /// downstream); each was answered with the reason, and no link closed, ever.
+    pub registrations_refused: u64,
+    /// Registrations this node asked of its upstream that the upstream refused (logged with
+    /// the reason; frames in the name of those ids do not go up; asked again after
+    /// `REGISTER_RETRY_MS`), ever.
+    pub registrations_refused_upstream: u64,
 }
 
 impl Counters {
@@ -189,6 +199,8 @@ impl Counters {
             group_logs_accepted: self.group_logs_accepted.load(Relaxed),
             group_log_bytes: self.group_log_bytes.load(Relaxed),
             group_log_overruns: self.group_log_overruns.load(Relaxed),
+            registrations_refused: self.registrations_refused.load(Relaxed),
+            registrations_refused_upstream: self.registrations_refused_upstream.load(Relaxed),
         }
     }
 }

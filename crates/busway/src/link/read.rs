@@ -83,6 +83,7 @@ fn act_on(parts: &Parts<'_>, buf: &[u8], event: LinkEvent, work: &mut ReadWork) 
             }
         }
         LinkEvent::Rtt(us) => peer.rtt_us.store(us, Relaxed),
+        LinkEvent::Register(op) => shared.register_received(peer, op),
         LinkEvent::Routed(body) => {
             if let Err(what) = routed_in(shared, sources, buf, body, work) {
                 work.refused_mid_read = true;
@@ -149,7 +150,7 @@ fn routed_in(
     let base = body.start;
     let body = &buf[body];
     let (h, inner_at) = RoutedHeader::decode(body)?;
-    sources.check(h.src)?;
+    sources.check(h.src, |id| shared.registrations.registered_by(id))?;
     let inner = &body[inner_at..];
     if h.dst != shared.config.id {
         work.forwards.push((h, base..base + body.len()));

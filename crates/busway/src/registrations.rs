@@ -1,0 +1,234 @@
+//! Registrations along the tree (rules in `busway_core::registry`): what this node's
+//! downstreams registered with it, and what it registered with its upstream in their name.
+//!
+//! A node with an upstream registers there every range its live downstreams stand for (each
+//! one's HELLO range and what each registered in turn) that its own HELLO range does not
+//! hold, as they come and go, with REGISTER control frames. A frame goes up in the name of an
+//! id only once the upstream answered that id's range ([`Shared::gate_up`]); a downstream's
+//! link is read only once the upstream answered its range, or `REGISTER_WAIT_MS` passed. A
+//! refused registration is logged with its reason, counted, retried after
+//! `REGISTER_RETRY_MS`, and closes no link.
+
+use crate::limits::{FORWARD_WAIT_MS, REGISTER_WAIT_MS};
+use crate::peer::Peer;
+use crate::shared::Shared;
+use crate::stats::bump;
+use busway_core::frame::{frame_bytes, FrameKind};
+use busway_core::handshake::caps;
+use busway_core::registry::{Answered, Gate, IdRange, RegisterOp};
+use busway_core::BusId;
+use std::time::Duration;
+
+fn register_frame(op: &RegisterOp) -> bytes::Bytes {
+    frame_bytes(FrameKind::Register, &op.encode())
+}
+
+impl Shared {
+    /// The range this node's own HELLO declares to its upstream.
+    fn own_range(&self) -> IdRange {
+        let me = self.config.id;
+        self.config.subtree.unwrap_or((me, me))
+    }
+
+    /// Whether a frame in the name of `id` may go to the upstream now (see
+    /// `Upward::gate`): this node's own ids pass, others once registered there.
+    pub(crate) fn gate_up(&self, id: BusId) -> Gate {
+        let (lo, hi) = self.own_range();
+        if id == self.config.id || (lo <= id && id <= hi) {
+            return Gate::Pass;
+        }
+        self.registrations.up().upward.gate(id)
+    }
+
+    /// Like [`Shared::gate_up`], waiting up to `FORWARD_WAIT_MS` (a relay's wait for room)
+    /// for an answer on its way; the error says why the frame may not go up.
+    pub(crate) async fn wait_gate_up(&self, id: BusId) -> Result<(), String> {
+        let deadline = tokio::time::Instant::now() + Duration::from_millis(FORWARD_WAIT_MS);
+        loop {
+            let notified = self.registrations.answered.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            match self.gate_up(id) {
+                Gate::Pass => return Ok(()),
+                Gate::Refused(why) => return Err(why),
+                Gate::Wait => {}
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return Err(format!(
+                    "the registration of bus id {id} with the upstream is not answered yet"
+                ));
+            }
+        }
+    }
+
+    /// A REGISTER frame came over the link to `peer`.
+    pub(crate) fn register_received(&self, peer: &Peer, op: RegisterOp) {
+        if let RegisterOp::Answer { version, refused } = op {
+            if self.upstream_id() == Some(peer.id) {
+                self.upward_answered(version, refused);
+            }
+            // An answer from anyone else answers nothing this node asked: ignored.
+            return;
+        }
+        let me = self.config.id;
+        let declared = peer.neighbor().serves;
+        let answer = if declared.is_none() || self.upstream_id() == Some(peer.id) {
+            let (RegisterOp::Add { version, .. } | RegisterOp::Remove { version, .. }) = op else {
+                unreachable!("answers returned above")
+            };
+            RegisterOp::Answer {
+                version,
+                refused: Some(format!(
+                    "bus id {} is not a downstream of bus id {me} (it declared no range in its HELLO)",
+                    peer.id
+                )),
+            }
+        } else {
+            let clash = match &op {
+                RegisterOp::Add { range, .. } => self.declared_overlap(*range, peer.id),
+                _ => None,
+            };
+            let (answer, changed) = self
+                .registrations
+                .change_below(|r| r.apply(me, peer.id, &op, clash));
+            if changed {
+                self.sync_upward();
+            }
+            answer
+        };
+        if let RegisterOp::Answer {
+            refused: Some(why), ..
+        } = &answer
+        {
+            bump(&self.counters.registrations_refused);
+            tracing::debug!(peer = %peer.id, %why, "registration refused");
+        }
+        peer.push_control(register_frame(&answer));
+    }
+
+    /// The HELLO range of a live downstream other than `except` that overlaps `range`.
+    fn declared_overlap(&self, range: IdRange, except: BusId) -> Option<(IdRange, BusId)> {
+        self.peers_snapshot().iter().find_map(|p| {
+            let r = p.neighbor().serves.filter(|_| p.id != except)?;
+            (r.0 <= range.1 && range.0 <= r.1).then_some((r, p.id))
+        })
+    }
+
+    fn upward_answered(&self, version: u64, refused: Option<String>) {
+        let now = self.clock_ms();
+        let answered = self
+            .registrations
+            .up()
+            .upward
+            .answered(version, refused, now);
+        if let Answered::Refused((lo, hi), why) = answered {
+            bump(&self.counters.registrations_refused_upstream);
+            tracing::warn!(%lo, %hi, %why, "the upstream refused a registration; frames in the name of those ids do not go up");
+        }
+        self.registrations.answered.notify_waiters();
+    }
+
+    /// Brings what this node asked of its upstream in line with what its downstreams stand
+    /// for now, and sends the REMOVEs whose earlier messages were acknowledged.
+    pub(crate) fn sync_upward(&self) {
+        let Some(up_id) = self.config.upstream.as_ref().and(self.upstream_id()) else {
+            return;
+        };
+        let Some(upstream) = self.peer(up_id) else {
+            return;
+        };
+        let own = self.own_range();
+        let below = self.registrations.below();
+        let mut wanted = Vec::new();
+        for p in self.peers_snapshot() {
+            if p.id == up_id {
+                continue;
+            }
+            let Some(declared) = p.neighbor().serves else {
+                continue;
+            };
+            for r in std::iter::once(declared).chain(below.ranges_of(p.id)) {
+                if !(own.0 <= r.0 && r.1 <= own.1) {
+                    wanted.push(r);
+                }
+            }
+        }
+        let (acked, queued) = upstream.sent_point();
+        let now = self.clock_ms();
+        let ops = {
+            let mut st = self.registrations.up();
+            let mut ops = st.upward.sync(wanted, queued, now);
+            ops.extend(st.upward.removals_due(acked));
+            ops
+        };
+        if upstream.lock().intro.capabilities & caps::REGISTER == 0 {
+            // An upstream that would close the link on a REGISTER: nothing is sent, and
+            // nothing goes up in a downstream's name.
+            return;
+        }
+        for op in &ops {
+            upstream.push_control(register_frame(op));
+        }
+    }
+
+    /// A link to the upstream came up: a new incarnation holds nothing of ours (ask it all
+    /// again); the same one missed at most the ops not answered yet (resent, in order).
+    pub(crate) fn upstream_came(&self, upstream: &Peer) {
+        let this = (upstream.id, upstream.incarnation());
+        let resend: Vec<RegisterOp> = {
+            let mut st = self.registrations.up();
+            if st.asked_of != Some(this) {
+                st.upward.reset();
+                st.asked_of = Some(this);
+            }
+            st.upward.unanswered().cloned().collect()
+        };
+        if upstream.lock().intro.capabilities & caps::REGISTER != 0 {
+            for op in &resend {
+                upstream.push_control(register_frame(op));
+            }
+        }
+        self.sync_upward();
+        self.registrations.answered.notify_waiters();
+    }
+
+    /// A downstream's link came up: its range is registered upward, and its link waits (at
+    /// most `REGISTER_WAIT_MS`) until the upstream answered, so that what it sends first
+    /// can go up.
+    pub(crate) async fn downstream_came(&self, peer: &Peer) {
+        let Some((lo, _)) = peer.neighbor().serves else {
+            return;
+        };
+        if self.upstream_id().is_none_or(|u| u == peer.id) {
+            return;
+        }
+        self.sync_upward();
+        let wait = async {
+            loop {
+                let notified = self.registrations.answered.notified();
+                tokio::pin!(notified);
+                notified.as_mut().enable();
+                if self.gate_up(lo) != Gate::Wait {
+                    return;
+                }
+                notified.await;
+            }
+        };
+        let _ = tokio::time::timeout(Duration::from_millis(REGISTER_WAIT_MS), wait).await;
+    }
+
+    /// A downstream was given up, or came back as another incarnation: what it registered
+    /// is forgotten, and taken back upstream.
+    pub(crate) fn downstream_gone(&self, id: BusId) {
+        self.registrations.forget(id);
+        self.sync_upward();
+    }
+
+    /// Whether the registrations have timed work (removals waiting for acknowledgements,
+    /// refused ranges to ask again): `sync_upward` on the tick then.
+    pub(crate) fn registrations_tick(&self) {
+        if self.registrations.up().upward.has_timed_work() {
+            self.sync_upward();
+        }
+    }
+}
