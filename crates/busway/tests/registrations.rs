@@ -200,3 +200,29 @@ async fn lying_registrations_are_answered_refused_and_keep_the_link() {
     assert_eq!(top.stats().registrations_refused, 2);
     assert_eq!(top.stats().protocol_errors, 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn registrations_pass_up_a_tree_three_relays_deep() {
+    let top = start(config(TOP).listen(listen_addr("tcp4"))).await;
+    let mid = below(MID, &top, |_| {}).await;
+    let low = below(300, &mid, |_| {}).await;
+    let mut mid_events = mid.take_events().unwrap();
+    let mut low_events = low.take_events().unwrap();
+    let deep = below(41, &low, |_| {}).await;
+    let high = below(5, &top, |_| {}).await;
+    let mut deep_inbox = deep.take_inbox().unwrap();
+    let mut high_inbox = high.take_inbox().unwrap();
+    let count = 5_000;
+    let up = send_all(&deep, 5, count);
+    let down = send_all(&high, 41, count);
+    expect_in_order(&mut high_inbox, BusId(41), 0..count, msg).await;
+    expect_in_order(&mut deep_inbox, BusId(5), 0..count, msg).await;
+    up.await.unwrap();
+    down.await.unwrap();
+    no_link_down(&mut mid_events, TOP);
+    no_link_down(&mut low_events, MID);
+    for n in [&top, &mid, &low] {
+        let s = n.stats();
+        assert_eq!((s.protocol_errors, s.registrations_refused), (0, 0));
+    }
+}
