@@ -25,9 +25,9 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 pub const REGISTERED_RANGES_PER_PEER_MAX: usize = 4096;
 /// Bytes of the reason an ANSWER carries at most (longer ones are cut).
 pub const REGISTER_REASON_BYTES_MAX: usize = 512;
-/// Ops the asker keeps sent and unanswered at most: past it, the upstream is not answering,
-/// and the oldest is forgotten (its range stays unanswered and is asked again at the next
-/// sync, see [`Upward::sync`]).
+/// Ops the asker keeps sent and unanswered at most, and removals waiting at most: past it,
+/// the upstream is not answering, and new asks and removals wait for a later sync (see
+/// [`Upward::sync`]).
 pub const REGISTER_UNANSWERED_MAX: usize = 2 * REGISTERED_RANGES_PER_PEER_MAX;
 
 const OP_ADD: u8 = 1;
@@ -178,6 +178,11 @@ impl Registry {
             .take_while(|(_, &(hi, _))| hi >= range.0)
             .map(|(&lo, &(hi, peer))| ((lo, hi), peer))
             .find(|&(r, peer)| peer != except && overlaps(r, range))
+    }
+
+    /// How many ranges `peer` holds registered.
+    pub fn ranges_held_by(&self, peer: BusId) -> usize {
+        self.per_peer.get(&peer).copied().unwrap_or(0)
     }
 
     /// Whether `peer` holds any registration.
@@ -344,16 +349,18 @@ pub const REGISTER_RETRY_MS: u64 = 5_000;
 
 /// The asker's side: the ranges it wants its upstream to hold for it, what it was answered,
 /// the ops still unanswered (resent, in order, on a new link to the same upstream), and the
-/// removals that wait for what was queued before them.
+/// removals that wait for what was queued before them. Every table here is bounded by
+/// [`REGISTER_UNANSWERED_MAX`]: past it, new asks and removals wait for a later sync.
 #[derive(Debug, Default)]
 pub struct Upward {
     next_version: u64,
     /// By range; ranges here are disjoint (each is a downstream's, checked on arrival).
     asked: BTreeMap<IdRange, Asked>,
     unanswered: VecDeque<RegisterOp>,
-    /// REMOVEs to send once the upstream acknowledged messages below the number given (what
-    /// was queued in the range's name before it was taken back).
-    removing: Vec<(IdRange, u64)>,
+    /// Ranges taken back whose REMOVE waits until the upstream acknowledged messages below
+    /// the number given (what was queued in the range's name before), with what was known
+    /// of them (restored if the range is wanted again meanwhile: nothing is sent then).
+    removing: Vec<(IdRange, u64, Asked)>,
 }
 
 /// What an ANSWER told the asker.
@@ -368,7 +375,12 @@ pub enum Answered {
 }
 
 impl Upward {
-    fn op(&mut self, add: bool, range: IdRange) -> RegisterOp {
+    /// A new op numbered next, kept until answered; `None` if [`REGISTER_UNANSWERED_MAX`]
+    /// ops wait for answers already (the upstream is not answering: ask later).
+    fn op(&mut self, add: bool, range: IdRange) -> Option<RegisterOp> {
+        if self.unanswered.len() >= REGISTER_UNANSWERED_MAX {
+            return None;
+        }
         self.next_version += 1;
         let version = self.next_version;
         let op = if add {
@@ -376,21 +388,16 @@ impl Upward {
         } else {
             RegisterOp::Remove { version, range }
         };
-        if self.unanswered.len() >= REGISTER_UNANSWERED_MAX {
-            if let Some(RegisterOp::Add { range, .. }) = self.unanswered.pop_front() {
-                // Asked again at the next sync.
-                self.asked.remove(&range);
-            }
-        }
         self.unanswered.push_back(op.clone());
-        op
+        Some(op)
     }
 
     /// Brings what was asked in line with `wanted` (the ranges the node serves through its
     /// downstreams that the upstream does not hold by the HELLO, disjoint): returns the ADDs
     /// to send now. A range no longer wanted stops passing the gate at once, and its REMOVE
     /// waits until the upstream acknowledged messages below `queued_seq` (see
-    /// [`Upward::removals_due`]).
+    /// [`Upward::removals_due`]); wanted again before that, it is as it was, and nothing is
+    /// sent.
     pub fn sync(
         &mut self,
         wanted: impl IntoIterator<Item = IdRange>,
@@ -405,31 +412,36 @@ impl Upward {
             .copied()
             .collect();
         for r in gone {
-            if let Some(a) = self.asked.remove(&r) {
-                if !matches!(a, Asked::Refused { .. }) {
-                    self.removing.push((r, queued_seq));
-                }
+            if matches!(self.asked.get(&r), Some(Asked::Refused { .. })) {
+                self.asked.remove(&r);
+            } else if self.removing.len() < REGISTER_UNANSWERED_MAX {
+                let was = self.asked.remove(&r).expect("listed above");
+                self.removing.push((r, queued_seq, was));
             }
+            // Else it stays as it is until a later sync finds room.
         }
         let mut ops = Vec::new();
         for r in wanted {
+            if let Some(i) = self.removing.iter().position(|&(x, _, _)| x == r) {
+                let (_, _, was) = self.removing.swap_remove(i);
+                self.asked.insert(r, was);
+                continue;
+            }
             let ask = match self.asked.get(&r) {
                 None => true,
                 Some(Asked::Refused { retry_at_ms, .. }) => now_ms >= *retry_at_ms,
                 Some(_) => false,
             };
-            if ask {
-                // A REMOVE of the same range still waiting goes first: ops apply in order.
-                if let Some(i) = self.removing.iter().position(|&(x, _)| x == r) {
-                    self.removing.remove(i);
-                    ops.push(self.op(false, r));
-                }
-                let op = self.op(true, r);
-                if let RegisterOp::Add { version, .. } = op {
-                    self.asked.insert(r, Asked::Pending(version));
-                }
-                ops.push(op);
+            if !ask {
+                continue;
             }
+            let Some(op) = self.op(true, r) else {
+                break;
+            };
+            if let RegisterOp::Add { version, .. } = op {
+                self.asked.insert(r, Asked::Pending(version));
+            }
+            ops.push(op);
         }
         ops
     }
@@ -437,20 +449,27 @@ impl Upward {
     /// The REMOVEs whose range's earlier messages the upstream acknowledged (`acked`: it has
     /// every message below this number).
     pub fn removals_due(&mut self, acked: u64) -> Vec<RegisterOp> {
-        let due: Vec<IdRange> = self
-            .removing
-            .iter()
-            .filter(|&&(_, after)| after <= acked)
-            .map(|&(r, _)| r)
-            .collect();
-        self.removing.retain(|&(_, after)| after > acked);
-        due.into_iter().map(|r| self.op(false, r)).collect()
+        let mut ops = Vec::new();
+        let mut i = 0;
+        while i < self.removing.len() {
+            let (r, after, _) = self.removing[i];
+            if after > acked {
+                i += 1;
+                continue;
+            }
+            let Some(op) = self.op(false, r) else {
+                break;
+            };
+            self.removing.swap_remove(i);
+            ops.push(op);
+        }
+        ops
     }
 
     /// The upstream answered op `version`.
     pub fn answered(&mut self, version: u64, refused: Option<String>, now_ms: u64) -> Answered {
-        // Answers come in the order of the ops: those before it were answered (their answers
-        // were lost with a link) or it is stale.
+        // Answers come in the order of the ops (they are sent in order, and answered in
+        // order): those before it were answered on a link that went down with the answer.
         let Some(i) = self
             .unanswered
             .iter()
@@ -466,8 +485,12 @@ impl Upward {
         let RegisterOp::Add { range, .. } = op else {
             return Answered::Nothing;
         };
-        if self.asked.get(&range) != Some(&Asked::Pending(version)) {
-            return Answered::Nothing;
+        // A range asked again on a new link (see `relink`) is held, not pending: a refusal
+        // now (the upstream forgot it, and another took it) stops it passing all the same.
+        match self.asked.get(&range) {
+            Some(Asked::Pending(v)) if *v == version => {}
+            Some(Asked::Held) => {}
+            _ => return Answered::Nothing,
         }
         match refused {
             None => {
@@ -487,9 +510,28 @@ impl Upward {
         }
     }
 
-    /// The ops to send again on a new link to the same upstream, in order.
-    pub fn unanswered(&self) -> impl Iterator<Item = &RegisterOp> {
-        self.unanswered.iter()
+    /// A new link to the same upstream incarnation: the ops to send on it first, in order:
+    /// those not answered yet, then an ADD of every range held (the upstream may have given
+    /// this node up meanwhile and forgotten them; an ADD of a range held is done again, and
+    /// sent ahead of anything else on the link, it is read first).
+    pub fn relink(&mut self) -> Vec<RegisterOp> {
+        let mut ops: Vec<RegisterOp> = self.unanswered.iter().cloned().collect();
+        let held: Vec<IdRange> = self
+            .asked
+            .iter()
+            .filter(|(_, a)| **a == Asked::Held)
+            .map(|(r, _)| *r)
+            .collect();
+        for r in held {
+            match self.op(true, r) {
+                Some(op) => ops.push(op),
+                // No room to ask it again now: it stops passing until asked (next sync).
+                None => {
+                    self.asked.remove(&r);
+                }
+            }
+        }
+        ops
     }
 
     /// The upstream is another incarnation (or another node): it holds nothing of ours.

@@ -25,8 +25,13 @@ use std::sync::{Arc, Mutex};
 /// A group's name (checked: 1 to `GROUP_NAME_BYTES_MAX` bytes of UTF-8).
 pub(crate) type GroupName = Arc<str>;
 
-/// Groups one peer may ask for; INTEREST past it is ignored and counted.
+/// Groups one peer may ask for, and a relay per node it stands for (see
+/// `Shared::interest_quota`); INTEREST past it is ignored and counted.
 pub(crate) const GROUPS_PER_PEER_MAX: usize = 4_096;
+/// Groups one link may ask for at most, whatever it stands for: a relay's quota grows with
+/// the nodes below it up to this (the memory a lying relay can make a node spend on interest
+/// is bounded by it, about 100 bytes a group).
+pub(crate) const GROUPS_PER_LINK_MAX: usize = 65_536;
 /// (publisher, group) pairs whose last publish a node remembers; past it, the oldest (first
 /// seen) are forgotten, in O(1), those of groups this node is not a member of first (a copy
 /// of one of their publishes by a second path may then be passed on twice), then a member's
@@ -423,8 +428,14 @@ impl GroupTable {
     }
 
     /// `from` asked for (`join`) or gave up `name`'s publishes: `Some(true)` if it newly
-    /// asked, `None` if ignored (the peer asked for `GROUPS_PER_PEER_MAX` groups already).
-    pub(crate) fn interest(&self, from: BusId, join: bool, name: &str) -> Option<bool> {
+    /// asked, `None` if ignored (the peer asked for `quota` groups already).
+    pub(crate) fn interest(
+        &self,
+        from: BusId,
+        join: bool,
+        name: &str,
+        quota: usize,
+    ) -> Option<bool> {
         let mut guard = self.lock();
         let st = &mut *guard;
         if !join {
@@ -450,7 +461,7 @@ impl GroupTable {
             return Some(false);
         }
         let asked = st.asked_by.entry(from).or_default();
-        if *asked >= GROUPS_PER_PEER_MAX {
+        if *asked >= quota {
             return None;
         }
         *asked += 1;
@@ -1068,9 +1079,12 @@ mod tests {
         let t = table();
         // 1: the upstream, 2: a downstream (tree links); 3: a connect link.
         let peers = [(BusId(1), true), (BusId(2), true), (BusId(3), false)];
-        assert_eq!(t.interest(BusId(2), true, "g"), Some(true));
         assert_eq!(
-            t.interest(BusId(2), true, "g"),
+            t.interest(BusId(2), true, "g", GROUPS_PER_PEER_MAX),
+            Some(true)
+        );
+        assert_eq!(
+            t.interest(BusId(2), true, "g", GROUPS_PER_PEER_MAX),
             Some(false),
             "asked already"
         );
@@ -1079,7 +1093,10 @@ mod tests {
             vec![(1, true, "g".into()), (3, true, "g".into())],
             "a downstream's interest goes up and to the connect peer, never back to it"
         );
-        assert_eq!(t.interest(BusId(3), true, "h"), Some(true));
+        assert_eq!(
+            t.interest(BusId(3), true, "h", GROUPS_PER_PEER_MAX),
+            Some(true)
+        );
         assert_eq!(
             apply(&t, &peers),
             vec![],
@@ -1092,7 +1109,10 @@ mod tests {
             (1, vec![BusId(3)]),
             "but it is served"
         );
-        assert_eq!(t.interest(BusId(2), false, "g"), Some(false));
+        assert_eq!(
+            t.interest(BusId(2), false, "g", GROUPS_PER_PEER_MAX),
+            Some(false)
+        );
         assert_eq!(
             apply(&t, &peers),
             vec![(1, false, "g".into()), (3, false, "g".into())]
@@ -1103,7 +1123,7 @@ mod tests {
     fn the_streams_seen_stay_within_their_bound_forgetting_the_oldest_passed_on_first() {
         let t = table();
         t.join("g").unwrap();
-        t.interest(BusId(5), true, "h");
+        t.interest(BusId(5), true, "h", GROUPS_PER_PEER_MAX);
         // One stream of "h" (passed on, not a member), then made-up publishers of "g".
         let mut h = head(7, 1, 1);
         h.name = "h";
@@ -1128,11 +1148,11 @@ mod tests {
         let t = table();
         let peers = [(BusId(1), true), (BusId(2), true)];
         for g in 0..100 {
-            t.interest(BusId(2), true, &format!("g{g}"));
+            t.interest(BusId(2), true, &format!("g{g}"), GROUPS_PER_PEER_MAX);
         }
         assert_eq!(apply(&t, &peers).len(), 100, "each goes up to 1");
         assert_eq!(t.lock().dirty.len(), 0);
-        t.interest(BusId(2), true, "new");
+        t.interest(BusId(2), true, "new", GROUPS_PER_PEER_MAX);
         let ads = t.adverts(&peers);
         assert_eq!(ads.len(), 1, "only the group that changed: {:?}", ads.len());
         // It did not fit 1's queue: looked at again, and told then.
@@ -1146,7 +1166,7 @@ mod tests {
         // The quota counts each peer's groups, a leave gives one back.
         t.peer_gone(BusId(3));
         assert_eq!(t.lock().asked_by.get(&BusId(2)), Some(&101));
-        t.interest(BusId(2), false, "new");
+        t.interest(BusId(2), false, "new", GROUPS_PER_PEER_MAX);
         assert_eq!(t.lock().asked_by.get(&BusId(2)), Some(&100));
     }
 
@@ -1154,7 +1174,7 @@ mod tests {
     fn copies_are_dropped_gaps_are_held_and_a_new_incarnation_starts_afresh() {
         let t = table();
         t.join("g").unwrap();
-        t.interest(BusId(5), true, "g");
+        t.interest(BusId(5), true, "g", GROUPS_PER_PEER_MAX);
         let first = got(&t, 1, &head(7, 1, 1)).unwrap();
         assert_eq!(
             first,
@@ -1203,7 +1223,7 @@ mod tests {
     fn marks_pass_each_node_once_and_reveal_a_lost_tail() {
         let t = table();
         t.join("g").unwrap();
-        t.interest(BusId(5), true, "g");
+        t.interest(BusId(5), true, "g", GROUPS_PER_PEER_MAX);
         got(&t, 1, &head(7, 1, 1)).unwrap();
         let m = got(&t, 1, &mark(7, 1, 3)).unwrap();
         assert_eq!(m.forward_to, vec![BusId(5)]);
@@ -1235,7 +1255,7 @@ mod tests {
     #[test]
     fn a_peer_a_publish_could_not_be_passed_on_to_is_owed_a_mark_until_paid() {
         let t = table();
-        t.interest(BusId(5), true, "g");
+        t.interest(BusId(5), true, "g", GROUPS_PER_PEER_MAX);
         got(&t, 1, &head(7, 1, 3)).unwrap();
         t.owe_mark(BusId(5), BusId(7), "g");
         got(&t, 1, &mark(7, 1, 4)).unwrap();
@@ -1273,7 +1293,7 @@ mod tests {
         let t = table();
         let lonely = got(&t, 1, &head(7, 1, 1)).unwrap();
         assert!(lonely.unwanted);
-        t.interest(BusId(5), true, "g");
+        t.interest(BusId(5), true, "g", GROUPS_PER_PEER_MAX);
         let passed = got(&t, 1, &head(7, 1, 2)).unwrap();
         assert_eq!(
             (passed.forward_to, passed.offer, passed.unwanted),
@@ -1308,7 +1328,7 @@ mod tests {
         );
         assert_eq!(t.repair("other", 1, 1, (2, 3)).lost, Some((2, u64::MAX)));
         assert_eq!(t.tail_marks(5 + GROUP_TAIL_MARK_MS - 1), vec![]);
-        t.interest(BusId(4), true, "g");
+        t.interest(BusId(4), true, "g", GROUPS_PER_PEER_MAX);
         assert_eq!(
             t.tail_marks(5 + GROUP_TAIL_MARK_MS),
             vec![("g".into(), 5, vec![BusId(4)])]
@@ -1320,17 +1340,26 @@ mod tests {
     fn a_peer_gone_is_forgotten_and_a_peer_cannot_ask_without_bound() {
         let t = table();
         for i in 0..GROUPS_PER_PEER_MAX {
-            assert_eq!(t.interest(BusId(4), true, &format!("g{i}")), Some(true));
+            assert_eq!(
+                t.interest(BusId(4), true, &format!("g{i}"), GROUPS_PER_PEER_MAX),
+                Some(true)
+            );
         }
-        assert_eq!(t.interest(BusId(4), true, "one-more"), None);
         assert_eq!(
-            t.interest(BusId(4), true, "g0"),
+            t.interest(BusId(4), true, "one-more", GROUPS_PER_PEER_MAX),
+            None
+        );
+        assert_eq!(
+            t.interest(BusId(4), true, "g0", GROUPS_PER_PEER_MAX),
             Some(false),
             "asking again is no new group"
         );
         t.peer_gone(BusId(4));
         let published = t.publish("g0", &Bytes::new(), 0);
         assert_eq!((published.number, published.to), (1, vec![]));
-        assert_eq!(t.interest(BusId(4), true, "one-more"), Some(true));
+        assert_eq!(
+            t.interest(BusId(4), true, "one-more", GROUPS_PER_PEER_MAX),
+            Some(true)
+        );
     }
 }

@@ -536,7 +536,8 @@ impl Shared {
                         if !i.join {
                             self.group_logs.forget(i.name, from);
                         }
-                        match self.groups.interest(from, i.join, i.name) {
+                        let quota = self.interest_quota(from);
+                        match self.groups.interest(from, i.join, i.name, quota) {
                             None => bump(&self.counters.group_interest_refused),
                             Some(new) => {
                                 interest_changed = true;
@@ -587,7 +588,16 @@ impl Shared {
         &self,
     ) -> Option<(Arc<crate::peer::Peer>, usize, Option<u64>)> {
         let now_ms = self.coarse_ms.load(std::sync::atomic::Ordering::Relaxed);
+        let upstream = self.upstream_id();
         let pushed = self.groups.waiting.push(now_ms, |id, body| {
+            // A forward that waited may no longer go up: its publisher's range was taken back
+            // meanwhile (see `forward_publish`).
+            if Some(id) == upstream
+                && decode_publish(body).is_ok_and(|h| !self.may_pass_to(id, h.publisher))
+            {
+                bump(&self.counters.group_forwards_dropped);
+                return Push::Gone;
+            }
             match self
                 .peer(id)
                 .map(|p| p.push_framed(FrameKind::Publish, &[], body))
@@ -709,8 +719,7 @@ impl Shared {
         // the name of a publisher the upstream does not hold registered for us (a publisher
         // whose registration was refused, or is on its way: see `registrations`).
         if peer.frame_body_max().is_some_and(|m| body.len() > m)
-            || (self.upstream_id() == Some(id)
-                && self.gate_up(head.publisher) != busway_core::registry::Gate::Pass)
+            || !self.may_pass_to(id, head.publisher)
         {
             bump(&self.counters.group_forwards_dropped);
             return;
@@ -762,6 +771,26 @@ impl Shared {
         } else {
             GROUP_SLOW_MEMBER_WAIT_MS
         }
+    }
+
+    /// How many groups the peer `from` may ask for: `GROUPS_PER_PEER_MAX` for each node it
+    /// stands for (itself, the ids of its HELLO range, each range it registered since), up to
+    /// `GROUPS_PER_LINK_MAX`; the upstream, which asks for the rest of the bus, that much.
+    /// So one downstream below a relay that asks for its whole quota leaves the relay room to
+    /// ask for what its other downstreams want (issue #26, item 4).
+    fn interest_quota(&self, from: BusId) -> usize {
+        use crate::group_table::{GROUPS_PER_LINK_MAX, GROUPS_PER_PEER_MAX};
+        if self.upstream_id() == Some(from) {
+            return GROUPS_PER_LINK_MAX;
+        }
+        let declared = self
+            .peer(from)
+            .and_then(|p| p.neighbor().serves)
+            .map_or(1, |(lo, hi)| hi.0.saturating_sub(lo.0).saturating_add(1));
+        let registered = self.registrations.below().ranges_held_by(from) as u64;
+        let nodes = declared.saturating_add(registered);
+        let quota = nodes.saturating_mul(GROUPS_PER_PEER_MAX as u64);
+        quota.min(GROUPS_PER_LINK_MAX as u64) as usize
     }
 
     /// Whether `peer` passes groups on to others: this node's upstream, or a downstream that
@@ -958,6 +987,11 @@ impl Shared {
             self.groups
                 .marks_for(group, self.config.id, self.incarnation)
         {
+            // Never a mark up in a name the upstream does not hold for us (a publisher above
+            // is the upstream's own business): it would close the link.
+            if !self.may_pass_to(peer, publisher) {
+                continue;
+            }
             // A mark that does not fit is sent on a later tick.
             if !push_mark(&p, &encode_mark(publisher, incarnation, number, group)) {
                 self.groups.owe_mark(peer, publisher, group);
@@ -1039,7 +1073,10 @@ impl Shared {
                 continue;
             }
             let body = encode_mark(publisher, incarnation, number, &group);
-            if self.peer(peer).is_none_or(|p| push_mark(&p, &body)) {
+            // Paid without a word where it may not go (see `send_marks`).
+            if !self.may_pass_to(peer, publisher)
+                || self.peer(peer).is_none_or(|p| push_mark(&p, &body))
+            {
                 self.groups.mark_paid(peer, publisher, &group);
             }
         }

@@ -297,9 +297,7 @@ impl Shared {
         for (peer, list) in split {
             // Up there a multicast in the name of a source the upstream does not hold
             // registered for us would close our link (see `registrations`).
-            if Some(peer.id) == upstream
-                && self.gate_up(head.source) != busway_core::registry::Gate::Pass
-            {
+            if Some(peer.id) == upstream && !self.may_pass_to(peer.id, head.source) {
                 self.counters
                     .multicast_forwards_dropped
                     .fetch_add(list.len() as u64, std::sync::atomic::Ordering::Relaxed);

@@ -66,6 +66,16 @@ impl PeerTable {
         self.changed.notify_waiters();
     }
 
+    /// Runs `f` on what routing knows of every neighbor, under the table's lock: a REGISTER
+    /// is checked and applied within it, as a HELLO's range is checked within `attach`'s,
+    /// so the two cannot both take the same ids. (Lock order: this table, then the
+    /// registrations.)
+    pub(crate) fn with_neighbors<T>(&self, f: impl FnOnce(&[Neighbor]) -> T) -> T {
+        let peers = self.peers.read().unwrap_or_else(|p| p.into_inner());
+        let neighbors: Vec<Neighbor> = peers.values().map(|p| p.neighbor()).collect();
+        f(&neighbors)
+    }
+
     /// Forgets the peers dead (down past their deadline, nothing held) for `idle_ms` or more;
     /// returns how many. Looked for under the read lock (sends go on meanwhile), removed under
     /// the write lock, which an attaching link takes too, after a second look.
@@ -102,13 +112,14 @@ impl PeerTable {
         id: BusId,
         incarnation: u64,
         registers: Option<(BusId, BusId)>,
-        registry: &busway_core::registry::Registry,
+        registry: impl FnOnce() -> Arc<busway_core::registry::Registry>,
         make: impl FnOnce() -> Peer,
     ) -> Result<Attached, String> {
         let mut peers = self.peers.write().unwrap_or_else(|p| p.into_inner());
         if let Some(range) = registers {
             let others: Vec<Neighbor> = peers.values().map(|p| p.neighbor()).collect();
-            busway_core::relay::check_registration(me, id, range, &others, registry)?;
+            // Looked at under the lock (see `with_neighbors`).
+            busway_core::relay::check_registration(me, id, range, &others, &registry())?;
         }
         match peers.get(&id) {
             Some(old) if old.incarnation() == incarnation => Ok(Attached {

@@ -23,6 +23,8 @@ pub(crate) struct UpState {
     pub(crate) upward: Upward,
     /// The upstream (id and incarnation) `upward` was asked of.
     pub(crate) asked_of: Option<(BusId, u64)>,
+    /// The upstream answers REGISTER (`caps::REGISTER`).
+    pub(crate) upstream_registers: bool,
 }
 
 impl Registrations {

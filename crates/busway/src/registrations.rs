@@ -19,6 +19,41 @@ use busway_core::registry::{Answered, Gate, IdRange, RegisterOp};
 use busway_core::BusId;
 use std::time::Duration;
 
+/// Why downstream `asker` (its HELLO range `own`) may not ADD `op`'s range here, as far as
+/// the neighbors go (see `Registry::add` for the rest): it overlaps its own HELLO range or
+/// another live neighbor's, or holds this node's upstream (which no downstream serves).
+/// (Like a HELLO range, it may hold the id of a plain neighbor: a member below a relay may
+/// also have a direct link here, dialed on a hint.)
+fn clash(
+    op: &RegisterOp,
+    own: IdRange,
+    asker: BusId,
+    neighbors: &[busway_core::relay::Neighbor],
+    upstream: Option<BusId>,
+) -> Option<String> {
+    let RegisterOp::Add { range, .. } = *op else {
+        return None;
+    };
+    let overlaps = |r: IdRange| r.0 <= range.1 && range.0 <= r.1;
+    let what = format!("bus id {asker} registers bus ids {}..={}", range.0, range.1);
+    if overlaps(own) {
+        return Some(format!(
+            "{what}, which overlaps its own HELLO range {}..={}",
+            own.0, own.1
+        ));
+    }
+    if let Some(up) = upstream.filter(|&up| overlaps((up, up))) {
+        return Some(format!("{what}, which holds this node's upstream {up}"));
+    }
+    neighbors.iter().filter(|n| n.id != asker).find_map(|n| {
+        let r = n.serves.filter(|&r| overlaps(r))?;
+        Some(format!(
+            "{what}, which overlaps bus ids {}..={} bus id {} declared",
+            r.0, r.1, n.id
+        ))
+    })
+}
+
 fn register_frame(op: &RegisterOp) -> bytes::Bytes {
     frame_bytes(FrameKind::Register, &op.encode())
 }
@@ -37,7 +72,20 @@ impl Shared {
         if id == self.config.id || (lo <= id && id <= hi) {
             return Gate::Pass;
         }
-        self.registrations.up().upward.gate(id)
+        let st = self.registrations.up();
+        if !st.upstream_registers {
+            return Gate::Refused(
+                "the upstream takes no registrations (an older busway): only this node's own ids go up"
+                    .into(),
+            );
+        }
+        st.upward.gate(id)
+    }
+
+    /// Whether a frame of `speaker` (a publisher, a multicast source) may go to the peer
+    /// `to`: anywhere but up, and up only once the upstream holds its range for us.
+    pub(crate) fn may_pass_to(&self, to: BusId, speaker: BusId) -> bool {
+        self.upstream_id() != Some(to) || self.gate_up(speaker) == Gate::Pass
     }
 
     /// Like [`Shared::gate_up`], waiting up to `FORWARD_WAIT_MS` (a relay's wait for room)
@@ -72,29 +120,43 @@ impl Shared {
         }
         let me = self.config.id;
         let declared = peer.neighbor().serves;
-        let answer = if declared.is_none() || self.upstream_id() == Some(peer.id) {
-            let (RegisterOp::Add { version, .. } | RegisterOp::Remove { version, .. }) = op else {
-                unreachable!("answers returned above")
-            };
-            RegisterOp::Answer {
-                version,
-                refused: Some(format!(
-                    "bus id {} is not a downstream of bus id {me} (it declared no range in its HELLO)",
-                    peer.id
-                )),
+        let upstream = self.upstream_id();
+        let (RegisterOp::Add { version, .. } | RegisterOp::Remove { version, .. }) = op else {
+            unreachable!("answers returned above")
+        };
+        let refuse = |why: String| RegisterOp::Answer {
+            version,
+            refused: Some(why),
+        };
+        let answer = match declared {
+            _ if upstream == Some(peer.id) => refuse(format!(
+                "bus id {} is the upstream of bus id {me}, not a downstream",
+                peer.id
+            )),
+            None => refuse(format!(
+                "bus id {} is not a downstream of bus id {me} (it declared no range in its HELLO)",
+                peer.id
+            )),
+            Some(own) => {
+                // Checked and applied under the peer table's lock, which a HELLO's range is
+                // checked under too: the two cannot both take the same ids.
+                let (answer, changed) = self.peers.with_neighbors(|neighbors| {
+                    let clash = match op {
+                        RegisterOp::Add { .. } => clash(&op, own, peer.id, neighbors, upstream),
+                        _ => None,
+                    };
+                    match clash {
+                        Some(why) => (refuse(why), false),
+                        None => self
+                            .registrations
+                            .change_below(|r| r.apply(me, peer.id, &op, None)),
+                    }
+                });
+                if changed {
+                    self.sync_upward();
+                }
+                answer
             }
-        } else {
-            let clash = match &op {
-                RegisterOp::Add { range, .. } => self.declared_overlap(*range, peer.id),
-                _ => None,
-            };
-            let (answer, changed) = self
-                .registrations
-                .change_below(|r| r.apply(me, peer.id, &op, clash));
-            if changed {
-                self.sync_upward();
-            }
-            answer
         };
         if let RegisterOp::Answer {
             refused: Some(why), ..
@@ -104,14 +166,6 @@ impl Shared {
             tracing::debug!(peer = %peer.id, %why, "registration refused");
         }
         peer.push_control(register_frame(&answer));
-    }
-
-    /// The HELLO range of a live downstream other than `except` that overlaps `range`.
-    fn declared_overlap(&self, range: IdRange, except: BusId) -> Option<(IdRange, BusId)> {
-        self.peers_snapshot().iter().find_map(|p| {
-            let r = p.neighbor().serves.filter(|_| p.id != except)?;
-            (r.0 <= range.1 && range.0 <= r.1).then_some((r, p.id))
-        })
     }
 
     fn upward_answered(&self, version: u64, refused: Option<String>) {
@@ -153,43 +207,54 @@ impl Shared {
                 }
             }
         }
+        drop(below);
         let (acked, queued) = upstream.sent_point();
         let now = self.clock_ms();
-        let ops = {
-            let mut st = self.registrations.up();
-            let mut ops = st.upward.sync(wanted, queued, now);
-            ops.extend(st.upward.removals_due(acked));
-            ops
-        };
-        if upstream.lock().intro.capabilities & caps::REGISTER == 0 {
-            // An upstream that would close the link on a REGISTER: nothing is sent, and
-            // nothing goes up in a downstream's name.
+        let mut st = self.registrations.up();
+        if !st.upstream_registers {
+            // An upstream that would close the link on a REGISTER: nothing is asked, and
+            // nothing goes up in a downstream's name (`gate_up`).
             return;
         }
+        let mut ops = st.upward.sync(wanted, queued, now);
+        ops.extend(st.upward.removals_due(acked));
+        // Queued under the lock: ops reach the link in the order they are numbered in (the
+        // upstream answers in that order, and applies them in it).
         for op in &ops {
             upstream.push_control(register_frame(op));
         }
     }
 
-    /// A link to the upstream came up: a new incarnation holds nothing of ours (ask it all
-    /// again); the same one missed at most the ops not answered yet (resent, in order).
+    /// A link to the upstream came up, before anything is written on it: a new incarnation
+    /// holds nothing of ours (ask it all again); the same one gets first the ops not
+    /// answered yet and an ADD of every range held (it may have given this node up and
+    /// forgotten them meanwhile), ahead of anything else on the link.
     pub(crate) fn upstream_came(&self, upstream: &Peer) {
         let this = (upstream.id, upstream.incarnation());
-        let resend: Vec<RegisterOp> = {
+        let registers = upstream.lock().intro.capabilities & caps::REGISTER != 0;
+        {
             let mut st = self.registrations.up();
+            st.upstream_registers = registers;
             if st.asked_of != Some(this) {
                 st.upward.reset();
                 st.asked_of = Some(this);
             }
-            st.upward.unanswered().cloned().collect()
-        };
-        if upstream.lock().intro.capabilities & caps::REGISTER != 0 {
-            for op in &resend {
-                upstream.push_control(register_frame(op));
+            if registers {
+                for op in &st.upward.relink() {
+                    upstream.push_control(register_frame(op));
+                }
             }
         }
         self.sync_upward();
         self.registrations.answered.notify_waiters();
+    }
+
+    /// The upstream came back as another incarnation: nothing goes up in a downstream's name
+    /// until the new one answered (from before its link is attached, see `attach_peer`).
+    pub(crate) fn upstream_replaced(&self) {
+        let mut st = self.registrations.up();
+        st.upward.reset();
+        st.asked_of = None;
     }
 
     /// A downstream's link came up: its range is registered upward, and its link waits (at

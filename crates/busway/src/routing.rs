@@ -304,17 +304,22 @@ impl Shared {
         let me = self.config.id;
         let peers = self.peers_snapshot();
         let neighbors: Vec<Neighbor> = peers.iter().map(|p| p.neighbor()).collect();
-        let registry = self.registrations.below();
         let upstream = self.upstream_id();
-        let view = relay::RelayView {
-            me,
-            neighbors: &neighbors,
-            upstream,
-            uptime_ms: self.clock_ms(),
-            grace_ms: self.config.relay_grace_ms,
-            registry: &registry,
+        // The registry snapshot goes before any wait: held, it would make each change of
+        // registrations copy the registry.
+        let decided = {
+            let registry = self.registrations.below();
+            let view = relay::RelayView {
+                me,
+                neighbors: &neighbors,
+                upstream,
+                uptime_ms: self.clock_ms(),
+                grace_ms: self.config.relay_grace_ms,
+                registry: &registry,
+            };
+            relay::forward(&mut header, from, &view)
         };
-        let hop = match relay::forward(&mut header, from, &view) {
+        let hop = match decided {
             Ok(id) => peers.into_iter().find(|p| p.id == id),
             Err(refusal) => {
                 if refusal.report {

@@ -264,11 +264,14 @@ impl Shared {
             id,
             est.peer.incarnation,
             registers,
-            &self.registrations.below(),
+            || self.registrations.below(),
             make,
         )?;
         if let Some(old) = replaced {
             self.registrations.forget(id);
+            if self.upstream_id() == Some(id) {
+                self.upstream_replaced();
+            }
             let seqs = old.fail_all();
             self.give_up_on_peer(
                 id,

@@ -226,3 +226,108 @@ async fn registrations_pass_up_a_tree_three_relays_deep() {
         assert_eq!((s.protocol_errors, s.registrations_refused), (0, 0));
     }
 }
+
+/// Issue #26, item 4: a relay's quota of groups at its upstream grows with the nodes below
+/// it, so one downstream that asks for its whole quota leaves room for the others. (Before,
+/// the quota was 4,096 per link: the greedy downstream used up the relay's at its upstream,
+/// and an honest member below the same relay got none of its group's publishes.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_downstream_that_fills_its_group_quota_leaves_room_for_the_others() {
+    use busway_core::frame::{frame_bytes, FrameKind};
+    use busway_core::group::encode_interest;
+    use tokio::io::AsyncWriteExt;
+    const GROUPS: usize = 4_096;
+    let top = start(config(TOP).listen(listen_addr("tcp4"))).await;
+    let mid = below(MID, &top, |_| {}).await;
+    let publisher = below(5, &top, |_| {}).await;
+    let busway::Addr::Tcp(mid_sock) = mid.listen_addrs()[0] else {
+        unreachable!()
+    };
+    let mut greedy = authenticated_as(mid_sock, 40, None, |h| {
+        h.downstream_of_you = Some((BusId(40), BusId(40)))
+    })
+    .await;
+    let joins: Vec<u8> = (0..GROUPS + 100)
+        .flat_map(|g| {
+            frame_bytes(
+                FrameKind::Interest,
+                &encode_interest(true, &format!("h{g}")),
+            )
+        })
+        .collect();
+    greedy.write_all(&joins).await.unwrap();
+    until(
+        "the greedy downstream's whole quota reached the top",
+        || top.group_links(&format!("h{}", GROUPS - 1)) == [BusId(MID)],
+    )
+    .await;
+    let member = below(31, &mid, |_| {}).await;
+    let mut inbox = member.take_inbox().unwrap();
+    member.join("news").unwrap();
+    until("the member's interest reached the publisher", || {
+        !publisher.group_links("news").is_empty()
+    })
+    .await;
+    for i in 0..1_000u64 {
+        publisher.publish("news", msg(i).into()).await.unwrap();
+    }
+    let mut got = 0u64;
+    tokio::time::timeout(WAIT, async {
+        while got < 1_000 {
+            let b = inbox.recv_batch().await.unwrap();
+            for m in b.iter() {
+                assert_eq!(&m[..8], &got.to_le_bytes());
+                got += 1;
+            }
+        }
+    })
+    .await
+    .expect("every publish reached the honest member");
+    assert_eq!(top.stats().group_interest_refused, 0);
+    assert!(
+        mid.stats().group_interest_refused >= 100,
+        "the greedy one's excess"
+    );
+    drop(greedy);
+}
+
+/// An upstream that gave a relay up (its link stayed down past the upstream's deadline)
+/// forgot what the relay registered; the relay comes back as the same incarnation and asks
+/// for it all again before anything else on the new link, so a member below it still gets
+/// through, and no link closes over a frame in its name. (`peer_dead_after_ms` and the
+/// relay's redial backoff are set to make the upstream give the relay up between the cut and
+/// the redial, and the members take no direct link, to keep their traffic on the relays.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_given_up_by_its_upstream_registers_again_when_it_comes_back() {
+    let mut c = config(TOP).listen(listen_addr("tcp4"));
+    c.peer_dead_after_ms = 10;
+    let top = start(c).await;
+    let mid = below(MID, &top, |c| c.dial_backoff_min_ms = 2_000).await;
+    let mut mid_events = mid.take_events().unwrap();
+    // No direct link between the two members: their traffic stays on the relays.
+    let deep = below(31, &mid, |c| c.direct_links = false).await;
+    let high = below(5, &top, |c| c.direct_links = false).await;
+    let mut inbox = high.take_inbox().unwrap();
+    let first = send_all(&deep, 5, 1_000);
+    expect_in_order(&mut inbox, BusId(31), 0..1_000, msg).await;
+    first.await.unwrap();
+    assert!(top.disconnect(BusId(MID)));
+    wait_event(&mut mid_events, |e| {
+        matches!(e, Event::PeerDown { peer, .. } if peer.0 == TOP).then_some(())
+    })
+    .await;
+    wait_event(&mut mid_events, |e| {
+        matches!(e, Event::PeerUp { peer, .. } if peer.0 == TOP).then_some(())
+    })
+    .await;
+    let deep2 = deep.clone();
+    let second = tokio::spawn(async move {
+        for i in 1_000..2_000 {
+            deep2.send(BusId(5), msg(i).into()).await.unwrap();
+        }
+    });
+    expect_in_order(&mut inbox, BusId(31), 1_000..2_000, msg).await;
+    second.await.unwrap();
+    no_link_down(&mut mid_events, TOP);
+    assert_eq!(top.stats().protocol_errors, 0);
+}

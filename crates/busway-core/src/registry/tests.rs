@@ -110,7 +110,7 @@ fn the_gate_opens_on_the_answer_and_closes_before_the_remove_goes() {
 fn a_refused_range_is_asked_again_after_its_wait_and_unanswered_ops_are_resent_in_order() {
     let mut up = Upward::default();
     let ops = up.sync([r(1, 1), r(2, 2)], 0, 0);
-    assert_eq!(up.unanswered().cloned().collect::<Vec<_>>(), ops);
+    assert_eq!(up.relink(), ops, "unanswered ops are sent again in order");
     let v1 = match ops[0] {
         RegisterOp::Add { version, .. } => version,
         _ => panic!(),
@@ -123,19 +123,19 @@ fn a_refused_range_is_asked_again_after_its_wait_and_unanswered_ops_are_resent_i
         panic!()
     };
     assert!(why.contains("taken"), "{why}");
-    assert_eq!(up.unanswered().count(), 1, "the second still waits");
+    assert_eq!(up.relink().len(), 1, "the second still waits");
     assert!(up.sync([r(1, 1), r(2, 2)], 0, 200).is_empty());
     let again = up.sync([r(1, 1), r(2, 2)], 0, 100 + REGISTER_RETRY_MS);
     assert!(matches!(again[..], [RegisterOp::Add { range, .. }] if range == r(1, 1)));
     // A stale answer (its op was answered already) changes nothing.
     assert_eq!(up.answered(v1, None, 0), Answered::Nothing);
     up.reset();
-    assert_eq!(up.unanswered().count(), 0);
+    assert!(up.relink().is_empty());
     assert_eq!(up.counts(), (0, 0, 0));
 }
 
 #[test]
-fn a_range_taken_back_and_wanted_again_removes_before_it_adds() {
+fn a_range_taken_back_and_wanted_again_before_its_remove_went_is_as_it_was() {
     let mut up = Upward::default();
     let ops = up.sync([r(3, 3)], 0, 0);
     let RegisterOp::Add { version, .. } = ops[0] else {
@@ -143,12 +143,55 @@ fn a_range_taken_back_and_wanted_again_removes_before_it_adds() {
     };
     up.answered(version, None, 0);
     assert!(up.sync([], 5, 0).is_empty());
-    let ops = up.sync([r(3, 3)], 5, 0);
+    assert!(matches!(up.gate(BusId(3)), Gate::Refused(_)));
+    assert!(up.sync([r(3, 3)], 5, 0).is_empty(), "nothing to send");
+    assert_eq!(up.gate(BusId(3)), Gate::Pass);
+    assert!(up.removals_due(u64::MAX).is_empty(), "no REMOVE any more");
+}
+
+#[test]
+fn a_new_link_asks_again_for_what_is_held_and_a_refusal_then_stops_it() {
+    let mut up = Upward::default();
+    let ops = up.sync([r(3, 3), r(4, 4)], 0, 0);
+    for op in &ops {
+        if let RegisterOp::Add { version, .. } = op {
+            up.answered(*version, None, 0);
+        }
+    }
+    let again = up.relink();
+    assert_eq!(again.len(), 2, "every held range is asked again");
+    assert_eq!(up.gate(BusId(3)), Gate::Pass, "still held meanwhile");
+    let RegisterOp::Add { version, .. } = again[0] else {
+        panic!()
+    };
+    // The upstream had forgotten it, and another took it meanwhile.
     assert!(matches!(
-        ops[..],
-        [RegisterOp::Remove { .. }, RegisterOp::Add { .. }]
+        up.answered(version, Some("taken".into()), 0),
+        Answered::Refused(..)
     ));
-    assert!(up.removals_due(u64::MAX).is_empty(), "sent already");
+    assert!(matches!(up.gate(BusId(3)), Gate::Refused(_)));
+    assert_eq!(up.gate(BusId(4)), Gate::Pass);
+}
+
+#[test]
+fn ops_sent_and_unanswered_are_bounded() {
+    let mut up = Upward::default();
+    let many: Vec<IdRange> = (0..REGISTER_UNANSWERED_MAX as u64 + 10)
+        .map(|i| r(i, i))
+        .collect();
+    let ops = up.sync(many.iter().copied(), 0, 0);
+    assert_eq!(ops.len(), REGISTER_UNANSWERED_MAX);
+    assert!(up.sync(many.iter().copied(), 0, 0).is_empty(), "no room");
+    let RegisterOp::Add { version, .. } = ops[0] else {
+        panic!()
+    };
+    up.answered(version, None, 0);
+    assert_eq!(up.sync(many.iter().copied(), 0, 0).len(), 1, "room for one");
+    assert_eq!(
+        up.relink().len(),
+        REGISTER_UNANSWERED_MAX,
+        "the held one has no room"
+    );
 }
 
 #[test]
