@@ -104,12 +104,37 @@ impl Stream {
         self.known >= self.next
     }
 
-    /// Publish `number` arrived (its payload made by `payload` only if it must wait).
+    /// Publish `number` arrived from its publisher (its payload made by `payload` only if it
+    /// must wait). One that is next narrows a gap behind it but does not restart the gap's
+    /// wait: only a repair does (see [`Stream::offer_copy`]), so a source that sends the
+    /// numbers it left out one at a time, itself, cannot keep its gap open past
+    /// `GROUP_REPAIR_WAIT_MS`.
     pub(crate) fn offer(
         &mut self,
         number: u64,
         now_ms: u64,
         payload: impl FnOnce() -> Bytes,
+    ) -> Offer {
+        self.take(number, now_ms, payload, false)
+    }
+
+    /// A repair's copy of publish `number` arrived: as [`Stream::offer`], and one that is
+    /// next restarts the wait of the gap it narrows (a long repair goes on while it moves).
+    pub(crate) fn offer_copy(
+        &mut self,
+        number: u64,
+        now_ms: u64,
+        payload: impl FnOnce() -> Bytes,
+    ) -> Offer {
+        self.take(number, now_ms, payload, true)
+    }
+
+    fn take(
+        &mut self,
+        number: u64,
+        now_ms: u64,
+        payload: impl FnOnce() -> Bytes,
+        copy: bool,
     ) -> Offer {
         if number < self.next || self.held.contains_key(&number) {
             return Offer::Stale;
@@ -118,7 +143,11 @@ impl Stream {
         if number == self.next {
             self.next += 1;
             let then = self.drain();
-            self.progressed(now_ms);
+            if copy {
+                self.progressed(now_ms);
+            } else {
+                self.moved_on();
+            }
             return Offer::Deliver { then };
         }
         self.gap_since_ms.get_or_insert(now_ms);
@@ -147,7 +176,8 @@ impl Stream {
         }
         self.next += count;
         self.known = self.known.max(self.next - 1);
-        self.progressed(now_ms);
+        let _ = now_ms;
+        self.moved_on();
         true
     }
 
@@ -263,6 +293,14 @@ impl Stream {
         out
     }
 
+    /// Publishes from the publisher moved the stream on: a gap closed is forgotten; one still
+    /// open keeps its time (see [`Stream::offer`]).
+    fn moved_on(&mut self) {
+        if !self.has_gap() {
+            self.gap_since_ms = None;
+        }
+    }
+
     /// The stream moved on: a gap left, and the ask under way, are timed from now.
     fn progressed(&mut self, now_ms: u64) {
         self.gap_since_ms = self.has_gap().then_some(now_ms);
@@ -275,6 +313,30 @@ impl Stream {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue #26, item 4: a source that leaves a number out and then sends what it left out
+    /// one at a time, itself, narrows its gap without restarting its wait: the member gives
+    /// it up `GROUP_REPAIR_WAIT_MS` after it opened. A repair's copy does restart it.
+    #[test]
+    fn a_gap_its_own_source_narrows_is_given_up_after_the_wait_and_a_repair_restarts_it() {
+        let b = || Bytes::from_static(b"x");
+        let mut s = Stream::starting_at(1, 1);
+        assert!(matches!(s.offer(1, 0, b), Offer::Deliver { .. }));
+        assert_eq!(s.offer(5, 0, b), Offer::Held);
+        for (n, at) in [(2, 2_000), (3, 4_000)] {
+            assert!(matches!(s.offer(n, at, b), Offer::Deliver { .. }));
+        }
+        assert!(s.overdue(GROUP_REPAIR_WAIT_MS - 1).is_none());
+        let (skipped, why) = s.overdue(GROUP_REPAIR_WAIT_MS).expect("given up");
+        assert_eq!(skipped.missed, 1, "{why}");
+        let mut r = Stream::starting_at(1, 1);
+        assert_eq!(r.offer(5, 0, b), Offer::Held);
+        assert!(matches!(r.offer_copy(1, 4_000, b), Offer::Deliver { .. }));
+        assert!(
+            r.overdue(GROUP_REPAIR_WAIT_MS).is_none(),
+            "the repair moves"
+        );
+    }
 
     fn p(n: u8) -> Bytes {
         Bytes::from(vec![n])
@@ -337,23 +399,23 @@ mod tests {
         s.offer(8, 0, || p(8));
         assert_eq!(s.ask(0), Some((2, 4)));
         // A copy comes: progress, so the stall is timed from it.
-        s.offer(2, 600, || p(2));
+        s.offer_copy(2, 600, || p(2));
         assert_eq!(s.ask(600 + GROUP_REASK_MS - 1), None);
         assert_eq!(
             s.ask(600 + GROUP_REASK_MS),
             Some((3, 4)),
             "stalled: the rest of the gap is asked again"
         );
-        s.offer(3, 2_000, || p(3));
+        s.offer_copy(3, 2_000, || p(3));
         assert_eq!(
             s.ask(2_000),
             Some((5, 8)),
             "filled: the next gap is asked at once"
         );
         s.mark(9, 2_000);
-        s.offer(5, 2_000, || p(5));
-        s.offer(6, 2_000, || p(6));
-        s.offer(7, 2_000, || p(7));
+        s.offer_copy(5, 2_000, || p(5));
+        s.offer_copy(6, 2_000, || p(6));
+        s.offer_copy(7, 2_000, || p(7));
         assert_eq!(s.ask(2_000), Some((9, 10)), "the tail a mark revealed");
         s.unask();
         assert_eq!(s.ask(2_000), Some((9, 10)), "not sent: asked again");

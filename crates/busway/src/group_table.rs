@@ -719,7 +719,7 @@ impl GroupTable {
         if stream.incarnation != head.incarnation {
             return None;
         }
-        let offer = stream.offer(head.number, now_ms, payload);
+        let offer = stream.offer_copy(head.number, now_ms, payload);
         Some((offer, stream.has_gap()))
     }
 

@@ -398,9 +398,14 @@ impl Shared {
     pub(crate) fn sync_group_adverts(&self) {
         let _turn = self.groups.adverts_turn();
         let upstream = self.upstream_id();
+        // A link dialed on a relay's hint carries no group traffic: the two ends reach each
+        // other through the tree already, and publishes by a second path would start a
+        // member's stream wherever the faster path's first publish or mark falls, skipping
+        // what the tree still carries (see `sort_out_groups`).
         let peers: Vec<(BusId, bool)> = self
             .peers_snapshot()
             .iter()
+            .filter(|p| !p.discovered)
             .map(|p| {
                 (
                     p.id,
@@ -508,6 +513,8 @@ impl Shared {
         let now_ms = self.coarse_ms.load(std::sync::atomic::Ordering::Relaxed);
         // Who the link may speak for, looked up once per read (see `may_speak_for`).
         let mut link = None;
+        // Whether this node dialed the link on a hint, looked up once per read.
+        let mut hinted_link: Option<bool> = None;
         spans.retain(|&(start, tagged)| {
             if !is_group(tagged) {
                 return true;
@@ -531,7 +538,13 @@ impl Shared {
                     }
                 }
                 SPAN_INTEREST => {
-                    // Checked by `message_spans`.
+                    // Checked by `message_spans`. Not taken on a link this node dialed on a
+                    // hint (see `sync_group_adverts`): the peer hears publishes by the tree.
+                    let hinted = hinted_link
+                        .get_or_insert_with(|| self.peer(from).is_some_and(|p| p.discovered));
+                    if *hinted {
+                        return false;
+                    }
                     if let Ok(i) = decode_interest(&body) {
                         if !i.join {
                             self.group_logs.forget(i.name, from);
@@ -828,7 +841,12 @@ impl Shared {
             tracing::debug!(peer = %from, group = head.name, "publish for a group nobody here wants");
             bump(&self.counters.publishes_unwanted);
         }
-        for id in fresh.forward_to {
+        // Never back to its publisher (which would refuse a publish in its own name).
+        for id in fresh
+            .forward_to
+            .into_iter()
+            .filter(|&id| id != head.publisher)
+        {
             self.forward_publish(id, body, head, now_ms);
         }
         if let Some(ended) = fresh.ended {

@@ -309,7 +309,7 @@ impl MulticastTable {
             .streams
             .get_mut(&source)
             .filter(|s| s.incarnation == incarnation)?;
-        let offer = stream.offer(number, now_ms, payload);
+        let offer = stream.offer_copy(number, now_ms, payload);
         Some((offer, stream.has_gap()))
     }
 
