@@ -448,5 +448,14 @@ pub(crate) fn describe(ev: &Event) -> String {
             relay,
             reason,
         } => format!("multicast {number} to {receiver} dropped at relay {relay}: {reason}"),
+        Event::GroupRefused {
+            group,
+            by,
+            publish,
+            reason,
+        } => format!(
+            "bus id {by} refused this node's {} group {group}: {reason}",
+            if *publish { "publishes to" } else { "join of" }
+        ),
     }
 }

@@ -95,6 +95,8 @@ pub(crate) fn snapshot(node: &Node) -> Value {
             "group_log_bytes": s.group_log_bytes,
             "group_log_overruns": s.group_log_overruns,
             "registrations_refused": s.registrations_refused,
+            "group_joins_refused": s.group_joins_refused,
+            "publishes_denied": s.publishes_denied,
             "registrations_refused_upstream": s.registrations_refused_upstream,
         },
         "groups": node.groups(),

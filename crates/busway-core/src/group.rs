@@ -64,6 +64,9 @@ pub const REPAIR_COPY: u8 = 2;
 pub const REPAIR_LOST: u8 = 3;
 /// REPAIR op: a relay cannot pass a multicast on toward one of its receivers.
 pub const REPAIR_UNREACHABLE: u8 = 4;
+/// REPAIR op: a node refused this member's join or this publisher's publish to a group (its
+/// group permissions), and says why.
+pub const REPAIR_REFUSED: u8 = 5;
 /// Longest reason a REPAIR unreachable carries, in bytes.
 pub const UNREACHABLE_REASON_BYTES_MAX: usize = 256;
 
@@ -218,6 +221,13 @@ pub enum Repair<'a> {
         incarnation: u64,
         receiver: BusId,
         number: u64,
+        reason: &'a str,
+    },
+    /// The sender refused this node's join of `name` (`publish` false) or its publishes to
+    /// `name` (`publish` true), and says why.
+    Refused {
+        publish: bool,
+        name: &'a str,
         reason: &'a str,
     },
 }
@@ -406,6 +416,22 @@ pub fn encode_repair_unreachable(
     out
 }
 
+/// The body of a REPAIR refused (`reason` cut to `UNREACHABLE_REASON_BYTES_MAX` bytes at a
+/// character boundary): u8 what (0 a join, 1 a publish), u8 name length, name, reason.
+pub fn encode_repair_refused(publish: bool, name: &str, reason: &str) -> Vec<u8> {
+    let mut end = reason.len().min(UNREACHABLE_REASON_BYTES_MAX);
+    while !reason.is_char_boundary(end) {
+        end -= 1;
+    }
+    let mut out = Vec::with_capacity(3 + name.len() + end);
+    out.push(REPAIR_REFUSED);
+    out.push(u8::from(publish));
+    out.push(name.len() as u8);
+    out.extend_from_slice(name.as_bytes());
+    out.extend_from_slice(&reason.as_bytes()[..end]);
+    out
+}
+
 /// The `u64`s at the start of `body` and the name after them (its length byte first), the
 /// name filling the rest of the body exactly.
 fn fields_and_name<'a, const N: usize>(
@@ -510,7 +536,43 @@ pub fn decode_repair(body: &[u8]) -> Result<Repair<'_>, String> {
                 reason,
             })
         }
-        other => Err(format!("REPAIR op {other} (expected 1 to 4)")),
+        REPAIR_REFUSED => {
+            let [what, len, ..] = *rest else {
+                return Err(format!(
+                    "REPAIR refused body of {} bytes (at least 3)",
+                    body.len()
+                ));
+            };
+            if what > 1 {
+                return Err(format!(
+                    "REPAIR refused of kind {what} (0 a join, 1 a publish)"
+                ));
+            }
+            let len = usize::from(len);
+            let after = &rest[2..];
+            if after.len() < len {
+                return Err(format!(
+                    "REPAIR refused names a group of {len} bytes but {} follow",
+                    after.len()
+                ));
+            }
+            let name = name_at(after, len, "the group of a REPAIR refused")?;
+            let reason = &after[len..];
+            if reason.len() > UNREACHABLE_REASON_BYTES_MAX {
+                return Err(format!(
+                    "REPAIR refused with a reason of {} bytes (at most {UNREACHABLE_REASON_BYTES_MAX})",
+                    reason.len()
+                ));
+            }
+            let reason = std::str::from_utf8(reason)
+                .map_err(|_| "REPAIR refused: the reason is not UTF-8".to_owned())?;
+            Ok(Repair::Refused {
+                publish: what == 1,
+                name,
+                reason,
+            })
+        }
+        other => Err(format!("REPAIR op {other} (expected 1 to 5)")),
     }
 }
 
@@ -668,6 +730,27 @@ mod tests {
                 reason: "no route to 77 here"
             })
         );
+        let refused = encode_repair_refused(true, "scores", "bus id 30 may not publish");
+        assert_eq!(
+            decode_repair(&refused),
+            Ok(Repair::Refused {
+                publish: true,
+                name: "scores",
+                reason: "bus id 30 may not publish"
+            })
+        );
+        assert!(decode_repair(&[REPAIR_REFUSED, 2, 1, b'g'])
+            .unwrap_err()
+            .contains("kind 2"));
+        assert!(
+            decode_repair(&[REPAIR_REFUSED, 0, 0])
+                .unwrap_err()
+                .contains("group"),
+            "a refusal names its group"
+        );
+        assert!(decode_repair(&[REPAIR_REFUSED, 0, 5, b'g'])
+            .unwrap_err()
+            .contains("5 bytes"));
         let long = encode_repair_unreachable(9, BusId(77), 5, &"é".repeat(200));
         assert!(decode_repair(&long).is_ok(), "cut at a character boundary");
         assert!(decode_repair(&far[..20])

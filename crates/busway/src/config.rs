@@ -110,6 +110,11 @@ pub struct NodeConfig {
     /// Discovery through etcd: this node registers there and finds the nodes it has no link
     /// or route to there (see `EtcdConfig`). `None` (the default): static addresses only.
     pub etcd: Option<crate::etcd_config::EtcdConfig>,
+    /// Who may join and publish to which groups at this node (see `GroupPermissions`):
+    /// `None`, the default, lets everyone (as before); with rules, a join or publish no rule
+    /// allows is refused with the reason, which the sender's application gets as
+    /// `Event::GroupRefused`.
+    pub group_permissions: Option<crate::group_permissions::GroupPermissions>,
 }
 
 impl NodeConfig {
@@ -146,6 +151,7 @@ impl NodeConfig {
             forget_after_ms: DEFAULT_FORGET_AFTER_MS,
             group_retain_bytes: DEFAULT_GROUP_RETAIN_BYTES,
             etcd: None,
+            group_permissions: None,
         }
     }
 
@@ -182,6 +188,9 @@ impl NodeConfig {
 
     /// Checks that the limits fit together; the error names the setting.
     pub fn validate(&self) -> Result<(), String> {
+        if let Some(p) = &self.group_permissions {
+            p.validate()?;
+        }
         if let Some(etcd) = &self.etcd {
             etcd.validate()?;
             if cfg!(not(feature = "etcd")) {

@@ -45,6 +45,16 @@ struct FileConfig {
     group_retain_bytes: Option<usize>,
     tls: Option<Spanned<TlsFiles>>,
     etcd: Option<Spanned<EtcdTable>>,
+    group_permissions: Option<Vec<Spanned<RuleTable>>>,
+}
+
+/// One `[[group_permissions]]` table: a rule (see `GroupRule`).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RuleTable {
+    ids: [u64; 2],
+    join: Option<Vec<String>>,
+    publish: Option<Vec<String>>,
 }
 
 /// The `[etcd]` table: discovery (see `EtcdConfig`).
@@ -181,6 +191,22 @@ impl NodeConfig {
             e.validate()
                 .map_err(|why| format!("[etcd] at line {at}: {why}"))?;
             c.etcd = Some(e);
+        }
+        if let Some(rules) = &f.group_permissions {
+            let mut p = crate::group_permissions::GroupPermissions::default();
+            for r in rules {
+                let t = r.get_ref();
+                p.rules.push(crate::group_permissions::GroupRule {
+                    ids: (BusId(t.ids[0]), BusId(t.ids[1])),
+                    join: t.join.clone().unwrap_or_default(),
+                    publish: t.publish.clone().unwrap_or_default(),
+                });
+            }
+            p.validate().map_err(|why| {
+                let at = rules.first().map_or(0, |r| line_of(text, r.span().start));
+                format!("[[group_permissions]] (from line {at}): {why}")
+            })?;
+            c.group_permissions = Some(p);
         }
         if f.id.is_some() {
             c.validate().map_err(|e| located(text, &e))?;

@@ -118,6 +118,16 @@ pub enum Event {
         /// behind or failed), the application kept up.
         fell_behind: bool,
     },
+    /// Bus id `by` refused this node's join of `group` (`publish` false: no publishes of it
+    /// come through `by`) or its publishes to `group` (`publish` true: `by` passes none on,
+    /// nor delivers them), by its group permissions; `reason` says which rule. A refused
+    /// publisher hears it at most once a second per group and refusing node.
+    GroupRefused {
+        group: String,
+        by: BusId,
+        publish: bool,
+        reason: String,
+    },
     /// `missed` multicasts of `source` to this node never reached it: the source no longer
     /// held them when this node asked (it fell behind further than the source keeps), no
     /// copy came in time, or the source restarted before they came. What came after them was

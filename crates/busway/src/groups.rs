@@ -299,6 +299,10 @@ impl crate::ring_link::GroupMessages for Shared {
             heads.push(head);
         }
         let now_ms = self.coarse_ms.load(std::sync::atomic::Ordering::Relaxed);
+        if !self.publish_permitted(from, group, false, now_ms) {
+            // Its publishes to the group are not taken here, by the log or otherwise.
+            return Ok(false);
+        }
         let turn = self.groups.order();
         let run = self
             .groups
@@ -546,6 +550,9 @@ impl Shared {
                         return false;
                     }
                     if let Ok(i) = decode_interest(&body) {
+                        if i.join && !self.join_permitted(from, i.name) {
+                            return false;
+                        }
                         if !i.join {
                             self.group_logs.forget(i.name, from);
                         }
@@ -702,6 +709,9 @@ impl Shared {
             self.refuse_link(from, why);
             return false;
         }
+        if !self.publish_permitted(head.publisher, head.name, head.mark, now_ms) {
+            return false;
+        }
         let at = head.payload_at as u32;
         let span = (start + at, len - at);
         let payload = || body.slice(head.payload_at..);
@@ -784,6 +794,48 @@ impl Shared {
         } else {
             GROUP_SLOW_MEMBER_WAIT_MS
         }
+    }
+
+    /// Whether the member `from` may join `name` here (`NodeConfig::group_permissions`); if
+    /// not, it is counted and told why (a REPAIR refused). Interest from a node that passes
+    /// groups on (a relay, for its members) is its own rules' business, and always taken.
+    fn join_permitted(&self, from: BusId, name: &str) -> bool {
+        let Some(rules) = &self.config.group_permissions else {
+            return true;
+        };
+        let Some(peer) = self.peer(from) else {
+            return false;
+        };
+        if self.passes_groups_on(&peer) {
+            return true;
+        }
+        let Err(why) = rules.may_join(from, name) else {
+            return true;
+        };
+        bump(&self.counters.group_joins_refused);
+        tracing::debug!(member = %from, group = name, %why, "join refused");
+        let body = busway_core::group::encode_repair_refused(false, name, &why);
+        let _ = peer.push_framed(FrameKind::Repair, &body, &Bytes::new());
+        false
+    }
+
+    /// Whether a publish (or `mark`) of `publisher` to `group` may be taken here
+    /// (`NodeConfig::group_permissions`); if not, it is counted, and the publisher is told
+    /// why at most once a second per group (a mark alone tells nothing).
+    fn publish_permitted(&self, publisher: BusId, group: &str, mark: bool, now_ms: u64) -> bool {
+        let Some(rules) = &self.config.group_permissions else {
+            return true;
+        };
+        let Err(why) = rules.may_publish(publisher, group) else {
+            return true;
+        };
+        bump(&self.counters.publishes_denied);
+        if !mark && self.refusal_reports.due(publisher, group, now_ms) {
+            tracing::debug!(%publisher, group, %why, "publishes refused");
+            let body = busway_core::group::encode_repair_refused(true, group, &why);
+            let _ = self.try_send_framed(publisher, FrameKind::Repair, &body, &Bytes::new());
+        }
+        false
     }
 
     /// How many groups the peer `from` may ask for: `GROUPS_PER_PEER_MAX` for each node it
@@ -953,6 +1005,20 @@ impl Shared {
             }
             // Sorted out to `multicast_repair_received` above.
             Repair::Unreachable { .. } => false,
+            Repair::Refused {
+                publish,
+                name,
+                reason,
+            } => {
+                tracing::warn!(by = %from, group = name, publish, reason, "group refused");
+                self.emit(crate::event::Event::GroupRefused {
+                    group: name.to_owned(),
+                    by: from,
+                    publish,
+                    reason: reason.to_owned(),
+                });
+                false
+            }
         }
     }
 
@@ -1136,6 +1202,7 @@ fn repair_names<'a>(repair: &Repair<'a>) -> &'a str {
         Repair::Ask { name, .. } | Repair::Lost { name, .. } => name,
         Repair::Copy(head) => head.name,
         Repair::Unreachable { .. } => MULTICAST_STREAM,
+        Repair::Refused { name, .. } => name,
     }
 }
 

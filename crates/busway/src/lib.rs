@@ -38,6 +38,7 @@ mod group_forwards;
 mod group_log_in;
 mod group_log_out;
 mod group_order;
+mod group_permissions;
 mod group_table;
 mod groups;
 mod hints;
@@ -80,6 +81,10 @@ pub use directory::{DiscoveredNode, DiscoveryInfo};
 pub use etcd_config::ETCD_LEASE_TTL_MIN_SECS;
 pub use etcd_config::{EtcdConfig, DEFAULT_ETCD_LEASE_TTL_SECS, DEFAULT_ETCD_PREFIX};
 pub use event::{DownReason, Event, Path};
+pub use group_permissions::{
+    GroupPermissions, GroupRule, GROUP_RULES_MAX, GROUP_RULE_PATTERNS_MAX,
+    PUBLISH_REFUSAL_REPORT_INTERVAL_MS,
+};
 pub use group_table::GroupPolicy;
 pub use groups::GroupError;
 pub use inbox::Inbox;

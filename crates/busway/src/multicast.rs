@@ -407,6 +407,8 @@ impl Shared {
                 }
                 false
             }
+            // About a group, never the multicast stream (a refusal names its group).
+            Repair::Refused { .. } => false,
             Repair::Unreachable {
                 incarnation,
                 receiver,

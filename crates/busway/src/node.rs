@@ -253,6 +253,7 @@ impl Node {
             directory: Default::default(),
             warnings: Default::default(),
             registrations: Default::default(),
+            refusal_reports: Default::default(),
             deferred,
             counters,
             loops,

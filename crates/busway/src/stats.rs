@@ -43,6 +43,8 @@ pub(crate) struct Counters {
     pub(crate) group_log_bytes: AtomicU64,
     pub(crate) group_log_overruns: AtomicU64,
     pub(crate) registrations_refused: AtomicU64,
+    pub(crate) group_joins_refused: AtomicU64,
+    pub(crate) publishes_denied: AtomicU64,
     pub(crate) registrations_refused_upstream: AtomicU64,
 }
 
@@ -150,6 +152,13 @@ pub struct Stats {
     /// downstream's, passes the downstream's quota, or comes from a peer that is no
     /// downstream); each was answered with the reason, and no link closed, ever.
     pub registrations_refused: u64,
+    /// Joins (INTEREST) this node refused by its group permissions, ever; each was answered
+    /// with the reason (`Event::GroupRefused` at the member).
+    pub group_joins_refused: u64,
+    /// Publishes (and marks) this node dropped by its group permissions (their publisher may
+    /// not publish to that group here), ever; the publisher is told at most once a second per
+    /// group.
+    pub publishes_denied: u64,
     /// Registrations this node asked of its upstream that the upstream refused (logged with
     /// the reason; frames in the name of those ids do not go up; asked again after
     /// `REGISTER_RETRY_MS`), ever.
@@ -200,6 +209,8 @@ impl Counters {
             group_log_bytes: self.group_log_bytes.load(Relaxed),
             group_log_overruns: self.group_log_overruns.load(Relaxed),
             registrations_refused: self.registrations_refused.load(Relaxed),
+            group_joins_refused: self.group_joins_refused.load(Relaxed),
+            publishes_denied: self.publishes_denied.load(Relaxed),
             registrations_refused_upstream: self.registrations_refused_upstream.load(Relaxed),
         }
     }
