@@ -13,10 +13,17 @@
 
 use bytes::Bytes;
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::sync::Arc;
 
 /// Bytes a member holds for one stream while it waits for a repair (payloads plus
 /// `HELD_ENTRY_OVERHEAD_BYTES` each); past it, the gap is given up on.
 pub(crate) const GROUP_HELD_BYTES_MAX: usize = 64 << 20;
+/// Bytes all of a node's streams (groups and multicast) hold together while they wait for
+/// repairs; past it, a stream that would hold more gives its gap up as at its own bound. One
+/// source that speaks for many publishers (a relay) cannot make a node hold 64 MiB per
+/// stream for thousands of streams.
+pub(crate) const GROUP_HELD_BYTES_NODE_MAX: usize = 128 << 20;
 /// What one held publish costs beside its payload, in bytes (map entry and `Bytes` handle).
 pub(crate) const HELD_ENTRY_OVERHEAD_BYTES: usize = 64;
 /// How long a member waits for the repair of a gap before it gives the gap up, in
@@ -27,6 +34,39 @@ pub(crate) const GROUP_REPAIR_WAIT_MS: u64 = 5_000;
 /// count as progress, so a long repair is not asked for twice.
 pub(crate) const GROUP_REASK_MS: u64 = 1_000;
 const _: () = assert!(GROUP_REASK_MS < GROUP_REPAIR_WAIT_MS);
+
+/// The bytes a node's streams hold together (`GROUP_HELD_BYTES_NODE_MAX`), shared by them.
+#[derive(Debug, Default)]
+pub(crate) struct HeldBudget {
+    used: AtomicUsize,
+}
+
+impl HeldBudget {
+    /// Takes `n` bytes if they fit; false (nothing taken) otherwise.
+    fn take(&self, n: usize) -> bool {
+        // Relaxed: a count checked against a bound, publishing nothing; the streams' own
+        // state is under their tables' locks.
+        self.used
+            .fetch_update(Relaxed, Relaxed, |used| {
+                used.checked_add(n)
+                    .filter(|&u| u <= GROUP_HELD_BYTES_NODE_MAX)
+            })
+            .is_ok()
+    }
+
+    /// Gives back `n` bytes taken.
+    fn give(&self, n: usize) {
+        // Relaxed: see `take`.
+        self.used.fetch_sub(n, Relaxed);
+    }
+
+    /// Bytes held now.
+    #[cfg(test)]
+    fn used(&self) -> usize {
+        // Relaxed: see `take`.
+        self.used.load(Relaxed)
+    }
+}
 
 /// An ask a stream made and waits on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -59,6 +99,13 @@ pub(crate) struct Skipped {
     pub(crate) deliver: Vec<Bytes>,
 }
 
+impl Drop for Stream {
+    fn drop(&mut self) {
+        // What it still holds goes with it.
+        self.budget.give(self.held_bytes);
+    }
+}
+
 /// One publisher incarnation's stream to one group, as a member sees it.
 #[derive(Debug)]
 pub(crate) struct Stream {
@@ -71,6 +118,10 @@ pub(crate) struct Stream {
     held_bytes: usize,
     /// A publish that came early was not held (the bound): give the gap up now.
     overflowed: bool,
+    /// ...because the node's streams together held `GROUP_HELD_BYTES_NODE_MAX`.
+    node_full: bool,
+    /// What `held_bytes` is taken from.
+    budget: Arc<HeldBudget>,
     /// When the current gap was seen or last narrowed (node clock, ms); `None`: no gap.
     gap_since_ms: Option<u64>,
     /// The ask under way, if any: no other is made until it is filled or stalls.
@@ -88,9 +139,17 @@ impl Stream {
             held: BTreeMap::new(),
             held_bytes: 0,
             overflowed: false,
+            node_full: false,
+            budget: Arc::default(),
             gap_since_ms: None,
             asked: None,
         }
+    }
+
+    /// The stream holds what it holds within `budget` (the node's, shared by its streams).
+    pub(crate) fn within(mut self, budget: &Arc<HeldBudget>) -> Self {
+        self.budget = budget.clone();
+        self
     }
 
     /// The next number the application gets.
@@ -157,6 +216,11 @@ impl Stream {
         // make the member hold more than the bound between two looks.
         if self.held_bytes + cost > GROUP_HELD_BYTES_MAX {
             self.overflowed = true;
+            return Offer::Dropped;
+        }
+        if !self.budget.take(cost) {
+            self.overflowed = true;
+            self.node_full = true;
             return Offer::Dropped;
         }
         self.held_bytes += cost;
@@ -238,7 +302,11 @@ impl Stream {
     /// Also returns why.
     pub(crate) fn overdue(&mut self, now_ms: u64) -> Option<(Skipped, String)> {
         let since = self.gap_since_ms?;
-        let why = if self.overflowed || self.held_bytes > GROUP_HELD_BYTES_MAX {
+        let why = if self.node_full {
+            format!(
+                "the node's streams together held {GROUP_HELD_BYTES_NODE_MAX} bytes of later publishes waiting for repairs (GROUP_HELD_BYTES_NODE_MAX)"
+            )
+        } else if self.overflowed || self.held_bytes > GROUP_HELD_BYTES_MAX {
             format!(
                 "{} bytes of later publishes waited for a repair, and the next would pass \
                  {GROUP_HELD_BYTES_MAX} (GROUP_HELD_BYTES_MAX)",
@@ -265,6 +333,7 @@ impl Stream {
     /// Skips to `to` (exclusive), handing over what is held before it and after it in a run.
     fn skip_to(&mut self, to: u64) -> Skipped {
         self.overflowed = false;
+        self.node_full = false;
         let mut deliver = Vec::new();
         let mut have = 0u64;
         while let Some(entry) = self.held.first_entry() {
@@ -273,6 +342,7 @@ impl Stream {
             }
             let p = entry.remove();
             self.held_bytes -= p.len() + HELD_ENTRY_OVERHEAD_BYTES;
+            self.budget.give(p.len() + HELD_ENTRY_OVERHEAD_BYTES);
             deliver.push(p);
             have += 1;
         }
@@ -287,6 +357,7 @@ impl Stream {
         let mut out = Vec::new();
         while let Some(p) = self.held.remove(&self.next) {
             self.held_bytes -= p.len() + HELD_ENTRY_OVERHEAD_BYTES;
+            self.budget.give(p.len() + HELD_ENTRY_OVERHEAD_BYTES);
             out.push(p);
             self.next += 1;
         }
@@ -313,6 +384,33 @@ impl Stream {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue #26, item 4: the streams of a node together hold at most
+    /// `GROUP_HELD_BYTES_NODE_MAX`; one that would pass it gives its gap up, naming the bound,
+    /// and what a stream held is given back when it hands it over or goes.
+    #[test]
+    fn the_streams_of_a_node_hold_within_one_budget() {
+        let budget = Arc::new(HeldBudget::default());
+        let chunk = GROUP_HELD_BYTES_MAX / 2 - HELD_ENTRY_OVERHEAD_BYTES;
+        let payload = Bytes::from(vec![0u8; chunk]);
+        let mut streams: Vec<Stream> = (0..3)
+            .map(|_| Stream::starting_at(1, 1).within(&budget))
+            .collect();
+        for s in &mut streams[..2] {
+            assert_eq!(s.offer(3, 0, || payload.clone()), Offer::Held);
+            assert_eq!(s.offer(4, 0, || payload.clone()), Offer::Held);
+        }
+        assert!(budget.used() <= GROUP_HELD_BYTES_NODE_MAX);
+        assert_eq!(streams[2].offer(3, 0, || payload.clone()), Offer::Dropped);
+        let (_, why) = streams[2].overdue(0).expect("given up at once");
+        assert!(why.contains("GROUP_HELD_BYTES_NODE_MAX"), "{why}");
+        let before = budget.used();
+        streams.remove(0);
+        assert!(budget.used() < before, "a stream that goes gives back");
+        let (k, _) = streams[0].overdue(GROUP_REPAIR_WAIT_MS).expect("overdue");
+        assert_eq!(k.deliver.len(), 2);
+        assert_eq!(budget.used(), 0, "handed over, given back");
+    }
 
     /// Issue #26, item 4: a source that leaves a number out and then sends what it left out
     /// one at a time, itself, narrows its gap without restarting its wait: the member gives

@@ -12,7 +12,9 @@
 //! whatever its link; a node that sees a publish twice drops the second.
 
 use crate::group_forwards::WaitingForwards;
-use crate::group_order::{Offer, Skipped, Stream, GROUP_REPAIR_WAIT_MS, HELD_ENTRY_OVERHEAD_BYTES};
+use crate::group_order::{
+    HeldBudget, Offer, Skipped, Stream, GROUP_REPAIR_WAIT_MS, HELD_ENTRY_OVERHEAD_BYTES,
+};
 use crate::limits::GROUPS_JOINED_MAX;
 use crate::seen_order::SeenOrder;
 use busway_core::group::PublishHead;
@@ -221,6 +223,9 @@ pub(crate) struct Advert {
 
 /// A node's group state.
 pub(crate) struct GroupTable {
+    /// What its members' streams hold while they wait for repairs, shared with the node's
+    /// multicast streams (`GROUP_HELD_BYTES_NODE_MAX`).
+    held: Arc<HeldBudget>,
     state: Mutex<State>,
     /// Bytes of recent publishes kept per group for repairs.
     retain_bytes: usize,
@@ -242,8 +247,9 @@ pub(crate) struct GroupTable {
 
 impl GroupTable {
     /// A table that keeps up to `retain_bytes` of recent publishes per group for repairs.
-    pub(crate) fn new(retain_bytes: usize) -> Self {
+    pub(crate) fn new(retain_bytes: usize, held: Arc<HeldBudget>) -> Self {
         Self {
+            held,
             state: Mutex::default(),
             retain_bytes,
             repairs: Mutex::default(),
@@ -585,9 +591,9 @@ impl GroupTable {
             } else {
                 head.number
             };
-            let stream = source
-                .stream
-                .get_or_insert_with(|| Stream::starting_at(head.incarnation, start));
+            let stream = source.stream.get_or_insert_with(|| {
+                Stream::starting_at(head.incarnation, start).within(&self.held)
+            });
             if head.mark {
                 stream.mark(head.number, now_ms);
             } else {
@@ -678,9 +684,9 @@ impl GroupTable {
             let mut offer = None;
             let mut gap = false;
             if member {
-                let stream = source
-                    .stream
-                    .get_or_insert_with(|| Stream::starting_at(head.incarnation, head.number));
+                let stream = source.stream.get_or_insert_with(|| {
+                    Stream::starting_at(head.incarnation, head.number).within(&self.held)
+                });
                 offer = Some(stream.offer(head.number, now_ms, || payload(i)));
                 gap = stream.has_gap();
             }
@@ -1036,7 +1042,7 @@ mod tests {
     }
 
     fn table() -> GroupTable {
-        GroupTable::new(1 << 20)
+        GroupTable::new(1 << 20, Default::default())
     }
 
     fn got(t: &GroupTable, from: u64, h: &PublishHead) -> Option<Fresh> {
@@ -1303,7 +1309,7 @@ mod tests {
 
     #[test]
     fn a_publisher_keeps_recent_publishes_within_its_bound_and_says_what_it_lost() {
-        let t = GroupTable::new(3 * (1 + HELD_ENTRY_OVERHEAD_BYTES));
+        let t = GroupTable::new(3 * (1 + HELD_ENTRY_OVERHEAD_BYTES), Default::default());
         for i in 1..=5u8 {
             t.publish("g", &Bytes::from(vec![i]), u64::from(i));
         }

@@ -85,6 +85,9 @@ pub(crate) struct Arrived {
 /// A node's multicast state.
 pub(crate) struct MulticastTable {
     state: Mutex<State>,
+    /// What the receivers' streams hold while they wait for repairs, shared with the node's
+    /// group streams (`GROUP_HELD_BYTES_NODE_MAX`).
+    held: std::sync::Arc<crate::group_order::HeldBudget>,
     /// Bytes of recent multicasts kept for repairs (payloads, receiver lists and
     /// `HELD_ENTRY_OVERHEAD_BYTES` each); past it, the oldest are dropped.
     retain_bytes: usize,
@@ -92,8 +95,12 @@ pub(crate) struct MulticastTable {
 
 impl MulticastTable {
     /// A table that keeps up to `retain_bytes` of recent multicasts for repairs.
-    pub(crate) fn new(retain_bytes: usize) -> Self {
+    pub(crate) fn new(
+        retain_bytes: usize,
+        held: std::sync::Arc<crate::group_order::HeldBudget>,
+    ) -> Self {
         Self {
+            held,
             state: Mutex::default(),
             retain_bytes,
         }
@@ -281,10 +288,9 @@ impl MulticastTable {
             None if mark => Some(number + 1),
             None => Some(number),
         };
-        let stream = st
-            .streams
-            .entry(source)
-            .or_insert_with(|| Stream::starting_at(incarnation, start.unwrap_or(1)));
+        let stream = st.streams.entry(source).or_insert_with(|| {
+            Stream::starting_at(incarnation, start.unwrap_or(1)).within(&self.held)
+        });
         if mark {
             stream.mark(number, now_ms);
         } else {
@@ -390,7 +396,7 @@ mod tests {
 
     #[test]
     fn the_streams_kept_stay_within_their_bound_forgetting_the_oldest_without_a_gap_first() {
-        let t = MulticastTable::new(1 << 20);
+        let t = MulticastTable::new(1 << 20, Default::default());
         // Source 1 has a gap (3 came after 1); every other source is in order.
         t.received(BusId(1), 1, 1, false, 0, || p(1));
         t.received(BusId(1), 1, 3, false, 0, || p(3));
@@ -408,7 +414,7 @@ mod tests {
 
     #[test]
     fn each_receiver_gets_its_own_numbers_and_a_mark_when_quiet() {
-        let t = MulticastTable::new(1 << 20);
+        let t = MulticastTable::new(1 << 20, Default::default());
         let (a, b) = (BusId(1), BusId(2));
         assert_eq!(t.number(&[a, b], &p(1), 0), vec![(a, 1), (b, 1)]);
         assert_eq!(t.number(&[b], &p(2), 0), vec![(b, 2)]);
@@ -432,7 +438,7 @@ mod tests {
     #[test]
     fn a_repair_copies_what_is_kept_and_names_what_is_not() {
         // Room for about two multicasts of 100 bytes.
-        let t = MulticastTable::new(kept_cost(100, 1) + kept_cost(100, 2));
+        let t = MulticastTable::new(kept_cost(100, 1) + kept_cost(100, 2), Default::default());
         let (a, b) = (BusId(1), BusId(2));
         let big = |n: u8| Bytes::from(vec![n; 100]);
         t.number(&[a], &big(1), 0);
@@ -455,7 +461,7 @@ mod tests {
 
     #[test]
     fn a_receiver_holds_after_a_gap_and_starts_again_when_the_source_restarts() {
-        let t = MulticastTable::new(1 << 20);
+        let t = MulticastTable::new(1 << 20, Default::default());
         let s = BusId(5);
         let got = t.received(s, 1, 4, false, 0, || p(4));
         assert!(

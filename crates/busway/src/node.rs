@@ -226,6 +226,7 @@ impl Node {
         let connect = config.connect.clone();
         let counters = Arc::<Counters>::default();
         let group_retain_bytes = config.group_retain_bytes;
+        let held = std::sync::Arc::new(crate::group_order::HeldBudget::default());
         // Logs are read through the links' rings: none without them.
         let group_log_bytes = if config.group_logs && config.shm_channels {
             config.shm_ring_bytes
@@ -246,10 +247,10 @@ impl Node {
             admission,
             inbox: inbox_tx,
             calls: Arc::new(CallTable::new(counters.clone(), CALLS_PENDING_MAX)),
-            groups: GroupTable::new(group_retain_bytes),
+            groups: GroupTable::new(group_retain_bytes, held.clone()),
             group_logs: Arc::new(crate::group_log_out::GroupLogs::new(id, group_log_bytes)),
             groups_active: Default::default(),
-            multicasts: crate::multicast_table::MulticastTable::new(group_retain_bytes),
+            multicasts: crate::multicast_table::MulticastTable::new(group_retain_bytes, held),
             directory: Default::default(),
             warnings: Default::default(),
             registrations: Default::default(),
