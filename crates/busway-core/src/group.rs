@@ -395,6 +395,27 @@ pub fn encode_repair_lost(incarnation: u64, from: u64, to: u64, name: &str) -> V
     out
 }
 
+/// `reason` cut to `UNREACHABLE_REASON_BYTES_MAX` bytes, at a character boundary.
+fn cut_reason(reason: &str) -> &str {
+    let mut end = reason.len().min(UNREACHABLE_REASON_BYTES_MAX);
+    while !reason.is_char_boundary(end) {
+        end -= 1;
+    }
+    &reason[..end]
+}
+
+/// The reason that ends a REPAIR `what` body, checked: UTF-8, within
+/// `UNREACHABLE_REASON_BYTES_MAX`.
+fn reason_at<'a>(reason: &'a [u8], what: &str) -> Result<&'a str, String> {
+    if reason.len() > UNREACHABLE_REASON_BYTES_MAX {
+        return Err(format!(
+            "REPAIR {what} with a reason of {} bytes (at most {UNREACHABLE_REASON_BYTES_MAX})",
+            reason.len()
+        ));
+    }
+    std::str::from_utf8(reason).map_err(|_| format!("REPAIR {what}: the reason is not UTF-8"))
+}
+
 /// The body of a REPAIR unreachable (`reason` cut to `UNREACHABLE_REASON_BYTES_MAX` bytes at a
 /// character boundary).
 pub fn encode_repair_unreachable(
@@ -403,32 +424,26 @@ pub fn encode_repair_unreachable(
     number: u64,
     reason: &str,
 ) -> Vec<u8> {
-    let mut end = reason.len().min(UNREACHABLE_REASON_BYTES_MAX);
-    while !reason.is_char_boundary(end) {
-        end -= 1;
-    }
-    let mut out = Vec::with_capacity(25 + end);
+    let reason = cut_reason(reason);
+    let mut out = Vec::with_capacity(25 + reason.len());
     out.push(REPAIR_UNREACHABLE);
     out.extend_from_slice(&incarnation.to_le_bytes());
     out.extend_from_slice(&receiver.0.to_le_bytes());
     out.extend_from_slice(&number.to_le_bytes());
-    out.extend_from_slice(&reason.as_bytes()[..end]);
+    out.extend_from_slice(reason.as_bytes());
     out
 }
 
 /// The body of a REPAIR refused (`reason` cut to `UNREACHABLE_REASON_BYTES_MAX` bytes at a
 /// character boundary): u8 what (0 a join, 1 a publish), u8 name length, name, reason.
 pub fn encode_repair_refused(publish: bool, name: &str, reason: &str) -> Vec<u8> {
-    let mut end = reason.len().min(UNREACHABLE_REASON_BYTES_MAX);
-    while !reason.is_char_boundary(end) {
-        end -= 1;
-    }
-    let mut out = Vec::with_capacity(3 + name.len() + end);
+    let reason = cut_reason(reason);
+    let mut out = Vec::with_capacity(3 + name.len() + reason.len());
     out.push(REPAIR_REFUSED);
     out.push(u8::from(publish));
     out.push(name.len() as u8);
     out.extend_from_slice(name.as_bytes());
-    out.extend_from_slice(&reason.as_bytes()[..end]);
+    out.extend_from_slice(reason.as_bytes());
     out
 }
 
@@ -516,15 +531,7 @@ pub fn decode_repair(body: &[u8]) -> Result<Repair<'_>, String> {
                 b.copy_from_slice(&rest[i..i + 8]);
                 u64::from_le_bytes(b)
             };
-            let reason = &rest[24..];
-            if reason.len() > UNREACHABLE_REASON_BYTES_MAX {
-                return Err(format!(
-                    "REPAIR unreachable with a reason of {} bytes (at most {UNREACHABLE_REASON_BYTES_MAX})",
-                    reason.len()
-                ));
-            }
-            let reason = std::str::from_utf8(reason)
-                .map_err(|_| "REPAIR unreachable: the reason is not UTF-8".to_owned())?;
+            let reason = reason_at(&rest[24..], "unreachable")?;
             let number = u64_at(16);
             if number == 0 {
                 return Err("REPAIR unreachable of number 0 (multicasts count from 1)".into());
@@ -557,15 +564,7 @@ pub fn decode_repair(body: &[u8]) -> Result<Repair<'_>, String> {
                 ));
             }
             let name = name_at(after, len, "the group of a REPAIR refused")?;
-            let reason = &after[len..];
-            if reason.len() > UNREACHABLE_REASON_BYTES_MAX {
-                return Err(format!(
-                    "REPAIR refused with a reason of {} bytes (at most {UNREACHABLE_REASON_BYTES_MAX})",
-                    reason.len()
-                ));
-            }
-            let reason = std::str::from_utf8(reason)
-                .map_err(|_| "REPAIR refused: the reason is not UTF-8".to_owned())?;
+            let reason = reason_at(&after[len..], "refused")?;
             Ok(Repair::Refused {
                 publish: what == 1,
                 name,
