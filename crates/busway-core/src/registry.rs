@@ -169,15 +169,24 @@ impl Registry {
 
     /// The registered range that overlaps `range`, and its peer, other than `except`'s.
     pub fn overlapping(&self, range: IdRange, except: BusId) -> Option<(IdRange, BusId)> {
-        // Disjoint ranges sorted by their first id: those starting at or before `range.1`, the
-        // last of which ends furthest; any earlier one that overlaps is `except`'s or not
-        // disjoint from it, so walk back while they still reach `range.0`.
+        self.overlapping_where(range, |peer| peer != except)
+    }
+
+    /// The registered range of a peer `pick` takes that overlaps `range`, and its peer.
+    fn overlapping_where(
+        &self,
+        range: IdRange,
+        pick: impl Fn(BusId) -> bool,
+    ) -> Option<(IdRange, BusId)> {
+        // Disjoint ranges sorted by their first id: those starting at or before `range.1`,
+        // walked back while they still reach `range.0` (each earlier one ends before the
+        // next starts).
         self.ranges
             .range(..=range.1)
             .rev()
             .take_while(|(_, &(hi, _))| hi >= range.0)
             .map(|(&lo, &(hi, peer))| ((lo, hi), peer))
-            .find(|&(r, peer)| peer != except && overlaps(r, range))
+            .find(|&(r, peer)| pick(peer) && overlaps(r, range))
     }
 
     /// How many ranges `peer` holds registered.
@@ -232,7 +241,7 @@ impl Registry {
                 show(r)
             ));
         }
-        if let Some((r, _)) = self.own_overlap(range, peer) {
+        if let Some((r, _)) = self.overlapping_where(range, |p| p == peer) {
             if r == range {
                 return Ok(());
             }
@@ -250,15 +259,6 @@ impl Registry {
         *held += 1;
         self.ranges.insert(range.0, (range.1, peer));
         Ok(())
-    }
-
-    fn own_overlap(&self, range: IdRange, peer: BusId) -> Option<(IdRange, BusId)> {
-        self.ranges
-            .range(..=range.1)
-            .rev()
-            .take_while(|(_, &(hi, _))| hi >= range.0)
-            .map(|(&lo, &(hi, p))| ((lo, hi), p))
-            .find(|&(r, p)| p == peer && overlaps(r, range))
     }
 
     /// `peer` takes back `range`; true if it held it (else nothing changes).

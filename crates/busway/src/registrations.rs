@@ -91,20 +91,28 @@ impl Shared {
     /// Like [`Shared::gate_up`], waiting up to `FORWARD_WAIT_MS` (a relay's wait for room)
     /// for an answer on its way; the error says why the frame may not go up.
     pub(crate) async fn wait_gate_up(&self, id: BusId) -> Result<(), String> {
-        let deadline = tokio::time::Instant::now() + Duration::from_millis(FORWARD_WAIT_MS);
+        match self
+            .gate_up_within(id, Duration::from_millis(FORWARD_WAIT_MS))
+            .await
+        {
+            Gate::Pass => Ok(()),
+            Gate::Refused(why) => Err(why),
+            Gate::Wait => Err(format!(
+                "the registration of bus id {id} with the upstream is not answered yet"
+            )),
+        }
+    }
+
+    /// [`Shared::gate_up`] once it is not `Wait`, or after `wait`.
+    async fn gate_up_within(&self, id: BusId, wait: Duration) -> Gate {
+        let deadline = tokio::time::Instant::now() + wait;
         loop {
             let notified = self.registrations.answered.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            match self.gate_up(id) {
-                Gate::Pass => return Ok(()),
-                Gate::Refused(why) => return Err(why),
-                Gate::Wait => {}
-            }
-            if tokio::time::timeout_at(deadline, notified).await.is_err() {
-                return Err(format!(
-                    "the registration of bus id {id} with the upstream is not answered yet"
-                ));
+            let gate = self.gate_up(id);
+            if gate != Gate::Wait || tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return gate;
             }
         }
     }
@@ -268,18 +276,8 @@ impl Shared {
             return;
         }
         self.sync_upward();
-        let wait = async {
-            loop {
-                let notified = self.registrations.answered.notified();
-                tokio::pin!(notified);
-                notified.as_mut().enable();
-                if self.gate_up(lo) != Gate::Wait {
-                    return;
-                }
-                notified.await;
-            }
-        };
-        let _ = tokio::time::timeout(Duration::from_millis(REGISTER_WAIT_MS), wait).await;
+        self.gate_up_within(lo, Duration::from_millis(REGISTER_WAIT_MS))
+            .await;
     }
 
     /// A downstream was given up, or came back as another incarnation: what it registered
