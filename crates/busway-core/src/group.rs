@@ -36,6 +36,11 @@
 //! (`MULTICAST_STREAM`) names the stream of the source's multicasts to the member (see the
 //! MULTICAST frame): numbered per receiver, asked for, copied and lost like a group's.
 
+pub mod repairs;
+pub mod seen_order;
+pub mod state;
+pub mod stream;
+
 use crate::BusId;
 
 /// The name a REPAIR gives the stream of a source's multicasts to one receiver (no group is

@@ -21,6 +21,8 @@
 //! relay lost; it asks the source for copies with REPAIR (see [`crate::group`], the stream
 //! named `MULTICAST_STREAM`). All numbers are little-endian.
 
+pub mod state;
+
 use crate::BusId;
 
 /// Bytes of a MULTICAST body before its receivers.

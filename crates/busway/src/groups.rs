@@ -10,8 +10,7 @@
 
 use crate::event::{Event, Path};
 use crate::group_forwards::Push;
-use crate::group_order::{Offer, Skipped};
-use crate::group_table::{GroupName, GroupPolicy, Published, RepairJob, Run};
+use crate::group_table::{GroupName, GroupPolicy};
 use crate::limits::{GROUP_HOP_WAIT_MS, GROUP_SLOW_MEMBER_WAIT_MS, ROUTED_RETRY_INTERVAL_MS};
 use crate::message::MessageBatch;
 use crate::node::{Node, SendError};
@@ -21,6 +20,9 @@ use busway_core::frame::SPAN_GROUP_LOG;
 use busway_core::frame::SPAN_MULTICAST;
 use busway_core::frame::SPAN_TAG_MASK;
 use busway_core::frame::{FrameKind, SPAN_INTEREST, SPAN_LEN_MASK, SPAN_PUBLISH, SPAN_REPAIR};
+use busway_core::group::repairs::RepairJob;
+use busway_core::group::state::{Published, Run};
+use busway_core::group::stream::{Offer, Skipped};
 use busway_core::group::MULTICAST_STREAM;
 use busway_core::group::{check_name, decode_interest, decode_publish, decode_repair};
 use busway_core::group::{decode_group_log, encode_log_answer, GroupLog, LogOffer};
@@ -881,7 +883,7 @@ impl Shared {
         span: (u32, u32),
         body: &Bytes,
         head: &busway_core::group::PublishHead<'_>,
-        r: Option<crate::group_table::Fresh>,
+        r: Option<busway_core::group::state::Fresh>,
         now_ms: u64,
         out: &mut Delivered,
     ) -> bool {

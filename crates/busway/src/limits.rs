@@ -155,7 +155,7 @@ const _: () = assert!(RING_ACK_EVERY_BYTES < DEFAULT_SEND_QUEUE_BYTES_MAX / 4);
 pub const CALLS_PENDING_MAX: usize = 65_536;
 
 /// Groups a node may join at once; `Node::join` past it fails.
-pub const GROUPS_JOINED_MAX: usize = 4_096;
+pub use busway_core::group::state::GROUPS_JOINED_MAX;
 /// Default `NodeConfig::group_retain_bytes`: bytes of recent publishes a publisher keeps per
 /// group for members' repairs (four send queues' worth: what a relay or two can die with).
 pub const DEFAULT_GROUP_RETAIN_BYTES: usize = 4 * DEFAULT_SEND_QUEUE_BYTES_MAX;

@@ -11,8 +11,6 @@
 //! numbers and asks the source to repair, as a group member does.
 
 use crate::event::Event;
-use crate::group_order::Offer;
-use crate::group_table::RepairJob;
 use crate::groups::Delivered;
 use crate::node::Node;
 use crate::peer::{Peer, PushError};
@@ -20,6 +18,8 @@ use crate::routing::Hops;
 use crate::shared::Shared;
 use crate::stats::bump;
 use busway_core::frame::FrameKind;
+use busway_core::group::repairs::RepairJob;
+use busway_core::group::stream::Offer;
 use busway_core::group::{encode_repair_unreachable, Repair, MULTICAST_STREAM};
 use busway_core::multicast::{decode_multicast, encode_multicast_head, MulticastHead};
 use busway_core::multicast::{MULTICAST_FIXED_BYTES, MULTICAST_HOPS_MAX};
@@ -526,7 +526,7 @@ impl Shared {
 pub(crate) fn multicast_skipped(
     shared: &Shared,
     source: BusId,
-    skipped: crate::group_order::Skipped,
+    skipped: busway_core::group::stream::Skipped,
     reason: String,
     out: &mut Delivered,
 ) {

@@ -226,7 +226,7 @@ impl Node {
         let connect = config.connect.clone();
         let counters = Arc::<Counters>::default();
         let group_retain_bytes = config.group_retain_bytes;
-        let held = std::sync::Arc::new(crate::group_order::HeldBudget::default());
+        let held = std::sync::Arc::new(busway_core::group::stream::HeldBudget::default());
         // Logs are read through the links' rings: none without them.
         let group_log_bytes = if config.group_logs && config.shm_channels {
             config.shm_ring_bytes

@@ -18,26 +18,26 @@ use std::sync::Arc;
 
 /// Bytes a member holds for one stream while it waits for a repair (payloads plus
 /// `HELD_ENTRY_OVERHEAD_BYTES` each); past it, the gap is given up on.
-pub(crate) const GROUP_HELD_BYTES_MAX: usize = 64 << 20;
+pub const GROUP_HELD_BYTES_MAX: usize = 64 << 20;
 /// Bytes all of a node's streams (groups and multicast) hold together while they wait for
 /// repairs; past it, a stream that would hold more gives its gap up as at its own bound. One
 /// source that speaks for many publishers (a relay) cannot make a node hold 64 MiB per
 /// stream for thousands of streams.
-pub(crate) const GROUP_HELD_BYTES_NODE_MAX: usize = 128 << 20;
+pub const GROUP_HELD_BYTES_NODE_MAX: usize = 128 << 20;
 /// What one held publish costs beside its payload, in bytes (map entry and `Bytes` handle).
-pub(crate) const HELD_ENTRY_OVERHEAD_BYTES: usize = 64;
+pub const HELD_ENTRY_OVERHEAD_BYTES: usize = 64;
 /// How long a member waits for the repair of a gap before it gives the gap up, in
 /// milliseconds (from when it saw the gap, or last made progress on it).
-pub(crate) const GROUP_REPAIR_WAIT_MS: u64 = 5_000;
+pub const GROUP_REPAIR_WAIT_MS: u64 = 5_000;
 /// How long a member waits for an asked repair to make progress before it asks again, in
 /// milliseconds: the ask or its copies may have died with a relay. Copies on their way
 /// count as progress, so a long repair is not asked for twice.
-pub(crate) const GROUP_REASK_MS: u64 = 1_000;
+pub const GROUP_REASK_MS: u64 = 1_000;
 const _: () = assert!(GROUP_REASK_MS < GROUP_REPAIR_WAIT_MS);
 
 /// The bytes a node's streams hold together (`GROUP_HELD_BYTES_NODE_MAX`), shared by them.
 #[derive(Debug, Default)]
-pub(crate) struct HeldBudget {
+pub struct HeldBudget {
     used: AtomicUsize,
 }
 
@@ -79,7 +79,7 @@ struct Asked {
 
 /// What became of a publish offered to a stream.
 #[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Offer {
+pub enum Offer {
     /// The next one: hand it to the application, then `then` (publishes that waited for it).
     Deliver { then: Vec<Bytes> },
     /// It came early: held until the gap before it closes.
@@ -94,9 +94,9 @@ pub(crate) enum Offer {
 
 /// Publishes handed over after a gap was skipped, and how many were skipped.
 #[derive(Debug, Default, PartialEq, Eq)]
-pub(crate) struct Skipped {
-    pub(crate) missed: u64,
-    pub(crate) deliver: Vec<Bytes>,
+pub struct Skipped {
+    pub missed: u64,
+    pub deliver: Vec<Bytes>,
 }
 
 impl Drop for Stream {
@@ -108,8 +108,8 @@ impl Drop for Stream {
 
 /// One publisher incarnation's stream to one group, as a member sees it.
 #[derive(Debug)]
-pub(crate) struct Stream {
-    pub(crate) incarnation: u64,
+pub struct Stream {
+    pub incarnation: u64,
     /// The number of the next publish the application gets.
     next: u64,
     /// The highest number known to exist (received, held, or named by a mark).
@@ -131,7 +131,7 @@ pub(crate) struct Stream {
 impl Stream {
     /// A stream whose first publish seen is `number` (a publish, or a mark that names the
     /// publisher's last: then `number + 1` is the first the member gets).
-    pub(crate) fn starting_at(incarnation: u64, number: u64) -> Self {
+    pub fn starting_at(incarnation: u64, number: u64) -> Self {
         Self {
             incarnation,
             next: number,
@@ -147,19 +147,19 @@ impl Stream {
     }
 
     /// The stream holds what it holds within `budget` (the node's, shared by its streams).
-    pub(crate) fn within(mut self, budget: &Arc<HeldBudget>) -> Self {
+    pub fn within(mut self, budget: &Arc<HeldBudget>) -> Self {
         self.budget = budget.clone();
         self
     }
 
     /// The next number the application gets.
     #[cfg(test)]
-    pub(crate) fn next(&self) -> u64 {
+    pub fn next(&self) -> u64 {
         self.next
     }
 
     /// Whether a publish is missing before what is known to exist.
-    pub(crate) fn has_gap(&self) -> bool {
+    pub fn has_gap(&self) -> bool {
         self.known >= self.next
     }
 
@@ -168,18 +168,13 @@ impl Stream {
     /// wait: only a repair does (see [`Stream::offer_copy`]), so a source that sends the
     /// numbers it left out one at a time, itself, cannot keep its gap open past
     /// `GROUP_REPAIR_WAIT_MS`.
-    pub(crate) fn offer(
-        &mut self,
-        number: u64,
-        now_ms: u64,
-        payload: impl FnOnce() -> Bytes,
-    ) -> Offer {
+    pub fn offer(&mut self, number: u64, now_ms: u64, payload: impl FnOnce() -> Bytes) -> Offer {
         self.take(number, now_ms, payload, false)
     }
 
     /// A repair's copy of publish `number` arrived: as [`Stream::offer`], and one that is
     /// next restarts the wait of the gap it narrows (a long repair goes on while it moves).
-    pub(crate) fn offer_copy(
+    pub fn offer_copy(
         &mut self,
         number: u64,
         now_ms: u64,
@@ -234,7 +229,7 @@ impl Stream {
     /// Publishes `first..first + count` arrived in a row with nothing held: all of them are
     /// next, handed to the application at once (true); else nothing is done (false: offer
     /// them one by one).
-    pub(crate) fn take_run(&mut self, first: u64, count: u64, now_ms: u64) -> bool {
+    pub fn take_run(&mut self, first: u64, count: u64, now_ms: u64) -> bool {
         if count == 0 || first != self.next || !self.held.is_empty() {
             return false;
         }
@@ -246,7 +241,7 @@ impl Stream {
     }
 
     /// A mark: the publisher's last publish is `number`.
-    pub(crate) fn mark(&mut self, number: u64, now_ms: u64) {
+    pub fn mark(&mut self, number: u64, now_ms: u64) {
         if number > self.known {
             self.known = number;
         }
@@ -259,7 +254,7 @@ impl Stream {
     /// to the first publish held after it, or past the last known); counts as asked (see
     /// [`Stream::unask`] when the ask could not be sent). Not while an ask is under way: only
     /// once its gap is filled, or after `GROUP_REASK_MS` without progress.
-    pub(crate) fn ask(&mut self, now_ms: u64) -> Option<(u64, u64)> {
+    pub fn ask(&mut self, now_ms: u64) -> Option<(u64, u64)> {
         if !self.has_gap() {
             return None;
         }
@@ -279,14 +274,14 @@ impl Stream {
     }
 
     /// The ask [`Stream::ask`] returned was not sent: ask again later.
-    pub(crate) fn unask(&mut self) {
+    pub fn unask(&mut self) {
         self.asked = None;
     }
 
     /// The publisher no longer holds `from..to`: those not here are skipped.
     /// `to` past the last number known means up to it (an earlier life of the publisher
     /// cannot say where its stream ended).
-    pub(crate) fn lost(&mut self, from: u64, to: u64, now_ms: u64) -> Skipped {
+    pub fn lost(&mut self, from: u64, to: u64, now_ms: u64) -> Skipped {
         let to = to.min(self.known + 1);
         if from > self.next || to <= self.next {
             return Skipped::default();
@@ -300,7 +295,7 @@ impl Stream {
     /// more than `GROUP_HELD_BYTES_MAX`: skips to the first publish held (or past the last
     /// known).
     /// Also returns why.
-    pub(crate) fn overdue(&mut self, now_ms: u64) -> Option<(Skipped, String)> {
+    pub fn overdue(&mut self, now_ms: u64) -> Option<(Skipped, String)> {
         let since = self.gap_since_ms?;
         let why = if self.node_full {
             format!(
@@ -325,7 +320,7 @@ impl Stream {
 
     /// Everything held, in order, with the count of what is missing before and between: the
     /// stream ends (its publisher restarted, or the member left).
-    pub(crate) fn close(mut self) -> Skipped {
+    pub fn close(mut self) -> Skipped {
         let to = self.known + 1;
         self.skip_to(to)
     }

@@ -9,7 +9,7 @@ use std::collections::VecDeque;
 
 /// Keys in the order first seen (see the module's documentation).
 #[derive(Debug)]
-pub(crate) struct SeenOrder<K> {
+pub struct SeenOrder<K> {
     /// Oldest first; some may be of groups joined since, or gone from the table.
     others: VecDeque<K>,
     /// Keys met in `others` whose group this node is a member of, oldest first.
@@ -27,7 +27,7 @@ impl<K> Default for SeenOrder<K> {
 
 impl<K: Clone> SeenOrder<K> {
     /// `key` is new in a table that holds `len` keys (`present` tells which): remembered.
-    pub(crate) fn push(&mut self, key: K, len: usize, present: impl Fn(&K) -> bool) {
+    pub fn push(&mut self, key: K, len: usize, present: impl Fn(&K) -> bool) {
         if self.others.len() + self.members.len() > 2 * len.max(1) {
             self.others.retain(&present);
             self.members.retain(&present);
@@ -37,7 +37,7 @@ impl<K: Clone> SeenOrder<K> {
 
     /// The oldest key still `present`, of a group this node is not a `member` of if any;
     /// taken out of the order.
-    pub(crate) fn oldest(
+    pub fn oldest(
         &mut self,
         present: impl Fn(&K) -> bool,
         member: impl Fn(&K) -> bool,
