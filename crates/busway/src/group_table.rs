@@ -96,8 +96,14 @@ impl GroupTable {
     }
 
     /// See `Repairs::asks_too_soon`.
-    pub(crate) fn asks_too_soon(&self, member: BusId, group: &str, now_ms: u64) -> bool {
-        locked(&self.repairs).asks_too_soon(member, group, now_ms)
+    pub(crate) fn asks_too_soon(
+        &self,
+        member: BusId,
+        group: &str,
+        range: (u64, u64),
+        now_ms: u64,
+    ) -> bool {
+        locked(&self.repairs).asks_too_soon(member, group, range, now_ms)
     }
 
     /// The oldest repair under way (see `Repairs::take`).
@@ -112,7 +118,7 @@ impl GroupTable {
 
     /// Whether repairs are under way.
     pub(crate) fn has_repairs(&self) -> bool {
-        locked(&self.repairs).any()
+        !locked(&self.repairs).is_empty()
     }
 
     /// See `GroupState::lost`.

@@ -940,7 +940,7 @@ impl Shared {
                 to,
                 name,
             } => {
-                if self.groups.asks_too_soon(from, name, now_ms) {
+                if self.groups.asks_too_soon(from, name, (first, to), now_ms) {
                     tracing::debug!(member = %from, group = name, "repair refused: asked again too soon");
                     bump(&self.counters.group_repairs_refused);
                     return false;

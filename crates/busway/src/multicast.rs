@@ -347,7 +347,10 @@ impl Shared {
                 to,
                 ..
             } => {
-                if self.groups.asks_too_soon(from, MULTICAST_STREAM, now_ms) {
+                if self
+                    .groups
+                    .asks_too_soon(from, MULTICAST_STREAM, (first, to), now_ms)
+                {
                     tracing::debug!(receiver = %from, "multicast repair refused: asked again too soon");
                     bump(&self.counters.group_repairs_refused);
                     return false;

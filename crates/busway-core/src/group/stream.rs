@@ -61,8 +61,7 @@ impl HeldBudget {
     }
 
     /// Bytes held now.
-    #[cfg(test)]
-    fn used(&self) -> usize {
+    pub fn used(&self) -> usize {
         // Relaxed: see `take`.
         self.used.load(Relaxed)
     }
