@@ -30,8 +30,10 @@ use busway_core::group::stream::{HeldBudget, Offer, Skipped, GROUP_HELD_BYTES_NO
 use busway_core::group::{
     decode_interest, decode_publish, decode_repair, encode_interest, encode_mark,
     encode_publish_head, encode_repair_ask, encode_repair_copy_head, encode_repair_lost, Repair,
-    PUBLISH_MARK_BIT,
+    MULTICAST_STREAM, PUBLISH_MARK_BIT,
 };
+use busway_core::multicast::state::MulticastState;
+use busway_core::multicast::{decode_multicast, encode_multicast_head, MULTICAST_HOPS_MAX};
 use busway_core::relay::Sources;
 use busway_core::sim::SimRng;
 use busway_core::BusId;
@@ -51,6 +53,8 @@ const M5: BusId = BusId(50);
 const LIAR: BusId = BusId(66);
 const MEMBERS: [BusId; 3] = [M3, M4, M5];
 const PUBLISHERS: [BusId; 2] = [P1, P2];
+/// P2 also multicasts each of its publishes to every member.
+const MULTICAST_SOURCE: BusId = P2;
 /// The runtime's group tick (`ROUTED_RETRY_INTERVAL_MS`), in ms.
 const TICK_MS: u64 = 100;
 /// Bytes a publisher keeps for repairs: the runtime's default (`DEFAULT_GROUP_RETAIN_BYTES`).
@@ -80,6 +84,7 @@ const TREE: [(BusId, BusId); 7] = [
 enum Kind {
     Interest,
     Publish,
+    Multicast,
     /// End to end (inside ROUTED in the runtime).
     Repair,
 }
@@ -98,15 +103,18 @@ struct Frame {
 struct Node {
     incarnation: u64,
     state: GroupState,
+    multicasts: MulticastState,
     repairs: Repairs,
     held: Arc<HeldBudget>,
     up: bool,
     life: u32,
     member: bool,
     /// Per publisher: numbers handed to the application, in order, and how many were
-    /// counted missed.
+    /// counted missed; the same of the multicasts per source.
     got: HashMap<BusId, Vec<u64>>,
     missed: HashMap<BusId, u64>,
+    multicasts_got: HashMap<BusId, Vec<u64>>,
+    multicasts_missed: HashMap<BusId, u64>,
     cut_off: Vec<String>,
     /// Repair asks refused (too soon, or too many under way), and copies sent per member.
     refused_asks: u64,
@@ -120,6 +128,7 @@ impl Node {
         Self {
             incarnation,
             state: GroupState::new(RETAIN_BYTES, held.clone()),
+            multicasts: MulticastState::new(RETAIN_BYTES, held.clone()),
             repairs: Repairs::default(),
             held,
             up: true,
@@ -127,6 +136,8 @@ impl Node {
             member: false,
             got: HashMap::new(),
             missed: HashMap::new(),
+            multicasts_got: HashMap::new(),
+            multicasts_missed: HashMap::new(),
             cut_off: Vec::new(),
             refused_asks: 0,
             copies_sent: HashMap::new(),
@@ -177,6 +188,14 @@ fn below(relay: BusId, mut id: BusId) -> bool {
             None => return false,
         }
     }
+}
+
+/// The link `me` takes toward `dst`: the child whose subtree holds it, else the upstream.
+fn hop(me: BusId, dst: BusId) -> Option<BusId> {
+    neighbors(me)
+        .into_iter()
+        .find(|&c| parent_of(c) == Some(me) && below(c, dst))
+        .or_else(|| parent_of(me))
 }
 
 /// Whether `me` may send `peer` a frame in `publisher`'s name (the runtime's
@@ -350,6 +369,7 @@ impl Sim {
         match f.kind {
             Kind::Interest => self.interest_arrived(from, to, &f.body),
             Kind::Publish => self.publish_arrived(from, to, f.body),
+            Kind::Multicast => self.multicast_arrived(from, to, f.body),
             Kind::Repair => self.repair_arrived(from, to, f.body),
         }
     }
@@ -416,7 +436,9 @@ impl Sim {
             if peer == head.publisher || !may_pass_to(me, peer, head.publisher) {
                 continue;
             }
-            // A relay's full queue toward that peer (cut-off): dropped, a mark owed.
+            // A relay's full queue toward that peer (cut-off): dropped, a mark owed. Never
+            // the first of a stream: a member's stream starts at the first publish or mark
+            // it sees (docs/SEMANTICS.md), so a first one dropped is not seen as a gap.
             if !head.mark && self.rng.chance(self.drop_pct) && head.number > 1 {
                 self.node(me)
                     .state
@@ -434,9 +456,183 @@ impl Sim {
         }
     }
 
+    /// The runtime's `split_by_hop` and `pass_multicast_on`: one MULTICAST per link, its
+    /// receivers those behind that link; a relay (`from` is where it came from) drops what
+    /// a full link would, and never passes up in a name it does not hold.
+    #[allow(clippy::too_many_arguments)]
+    fn send_multicast(
+        &mut self,
+        me: BusId,
+        from: Option<BusId>,
+        source: (BusId, u64),
+        mark: bool,
+        hops_left: u8,
+        receivers: Vec<(BusId, u64)>,
+        payload: &[u8],
+    ) {
+        let mut by_hop: BTreeMap<BusId, Vec<(BusId, u64)>> = BTreeMap::new();
+        for (id, number) in receivers {
+            if let Some(h) = hop(me, id).filter(|&h| Some(h) != from) {
+                by_hop.entry(h).or_default().push((id, number));
+            }
+        }
+        for (peer, list) in by_hop {
+            // Never a receiver's first (see `publish_arrived`).
+            let first = list.iter().any(|&(_, n)| n == 1);
+            if !may_pass_to(me, peer, source.0)
+                || (from.is_some() && !mark && !first && self.rng.chance(self.drop_pct))
+            {
+                continue;
+            }
+            let mut body = encode_multicast_head(source.0, source.1, mark, hops_left, &list);
+            body.extend_from_slice(payload);
+            self.send(me, peer, Kind::Multicast, body);
+        }
+    }
+
+    fn multicast_arrived(&mut self, from: BusId, me: BusId, body: Vec<u8>) {
+        if !self.link_up(from, me) {
+            return;
+        }
+        let body = Bytes::from(body);
+        let head = match decode_multicast(&body) {
+            Ok(h) => h,
+            Err(e) => return self.refuse(me, from, e),
+        };
+        if let Err(e) = sources(me, from).check_frame(head.source, "MULTICAST", |id| {
+            neighbors(me)
+                .into_iter()
+                .find(|&d| parent_of(d) == Some(me) && below(d, id))
+        }) {
+            return self.refuse(me, from, e);
+        }
+        let payload = body.slice(head.payload_at..);
+        let now = self.now;
+        let mut onward = Vec::new();
+        for (id, number) in head.receivers() {
+            if id != me {
+                onward.push((id, number));
+                continue;
+            }
+            let got = self.node(me).multicasts.received(
+                head.source,
+                head.incarnation,
+                number,
+                head.mark,
+                now,
+                || payload.clone(),
+            );
+            if let Some(ended) = got.ended {
+                self.multicast_skipped(me, head.source, ended);
+            }
+            if let Some(Offer::Deliver { then }) = got.offer {
+                self.deliver_multicasts(me, head.source, vec![payload.clone()]);
+                self.deliver_multicasts(me, head.source, then);
+            }
+        }
+        if !onward.is_empty() && head.hops_left > 1 {
+            let source = (head.source, head.incarnation);
+            self.send_multicast(
+                me,
+                Some(from),
+                source,
+                head.mark,
+                head.hops_left - 1,
+                onward,
+                &payload,
+            );
+        }
+    }
+
+    fn deliver_multicasts(&mut self, id: BusId, source: BusId, payloads: Vec<Bytes>) {
+        let got = self.node(id).multicasts_got.entry(source).or_default();
+        got.extend(payloads.iter().map(|p| number_of(p)));
+    }
+
+    /// The runtime's `multicast_skipped`: what waited is handed over, what never comes is
+    /// counted (`MulticastGap`; a receiver is not cut off).
+    fn multicast_skipped(&mut self, id: BusId, source: BusId, skipped: Skipped) {
+        self.deliver_multicasts(id, source, skipped.deliver);
+        *self.node(id).multicasts_missed.entry(source).or_default() += skipped.missed;
+    }
+
+    /// A REPAIR about the multicast stream (`MULTICAST_STREAM`): the runtime's
+    /// `multicast_repair_received`.
+    fn multicast_repair_arrived(&mut self, from: BusId, me: BusId, repair: Repair, body: &Bytes) {
+        let now = self.now;
+        match repair {
+            Repair::Ask {
+                incarnation,
+                from: first,
+                to,
+                ..
+            } => {
+                let n = self.node(me);
+                if n.repairs
+                    .asks_too_soon(from, MULTICAST_STREAM, (first, to), now)
+                {
+                    n.refused_asks += 1;
+                    return;
+                }
+                let plan = n
+                    .multicasts
+                    .repair(from, incarnation, n.incarnation, (first, to));
+                let job = RepairJob {
+                    to: from,
+                    group: MULTICAST_STREAM.into(),
+                    incarnation: n.incarnation,
+                    lost: plan.lost,
+                    copies: plan.copies.into(),
+                    asked_ms: now,
+                };
+                if !n.repairs.queue(job) {
+                    n.refused_asks += 1;
+                }
+            }
+            Repair::Copy(head) => {
+                assert_eq!(head.publisher, from, "a copy of another's multicast");
+                let payload = body.slice(head.payload_at..);
+                let got = self.node(me).multicasts.repaired(
+                    from,
+                    head.incarnation,
+                    head.number,
+                    now,
+                    || payload.clone(),
+                );
+                if let Some((Offer::Deliver { then }, _)) = got {
+                    self.deliver_multicasts(me, from, vec![payload]);
+                    self.deliver_multicasts(me, from, then);
+                }
+            }
+            Repair::Lost {
+                incarnation,
+                from: first,
+                to,
+                ..
+            } => {
+                let got = self
+                    .node(me)
+                    .multicasts
+                    .lost(from, incarnation, (first, to), now);
+                if let Some(skipped) = got {
+                    self.multicast_skipped(me, from, skipped);
+                }
+            }
+            other => panic!("the sim sends no {other:?}"),
+        }
+    }
+
     fn repair_arrived(&mut self, from: BusId, me: BusId, body: Vec<u8>) {
         let body = Bytes::from(body);
         let repair = decode_repair(&body).expect("repairs the sim wrote");
+        let stream = match repair {
+            Repair::Ask { name, .. } | Repair::Lost { name, .. } => name,
+            Repair::Copy(head) => head.name,
+            _ => "",
+        };
+        if stream == MULTICAST_STREAM {
+            return self.multicast_repair_arrived(from, me, repair, &body);
+        }
         let now = self.now;
         match repair {
             Repair::Ask {
@@ -520,7 +716,14 @@ impl Sim {
             }
             self.node(id).state.mark_paid(peer, publisher, &group);
         }
-        for ask in self.node(id).state.asks(now) {
+        let marks = self.node(id).multicasts.tail_marks(now);
+        if !marks.is_empty() {
+            let source = (id, inc);
+            self.send_multicast(id, None, source, true, MULTICAST_HOPS_MAX, marks, &[]);
+        }
+        let mut asks = self.node(id).state.asks(now);
+        asks.extend(self.node(id).multicasts.asks(now));
+        for ask in asks {
             let body = encode_repair_ask(ask.incarnation, ask.from, ask.to, &ask.group);
             self.send_e2e(id, ask.publisher, body);
         }
@@ -538,6 +741,9 @@ impl Sim {
         }
         for (publisher, _group, skipped, why) in self.node(id).state.overdue(now) {
             self.skipped(id, publisher, skipped, Some(why));
+        }
+        for (source, skipped, _why) in self.node(id).multicasts.overdue(now) {
+            self.multicast_skipped(id, source, skipped);
         }
         assert!(self.nodes[&id].held.used() <= GROUP_HELD_BYTES_NODE_MAX);
     }
@@ -612,7 +818,7 @@ fn run(seed: u64) -> Result<Covered, String> {
     let crash_r2 = sim.rng.chance(50);
     let crash_at = 600 + sim.rng.below(1_500);
     let down_for = 100 + sim.rng.below(2_000);
-    let lie = sim.rng.below(5);
+    let lie = sim.rng.below(6);
     let lie_at = 500 + sim.rng.below(1_500);
     let mut lied = false;
     let (mut crashed, mut restarted) = (false, !crash_r2);
@@ -635,6 +841,20 @@ fn run(seed: u64) -> Result<Covered, String> {
                 let mut body = encode_publish_head(p, 1, number, GROUP);
                 body.extend_from_slice(&payload);
                 sim.send(p, peer, Kind::Publish, body);
+            }
+            if p == MULTICAST_SOURCE {
+                let numbered = sim.node(p).multicasts.number(&MEMBERS, &payload, now);
+                assert!(numbered.iter().all(|&(_, n)| n == number));
+                let source = (p, 1);
+                sim.send_multicast(
+                    p,
+                    None,
+                    source,
+                    false,
+                    MULTICAST_HOPS_MAX,
+                    numbered,
+                    &payload,
+                );
             }
         }
         // R2 crashes only once every member got the first publishes: a member's stream
@@ -706,6 +926,12 @@ fn tell_a_lie(sim: &mut Sim, which: u64, p1_last: u64) {
                 sim.run_until(next);
             }
         }
+        // A multicast in P2's name to M3.
+        5 => {
+            let mut body = encode_multicast_head(P2, 1, false, MULTICAST_HOPS_MAX, &[(M3, 2)]);
+            body.extend_from_slice(&u64::MAX.to_le_bytes());
+            sim.send(LIAR, R1, Kind::Multicast, body);
+        }
         // A mark at 2^64-1 in P1's name: the bits above the number are flags.
         _ => {
             let mut body = encode_mark(P1, 1, 1, GROUP);
@@ -728,6 +954,22 @@ fn check(sim: &Sim, lie: u64) -> Result<(), String> {
                 return Err(format!("{m} got {p}'s publishes out of order or twice"));
             }
             let want: Vec<u64> = (1..=PUBLISHES).collect();
+            if p == MULTICAST_SOURCE {
+                let got = n.multicasts_got.get(&p).cloned().unwrap_or_default();
+                let missed = n.multicasts_missed.get(&p).copied().unwrap_or(0);
+                if got != want || missed != 0 {
+                    let absent: Vec<u64> = want
+                        .iter()
+                        .copied()
+                        .filter(|x| got.binary_search(x).is_err())
+                        .take(10)
+                        .collect();
+                    return Err(format!(
+                        "{m} got {} of {PUBLISHES} of {p}'s multicasts ({missed} counted missed; first absent {absent:?})",
+                        got.len()
+                    ));
+                }
+            }
             if got != want || missed != 0 {
                 let absent: Vec<u64> = want
                     .iter()
@@ -745,7 +987,7 @@ fn check(sim: &Sim, lie: u64) -> Result<(), String> {
     let liar_closed: Vec<&(BusId, BusId, String)> =
         sim.closed.iter().filter(|(_, l, _)| *l == LIAR).collect();
     match lie {
-        0..=2 | 4 => {
+        0..=2 | 4 | 5 => {
             if liar_closed.len() != 1 || liar_closed[0].0 != R1 {
                 return Err(format!("lie {lie}: links closed {:?}", sim.closed));
             }
