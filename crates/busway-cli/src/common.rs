@@ -422,20 +422,18 @@ pub(crate) fn describe(ev: &Event) -> String {
             group,
             publisher,
             missed,
-        } => format!("group {group}: {missed} publishes of {publisher} never arrived"),
+            reason,
+        } => format!(
+            "group {group}: {missed} publishes of {publisher} never arrived ({reason}); still a member"
+        ),
         Event::GroupCutOff {
             group,
             publisher,
             missed,
             reason,
-            fell_behind,
         } => format!(
-            "cut off from group {group}: {missed} publishes of {publisher} missed ({reason}; {})",
-            if *fell_behind {
-                "this member fell behind: its application left them unread"
-            } else {
-                "lost on the way: this member kept up"
-            }
+            "cut off from group {group}: {missed} publishes of {publisher} missed ({reason}); \
+             this member fell behind: its application left them unread"
         ),
         Event::MulticastGap {
             source,

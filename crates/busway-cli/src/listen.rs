@@ -64,6 +64,11 @@ pub(crate) async fn run(args: ListenArgs) -> Result<ExitCode, String> {
             } => b,
             Some(ev) = events.recv() => {
                 eprintln!("{}", common::describe(&ev));
+                if matches!(ev, busway::Event::GroupGap { .. }) && args.count.is_some() {
+                    // The count cannot be reached: the publishes lost will never come.
+                    cut_off = true;
+                    break;
+                }
                 if let busway::Event::GroupCutOff { group, .. } = &ev {
                     if args.count.is_some() {
                         // The count cannot be reached: the publishes missed will never come.
@@ -138,7 +143,7 @@ pub(crate) async fn run(args: ListenArgs) -> Result<ExitCode, String> {
     }
     if cut_off {
         eprintln!(
-            "busway listen: cut off after {} messages; stopping",
+            "busway listen: publishes lost (cut off, or a gap: see above) after {} messages; stopping",
             verifier.received()
         );
         return Ok(ExitCode::from(4));

@@ -96,27 +96,28 @@ pub enum Event {
     /// A dial attempt failed; busway keeps retrying with backoff.
     DialFailed { addr: String, reason: String },
     /// Publishes of `publisher` to `group`, a group this node joined, never reached it:
-    /// `missed` of them, the end of that publisher's previous life (it restarted before
-    /// they came; its new incarnation's stream starts afresh).
+    /// `missed` of them, and `reason` says why: lost on the way (a relay that died or fell
+    /// behind, and no repair came within `GROUP_REPAIR_WAIT_MS` or the publisher no longer
+    /// holds them) or the end of the publisher's previous life (it restarted before they
+    /// came). What came after the gap was delivered first. This node stays in the group: it
+    /// kept up, so the loss is not its own (compare [`Event::GroupCutOff`]).
     GroupGap {
         group: String,
         publisher: BusId,
         missed: u64,
+        reason: String,
     },
-    /// This node was cut off from `group`: it could not get `missed` publishes of
-    /// `publisher` (it fell behind further than the publisher keeps, or a repair did not
-    /// come in time), so it left the group (`Node::join` again to take part from now on).
-    /// What it got after the gap was delivered first; `reason` says what happened.
+    /// This node was cut off from `group`: its application fell behind (it left
+    /// `GROUP_INBOX_BYTES_MAX` of publishes unread within `GROUP_REPAIR_WAIT_MS`), and it
+    /// could not get the `missed` publishes of `publisher` it lost meanwhile (`reason`: the
+    /// publisher no longer holds them, or no repair came in time), so it left the group
+    /// (`Node::join` again to take part from now on). What it got after the gap was
+    /// delivered first.
     GroupCutOff {
         group: String,
         publisher: BusId,
         missed: u64,
         reason: String,
-        /// True if this node's application had left `GROUP_INBOX_BYTES_MAX` of publishes
-        /// unread within `GROUP_REPAIR_WAIT_MS` before: it lost them by its own slow reading
-        /// (a slow member). False: they were lost on the way (a link or relay that fell
-        /// behind or failed), the application kept up.
-        fell_behind: bool,
     },
     /// Bus id `by` refused this node's join of `group` (`publish` false: no publishes of it
     /// come through `by`) or its publishes to `group` (`publish` true: `by` passes none on,

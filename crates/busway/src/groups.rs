@@ -782,7 +782,7 @@ impl Shared {
     }
 
     /// A link stops reading because the application left `GROUP_INBOX_BYTES_MAX` of group
-    /// publishes unread (see `Event::GroupCutOff::fell_behind`).
+    /// publishes unread: a member cut off then fell behind (see `Shared::skipped`).
     pub(crate) fn note_app_behind(&self) {
         let now_ms = self.coarse_ms.load(std::sync::atomic::Ordering::Relaxed);
         self.groups.note_app_behind(now_ms);
@@ -904,7 +904,11 @@ impl Shared {
             self.forward_publish(id, body, head, now_ms);
         }
         if let Some(ended) = fresh.ended {
-            self.skipped(head.publisher, head.name, ended, None, out);
+            let why = format!(
+                "publisher {} restarted before they came (a new incarnation's stream starts afresh)",
+                head.publisher
+            );
+            self.skipped(head.publisher, head.name, ended, (why, false), out);
         }
         if let Some(Offer::Deliver { then }) = fresh.offer {
             out.span(head.publisher, Some(head.name), chunk, span);
@@ -999,7 +1003,7 @@ impl Shared {
                         let why = format!(
                             "publisher {from} no longer holds publishes {first}.. (its group_retain_bytes)"
                         );
-                        self.skipped(from, name, skipped, Some(why), out)
+                        self.skipped(from, name, skipped, (why, true), out)
                     }
                     None => bump(&self.counters.group_repairs_refused),
                 }
@@ -1025,15 +1029,18 @@ impl Shared {
     }
 
     /// Publishes of `publisher` to `group` that will never come were skipped: the member
-    /// gets what waited behind them, then is told how many. With `cut_off` (why it could not
-    /// get them) it is cut off: it leaves the group (`GroupCutOff`; the caller tells the
-    /// peers, see `Delivered::left`); else the publisher restarted (`GroupGap`).
+    /// gets what waited behind them, then is told how many and `why`. A gap given up on
+    /// (`given_up`: no repair came, the publisher no longer holds them, too much waited) cuts
+    /// the member off only if its own application fell behind (`app_fell_behind`): it leaves
+    /// the group (`GroupCutOff`; the caller tells the peers, see `Delivered::left`). Else
+    /// (they were lost on the way, or the publisher restarted) it stays, told by `GroupGap`:
+    /// nothing a publisher or a hop does can make a member that keeps up leave its group.
     fn skipped(
         &self,
         publisher: BusId,
         group: &str,
         skipped: Skipped,
-        cut_off: Option<String>,
+        (why, given_up): (String, bool),
         out: &mut Delivered,
     ) {
         out.payloads(publisher, Some(group), skipped.deliver);
@@ -1041,25 +1048,24 @@ impl Shared {
             return;
         }
         let missed = skipped.missed;
-        match cut_off {
-            Some(reason) => {
-                let now_ms = self.coarse_ms.load(std::sync::atomic::Ordering::Relaxed);
-                let fell_behind = self.groups.app_fell_behind(now_ms);
-                tracing::warn!(%publisher, group, missed, %reason, fell_behind, "cut off from the group");
-                out.left |= self.groups.leave(group);
-                self.emit(Event::GroupCutOff {
-                    group: group.to_owned(),
-                    publisher,
-                    missed,
-                    reason,
-                    fell_behind,
-                });
-            }
-            None => self.emit(Event::GroupGap {
+        let now_ms = self.coarse_ms.load(std::sync::atomic::Ordering::Relaxed);
+        if given_up && self.groups.app_fell_behind(now_ms) {
+            tracing::warn!(%publisher, group, missed, reason = %why, "cut off from the group: its application fell behind");
+            out.left |= self.groups.leave(group);
+            self.emit(Event::GroupCutOff {
                 group: group.to_owned(),
                 publisher,
                 missed,
-            }),
+                reason: why,
+            });
+        } else {
+            tracing::warn!(%publisher, group, missed, reason = %why, "publishes lost");
+            self.emit(Event::GroupGap {
+                group: group.to_owned(),
+                publisher,
+                missed,
+                reason: why,
+            });
         }
     }
 
@@ -1181,7 +1187,7 @@ impl Shared {
         let turn = self.groups.order();
         let mut out = Delivered::default();
         for (publisher, group, skipped, why) in self.groups.overdue(now_ms) {
-            self.skipped(publisher, &group, skipped, Some(why), &mut out);
+            self.skipped(publisher, &group, skipped, (why, true), &mut out);
         }
         let left = out.left;
         self.hand_over(out);
