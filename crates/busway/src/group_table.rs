@@ -5,7 +5,7 @@
 //! inbox and its peers' adverts in the order it decided them.
 
 use crate::group_forwards::WaitingForwards;
-use busway_core::group::repairs::{RepairJob, Repairs};
+use busway_core::group::repairs::{AskRefused, RepairJob, Repairs};
 use busway_core::group::state::{Advert, Ask, Fresh, GroupState, Published, RepairPlan, Run};
 use busway_core::group::stream::{HeldBudget, Offer, Skipped, GROUP_REPAIR_WAIT_MS};
 use busway_core::group::PublishHead;
@@ -90,20 +90,22 @@ impl GroupTable {
         locked(&self.order)
     }
 
-    /// Queues a repair (see `Repairs::queue`).
-    pub(crate) fn queue_repair(&self, job: RepairJob) -> bool {
-        locked(&self.repairs).queue(job)
-    }
-
-    /// See `Repairs::asks_too_soon`.
-    pub(crate) fn asks_too_soon(
+    /// Takes `member`'s ask for `range` of `stream` (see `Repairs::answer`); `plan` is made
+    /// between two turns of the repairs' lock, not under it (it takes the group or multicast
+    /// state's lock, and may clone what a stream keeps).
+    pub(crate) fn answer_ask(
         &self,
         member: BusId,
-        group: &str,
+        stream: &str,
         range: (u64, u64),
-        now_ms: u64,
-    ) -> bool {
-        locked(&self.repairs).asks_too_soon(member, group, range, now_ms)
+        now: (u64, u64),
+        plan: impl FnOnce() -> RepairPlan,
+    ) -> Result<(), AskRefused> {
+        if locked(&self.repairs).asks_too_soon(member, stream, range, now.1) {
+            return Err(AskRefused::TooSoon);
+        }
+        let plan = plan();
+        locked(&self.repairs).take_planned(member, stream, range, now, plan)
     }
 
     /// The oldest repair under way (see `Repairs::take`).

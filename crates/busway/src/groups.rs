@@ -20,7 +20,7 @@ use busway_core::frame::SPAN_GROUP_LOG;
 use busway_core::frame::SPAN_MULTICAST;
 use busway_core::frame::SPAN_TAG_MASK;
 use busway_core::frame::{FrameKind, SPAN_INTEREST, SPAN_LEN_MASK, SPAN_PUBLISH, SPAN_REPAIR};
-use busway_core::group::repairs::RepairJob;
+use busway_core::group::repairs::{AskRefused, RepairJob};
 use busway_core::group::state::{Published, Run};
 use busway_core::group::stream::{Offer, Skipped};
 use busway_core::group::MULTICAST_STREAM;
@@ -207,7 +207,7 @@ impl Node {
                                     .is_err()
                             {
                                 // The others keep their rate; the members behind this link
-                                // ask for what they missed, or are cut off.
+                                // ask for what they missed, or are told they lost it.
                                 if !lagging.contains(&id) {
                                     shared.groups.set_lagging(group, id, true);
                                 }
@@ -771,7 +771,7 @@ impl Shared {
             }
         }
         if lagging {
-            // Its members ask the publisher for what they missed, or are cut off. It is owed
+            // Its members ask the publisher for what they missed, or are told they lost it. It is owed
             // a mark, in case this was the end of the stream.
             self.groups.owe_mark(id, head.publisher, head.name);
             bump(&self.counters.group_forwards_dropped);
@@ -944,24 +944,22 @@ impl Shared {
                 to,
                 name,
             } => {
-                if self.groups.asks_too_soon(from, name, (first, to), now_ms) {
-                    tracing::debug!(member = %from, group = name, "repair refused: asked again too soon");
-                    bump(&self.counters.group_repairs_refused);
-                    return false;
-                }
-                let plan = self
-                    .groups
-                    .repair(name, incarnation, self.incarnation, (first, to));
-                let job = RepairJob {
-                    to: from,
-                    group: name.into(),
-                    incarnation: self.incarnation,
-                    lost: plan.lost,
-                    copies: plan.copies.into(),
-                    asked_ms: now_ms,
-                };
-                if !self.groups.queue_repair(job) {
-                    tracing::warn!(member = %from, group = name, "repair refused: too many under way");
+                let answered = self.groups.answer_ask(
+                    from,
+                    name,
+                    (first, to),
+                    (self.incarnation, now_ms),
+                    || {
+                        self.groups
+                            .repair(name, incarnation, self.incarnation, (first, to))
+                    },
+                );
+                if let Err(why) = answered {
+                    if why == AskRefused::TooMany {
+                        tracing::warn!(member = %from, group = name, "repair refused: too many under way");
+                    } else {
+                        tracing::debug!(member = %from, group = name, "repair refused: asked again too soon");
+                    }
                     bump(&self.counters.group_repairs_refused);
                 }
                 false
@@ -1049,7 +1047,9 @@ impl Shared {
         }
         let missed = skipped.missed;
         let now_ms = self.coarse_ms.load(std::sync::atomic::Ordering::Relaxed);
-        if given_up && self.groups.app_fell_behind(now_ms) {
+        // Behind now, or within `GROUP_REPAIR_WAIT_MS` before.
+        let fell_behind = self.inbox.group_backlogged() || self.groups.app_fell_behind(now_ms);
+        if given_up && fell_behind {
             tracing::warn!(%publisher, group, missed, reason = %why, "cut off from the group: its application fell behind");
             out.left |= self.groups.leave(group);
             self.emit(Event::GroupCutOff {

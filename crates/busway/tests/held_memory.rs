@@ -3,7 +3,10 @@
 //! number out every 1,000 and never repairing it, its publishes mixing 60 KiB payloads with
 //! 1-byte ones (each of which, held as a slice of its read, would pin the whole read), and
 //! multicasts to the node in the same pattern, until
-//! 1 GiB went in. The node's peak RSS must stay within `RSS_BOUND_BYTES`: 128 MiB held behind
+//! 1 GiB went in. Then, in a group of its own, only 1-byte publishes after a gap, each in a
+//! write of its own with 60 KiB of in-order publishes to another group: held as slices of
+//! their reads, each would pin a whole read (1 GiB over the bound); held as copies, each
+//! costs 65 bytes. The node's peak RSS must stay within `RSS_BOUND_BYTES`: 128 MiB held behind
 //! gaps at most (`GROUP_HELD_BYTES_NODE_MAX`), plus the inbox, the reads and the queues.
 //!
 //! Its own test binary: the process's peak RSS (`VmHWM`) is this node's and this test's alone.
@@ -91,13 +94,38 @@ async fn a_source_that_keeps_gaps_open_cannot_make_a_node_hold_past_its_bound() 
             writes.clear();
         }
     }
+    // The second phase: a 1-byte publish that waits behind a gap, per read.
+    node.join("pinned").unwrap();
+    node.join("filler").unwrap();
+    let mut pin_sent = 0u64;
+    let mut filler_number = 0u64;
+    let mut write = Vec::with_capacity(LARGE_BYTES + 1024);
+    // 1 starts the stream; 2 never comes, so everything after it waits.
+    for pinned_number in std::iter::once(1).chain(3..) {
+        if pin_sent >= SENT_BYTES {
+            break;
+        }
+        let mut body = encode_publish_head(BusId(9), 1, pinned_number, "pinned");
+        body.push(1);
+        write.extend_from_slice(&frame_bytes(FrameKind::Publish, &body));
+        for _ in 0..15 {
+            filler_number += 1;
+            let mut body = encode_publish_head(BusId(9), 1, filler_number, "filler");
+            body.extend_from_slice(&large[..4 << 10]);
+            write.extend_from_slice(&frame_bytes(FrameKind::Publish, &body));
+        }
+        source.write_all(&write).await.unwrap();
+        pin_sent += write.len() as u64;
+        write.clear();
+    }
     let peak = status_bytes("VmHWM:");
     let stats = node.stats();
     eprintln!(
-        "RSS before {} MiB, peak {} MiB after {} MiB sent",
+        "RSS before {} MiB, peak {} MiB after {} MiB and {} MiB sent",
         before >> 20,
         peak >> 20,
-        sent >> 20
+        sent >> 20,
+        pin_sent >> 20
     );
     assert!(
         peak <= RSS_BOUND_BYTES,

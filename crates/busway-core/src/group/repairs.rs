@@ -2,7 +2,7 @@
 //! receivers) that asked it for copies, oldest first, within `GROUP_REPAIRS_PENDING_MAX`; one
 //! job per member and stream, so a member that never makes room holds up no other's.
 
-use super::state::GroupName;
+use super::state::{GroupName, RepairPlan};
 use super::stream::GROUP_REASK_MS;
 use crate::BusId;
 use bytes::Bytes;
@@ -30,25 +30,99 @@ pub const GROUP_REPAIRS_PENDING_MAX: usize = 256;
 /// `GROUP_REASK_MS` without progress, so only a member that asks in a loop is refused, and
 /// one that does costs the publisher one plan per this long and stream, not one per ask.
 pub const REPAIR_ASK_GAP_MIN_MS: u64 = GROUP_REASK_MS / 2;
-/// (member, stream) pairs whose last ask a publisher remembers for `REPAIR_ASK_GAP_MIN_MS`
-/// after it was planned, done or not: an ask overlapping the one before within that time is
-/// refused, so a member that asks in a loop gets one plan per that long however fast its
-/// repairs are sent. Past it (that many asks within `REPAIR_ASK_GAP_MIN_MS`), further asks
-/// are refused until some are old enough to forget; an honest member asks again a
-/// `GROUP_REASK_MS` later.
-pub const REPAIR_ASKS_REMEMBERED_MAX: usize = 4_096;
+/// Members whose last ask of each stream a publisher remembers (for
+/// `REPAIR_ASK_GAP_MIN_MS` after it was planned, done or not): an ask overlapping the one
+/// before within that time is refused, so a member that asks in a loop gets one plan per
+/// that long however fast its repairs are sent. Past it, the member remembered first is
+/// forgotten (in O(1)): that weakens only the loop bound for it, and refuses no ask. Only
+/// asks of a stream this node has are remembered: made-up names cost no memory.
+pub const REPAIR_ASKERS_REMEMBERED_MAX: usize = 4_096;
+/// Streams per member whose last ask is remembered; past it, its oldest is forgotten.
+pub const REPAIR_ASKS_PER_MEMBER_MAX: usize = 16;
+
+/// Why a publisher refused an ask (the caller counts it; the member gives its gap up when
+/// its wait runs out, or asks again later).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AskRefused {
+    /// Too soon after the same member's last ask of the stream (see
+    /// [`Repairs::asks_too_soon`]).
+    TooSoon,
+    /// `GROUP_REPAIRS_PENDING_MAX` repairs are under way.
+    TooMany,
+}
 
 /// The repairs under way (see the module's documentation).
 #[derive(Debug, Default)]
 pub struct Repairs {
     /// Oldest first; at most `GROUP_REPAIRS_PENDING_MAX`.
     jobs: VecDeque<RepairJob>,
-    /// Per (member, stream), the range of its last ask planned and when (node clock, ms);
-    /// at most `REPAIR_ASKS_REMEMBERED_MAX`.
-    asked: HashMap<(BusId, GroupName), ((u64, u64), u64)>,
+    /// Per member, its last ask planned of each stream, oldest first (at most
+    /// `REPAIR_ASKS_PER_MEMBER_MAX`); at most `REPAIR_ASKERS_REMEMBERED_MAX` members.
+    asked: HashMap<BusId, VecDeque<Asked>>,
+    /// The members of `asked`, in the order first remembered: the first goes when it is full.
+    askers: VecDeque<BusId>,
+}
+
+/// A member's ask remembered (see `REPAIR_ASKERS_REMEMBERED_MAX`).
+#[derive(Debug)]
+struct Asked {
+    stream: GroupName,
+    range: (u64, u64),
+    /// When it was planned (node clock, ms).
+    at_ms: u64,
 }
 
 impl Repairs {
+    /// `member` asks this publisher (now `incarnation`) for `range` of `stream` (a group, or
+    /// `MULTICAST_STREAM`) at `now_ms`: refused if it comes too soon, else planned by `plan`
+    /// (what is kept of the range, and what is lost) and queued, unless too many repairs are
+    /// under way. The one way a publisher takes an ask, for groups and multicast alike (a
+    /// caller that must not plan under its lock of this calls [`Repairs::asks_too_soon`],
+    /// plans, then [`Repairs::take_planned`]).
+    pub fn answer(
+        &mut self,
+        member: BusId,
+        stream: &str,
+        range: (u64, u64),
+        (incarnation, now_ms): (u64, u64),
+        plan: impl FnOnce() -> RepairPlan,
+    ) -> Result<(), AskRefused> {
+        if self.asks_too_soon(member, stream, range, now_ms) {
+            return Err(AskRefused::TooSoon);
+        }
+        self.take_planned(member, stream, range, (incarnation, now_ms), plan())
+    }
+
+    /// The second half of [`Repairs::answer`]: `plan`, made for an ask not refused as too
+    /// soon, is queued (and the ask remembered), unless too many repairs are under way.
+    pub fn take_planned(
+        &mut self,
+        member: BusId,
+        stream: &str,
+        range: (u64, u64),
+        (incarnation, now_ms): (u64, u64),
+        plan: RepairPlan,
+    ) -> Result<(), AskRefused> {
+        // Nothing of it: no stream of that name (or of that incarnation) here.
+        let unknown = plan.copies.is_empty() && plan.lost.is_some_and(|(_, to)| to == u64::MAX);
+        if !unknown {
+            self.remember(member, stream, range, now_ms);
+        }
+        let job = RepairJob {
+            to: member,
+            group: stream.into(),
+            incarnation,
+            lost: plan.lost,
+            copies: plan.copies.into(),
+            asked_ms: now_ms,
+        };
+        if self.queue(job) {
+            Ok(())
+        } else {
+            Err(AskRefused::TooMany)
+        }
+    }
+
     /// Queues a repair to send; false (and dropped) past `GROUP_REPAIRS_PENDING_MAX`. A
     /// repair still under way for the same member and stream is replaced: the member asks
     /// again only when that one stalled, from where it stands now.
@@ -70,10 +144,10 @@ impl Repairs {
 
     /// Whether `member`'s ask for `from..to` of `group` at `now_ms` comes too soon, and is
     /// refused: its repair of the stream is still under way and was asked less than
-    /// `REPAIR_ASK_GAP_MIN_MS` ago, or its last ask of the stream overlaps this one and came
-    /// less than that long ago. An ask let through is remembered.
+    /// `REPAIR_ASK_GAP_MIN_MS` ago, or its last ask of the stream remembered overlaps this
+    /// one and came less than that long ago.
     pub fn asks_too_soon(
-        &mut self,
+        &self,
         member: BusId,
         group: &str,
         (from, to): (u64, u64),
@@ -84,22 +158,34 @@ impl Repairs {
             .jobs
             .iter()
             .any(|j| j.to == member && &*j.group == group && recent(j.asked_ms));
-        let key: (BusId, GroupName) = (member, group.into());
-        let overlaps = self
-            .asked
-            .get(&key)
-            .is_some_and(|&((f, t), at)| recent(at) && from < t && f < to);
-        if pending || overlaps {
-            return true;
-        }
-        if self.asked.len() >= REPAIR_ASKS_REMEMBERED_MAX && !self.asked.contains_key(&key) {
-            self.asked.retain(|_, &mut (_, at)| recent(at));
-            if self.asked.len() >= REPAIR_ASKS_REMEMBERED_MAX {
-                return true;
+        let overlaps = self.asked.get(&member).is_some_and(|asks| {
+            asks.iter().any(|a| {
+                &*a.stream == group && recent(a.at_ms) && from < a.range.1 && a.range.0 < to
+            })
+        });
+        pending || overlaps
+    }
+
+    /// Remembers `member`'s ask of `range` of `stream` planned at `now_ms`, within the bounds.
+    fn remember(&mut self, member: BusId, stream: &str, range: (u64, u64), now_ms: u64) {
+        if !self.asked.contains_key(&member) {
+            if self.asked.len() >= REPAIR_ASKERS_REMEMBERED_MAX {
+                if let Some(first) = self.askers.pop_front() {
+                    self.asked.remove(&first);
+                }
             }
+            self.askers.push_back(member);
         }
-        self.asked.insert(key, ((from, to), now_ms));
-        false
+        let asks = self.asked.entry(member).or_default();
+        asks.retain(|a| &*a.stream != stream);
+        if asks.len() >= REPAIR_ASKS_PER_MEMBER_MAX {
+            asks.pop_front();
+        }
+        asks.push_back(Asked {
+            stream: stream.into(),
+            range,
+            at_ms: now_ms,
+        });
     }
 
     /// The oldest repair under way, to send as much of as fits; give it back with
@@ -132,15 +218,17 @@ impl Repairs {
 mod tests {
     use super::*;
 
-    fn job(to: u64, asked_ms: u64) -> RepairJob {
-        RepairJob {
-            to: BusId(to),
-            group: "g".into(),
-            incarnation: 1,
+    /// A plan of `n` copies (a stream this node has).
+    fn copies(n: u64) -> RepairPlan {
+        RepairPlan {
             lost: None,
-            copies: VecDeque::new(),
-            asked_ms,
+            copies: (1..=n).map(|i| (i, Bytes::new())).collect(),
         }
+    }
+
+    fn ask(r: &mut Repairs, member: u64, stream: &str, range: (u64, u64), now: u64) -> bool {
+        r.answer(BusId(member), stream, range, (1, now), || copies(3))
+            .is_ok()
     }
 
     /// Issue #26, item 3: a member that asks in a loop gets one plan per
@@ -149,45 +237,65 @@ mod tests {
     #[test]
     fn an_ask_overlapping_the_last_within_the_gap_is_refused_even_once_its_repair_was_sent() {
         let mut r = Repairs::default();
-        let m = BusId(7);
-        assert!(!r.asks_too_soon(m, "g", (1, 1 << 62), 0));
-        assert!(r.queue(job(7, 0)));
+        assert!(ask(&mut r, 7, "g", (1, 1 << 62), 0));
         assert!(r.take().is_some(), "its copies were sent");
-        assert!(r.asks_too_soon(m, "g", (1, 1 << 62), 100), "a loop");
-        assert!(r.asks_too_soon(m, "g", (5, 6), REPAIR_ASK_GAP_MIN_MS - 1));
+        assert!(!ask(&mut r, 7, "g", (1, 1 << 62), 100), "a loop");
+        assert!(!ask(&mut r, 7, "g", (5, 6), REPAIR_ASK_GAP_MIN_MS - 1));
+        assert!(ask(&mut r, 7, "h", (1, 1 << 62), 100), "another stream");
+        assert!(ask(&mut r, 8, "g", (1, 1 << 62), 100), "another member");
+        r.take();
+        r.take();
         assert!(
-            !r.asks_too_soon(m, "h", (1, 1 << 62), 100),
-            "another stream"
-        );
-        assert!(
-            !r.asks_too_soon(BusId(8), "g", (1, 1 << 62), 100),
-            "another member"
-        );
-        assert!(
-            !r.asks_too_soon(m, "g", (1, 1 << 62), GROUP_REASK_MS),
+            ask(&mut r, 7, "g", (1, 1 << 62), GROUP_REASK_MS),
             "a re-ask"
         );
+        r.take();
         assert!(
-            !r.asks_too_soon(m, "g", (1 << 62, (1 << 62) + 5), GROUP_REASK_MS + 1),
+            ask(&mut r, 7, "g", (1 << 62, (1 << 62) + 5), GROUP_REASK_MS + 1),
             "the next gap, after the last"
         );
     }
 
+    /// The review of issue #26: asks under made-up names cost no memory, and a full memory
+    /// forgets its first member in O(1) rather than refusing anyone.
     #[test]
     fn an_ask_while_its_repair_is_under_way_is_refused_and_the_memory_is_bounded() {
         let mut r = Repairs::default();
-        assert!(!r.asks_too_soon(BusId(7), "g", (1, 5), 0));
-        assert!(r.queue(job(7, 0)));
-        assert!(r.asks_too_soon(BusId(7), "g", (5, 9), 10), "under way");
-        for m in 0..REPAIR_ASKS_REMEMBERED_MAX as u64 {
-            r.asks_too_soon(BusId(1_000 + m), "g", (1, 2), 20);
-        }
-        assert!(r.asked.len() <= REPAIR_ASKS_REMEMBERED_MAX);
-        assert!(
-            r.asks_too_soon(BusId(99), "g", (1, 2), 30),
-            "full of recent asks: refused"
+        assert!(ask(&mut r, 7, "g", (1, 5), 0));
+        assert_eq!(
+            r.answer(BusId(7), "g", (5, 9), (1, 10), || copies(1)),
+            Err(AskRefused::TooSoon),
+            "under way"
         );
-        assert!(!r.asks_too_soon(BusId(99), "g", (1, 2), 20 + REPAIR_ASK_GAP_MIN_MS));
-        assert!(r.asked.len() <= REPAIR_ASKS_REMEMBERED_MAX);
+        let nothing = || RepairPlan {
+            lost: Some((1, u64::MAX)),
+            copies: Vec::new(),
+        };
+        for i in 0..100u64 {
+            let _ = r.answer(BusId(9), &format!("made-up {i}"), (1, 2), (1, 20), nothing);
+        }
+        assert!(
+            !r.asked.contains_key(&BusId(9)),
+            "nothing remembered of made-up names"
+        );
+        while r.take().is_some() {}
+        for m in 0..REPAIR_ASKERS_REMEMBERED_MAX as u64 + 10 {
+            assert!(
+                ask(&mut r, 1_000 + m, "g", (1, 2), 30),
+                "never refused for room"
+            );
+            r.take();
+        }
+        assert_eq!(r.asked.len(), REPAIR_ASKERS_REMEMBERED_MAX);
+        assert_eq!(r.askers.len(), REPAIR_ASKERS_REMEMBERED_MAX);
+        assert!(
+            !r.asked.contains_key(&BusId(7)),
+            "the first remembered went first"
+        );
+        for i in 0..REPAIR_ASKS_PER_MEMBER_MAX + 5 {
+            assert!(ask(&mut r, 5, &format!("s{i}"), (1, 2), 40));
+            r.take();
+        }
+        assert_eq!(r.asked[&BusId(5)].len(), REPAIR_ASKS_PER_MEMBER_MAX);
     }
 }

@@ -47,8 +47,9 @@ pub const GROUP_TAIL_MARK_MS: u64 = 100;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum GroupPolicy {
     /// The others keep their rate: a link full for `GROUP_SLOW_MEMBER_WAIT_MS` is skipped
-    /// while it stays full; the members behind it ask for copies of what they missed, and one
-    /// that cannot get them is cut off (`Event::GroupCutOff`).
+    /// while it stays full; the members behind it ask for copies of what they missed; one
+    /// that cannot get them is told how many it lost (`Event::GroupGap`), and cut off
+    /// (`Event::GroupCutOff`) if its own application fell behind.
     #[default]
     CutOff,
     /// The group moves at its slowest linked member: `publish` waits for room on every link

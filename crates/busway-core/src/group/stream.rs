@@ -7,9 +7,9 @@
 //! the next publish or mark (a publisher's "my last publish is N", see `busway_core::group`)
 //! and asks the publisher for copies (REPAIR). Until they come, later publishes wait here, in
 //! number order, within `GROUP_HELD_BYTES_MAX`; a gap not repaired within
-//! `GROUP_REPAIR_WAIT_MS`, or one that would hold more, is given up on: the member is cut off
-//! (it gets what it holds, then leaves the group with a `GroupCutOff` event naming how many
-//! publishes it lost). Never a silent gap.
+//! `GROUP_REPAIR_WAIT_MS`, or one that would hold more, is given up on: the member gets what
+//! it holds and is told how many publishes it lost (the runtime says so with `GroupGap`, or
+//! `GroupCutOff` where its application fell behind). Never a silent gap.
 
 use bytes::Bytes;
 use std::collections::BTreeMap;

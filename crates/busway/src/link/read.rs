@@ -226,6 +226,9 @@ async fn wait_for_group_room(shared: &Shared, machine: &Mutex<Link>, peer: BusId
     if shared.inbox.group_backlogged() {
         shared.note_app_behind();
         blocked_while(shared, machine, shared.inbox.wait_group_room()).await;
+        // Noted again as the wait ends: an application that stopped reading for longer
+        // than `GROUP_REPAIR_WAIT_MS` fell behind until now, not only when it began.
+        shared.note_app_behind();
     }
     if shared.groups.waiting.any() {
         // Publishes wait here for room toward a member.
