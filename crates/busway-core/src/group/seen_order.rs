@@ -28,10 +28,21 @@ impl<K> Default for SeenOrder<K> {
 impl<K: Clone> SeenOrder<K> {
     /// `key` is new in a table that holds `len` keys (`present` tells which): remembered.
     pub fn push(&mut self, key: K, len: usize, present: impl Fn(&K) -> bool) {
+        self.tidy(len, present);
+        self.push_new(key);
+    }
+
+    /// Drops the keys no longer `present` once they are as many as the table holds (`len`):
+    /// call before [`SeenOrder::push_new`], which does not look.
+    pub fn tidy(&mut self, len: usize, present: impl Fn(&K) -> bool) {
         if self.others.len() + self.members.len() > 2 * len.max(1) {
             self.others.retain(&present);
             self.members.retain(&present);
         }
+    }
+
+    /// `key` is new in the table: remembered (see [`SeenOrder::tidy`]).
+    pub fn push_new(&mut self, key: K) {
         self.others.push_back(key);
     }
 

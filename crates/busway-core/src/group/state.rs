@@ -383,33 +383,46 @@ impl GroupState {
         out
     }
 
-    /// The key of `publisher`'s stream to `name` in the table of streams seen, with room
-    /// made for it. The name as this node already holds it (joined, or asked for by a peer):
-    /// a reference count, not an allocation per publish received.
-    fn seen_key(st: &mut State, publisher: BusId, name: &str) -> (BusId, GroupName) {
-        let name = st
-            .joined
-            .get(name)
-            .or_else(|| st.wanted_by.get_key_value(name).map(|(k, _)| k))
+    /// `publisher`'s stream to `name` in the table of streams seen (made if new, room made
+    /// for it), and whether this node is a member of `name`. The name as this node already
+    /// holds it (joined, or asked for by a peer): a reference count, not an allocation per
+    /// publish received. One look-up of the name and one of the stream, whatever is new: this
+    /// runs for every publish a node receives.
+    fn source_of<'a>(
+        st: &'a mut State,
+        publisher: BusId,
+        name: &str,
+        incarnation: u64,
+    ) -> (&'a mut Source, bool) {
+        let State {
+            seen,
+            joined,
+            wanted_by,
+            seen_order,
+            ..
+        } = st;
+        let held = joined.get(name);
+        let member = held.is_some();
+        let name = held
+            .or_else(|| wanted_by.get_key_value(name).map(|(k, _)| k))
             .cloned()
             .unwrap_or_else(|| name.into());
         let key: (BusId, GroupName) = (publisher, name);
-        if !st.seen.contains_key(&key) {
-            let State {
-                seen,
-                joined,
-                seen_order,
-                ..
-            } = &mut *st;
-            if seen.len() >= PUBLISHERS_SEEN_MAX {
-                let present = |k: &(BusId, GroupName)| seen.contains_key(k);
-                if let Some(old) = seen_order.oldest(present, |k| joined.contains(&k.1)) {
-                    seen.remove(&old);
-                }
+        if seen.len() >= PUBLISHERS_SEEN_MAX && !seen.contains_key(&key) {
+            let present = |k: &(BusId, GroupName)| seen.contains_key(k);
+            if let Some(old) = seen_order.oldest(present, |k| joined.contains(&k.1)) {
+                seen.remove(&old);
             }
-            seen_order.push(key.clone(), seen.len(), |k| seen.contains_key(k));
         }
-        key
+        seen_order.tidy(seen.len(), |k| seen.contains_key(k));
+        let source = match seen.entry(key) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(v) => {
+                seen_order.push_new(v.key().clone());
+                v.insert(Source::new(incarnation))
+            }
+        };
+        (source, member)
     }
 
     /// A publish or mark `head` received from `from` (this node is `me`) at `now_ms`; the
@@ -427,12 +440,7 @@ impl GroupState {
             return None;
         }
         let st = &mut self.st;
-        let key = Self::seen_key(st, head.publisher, head.name);
-        let member = st.joined.contains(head.name);
-        let source = st
-            .seen
-            .entry(key)
-            .or_insert_with(|| Source::new(head.incarnation));
+        let (source, member) = Self::source_of(st, head.publisher, head.name, head.incarnation);
         let mut ended = None;
         if source.incarnation != head.incarnation {
             // The publisher restarted: its old stream ends here.
@@ -508,17 +516,12 @@ impl GroupState {
             return Run::Each(heads.iter().map(|_| None).collect());
         }
         let st = &mut self.st;
-        let key = Self::seen_key(st, first.publisher, first.name);
-        let member = st.joined.contains(first.name);
         let forward_all: Vec<BusId> = st
             .wanted_by
             .get(first.name)
             .map(|v| v.iter().copied().filter(|&p| p != from).collect())
             .unwrap_or_default();
-        let source = st
-            .seen
-            .entry(key)
-            .or_insert_with(|| Source::new(first.incarnation));
+        let (source, member) = Self::source_of(st, first.publisher, first.name, first.incarnation);
         // The common case of a member that passes nothing on: the whole run is next.
         let in_a_row = heads
             .windows(2)
