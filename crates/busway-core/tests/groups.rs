@@ -22,7 +22,9 @@
 //!
 //! `BUSWAY_SIM_SEEDS=N` runs N schedules (default 100); `BUSWAY_SIM_SEED=S` runs one.
 
-use busway_core::group::repairs::{Repairs, GROUP_REPAIRS_PENDING_MAX, REPAIR_ASK_GAP_MIN_MS};
+use busway_core::group::repairs::{
+    RepairJob, Repairs, GROUP_REPAIRS_PENDING_MAX, REPAIR_ASK_GAP_MIN_MS,
+};
 use busway_core::group::state::{Fresh, GroupState, GROUPS_PER_PEER_MAX};
 use busway_core::group::stream::{HeldBudget, Offer, Skipped, GROUP_HELD_BYTES_NODE_MAX};
 use busway_core::group::{
@@ -66,6 +68,9 @@ const SETTLE_MS: u64 = 20_000;
 /// second of asks, each after the publisher's tick sent the last one's copies.
 const LOOPING_ASKS: u64 = 50;
 const LOOPING_ASK_EVERY_MS: u64 = 20;
+/// Repair frames the liar's way takes before it is full for good (it never acknowledges):
+/// its repair then waits at the head of P1's queue, and must hold up no one else's.
+const LIAR_ROOM_FRAMES: u64 = 50;
 
 /// (parent, child) links of the tree; the parent is the child's upstream.
 const TREE: [(BusId, BusId); 7] = [
@@ -163,6 +168,8 @@ struct Sim {
     p1_at_lie: u64,
     /// R2 crashed in this schedule.
     r2_crashed: bool,
+    /// Frames of repairs the liar took: it never acknowledges, so its way fills.
+    liar_taken: u64,
 }
 
 fn parent_of(id: BusId) -> Option<BusId> {
@@ -244,6 +251,7 @@ impl Sim {
             drop_pct,
             p1_at_lie: 0,
             r2_crashed: false,
+            liar_taken: 0,
         }
     }
 
@@ -726,17 +734,16 @@ impl Sim {
             let body = encode_repair_ask(ask.incarnation, ask.from, ask.to, &ask.group);
             self.send_e2e(id, ask.publisher, body);
         }
+        // The runtime's `pump_repairs`: a job whose way is full waits in its place, the
+        // others go on.
+        let mut blocked = Vec::new();
         while let Some(mut job) = self.node(id).repairs.take() {
-            if let Some((first, to)) = job.lost.take() {
-                let body = encode_repair_lost(job.incarnation, first, to, &job.group);
-                self.send_e2e(id, job.to, body);
+            if !self.send_repair(id, &mut job) {
+                blocked.push(job);
             }
-            while let Some((number, payload)) = job.copies.pop_front() {
-                let mut body = encode_repair_copy_head(id, job.incarnation, number, &job.group);
-                body.extend_from_slice(&payload);
-                *self.node(id).copies_sent.entry(job.to).or_default() += 1;
-                self.send_e2e(id, job.to, body);
-            }
+        }
+        for job in blocked.into_iter().rev() {
+            self.node(id).repairs.resume(job);
         }
         for (publisher, _group, skipped, why) in self.node(id).state.overdue(now) {
             self.skipped(id, publisher, skipped, &why);
@@ -745,6 +752,39 @@ impl Sim {
             self.multicast_skipped(id, source, skipped);
         }
         assert!(self.nodes[&id].held.used() <= GROUP_HELD_BYTES_NODE_MAX);
+    }
+
+    /// The runtime's `send_repair`: the loss first, then the copies in order, as far as
+    /// the way takes them (the liar never makes room past `LIAR_ROOM_FRAMES`); false if
+    /// some is left.
+    fn send_repair(&mut self, id: BusId, job: &mut RepairJob) -> bool {
+        let room = |sim: &mut Sim| {
+            if job.to != LIAR {
+                return true;
+            }
+            let taken = sim.liar_taken;
+            sim.liar_taken += u64::from(taken < LIAR_ROOM_FRAMES);
+            taken < LIAR_ROOM_FRAMES
+        };
+        if let Some((first, to)) = job.lost {
+            if !room(self) {
+                return false;
+            }
+            job.lost = None;
+            let body = encode_repair_lost(job.incarnation, first, to, &job.group);
+            self.send_e2e(id, job.to, body);
+        }
+        while let Some((number, payload)) = job.copies.front() {
+            if !room(self) {
+                return false;
+            }
+            let mut body = encode_repair_copy_head(id, job.incarnation, *number, &job.group);
+            body.extend_from_slice(payload);
+            *self.node(id).copies_sent.entry(job.to).or_default() += 1;
+            self.send_e2e(id, job.to, body);
+            job.copies.pop_front();
+        }
+        true
     }
 
     fn crash(&mut self, id: BusId) {

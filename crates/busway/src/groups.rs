@@ -1114,17 +1114,21 @@ impl Shared {
 
     /// Sends the repairs under way as far as the queues toward their members allow.
     pub(crate) fn pump_repairs(&self) {
+        // A job whose way is full waits, in its place, for the next call; the jobs after it
+        // go on: a member that makes no room holds up no one else's repair (issue #26,
+        // item 3). Each job is tried once per call.
+        let mut blocked = Vec::new();
         while let Some(mut job) = self.groups.take_repair() {
             match self.send_repair(&mut job) {
                 Ok(()) => {}
-                Err(SendError::Full(_)) => {
-                    self.groups.resume_repair(job);
-                    return;
-                }
+                Err(SendError::Full(_)) => blocked.push(job),
                 Err(e) => {
                     tracing::debug!(member = %job.to, group = %job.group, error = %e, "repair dropped");
                 }
             }
+        }
+        for job in blocked.into_iter().rev() {
+            self.groups.resume_repair(job);
         }
     }
 
