@@ -108,14 +108,19 @@ impl GroupTable {
         locked(&self.repairs).take_planned(member, stream, range, now, plan)
     }
 
-    /// The oldest repair under way (see `Repairs::take`).
-    pub(crate) fn take_repair(&self) -> Option<RepairJob> {
-        locked(&self.repairs).take()
+    /// The oldest repair under way at `now_ms` (see `Repairs::take`).
+    pub(crate) fn take_repair(&self, now_ms: u64) -> Option<RepairJob> {
+        locked(&self.repairs).take(now_ms)
     }
 
-    /// A repair taken and not finished (see `Repairs::resume`).
-    pub(crate) fn resume_repair(&self, job: RepairJob) {
-        locked(&self.repairs).resume(job)
+    /// A repair taken and not finished, behind the others (see `Repairs::requeue`).
+    pub(crate) fn requeue_repair(&self, job: RepairJob) {
+        locked(&self.repairs).requeue(job)
+    }
+
+    /// How many repairs are under way.
+    pub(crate) fn repairs_len(&self) -> usize {
+        locked(&self.repairs).len()
     }
 
     /// Whether repairs are under way.

@@ -1114,21 +1114,30 @@ impl Shared {
 
     /// Sends the repairs under way as far as the queues toward their members allow.
     pub(crate) fn pump_repairs(&self) {
-        // A job whose way is full waits, in its place, for the next call; the jobs after it
-        // go on: a member that makes no room holds up no one else's repair (issue #26,
-        // item 3). Each job is tried once per call.
-        let mut blocked = Vec::new();
-        while let Some(mut job) = self.groups.take_repair() {
+        // Each job under way is taken once per call, oldest first. One whose way is full
+        // goes behind the others, and the member's other jobs are not tried again in this
+        // call: a member that makes no room holds up no one else's repair (issue #26, item
+        // 3), and costs a call at most its `REPAIR_JOBS_PER_MEMBER_MAX` jobs.
+        let now_ms = self.coarse_ms.load(std::sync::atomic::Ordering::Relaxed);
+        let mut full: std::collections::HashSet<BusId> = std::collections::HashSet::new();
+        for _ in 0..self.groups.repairs_len() {
+            let Some(mut job) = self.groups.take_repair(now_ms) else {
+                break;
+            };
+            if full.contains(&job.to) {
+                self.groups.requeue_repair(job);
+                continue;
+            }
             match self.send_repair(&mut job) {
                 Ok(()) => {}
-                Err(SendError::Full(_)) => blocked.push(job),
+                Err(SendError::Full(_)) => {
+                    full.insert(job.to);
+                    self.groups.requeue_repair(job);
+                }
                 Err(e) => {
                     tracing::debug!(member = %job.to, group = %job.group, error = %e, "repair dropped");
                 }
             }
-        }
-        for job in blocked.into_iter().rev() {
-            self.groups.resume_repair(job);
         }
     }
 

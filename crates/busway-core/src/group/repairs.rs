@@ -3,7 +3,7 @@
 //! job per member and stream, so a member that never makes room holds up no other's.
 
 use super::state::{GroupName, RepairPlan};
-use super::stream::GROUP_REASK_MS;
+use super::stream::{GROUP_REASK_MS, GROUP_REPAIR_WAIT_MS};
 use crate::BusId;
 use bytes::Bytes;
 use std::collections::{HashMap, VecDeque};
@@ -24,6 +24,10 @@ pub struct RepairJob {
 /// Repairs a publisher has under way at once; an ask past it is refused (counted), and the
 /// member gives its gap up when its wait runs out.
 pub const GROUP_REPAIRS_PENDING_MAX: usize = 256;
+/// Repairs under way for one member at once (one per stream); an ask past it is refused as
+/// past `GROUP_REPAIRS_PENDING_MAX`: a member that asks for many streams and never makes
+/// room cannot take the room of the others.
+pub const REPAIR_JOBS_PER_MEMBER_MAX: usize = 16;
 /// An ask from a member whose repair of the same stream is still under way and was asked
 /// less than this long ago (ms) is refused, counted, before any plan is made: an honest
 /// member asks again only once its gap is filled (its repair sent by then) or after
@@ -123,7 +127,8 @@ impl Repairs {
         }
     }
 
-    /// Queues a repair to send; false (and dropped) past `GROUP_REPAIRS_PENDING_MAX`. A
+    /// Queues a repair to send; false (and dropped) past `GROUP_REPAIRS_PENDING_MAX`, or past
+    /// `REPAIR_JOBS_PER_MEMBER_MAX` for its member. A
     /// repair still under way for the same member and stream is replaced: the member asks
     /// again only when that one stalled, from where it stands now.
     pub fn queue(&mut self, job: RepairJob) -> bool {
@@ -135,7 +140,9 @@ impl Repairs {
             *old = job;
             return true;
         }
-        if q.len() >= GROUP_REPAIRS_PENDING_MAX {
+        if q.len() >= GROUP_REPAIRS_PENDING_MAX
+            || q.iter().filter(|j| j.to == job.to).count() >= REPAIR_JOBS_PER_MEMBER_MAX
+        {
             return false;
         }
         q.push_back(job);
@@ -188,18 +195,25 @@ impl Repairs {
         });
     }
 
-    /// The oldest repair under way, to send as much of as fits; give it back with
-    /// [`Repairs::resume`] if some is left.
-    pub fn take(&mut self) -> Option<RepairJob> {
-        self.jobs.pop_front()
+    /// The oldest repair under way at `now_ms`, to send as much of as fits; give it back
+    /// with [`Repairs::requeue`] if some is left. One asked `GROUP_REPAIR_WAIT_MS` ago or more
+    /// is dropped on the way: its member has given the gap up by then.
+    pub fn take(&mut self, now_ms: u64) -> Option<RepairJob> {
+        while let Some(job) = self.jobs.pop_front() {
+            if now_ms.saturating_sub(job.asked_ms) < GROUP_REPAIR_WAIT_MS {
+                return Some(job);
+            }
+        }
+        None
     }
 
-    /// A repair taken and not finished: first again next time.
-    pub fn resume(&mut self, job: RepairJob) {
+    /// A repair taken and not finished (its way was full): behind the others, so that a
+    /// member that makes no room holds up no one else's. Dropped if a newer ask of the same
+    /// member for the same stream came meanwhile (it replaces this).
+    pub fn requeue(&mut self, job: RepairJob) {
         let q = &mut self.jobs;
-        // A newer ask of the same member for the same stream came meanwhile: it replaces this.
         if !q.iter().any(|j| j.to == job.to && j.group == job.group) {
-            q.push_front(job);
+            q.push_back(job);
         }
     }
 
@@ -238,18 +252,18 @@ mod tests {
     fn an_ask_overlapping_the_last_within_the_gap_is_refused_even_once_its_repair_was_sent() {
         let mut r = Repairs::default();
         assert!(ask(&mut r, 7, "g", (1, 1 << 62), 0));
-        assert!(r.take().is_some(), "its copies were sent");
+        assert!(r.take(0).is_some(), "its copies were sent");
         assert!(!ask(&mut r, 7, "g", (1, 1 << 62), 100), "a loop");
         assert!(!ask(&mut r, 7, "g", (5, 6), REPAIR_ASK_GAP_MIN_MS - 1));
         assert!(ask(&mut r, 7, "h", (1, 1 << 62), 100), "another stream");
         assert!(ask(&mut r, 8, "g", (1, 1 << 62), 100), "another member");
-        r.take();
-        r.take();
+        r.take(0);
+        r.take(0);
         assert!(
             ask(&mut r, 7, "g", (1, 1 << 62), GROUP_REASK_MS),
             "a re-ask"
         );
-        r.take();
+        r.take(0);
         assert!(
             ask(&mut r, 7, "g", (1 << 62, (1 << 62) + 5), GROUP_REASK_MS + 1),
             "the next gap, after the last"
@@ -278,13 +292,13 @@ mod tests {
             !r.asked.contains_key(&BusId(9)),
             "nothing remembered of made-up names"
         );
-        while r.take().is_some() {}
+        while r.take(0).is_some() {}
         for m in 0..REPAIR_ASKERS_REMEMBERED_MAX as u64 + 10 {
             assert!(
                 ask(&mut r, 1_000 + m, "g", (1, 2), 30),
                 "never refused for room"
             );
-            r.take();
+            r.take(0);
         }
         assert_eq!(r.asked.len(), REPAIR_ASKERS_REMEMBERED_MAX);
         assert_eq!(r.askers.len(), REPAIR_ASKERS_REMEMBERED_MAX);
@@ -294,8 +308,44 @@ mod tests {
         );
         for i in 0..REPAIR_ASKS_PER_MEMBER_MAX + 5 {
             assert!(ask(&mut r, 5, &format!("s{i}"), (1, 2), 40));
-            r.take();
+            r.take(0);
         }
         assert_eq!(r.asked[&BusId(5)].len(), REPAIR_ASKS_PER_MEMBER_MAX);
+    }
+
+    /// The review of issue #26: a member that asks for many streams and never makes room
+    /// holds at most `REPAIR_JOBS_PER_MEMBER_MAX` jobs, a job whose way is full goes behind
+    /// the others, and a job its member has given up on (`GROUP_REPAIR_WAIT_MS`) is dropped.
+    #[test]
+    fn one_member_cannot_fill_the_queue_or_hold_it_up() {
+        let mut r = Repairs::default();
+        for i in 0..REPAIR_JOBS_PER_MEMBER_MAX + 5 {
+            let _ = ask(&mut r, 66, &format!("s{i}"), (1, 2), 0);
+        }
+        assert_eq!(
+            r.len(),
+            REPAIR_JOBS_PER_MEMBER_MAX,
+            "the liar's own share only"
+        );
+        assert!(
+            ask(&mut r, 7, "g", (1, 2), 0),
+            "an honest member finds room"
+        );
+        let first = r.take(1).expect("a job");
+        assert_eq!(first.to, BusId(66));
+        r.requeue(first);
+        let order: Vec<u64> = std::iter::from_fn(|| r.take(1)).map(|j| j.to.0).collect();
+        assert_eq!(order.len(), REPAIR_JOBS_PER_MEMBER_MAX + 1);
+        assert_eq!(
+            order[order.len() - 2],
+            7,
+            "the honest job before the requeued one"
+        );
+        assert_eq!(order[order.len() - 1], 66);
+        assert!(ask(&mut r, 8, "g", (1, 2), 0));
+        assert!(
+            r.take(GROUP_REPAIR_WAIT_MS).is_none(),
+            "given up by its member: dropped"
+        );
     }
 }

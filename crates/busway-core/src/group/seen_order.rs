@@ -14,6 +14,8 @@ pub struct SeenOrder<K> {
     others: VecDeque<K>,
     /// Keys met in `others` whose group this node is a member of, oldest first.
     members: VecDeque<K>,
+    /// A key was pushed since [`SeenOrder::tidy`] last looked.
+    pushed: bool,
 }
 
 impl<K> Default for SeenOrder<K> {
@@ -21,6 +23,7 @@ impl<K> Default for SeenOrder<K> {
         Self {
             others: VecDeque::new(),
             members: VecDeque::new(),
+            pushed: false,
         }
     }
 }
@@ -33,17 +36,20 @@ impl<K: Clone> SeenOrder<K> {
     }
 
     /// Drops the keys no longer `present` once they are as many as the table holds (`len`):
-    /// call before [`SeenOrder::push_new`], which does not look.
+    /// call before [`SeenOrder::push_new`], which does not look. Looks only after a key was
+    /// pushed since it last looked, so a caller may call it for every key it meets.
     pub fn tidy(&mut self, len: usize, present: impl Fn(&K) -> bool) {
-        if self.others.len() + self.members.len() > 2 * len.max(1) {
+        if self.pushed && self.others.len() + self.members.len() > 2 * len.max(1) {
             self.others.retain(&present);
             self.members.retain(&present);
         }
+        self.pushed = false;
     }
 
     /// `key` is new in the table: remembered (see [`SeenOrder::tidy`]).
     pub fn push_new(&mut self, key: K) {
         self.others.push_back(key);
+        self.pushed = true;
     }
 
     /// The oldest key still `present`, of a group this node is not a `member` of if any;
