@@ -12,10 +12,15 @@ use std::collections::{HashMap, VecDeque};
 /// waits for room (see [`Repairs::take`]).
 #[derive(Debug)]
 pub struct RepairJob {
+    /// The member that asked.
     pub to: BusId,
+    /// The stream: a group, or `MULTICAST_STREAM`.
     pub group: GroupName,
+    /// This publisher's incarnation, named in what it sends.
     pub incarnation: u64,
+    /// Numbers no longer held (`from..to`), told first; `None` once told.
     pub lost: Option<(u64, u64)>,
+    /// Copies still to send, in number order.
     pub copies: VecDeque<(u64, Bytes)>,
     /// When the member asked for it (node clock, ms).
     pub asked_ms: u64,
@@ -51,7 +56,8 @@ pub enum AskRefused {
     /// Too soon after the same member's last ask of the stream (see
     /// [`Repairs::asks_too_soon`]).
     TooSoon,
-    /// `GROUP_REPAIRS_PENDING_MAX` repairs are under way.
+    /// `GROUP_REPAIRS_PENDING_MAX` repairs are under way, or `REPAIR_JOBS_PER_MEMBER_MAX`
+    /// for this member.
     TooMany,
 }
 
