@@ -64,17 +64,16 @@ pub(crate) async fn run(args: ListenArgs) -> Result<ExitCode, String> {
             } => b,
             Some(ev) = events.recv() => {
                 eprintln!("{}", common::describe(&ev));
-                if matches!(ev, busway::Event::GroupGap { .. }) && args.count.is_some() {
+                let lost = matches!(
+                    ev,
+                    busway::Event::GroupGap { .. } | busway::Event::GroupCutOff { .. }
+                );
+                if lost && args.count.is_some() {
                     // The count cannot be reached: the publishes lost will never come.
                     cut_off = true;
                     break;
                 }
                 if let busway::Event::GroupCutOff { group, .. } = &ev {
-                    if args.count.is_some() {
-                        // The count cannot be reached: the publishes missed will never come.
-                        cut_off = true;
-                        break;
-                    }
                     if let Err(e) = node.join(group) {
                         eprintln!("busway listen: joining group {group} again failed: {e}");
                     } else {

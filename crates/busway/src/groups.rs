@@ -944,24 +944,10 @@ impl Shared {
                 to,
                 name,
             } => {
-                let answered = self.groups.answer_ask(
-                    from,
-                    name,
-                    (first, to),
-                    (self.incarnation, now_ms),
-                    || {
-                        self.groups
-                            .repair(name, incarnation, self.incarnation, (first, to))
-                    },
-                );
-                if let Err(why) = answered {
-                    if why == AskRefused::TooMany {
-                        tracing::warn!(member = %from, group = name, "repair refused: too many under way");
-                    } else {
-                        tracing::debug!(member = %from, group = name, "repair refused: asked again too soon");
-                    }
-                    bump(&self.counters.group_repairs_refused);
-                }
+                self.answer_repair_ask(from, name, (first, to), now_ms, || {
+                    self.groups
+                        .repair(name, incarnation, self.incarnation, (first, to))
+                });
                 false
             }
             Repair::Copy(head) => {
@@ -1024,6 +1010,32 @@ impl Shared {
                 false
             }
         }
+    }
+
+    /// `from`'s ask for `range` of `stream` (a group, or `MULTICAST_STREAM`), planned by
+    /// `plan`: queued, or refused (counted, and logged with why) as `Repairs::answer` says.
+    /// The one way this publisher takes an ask, for groups and multicast alike.
+    pub(crate) fn answer_repair_ask(
+        &self,
+        from: BusId,
+        stream: &str,
+        range: (u64, u64),
+        now_ms: u64,
+        plan: impl FnOnce() -> busway_core::group::state::RepairPlan,
+    ) {
+        let answered =
+            self.groups
+                .answer_ask(from, stream, range, (self.incarnation, now_ms), plan);
+        match answered {
+            Ok(()) => return,
+            Err(AskRefused::TooMany) => {
+                tracing::warn!(member = %from, stream, "repair refused: too many under way");
+            }
+            Err(AskRefused::TooSoon) => {
+                tracing::debug!(member = %from, stream, "repair refused: asked again too soon");
+            }
+        }
+        bump(&self.counters.group_repairs_refused);
     }
 
     /// Publishes of `publisher` to `group` that will never come were skipped: the member

@@ -18,7 +18,6 @@ use crate::routing::Hops;
 use crate::shared::Shared;
 use crate::stats::bump;
 use busway_core::frame::FrameKind;
-use busway_core::group::repairs::AskRefused;
 use busway_core::group::stream::Offer;
 use busway_core::group::{encode_repair_unreachable, Repair, MULTICAST_STREAM};
 use busway_core::multicast::{decode_multicast, encode_multicast_head, MulticastHead};
@@ -347,24 +346,10 @@ impl Shared {
                 to,
                 ..
             } => {
-                let answered = self.groups.answer_ask(
-                    from,
-                    MULTICAST_STREAM,
-                    (first, to),
-                    (self.incarnation, now_ms),
-                    || {
-                        self.multicasts
-                            .repair(from, incarnation, self.incarnation, (first, to))
-                    },
-                );
-                if let Err(why) = answered {
-                    if why == AskRefused::TooMany {
-                        tracing::warn!(receiver = %from, "multicast repair refused: too many under way");
-                    } else {
-                        tracing::debug!(receiver = %from, "multicast repair refused: asked again too soon");
-                    }
-                    bump(&self.counters.group_repairs_refused);
-                }
+                self.answer_repair_ask(from, MULTICAST_STREAM, (first, to), now_ms, || {
+                    self.multicasts
+                        .repair(from, incarnation, self.incarnation, (first, to))
+                });
                 false
             }
             Repair::Copy(head) => {
