@@ -82,6 +82,8 @@ async fn relays_split_the_list_one_frame_per_link_two_levels_deep() {
     for id in [1, 2, 3, 5, 101] {
         assert!(top.wait_for_peer(BusId(id), WAIT).await);
     }
+    // The source's own side of its link too: its byte count is read below.
+    assert!(source.wait_for_peer(BusId(100), WAIT).await);
     let mut inboxes: Vec<(Inbox, &str)> = Vec::new();
     for (n, what) in [
         (&r2, "receiver 2"),
