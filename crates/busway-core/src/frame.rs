@@ -62,8 +62,9 @@ pub enum FrameKind {
     /// A node's interest in a group changed (see [`crate::group`]): one message numbered like
     /// any other, on a direct link only; body: u8 op, u8 name length, name.
     Interest = 0x0A,
-    /// One publish to a group (see [`crate::group`]): one message numbered like any other, on
-    /// a direct link only; body: u64 publisher, u64 number, u8 name length, name, payload.
+    /// One publish to a group, or a batch of them in a row (see [`crate::group`]): one
+    /// message numbered like any other, on a direct link only; body: u64 publisher, u64
+    /// incarnation, u64 number and flags, u8 name length, name, payload (or a batch's entries).
     Publish = 0x0B,
     /// The end-to-end repair of a group's stream (see [`crate::group`]): one message numbered
     /// like any other, on a direct link or inside ROUTED; body: u8 op, then the op's fields (a
@@ -369,20 +370,30 @@ pub fn seal_frames_in_place(frames: &mut [u8]) {
 /// Calls `f(start, len)` for each message of a DATA_BATCH body, in order (`start` relative to
 /// the body); an error names the entry and its offset in the body if the entries do not tile
 /// the body exactly.
-pub fn for_each_batch_entry(body: &[u8], mut f: impl FnMut(usize, usize)) -> Result<(), String> {
+pub fn for_each_batch_entry(body: &[u8], f: impl FnMut(usize, usize)) -> Result<(), String> {
+    for_each_entry(body, "DATA_BATCH", f)
+}
+
+/// [`for_each_batch_entry`] for entries of any frame (`what` names it in errors): a
+/// DATA_BATCH's body, or a PUBLISH batch's payload.
+pub fn for_each_entry(
+    body: &[u8],
+    what: &str,
+    mut f: impl FnMut(usize, usize),
+) -> Result<(), String> {
     let mut i = 0;
     let mut n = 0;
     while i < body.len() {
         let Some(len) = body.get(i..i + BATCH_ENTRY_HEADER_LEN) else {
             return Err(format!(
-                "DATA_BATCH entry {n} at body offset {i}: truncated length"
+                "{what} entry {n} at body offset {i}: truncated length"
             ));
         };
         let len = usize::from(u16::from_le_bytes([len[0], len[1]]));
         let start = i + BATCH_ENTRY_HEADER_LEN;
         if start + len > body.len() {
             return Err(format!(
-                "DATA_BATCH entry {n} at body offset {i}: {len} bytes declared, {} left",
+                "{what} entry {n} at body offset {i}: {len} bytes declared, {} left",
                 body.len() - start
             ));
         }

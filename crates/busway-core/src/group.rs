@@ -12,6 +12,10 @@
 //!   rather than drop it. With `PUBLISH_MARK_BIT` set in `number` it is a *mark*: no payload, it says
 //!   only that the publisher's last publish to the group is `number`, so that a member that
 //!   lost the end of a stream (a relay died with it) sees the gap without a later publish.
+//!   With `PUBLISH_BATCH_BIT` set (only toward a peer that advertised `caps::PUBLISH_BATCH`)
+//!   the payload is one or more entries `u16 length, payload`: publishes numbered `number`,
+//!   `number + 1`, ... in a row, one head and one link message for the lot (a relay passes the
+//!   whole frame on when it is all new).
 //! * REPAIR, end to end (direct or inside ROUTED), one of three ops:
 //!   `REPAIR_ASK` (member to publisher): `u64 publisher's incarnation, u64 from, u64 to, u8
 //!   name length, name`: send me your publishes to the group numbered `from..to` (one gap);
@@ -61,6 +65,11 @@ pub const PUBLISH_MARK_BIT: u64 = 1 << 63;
 /// (`GroupPolicy::Backpressure`), so a relay waits for room toward a member rather than
 /// drop the publish for it.
 pub const PUBLISH_BACKPRESSURE_BIT: u64 = 1 << 62;
+/// Set in a PUBLISH's number: the payload is a batch of publishes in a row (see the module
+/// doc). Numbers stay below it: a publisher never makes 2^61 publishes.
+pub const PUBLISH_BATCH_BIT: u64 = 1 << 61;
+/// The flag bits of a PUBLISH's number word.
+const PUBLISH_FLAG_BITS: u64 = PUBLISH_MARK_BIT | PUBLISH_BACKPRESSURE_BIT | PUBLISH_BATCH_BIT;
 /// REPAIR op: a member asks the publisher for a range of its publishes (one gap).
 pub const REPAIR_ASK: u8 = 1;
 /// REPAIR op: a publisher's copy of one publish, for the asking member alone.
@@ -197,6 +206,11 @@ pub struct PublishHead<'a> {
     pub mark: bool,
     /// Relays wait for room toward members rather than drop it (`PUBLISH_BACKPRESSURE_BIT`).
     pub backpressure: bool,
+    /// The payload is a batch of publishes numbered from `number` (`PUBLISH_BATCH_BIT`; see
+    /// [`for_each_publish`]), `count` of them.
+    pub batch: bool,
+    /// How many publishes the body carries: 1, or a batch's entries (0 for a mark).
+    pub count: u64,
 }
 
 /// A decoded REPAIR body.
@@ -330,9 +344,11 @@ fn decode_publish_as<'a>(body: &'a [u8], what: &str) -> Result<PublishHead<'a>, 
     };
     let publisher = BusId(u64_at(0));
     let incarnation = u64_at(8);
-    let mark = u64_at(16) & PUBLISH_MARK_BIT != 0;
-    let backpressure = u64_at(16) & PUBLISH_BACKPRESSURE_BIT != 0;
-    let number = u64_at(16) & !(PUBLISH_MARK_BIT | PUBLISH_BACKPRESSURE_BIT);
+    let word = u64_at(16);
+    let mark = word & PUBLISH_MARK_BIT != 0;
+    let backpressure = word & PUBLISH_BACKPRESSURE_BIT != 0;
+    let batch = word & PUBLISH_BATCH_BIT != 0;
+    let number = word & !PUBLISH_FLAG_BITS;
     if number == 0 {
         return Err(format!("{what} numbered 0 (publishes count from 1)"));
     }
@@ -346,6 +362,28 @@ fn decode_publish_as<'a>(body: &'a [u8], what: &str) -> Result<PublishHead<'a>, 
             body.len() - payload_at
         ));
     }
+    let count = if mark {
+        0
+    } else if batch {
+        let mut count = 0u64;
+        crate::frame::for_each_entry(&body[payload_at..], what, |_, _| count += 1)?;
+        if count == 0 {
+            return Err(format!("{what} batch {number} with no publish in it"));
+        }
+        // Below the flag bits whatever the count: a batch cannot wrap a stream's numbers.
+        if number + count > PUBLISH_BATCH_BIT {
+            return Err(format!(
+                "{what} batch of {count} from number {number} runs past the largest number ({})",
+                PUBLISH_BATCH_BIT - 1
+            ));
+        }
+        count
+    } else {
+        1
+    };
+    if mark && batch {
+        return Err(format!("{what} mark {number} flagged as a batch"));
+    }
     Ok(PublishHead {
         publisher,
         incarnation,
@@ -354,7 +392,43 @@ fn decode_publish_as<'a>(body: &'a [u8], what: &str) -> Result<PublishHead<'a>, 
         payload_at,
         mark,
         backpressure,
+        batch,
+        count,
     })
+}
+
+/// Calls `f(number, start, len)` for each publish of a PUBLISH `body` whose head is `head`
+/// (decoded from it, not a mark): its number and where its payload is in `body`. Once for a
+/// single publish, once per entry of a batch.
+pub fn for_each_publish(body: &[u8], head: &PublishHead, mut f: impl FnMut(u64, usize, usize)) {
+    if !head.batch {
+        f(head.number, head.payload_at, body.len() - head.payload_at);
+        return;
+    }
+    let mut number = head.number;
+    // Checked by `decode_publish`.
+    let _ = crate::frame::for_each_entry(&body[head.payload_at..], "PUBLISH", |start, len| {
+        f(number, head.payload_at + start, len);
+        number += 1;
+    });
+}
+
+/// The single PUBLISH bodies of a batch `body` (its head `head`), one per publish, for a
+/// peer that takes no batches or for the publishes of a batch that go on alone.
+pub fn split_publish_batch(body: &[u8], head: &PublishHead) -> Vec<Vec<u8>> {
+    let flags = if head.backpressure {
+        PUBLISH_BACKPRESSURE_BIT
+    } else {
+        0
+    };
+    let mut out = Vec::with_capacity(head.count as usize);
+    for_each_publish(body, head, |number, start, len| {
+        let mut one =
+            encode_publish_head(head.publisher, head.incarnation, number | flags, head.name);
+        one.extend_from_slice(&body[start..start + len]);
+        out.push(one);
+    });
+    out
 }
 
 /// The body of a PUBLISH mark: `publisher`'s last publish to `name` is `number`.
@@ -504,8 +578,8 @@ pub fn decode_repair(body: &[u8]) -> Result<Repair<'_>, String> {
         }
         REPAIR_COPY => {
             let mut head = decode_publish_as(rest, "REPAIR copy")?;
-            if head.mark {
-                return Err("REPAIR copy of a mark (a copy carries a publish)".into());
+            if head.mark || head.batch {
+                return Err("REPAIR copy of a mark or a batch (a copy carries one publish)".into());
             }
             head.payload_at += 1;
             Ok(Repair::Copy(head))
@@ -788,6 +862,44 @@ mod tests {
         assert!(decode_repair(&mark_copy).unwrap_err().contains("of a mark"));
     }
 
+    /// A PUBLISH batch body: `word` (number and flags, the batch bit added), then `payloads`.
+    fn batch_body(
+        publisher: u64,
+        incarnation: u64,
+        word: u64,
+        name: &str,
+        payloads: &[Vec<u8>],
+    ) -> Vec<u8> {
+        let mut body = encode_publish_head(
+            BusId(publisher),
+            incarnation,
+            word | PUBLISH_BATCH_BIT,
+            name,
+        );
+        for p in payloads {
+            body.extend_from_slice(&(p.len() as u16).to_le_bytes());
+            body.extend_from_slice(p);
+        }
+        body
+    }
+
+    #[test]
+    fn a_batch_that_cannot_be_is_refused_with_the_reason() {
+        let two = [vec![1u8], vec![2u8]];
+        let err = |body: Vec<u8>| decode_publish(&body).unwrap_err();
+        assert!(err(batch_body(7, 1, 5, "g", &[])).contains("no publish in it"));
+        let last = PUBLISH_BATCH_BIT - 1;
+        assert!(decode_publish(&batch_body(7, 1, last, "g", &two[..1])).is_ok());
+        assert!(err(batch_body(7, 1, last, "g", &two)).contains("runs past the largest number"));
+        assert!(err(batch_body(7, 1, 5 | PUBLISH_MARK_BIT, "g", &[])).contains("mark"));
+        let mut cut = batch_body(7, 1, 5, "g", &two);
+        cut.pop();
+        assert!(err(cut).contains("PUBLISH entry 1"));
+        let mut copy = vec![REPAIR_COPY];
+        copy.extend_from_slice(&batch_body(7, 1, 5, "g", &two));
+        assert!(decode_repair(&copy).unwrap_err().contains("a batch"));
+    }
+
     #[test]
     fn names_are_bounded() {
         assert!(check_name("a").is_ok());
@@ -801,7 +913,7 @@ mod tests {
         fn any_publish_round_trips(
             publisher: u64,
             incarnation: u64,
-            number in 1u64..PUBLISH_BACKPRESSURE_BIT,
+            number in 1u64..PUBLISH_BATCH_BIT,
             name in "[a-z0-9./-]{1,128}",
             payload in proptest::collection::vec(any::<u8>(), 0..64),
         ) {
@@ -813,6 +925,39 @@ mod tests {
                 (BusId(publisher), incarnation, number, name.as_str())
             );
             prop_assert_eq!(&body[h.payload_at..], &payload[..]);
+        }
+
+        #[test]
+        fn any_batch_round_trips_and_splits_into_its_publishes(
+            publisher: u64,
+            incarnation: u64,
+            number in 1u64..PUBLISH_BATCH_BIT - 100,
+            backpressure: bool,
+            name in "[a-z0-9./-]{1,16}",
+            payloads in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..40), 1..50),
+        ) {
+            let flags = if backpressure { PUBLISH_BACKPRESSURE_BIT } else { 0 };
+            let body = batch_body(publisher, incarnation, number | flags, &name, &payloads);
+            let h = decode_publish(&body).unwrap();
+            prop_assert!(h.batch && !h.mark);
+            prop_assert_eq!(h.backpressure, backpressure);
+            prop_assert_eq!(h.count, payloads.len() as u64);
+            let mut seen = Vec::new();
+            for_each_publish(&body, &h, |n, at, len| seen.push((n, body[at..at + len].to_vec())));
+            let want: Vec<(u64, Vec<u8>)> =
+                (number..).zip(payloads.iter().cloned()).collect();
+            prop_assert_eq!(&seen, &want);
+            let singles: Vec<(u64, bool, Vec<u8>)> = split_publish_batch(&body, &h)
+                .iter()
+                .map(|one| {
+                    let s = decode_publish(one).unwrap();
+                    assert!(!s.batch && s.count == 1 && s.publisher == h.publisher && s.name == h.name);
+                    (s.number, s.backpressure, one[s.payload_at..].to_vec())
+                })
+                .collect();
+            let want: Vec<(u64, bool, Vec<u8>)> =
+                want.into_iter().map(|(n, p)| (n, backpressure, p)).collect();
+            prop_assert_eq!(singles, want);
         }
 
         #[test]

@@ -74,6 +74,9 @@ pub mod caps {
     /// Understands REGISTER frames (see `registry`): a relay registers its downstreams'
     /// ids with an upstream that has this bit (an older one would close the link on it).
     pub const REGISTER: u64 = 1 << 6;
+    /// Understands PUBLISH frames with `group::PUBLISH_BATCH_BIT` (many publishes in a row
+    /// in one frame): publishers and relays send batches only to peers with this bit.
+    pub const PUBLISH_BATCH: u64 = 1 << 7;
 }
 
 /// Everything that can be wrong with a handshake. The display text says what and why.

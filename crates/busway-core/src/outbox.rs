@@ -13,6 +13,7 @@ use crate::frame::{
     encode_header, encode_header_unchecked, seal_frames_in_place, seal_in_place_unchecked,
     FrameDecoder, FrameKind, BATCH_ENTRY_HEADER_LEN, BODY_LEN_CEILING, HEADER_LEN,
 };
+use crate::group::{PUBLISH_BATCH_BIT, PUBLISH_FIXED_BYTES, PUBLISH_MARK_BIT};
 use bytes::{Bytes, BytesMut};
 use std::collections::VecDeque;
 use std::fmt;
@@ -100,7 +101,16 @@ impl Chunk {
             return;
         }
         match &self.payload {
-            Some(p) => self.frames = Bytes::copy_from_slice(&encode_header(FrameKind::Data, p)),
+            Some(p) => {
+                // One frame: its header, the start of its body (a CALL's, REPLY's or
+                // PUBLISH's head; nothing for DATA), then the payload kept apart.
+                let kind = FrameKind::from_u8(self.frames[0]).unwrap_or(FrameKind::Data);
+                let head = &self.frames[HEADER_LEN..];
+                let mut frames = BytesMut::with_capacity(self.frames.len());
+                frames.extend_from_slice(&crate::frame::encode_header_gathered(kind, &[head, p]));
+                frames.extend_from_slice(head);
+                self.frames = frames.freeze();
+            }
             None => {
                 let frames = std::mem::take(&mut self.frames);
                 let mut m = frames
@@ -114,6 +124,17 @@ impl Chunk {
     }
 }
 
+/// A PUBLISH batch being filled at the end of the tail (see [`Outbox::push_publish`]).
+#[derive(Clone, Copy, Debug)]
+struct OpenPublish {
+    /// Where its frame starts in the tail.
+    start: usize,
+    /// Bytes of its head (publisher, incarnation, number, name length, name).
+    head_len: usize,
+    /// The number word (with its flags, but for the batch bit) of the stream's next publish.
+    next: u64,
+}
+
 /// One peer's outgoing messages (see the module doc).
 #[derive(Debug)]
 pub struct Outbox {
@@ -122,7 +143,11 @@ pub struct Outbox {
     unwritten: usize,
     /// Messages copied in and not yet sealed into a chunk; they follow every chunk.
     tail: BytesMut,
+    /// Where the DATA_BATCH being filled at the end of `tail` starts, if one is.
     open_batch: Option<usize>,
+    /// The PUBLISH batch being filled at the end of `tail`, if one is (never with
+    /// `open_batch`: opening either seals the other).
+    open_publish: Option<OpenPublish>,
     tail_first_seq: u64,
     tail_msgs: u64,
     /// Control frames for the current link; written before data, never kept for a resend.
@@ -160,6 +185,7 @@ impl Outbox {
             // Taken at the first message (an idle peer holds no buffer).
             tail: BytesMut::new(),
             open_batch: None,
+            open_publish: None,
             tail_first_seq: first_seq,
             tail_msgs: 0,
             control: Vec::new(),
@@ -327,6 +353,89 @@ impl Outbox {
         });
         frames.extend_from_slice(head);
         Some(self.push_referenced(frames.freeze(), payload, cost))
+    }
+
+    /// Queues one publish, its PUBLISH body `head` (as `group::encode_publish_head` makes it)
+    /// then `payload`. With `batch` (the peer takes batches, `caps::PUBLISH_BATCH`) a small
+    /// one joins the PUBLISH batch at the end of the queue when it is the next of that stream
+    /// (same publisher, incarnation, flags and group, the number after), or starts one: one
+    /// head and one message for publishes in a row. Otherwise it is a frame of its own (see
+    /// [`Outbox::push_framed`]). Returns its message number (a batch's), or `None` if it does
+    /// not fit.
+    pub fn push_publish(&mut self, head: &[u8], payload: &Bytes, batch: bool) -> Option<u64> {
+        let word = match head.get(16..24) {
+            Some(w) if batch && head.len() >= PUBLISH_FIXED_BYTES => {
+                u64::from_le_bytes(w.try_into().unwrap_or_default())
+            }
+            _ => return self.push_framed(FrameKind::Publish, head, payload),
+        };
+        if payload.len() > COPY_PAYLOAD_BYTES_MAX
+            || word & (PUBLISH_MARK_BIT | PUBLISH_BATCH_BIT) != 0
+        {
+            return self.push_framed(FrameKind::Publish, head, payload);
+        }
+        let entry = BATCH_ENTRY_HEADER_LEN + payload.len();
+        if let Some(open) = self.open_publish {
+            let at = open.start + HEADER_LEN;
+            let body_len = self.tail.len() - at;
+            if open.next == word
+                && open.head_len == head.len()
+                && self.tail[at..at + 16] == head[..16]
+                && self.tail[at + 24..at + open.head_len] == head[24..]
+                && body_len + entry <= BATCH_BODY_BYTES_MAX
+                && self.tail.len() < CHUNK_BYTES_MAX
+                && self.tail.len() + entry <= self.tail.capacity()
+            {
+                if self.bytes + entry > self.limit_bytes {
+                    return None;
+                }
+                self.bytes += entry;
+                self.bytes_pushed = self.bytes_pushed.wrapping_add(entry as u64);
+                self.tail
+                    .extend_from_slice(&(payload.len() as u16).to_le_bytes());
+                self.tail.extend_from_slice(payload);
+                self.open_publish = Some(OpenPublish {
+                    next: word + 1,
+                    ..open
+                });
+                return Some(self.next_seq - 1);
+            }
+        }
+        let cost = HEADER_LEN + head.len() + entry;
+        if self.bytes + cost > self.limit_bytes && self.bytes > 0 {
+            return None;
+        }
+        self.seal_if_full(head.len() + entry);
+        if self.tail.capacity() == 0 {
+            self.tail.reserve(TAIL_INITIAL_BYTES);
+        }
+        if self.tail.len() >= CHUNK_BYTES_MAX {
+            self.seal_tail();
+        }
+        if self.tail.is_empty() {
+            self.tail_first_seq = self.next_seq;
+        }
+        self.seal_batch();
+        let start = self.tail.len();
+        // Sealed (header and check) with the chunk, see `seal_batch`.
+        self.tail.extend_from_slice(&[0; HEADER_LEN]);
+        self.tail.extend_from_slice(&head[..16]);
+        self.tail
+            .extend_from_slice(&(word | PUBLISH_BATCH_BIT).to_le_bytes());
+        self.tail.extend_from_slice(&head[24..]);
+        self.tail
+            .extend_from_slice(&(payload.len() as u16).to_le_bytes());
+        self.tail.extend_from_slice(payload);
+        self.open_publish = Some(OpenPublish {
+            start,
+            head_len: head.len(),
+            next: word + 1,
+        });
+        self.bytes += cost;
+        self.bytes_pushed = self.bytes_pushed.wrapping_add(cost as u64);
+        self.tail_msgs += 1;
+        self.next_seq += 1;
+        Some(self.next_seq - 1)
     }
 
     /// Queues a control frame, or a part of one, for the current link, ahead of any data not
@@ -555,6 +664,7 @@ impl Outbox {
         self.unwritten = 0;
         self.tail.clear();
         self.open_batch = None;
+        self.open_publish = None;
         self.tail_msgs = 0;
         self.tail_first_seq = self.next_seq;
         self.clear_control();
@@ -660,6 +770,9 @@ impl Outbox {
     fn seal_batch(&mut self) {
         if let Some(start) = self.open_batch.take() {
             seal_in_place_unchecked(FrameKind::DataBatch, &mut self.tail[start..]);
+        }
+        if let Some(open) = self.open_publish.take() {
+            seal_in_place_unchecked(FrameKind::Publish, &mut self.tail[open.start..]);
         }
     }
 
@@ -910,6 +1023,130 @@ mod tests {
             }
         }
         out
+    }
+
+    #[test]
+    fn a_large_framed_message_sealed_without_checks_keeps_its_kind_and_head_when_checked_later() {
+        let mut o = Outbox::new(1 << 20, 0);
+        o.set_checks(false);
+        let payload = Bytes::from(vec![5u8; 5000]);
+        o.push_framed(FrameKind::Call, &[9; 8], &payload).unwrap();
+        o.push_framed(FrameKind::Publish, &[3; 30], &payload)
+            .unwrap();
+        // The ring's link drops before it took them; the next link verifies checks.
+        o.set_checks(true);
+        let mut out = Vec::new();
+        o.take_unwritten(&mut out);
+        let body = |head: &[u8]| [head, &payload[..]].concat();
+        assert_eq!(
+            messages(&out),
+            vec![
+                (FrameKind::Call, body(&[9; 8])),
+                (FrameKind::Publish, body(&[3; 30]))
+            ]
+        );
+    }
+
+    /// The PUBLISH head of publish `number` of publisher 7 to `name`.
+    fn publish_head(number: u64, name: &str) -> Vec<u8> {
+        crate::group::encode_publish_head(crate::BusId(7), 1, number, name)
+    }
+
+    #[test]
+    fn publishes_in_a_row_share_one_frame_and_one_number_and_others_start_a_new_one() {
+        let mut o = Outbox::new(1 << 20, 0);
+        let p = |i: u64| Bytes::from(msg(i, 40));
+        // 1..=100 of "g" in a row: one batch (one message, number 0).
+        for n in 1..=100 {
+            assert_eq!(o.push_publish(&publish_head(n, "g"), &p(n), true), Some(0));
+        }
+        // Another group, then a number out of row, then a DATA: each starts anew.
+        assert_eq!(o.push_publish(&publish_head(1, "h"), &p(0), true), Some(1));
+        assert_eq!(
+            o.push_publish(&publish_head(105, "g"), &p(105), true),
+            Some(2)
+        );
+        assert_eq!(o.push_copies(&[msg(9, 10)]), 1);
+        assert_eq!(
+            o.push_publish(&publish_head(106, "g"), &p(106), true),
+            Some(4)
+        );
+        // Without batches (the peer does not take them): a frame each.
+        assert_eq!(
+            o.push_publish(&publish_head(107, "g"), &p(107), false),
+            Some(5)
+        );
+        assert_eq!(
+            o.push_publish(&publish_head(108, "g"), &p(108), false),
+            Some(6)
+        );
+        o.check_accounting();
+        let mut out = Vec::new();
+        o.take_unwritten(&mut out);
+        let frames = messages(&out);
+        assert_eq!(frames.len(), 7, "one frame per message");
+        let publishes: Vec<(u64, u64, String, Vec<Vec<u8>>)> = frames
+            .iter()
+            .filter(|(k, _)| *k == FrameKind::Publish)
+            .map(|(_, body)| {
+                let head = crate::group::decode_publish(body).unwrap();
+                let mut payloads = Vec::new();
+                crate::group::for_each_publish(body, &head, |_, at, len| {
+                    payloads.push(body[at..at + len].to_vec())
+                });
+                (head.number, head.count, head.name.to_string(), payloads)
+            })
+            .collect();
+        let want = |n: std::ops::RangeInclusive<u64>| n.map(|i| p(i).to_vec()).collect::<Vec<_>>();
+        assert_eq!(
+            publishes,
+            vec![
+                (1, 100, "g".into(), want(1..=100)),
+                (1, 1, "h".into(), want(0..=0)),
+                (105, 1, "g".into(), want(105..=105)),
+                (106, 1, "g".into(), want(106..=106)),
+                (107, 1, "g".into(), want(107..=107)),
+                (108, 1, "g".into(), want(108..=108)),
+            ]
+        );
+        // The peer has the first two: the rest is written again, each whole.
+        o.resume(2).unwrap();
+        let mut again = Vec::new();
+        o.take_unwritten(&mut again);
+        assert_eq!(messages(&again), frames[2..].to_vec());
+        o.check_accounting();
+    }
+
+    #[test]
+    fn a_batch_stops_at_its_size_bound_and_a_full_outbox_refuses_the_next_publish() {
+        let mut o = Outbox::new(200 << 10, 0);
+        let payload = Bytes::from(vec![1u8; 1000]);
+        let mut n = 1;
+        while o
+            .push_publish(&publish_head(n, "g"), &payload, true)
+            .is_some()
+        {
+            n += 1;
+        }
+        o.check_accounting();
+        let mut out = Vec::new();
+        o.take_unwritten(&mut out);
+        let frames = messages(&out);
+        let mut next = 1;
+        for (kind, body) in &frames {
+            assert_eq!(*kind, FrameKind::Publish);
+            assert!(body.len() <= BATCH_BODY_BYTES_MAX, "{}", body.len());
+            let head = crate::group::decode_publish(body).unwrap();
+            assert_eq!(head.number, next, "numbers run on from frame to frame");
+            next += head.count;
+        }
+        assert_eq!(next, n, "every publish queued is in a frame, once");
+        assert!(
+            frames.len() >= 3,
+            "{} frames for {} publishes",
+            frames.len(),
+            n - 1
+        );
     }
 
     #[test]

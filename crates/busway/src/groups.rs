@@ -28,7 +28,10 @@ use busway_core::group::{check_name, decode_interest, decode_publish, decode_rep
 use busway_core::group::{decode_group_log, encode_log_answer, GroupLog, LogOffer};
 use busway_core::group::{encode_interest, encode_mark, encode_publish_head, PUBLISH_FIXED_BYTES};
 use busway_core::group::{encode_repair_ask, encode_repair_copy_head, encode_repair_lost, Repair};
-use busway_core::group::{PublishHead, PUBLISH_BACKPRESSURE_BIT, PUBLISH_MARK_BIT};
+use busway_core::group::{for_each_publish, split_publish_batch};
+use busway_core::group::{
+    PublishHead, PUBLISH_BACKPRESSURE_BIT, PUBLISH_BATCH_BIT, PUBLISH_MARK_BIT,
+};
 use busway_core::BusId;
 use bytes::Bytes;
 use std::sync::Arc;
@@ -290,7 +293,12 @@ impl crate::ring_link::GroupMessages for Shared {
             }
             // Not what a record of this log must be: the full decoding says what it is.
             let head = decode_publish(body)?;
-            if head.mark || head.publisher != from || head.name != &**group || head.backpressure {
+            if head.mark
+                || head.batch
+                || head.publisher != from
+                || head.name != &**group
+                || head.backpressure
+            {
                 return Err(format!(
                     "a {} of bus id {} to group {:?} in bus id {from}'s log of group {group:?} (it holds its own publishes to the group only, under the cut-off policy)",
                     if head.mark { "mark" } else { "publish" },
@@ -301,7 +309,7 @@ impl crate::ring_link::GroupMessages for Shared {
             heads.push(head);
         }
         let now_ms = self.coarse_ms.load(std::sync::atomic::Ordering::Relaxed);
-        if !self.publish_permitted(from, group, false, now_ms) {
+        if !self.publish_permitted(from, group, heads.len() as u64, now_ms) {
             // Its publishes to the group are not taken here, by the log or otherwise.
             return Ok(false);
         }
@@ -314,15 +322,33 @@ impl crate::ring_link::GroupMessages for Shared {
             });
         let mut out = Delivered::default();
         let fresh = match run {
-            Run::AllNext { gap } => {
-                let payloads = heads
-                    .iter()
-                    .zip(spans)
-                    .map(|(h, &(start, len))| {
-                        (start + h.payload_at as u32, len - h.payload_at as u32)
-                    })
-                    .collect();
-                out.run(from, group, chunk, payloads);
+            Run::Whole {
+                forward_to,
+                delivered,
+                gap,
+                unwanted,
+            } => {
+                if unwanted {
+                    self.counters
+                        .publishes_unwanted
+                        .fetch_add(heads.len() as u64, std::sync::atomic::Ordering::Relaxed);
+                }
+                for id in forward_to.into_iter().filter(|&id| id != from) {
+                    for (head, &(start, len)) in heads.iter().zip(spans) {
+                        let body = chunk.slice(start as usize..(start + len) as usize);
+                        self.forward_publish(id, &body, head, now_ms);
+                    }
+                }
+                if delivered {
+                    let payloads = heads
+                        .iter()
+                        .zip(spans)
+                        .map(|(h, &(start, len))| {
+                            (start + h.payload_at as u32, len - h.payload_at as u32)
+                        })
+                        .collect();
+                    out.run(from, group, chunk, payloads);
+                }
                 let handed = self.hand_over(out);
                 drop(turn);
                 if gap {
@@ -384,7 +410,9 @@ fn log_record<'a>(body: &[u8], from: BusId, group: &'a str) -> Option<PublishHea
         return None;
     }
     let number = word(16);
-    if number == 0 || number & (PUBLISH_MARK_BIT | PUBLISH_BACKPRESSURE_BIT) != 0 {
+    if number == 0
+        || number & (PUBLISH_MARK_BIT | PUBLISH_BACKPRESSURE_BIT | PUBLISH_BATCH_BIT) != 0
+    {
         return None;
     }
     Some(PublishHead {
@@ -395,6 +423,8 @@ fn log_record<'a>(body: &[u8], from: BusId, group: &'a str) -> Option<PublishHea
         payload_at: at,
         mark: false,
         backpressure: false,
+        batch: false,
+        count: 1,
     })
 }
 
@@ -617,7 +647,7 @@ impl Shared {
             if Some(id) == upstream
                 && decode_publish(body).is_ok_and(|h| !self.may_pass_to(id, h.publisher))
             {
-                bump(&self.counters.group_forwards_dropped);
+                self.forwards_dropped(body);
                 return Push::Gone;
             }
             match self
@@ -628,13 +658,13 @@ impl Shared {
                 Some(Ok(_)) => Push::Sent,
                 // Gone: that peer will not hear it.
                 _ => {
-                    bump(&self.counters.group_forwards_dropped);
+                    self.forwards_dropped(body);
                     Push::Gone
                 }
             }
         });
         for (id, body) in &pushed.dropped {
-            bump(&self.counters.group_forwards_dropped);
+            self.forwards_dropped(body);
             if let Ok(head) = decode_publish(body) {
                 self.groups.owe_mark(*id, head.publisher, head.name);
             }
@@ -711,8 +741,11 @@ impl Shared {
             self.refuse_link(from, why);
             return false;
         }
-        if !self.publish_permitted(head.publisher, head.name, head.mark, now_ms) {
+        if !self.publish_permitted(head.publisher, head.name, head.count, now_ms) {
             return false;
+        }
+        if head.batch {
+            return self.batch_received(from, chunk, start, body, &head, now_ms, out);
         }
         let at = head.payload_at as u32;
         let span = (start + at, len - at);
@@ -721,6 +754,93 @@ impl Shared {
             .groups
             .received(self.config.id, from, &head, now_ms, payload);
         self.act_on_received(from, chunk, span, body, &head, r, now_ms, out)
+    }
+
+    /// A PUBLISH batch from the direct peer `from`, its body `body` at `start` of `chunk`
+    /// and its head `head`: passed on as it came when it is all new here, and delivered as
+    /// one run when it is all next in this member's stream; otherwise publish by publish.
+    /// True if a gap opened.
+    #[allow(clippy::too_many_arguments)]
+    fn batch_received(
+        &self,
+        from: BusId,
+        chunk: &Bytes,
+        start: u32,
+        body: &Bytes,
+        head: &PublishHead<'_>,
+        now_ms: u64,
+        out: &mut Delivered,
+    ) -> bool {
+        let mut heads = Vec::with_capacity(head.count as usize);
+        let mut spans = Vec::with_capacity(head.count as usize);
+        for_each_publish(body, head, |number, at, len| {
+            heads.push(PublishHead {
+                number,
+                payload_at: at,
+                batch: false,
+                count: 1,
+                ..*head
+            });
+            spans.push((start + at as u32, len as u32));
+        });
+        let payload = |i: usize| {
+            let (at, len) = spans[i];
+            chunk.slice(at as usize..(at + len) as usize)
+        };
+        let run = self
+            .groups
+            .received_run(self.config.id, from, &heads, now_ms, payload);
+        let fresh = match run {
+            Run::Whole {
+                forward_to,
+                delivered,
+                gap,
+                unwanted,
+            } => {
+                if unwanted {
+                    tracing::debug!(peer = %from, group = head.name, "publishes for a group nobody here wants");
+                    self.counters
+                        .publishes_unwanted
+                        .fetch_add(head.count, std::sync::atomic::Ordering::Relaxed);
+                }
+                for id in forward_to.into_iter().filter(|&id| id != head.publisher) {
+                    self.forward_publish(id, body, head, now_ms);
+                }
+                if delivered {
+                    out.run(head.publisher, &GroupName::from(head.name), chunk, spans);
+                }
+                return gap;
+            }
+            Run::Each(fresh) => fresh,
+        };
+        let flags = if head.backpressure {
+            PUBLISH_BACKPRESSURE_BIT
+        } else {
+            0
+        };
+        let mut gaps = false;
+        for (i, r) in fresh.into_iter().enumerate() {
+            let h = &heads[i];
+            // The publish alone, for the peers it goes on to (it is not new to them all).
+            let single = if r.as_ref().is_some_and(|f| !f.forward_to.is_empty()) {
+                let mut one =
+                    encode_publish_head(h.publisher, h.incarnation, h.number | flags, h.name);
+                one.extend_from_slice(&payload(i));
+                Bytes::from(one)
+            } else {
+                Bytes::new()
+            };
+            gaps |= self.act_on_received(from, chunk, spans[i], &single, h, r, now_ms, out);
+        }
+        gaps
+    }
+
+    /// The publishes of a PUBLISH `body` (a batch's each) could not be passed on: counted.
+    fn forwards_dropped(&self, body: &[u8]) {
+        let n = decode_publish(body).map_or(1, |h| h.count.max(1));
+        self.counters
+            .group_forwards_dropped
+            .fetch_add(n, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Passes a publish (or mark) `body` on to the peer `id`, behind any that wait for it.
@@ -737,7 +857,7 @@ impl Shared {
     ) {
         let waiting = &self.groups.waiting;
         let Some(peer) = self.peer(id) else {
-            bump(&self.counters.group_forwards_dropped);
+            self.forwards_dropped(body);
             return;
         };
         // A frame past the peer's stated limit would close its link: not sent. Nor one in
@@ -746,7 +866,17 @@ impl Shared {
         if peer.frame_body_max().is_some_and(|m| body.len() > m)
             || !self.may_pass_to(id, head.publisher)
         {
-            bump(&self.counters.group_forwards_dropped);
+            self.forwards_dropped(body);
+            return;
+        }
+        if head.batch && !peer.takes_publish_batches() {
+            // A peer that does not read batches has them publish by publish.
+            for one in split_publish_batch(body, head) {
+                let one = Bytes::from(one);
+                if let Ok(h) = decode_publish(&one) {
+                    self.forward_publish(id, &one, &h, now_ms);
+                }
+            }
             return;
         }
         let lagging = !head.backpressure && waiting.is_lagging(id);
@@ -765,7 +895,7 @@ impl Shared {
                 Err(crate::peer::PushError::Full) => {}
                 // Closed or given up: that peer will not hear it.
                 Err(_) => {
-                    bump(&self.counters.group_forwards_dropped);
+                    self.forwards_dropped(body);
                     return;
                 }
             }
@@ -774,7 +904,7 @@ impl Shared {
             // Its members ask the publisher for what they missed, or are told they lost it. It is owed
             // a mark, in case this was the end of the stream.
             self.groups.owe_mark(id, head.publisher, head.name);
-            bump(&self.counters.group_forwards_dropped);
+            self.forwards_dropped(body);
             return;
         }
         let give_up_at = (!head.backpressure).then(|| now_ms + self.group_wait_ms(&peer));
@@ -821,18 +951,20 @@ impl Shared {
         false
     }
 
-    /// Whether a publish (or `mark`) of `publisher` to `group` may be taken here
-    /// (`NodeConfig::group_permissions`); if not, it is counted, and the publisher is told
+    /// Whether `count` publishes (0: a mark) of `publisher` to `group` may be taken here
+    /// (`NodeConfig::group_permissions`); if not, each is counted, and the publisher is told
     /// why at most once a second per group (a mark alone tells nothing).
-    fn publish_permitted(&self, publisher: BusId, group: &str, mark: bool, now_ms: u64) -> bool {
+    fn publish_permitted(&self, publisher: BusId, group: &str, count: u64, now_ms: u64) -> bool {
         let Some(rules) = &self.config.group_permissions else {
             return true;
         };
         let Err(why) = rules.may_publish(publisher, group) else {
             return true;
         };
-        bump(&self.counters.publishes_denied);
-        if !mark && self.refusal_reports.due(publisher, group, now_ms) {
+        self.counters
+            .publishes_denied
+            .fetch_add(count.max(1), std::sync::atomic::Ordering::Relaxed);
+        if count > 0 && self.refusal_reports.due(publisher, group, now_ms) {
             tracing::debug!(%publisher, group, %why, "publishes refused");
             let body = busway_core::group::encode_repair_refused(true, group, &why);
             let _ = self.try_send_framed(publisher, FrameKind::Repair, &body, &Bytes::new());

@@ -232,6 +232,11 @@ impl Peer {
         self.lock().intro.capabilities & caps::GROUP_LOGS != 0
     }
 
+    /// Whether the peer reads PUBLISH batches (`caps::PUBLISH_BATCH`).
+    pub(crate) fn takes_publish_batches(&self) -> bool {
+        self.lock().intro.capabilities & caps::PUBLISH_BATCH != 0
+    }
+
     /// Holds messages back (see `PeerState::held`).
     pub(crate) fn hold(&self) {
         self.lock().held = true;
@@ -377,7 +382,7 @@ impl Peer {
         payload: &Bytes,
         looks: u64,
     ) -> Result<(u64, bool), PushError> {
-        self.push_deferring(looks, payload.len(), |o| o.push_shared(payload))
+        self.push_deferring(looks, payload.len(), |o, _| o.push_shared(payload))
     }
 
     /// Queues one PUBLISH (`head`, then `payload`) the way [`Peer::push_single`] queues a
@@ -390,8 +395,8 @@ impl Peer {
         payload: &Bytes,
         looks: u64,
     ) -> Result<(u64, bool), PushError> {
-        self.push_deferring(looks, head.len() + payload.len(), |o| {
-            o.push_framed(FrameKind::Publish, head, payload)
+        self.push_deferring(looks, head.len() + payload.len(), |o, intro| {
+            o.push_publish(head, payload, intro.capabilities & caps::PUBLISH_BATCH != 0)
         })
     }
 
@@ -401,11 +406,12 @@ impl Peer {
         &self,
         looks: u64,
         len: usize,
-        push: impl FnOnce(&mut Outbox) -> Option<u64>,
+        push: impl FnOnce(&mut Outbox, &PeerIntro) -> Option<u64>,
     ) -> Result<(u64, bool), PushError> {
         let mut st = self.lock();
         Self::check_open(&st)?;
-        let seq = push(&mut st.outbox).ok_or(PushError::Full)?;
+        let st_ = &mut *st;
+        let seq = push(&mut st_.outbox, &st_.intro).ok_or(PushError::Full)?;
         st.msgs_total += 1;
         let follows_a_send = std::mem::replace(&mut st.single_look, looks) == looks;
         if follows_a_send

@@ -144,11 +144,17 @@ pub struct Fresh {
     pub unwanted: bool,
 }
 
-/// What became of publishes received in a row (see [`GroupTable::received_run`]).
+/// What became of publishes received in a row (see [`GroupState::received_run`]).
 pub enum Run {
-    /// All of them were next in the member's stream, and none goes further: hand them to
-    /// the application as they are. `gap`: one is known to be missing after them.
-    AllNext { gap: bool },
+    /// All of them are new here and, for a member, next in its stream: pass them on to
+    /// `forward_to` as they came, hand them to the application as they are if `delivered`.
+    /// `gap`: one is known to be missing after them. `unwanted`: nobody here wants them.
+    Whole {
+        forward_to: Vec<BusId>,
+        delivered: bool,
+        gap: bool,
+        unwanted: bool,
+    },
     /// What became of each, in order.
     Each(Vec<Option<Fresh>>),
 }
@@ -498,9 +504,10 @@ impl GroupState {
         })
     }
 
-    /// [`GroupState::received`] for publishes in a row of one publisher to one group, not
-    /// marks (a group log's records; the caller checked that): one lock and one look-up of
-    /// the stream for the lot. `payload(i)` makes the payload of `heads[i]` if it must wait.
+    /// [`GroupState::received`] for publishes of one publisher to one group, not marks (a
+    /// PUBLISH batch, or a group log's records; the caller checked that): one look-up of the
+    /// stream for the lot, and in the common case (all new, and next for a member) one answer
+    /// for the lot. `payload(i)` makes the payload of `heads[i]` if it must wait.
     pub fn received_run(
         &mut self,
         me: BusId,
@@ -522,19 +529,33 @@ impl GroupState {
             .map(|v| v.iter().copied().filter(|&p| p != from).collect())
             .unwrap_or_default();
         let (source, member) = Self::source_of(st, first.publisher, first.name, first.incarnation);
-        // The common case of a member that passes nothing on: the whole run is next.
         let in_a_row = heads
             .windows(2)
             .all(|w| w[1].incarnation == first.incarnation && w[1].number == w[0].number + 1);
-        if member && forward_all.is_empty() && in_a_row && source.incarnation == first.incarnation {
-            if let Some(stream) = source.stream.as_mut() {
-                if stream.take_run(first.number, heads.len() as u64, now_ms) {
-                    let last = heads[heads.len() - 1].number;
-                    source.highest = source.highest.max(last);
-                    return Run::AllNext {
-                        gap: stream.has_gap(),
-                    };
-                }
+        let last = heads[heads.len() - 1].number;
+        let all_new = source.highest < first.number;
+        // The common case: the whole run is new (passed on as it came) and next in a
+        // member's stream; or a member that passes nothing on takes copies it still needs.
+        if in_a_row
+            && source.incarnation == first.incarnation
+            && (all_new || (member && forward_all.is_empty()))
+        {
+            let whole = if member {
+                source.stream.as_mut().and_then(|s| {
+                    s.take_run(first.number, heads.len() as u64, now_ms)
+                        .then(|| s.has_gap())
+                })
+            } else {
+                Some(false)
+            };
+            if let Some(gap) = whole {
+                source.highest = source.highest.max(last);
+                return Run::Whole {
+                    unwanted: all_new && !member && forward_all.is_empty(),
+                    forward_to: if all_new { forward_all } else { Vec::new() },
+                    delivered: member,
+                    gap,
+                };
             }
         }
         let mut out = Vec::with_capacity(heads.len());
@@ -892,12 +913,15 @@ mod tests {
             payload_at: 0,
             mark: false,
             backpressure: false,
+            batch: false,
+            count: 1,
         }
     }
 
     fn mark(publisher: u64, incarnation: u64, number: u64) -> PublishHead<'static> {
         PublishHead {
             mark: true,
+            count: 0,
             ..head(publisher, incarnation, number)
         }
     }
