@@ -367,6 +367,79 @@ mod lies {
         healthy.shutdown().await;
     }
 
+    /// A peer that does not advertise `caps::PUBLISH_BATCH` (another implementation) gets
+    /// each publish as a PUBLISH of its own, in order, though they reach the relay in batches.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_peer_that_takes_no_batches_gets_a_stream_publish_by_publish() {
+        use busway_core::group::decode_publish;
+        use tokio::io::AsyncReadExt;
+        const PUBLISHES: u64 = 2_000;
+        let relay = start(config(1).listen(listen_addr("tcp4"))).await;
+        let publisher = below(2, &relay.listen_addrs()[0]).await;
+        let busway::Addr::Tcp(addr) = relay.listen_addrs()[0].clone() else {
+            unreachable!()
+        };
+        // Below the relay (a tree link, which interest crosses), with capabilities 0.
+        let mut member = authenticated_as(addr, 30, None, |h| {
+            h.downstream_of_you = Some((BusId(30), BusId(30)));
+        })
+        .await;
+        assert!(relay.wait_for_peer(BusId(30), WAIT).await);
+        until_linked(&relay, &[]).await;
+        member
+            .write_all(&frame_bytes(
+                FrameKind::Interest,
+                &encode_interest(true, GROUP),
+            ))
+            .await
+            .unwrap();
+        until_linked(&relay, &[30]).await;
+        until_linked(&publisher, &[1]).await;
+        let sending = tokio::spawn(async move {
+            for i in 0..PUBLISHES {
+                publisher.publish(GROUP, numbered(i)).await.unwrap();
+            }
+            publisher
+        });
+        let mut dec = busway_core::FrameDecoder::new(a_frame_body_max());
+        let mut buf = bytes::BytesMut::new();
+        let mut next = 1;
+        let reading = async {
+            while next <= PUBLISHES {
+                while let Some(f) = dec.decode(&mut buf).unwrap() {
+                    if f.kind != FrameKind::Publish {
+                        continue;
+                    }
+                    let head = decode_publish(&f.body).unwrap();
+                    if head.mark {
+                        continue;
+                    }
+                    assert!(!head.batch, "a batch to a peer that takes none");
+                    assert_eq!((head.publisher, head.number), (BusId(2), next));
+                    let i = u64::from_le_bytes(f.body[head.payload_at..][..8].try_into().unwrap());
+                    assert_eq!(i + 1, next, "its own payload");
+                    next += 1;
+                }
+                assert!(
+                    member.read_buf(&mut buf).await.unwrap() > 0,
+                    "relay closed the link"
+                );
+            }
+        };
+        tokio::time::timeout(WAIT, reading)
+            .await
+            .expect("every publish within the wait");
+        let publisher = sending.await.unwrap();
+        assert!(
+            relay.stats().group_forwards_dropped == 0,
+            "{:?}",
+            relay.stats()
+        );
+        drop(member);
+        relay.shutdown().await;
+        publisher.shutdown().await;
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn false_group_frames_close_only_their_link() {
         let (node, healthy) = pair("tcp4", config(1), config(2)).await;
@@ -410,6 +483,26 @@ mod lies {
         .await;
         assert!(why.contains("numbered 0"), "{why}");
 
+        // A batch whose last entry is cut short.
+        let mut cut = encode_publish_head(
+            BusId(13),
+            1,
+            1 | busway_core::group::PUBLISH_BATCH_BIT,
+            GROUP,
+        );
+        cut.extend_from_slice(&[1, 0, 7, 5, 0, 1]);
+        let why = raw_peer_says(
+            &node,
+            &mut events,
+            13,
+            &frame_bytes(FrameKind::Publish, &cut),
+        )
+        .await;
+        assert!(
+            why.contains("PUBLISH entry 1 at body offset 3: 5 bytes declared, 1 left"),
+            "{why}"
+        );
+
         // A publish inside a ROUTED frame: groups go hop by hop only.
         let mut inner = encode_publish_head(BusId(12), 1, 1, GROUP);
         inner.extend_from_slice(b"x");
@@ -423,7 +516,7 @@ mod lies {
         // The node and its healthy member link are untouched: a publish still arrives.
         healthy.publish(GROUP, numbered(0)).await.unwrap();
         expect_publishes(&mut inbox, BusId(2), 1, "after the lies").await;
-        assert!(node.stats().protocol_errors >= 4);
+        assert!(node.stats().protocol_errors >= 5);
         node.shutdown().await;
         healthy.shutdown().await;
     }
@@ -474,6 +567,29 @@ mod lies {
             "{why}"
         );
 
+        // Peer 16 forges a batch of 2's next publishes: refused as a whole, by the same rule.
+        let mut batch = encode_publish_head(
+            BusId(2),
+            healthy.incarnation(),
+            4 | busway_core::group::PUBLISH_BATCH_BIT,
+            GROUP,
+        );
+        for i in 0..3u16 {
+            batch.extend_from_slice(&8u16.to_le_bytes());
+            batch.extend_from_slice(&u64::from(i).to_le_bytes());
+        }
+        let why = raw_peer_says(
+            &node,
+            &mut events,
+            16,
+            &frame_bytes(FrameKind::Publish, &batch),
+        )
+        .await;
+        assert!(
+            why.contains("PUBLISH from bus id 2 on the link to bus id 16"),
+            "{why}"
+        );
+
         // Peer 15 publishes in this node's own name.
         let mut own = encode_publish_head(BusId(1), 7, 1, GROUP);
         own.extend_from_slice(b"x");
@@ -485,7 +601,7 @@ mod lies {
         )
         .await;
         assert!(why.contains("names this node (1) as its sender"), "{why}");
-        assert_eq!(node.stats().publishes_refused, 3);
+        assert_eq!(node.stats().publishes_refused, 4);
 
         // The honest stream goes on whole: 2's real publish 4 is not dropped as a copy of the
         // forged one, and no gap was opened by the forged mark.
