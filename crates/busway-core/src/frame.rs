@@ -325,8 +325,7 @@ pub fn encode_frame(kind: FrameKind, body: &[u8], out: &mut BytesMut) {
     out.put_slice(body);
 }
 
-/// Bytes of the length before each message in a DATA_BATCH body.
-pub const BATCH_ENTRY_HEADER_LEN: usize = 2;
+pub use crate::entries::BATCH_ENTRY_HEADER_LEN;
 /// Largest message a DATA_BATCH entry can carry, in bytes.
 pub const BATCH_ENTRY_LEN_MAX: usize = u16::MAX as usize;
 
@@ -371,37 +370,7 @@ pub fn seal_frames_in_place(frames: &mut [u8]) {
 /// the body); an error names the entry and its offset in the body if the entries do not tile
 /// the body exactly.
 pub fn for_each_batch_entry(body: &[u8], f: impl FnMut(usize, usize)) -> Result<(), String> {
-    for_each_entry(body, "DATA_BATCH", f)
-}
-
-/// [`for_each_batch_entry`] for entries of any frame (`what` names it in errors): a
-/// DATA_BATCH's body, or a PUBLISH batch's payload.
-pub fn for_each_entry(
-    body: &[u8],
-    what: &str,
-    mut f: impl FnMut(usize, usize),
-) -> Result<(), String> {
-    let mut i = 0;
-    let mut n = 0;
-    while i < body.len() {
-        let Some(len) = body.get(i..i + BATCH_ENTRY_HEADER_LEN) else {
-            return Err(format!(
-                "{what} entry {n} at body offset {i}: truncated length"
-            ));
-        };
-        let len = usize::from(u16::from_le_bytes([len[0], len[1]]));
-        let start = i + BATCH_ENTRY_HEADER_LEN;
-        if start + len > body.len() {
-            return Err(format!(
-                "{what} entry {n} at body offset {i}: {len} bytes declared, {} left",
-                body.len() - start
-            ));
-        }
-        f(start, len);
-        i = start + len;
-        n += 1;
-    }
-    Ok(())
+    crate::entries::for_each_entry(body, "DATA_BATCH", f)
 }
 
 /// Bytes of a CALL body before its payload: the call id.

@@ -366,7 +366,7 @@ fn decode_publish_as<'a>(body: &'a [u8], what: &str) -> Result<PublishHead<'a>, 
         0
     } else if batch {
         let mut count = 0u64;
-        crate::frame::for_each_entry(&body[payload_at..], what, |_, _| count += 1)?;
+        crate::entries::for_each_entry(&body[payload_at..], what, |_, _| count += 1)?;
         if count == 0 {
             return Err(format!("{what} batch {number} with no publish in it"));
         }
@@ -407,7 +407,7 @@ pub fn for_each_publish(body: &[u8], head: &PublishHead, mut f: impl FnMut(u64, 
     }
     let mut number = head.number;
     // Checked by `decode_publish`.
-    let _ = crate::frame::for_each_entry(&body[head.payload_at..], "PUBLISH", |start, len| {
+    let _ = crate::entries::for_each_entry(&body[head.payload_at..], "PUBLISH", |start, len| {
         f(number, head.payload_at + start, len);
         number += 1;
     });

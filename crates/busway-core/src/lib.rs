@@ -22,6 +22,7 @@ pub mod cert_ids;
 pub mod channel;
 pub mod control;
 pub mod e2e;
+pub mod entries;
 pub mod frame;
 pub mod fuzzing;
 pub mod group;
