@@ -4,12 +4,13 @@
 //! The glue between them mirrors what the runtime's `groups.rs` does with the core's answers.
 //!
 //! The tree: hub relay R1 (1) with publishers P1 (100) and P2 (101), member M3 (30), a lying
-//! member L (66) and relay R2 (2) below it; members M4 (40) and M5 (50) below R2. Per seed:
+//! member L (66) and relay R2 (2) below it; members M4 (40) and M5 (50) below R2. Publishers
+//! send one publish or a few in a row as one PUBLISH batch. Per seed:
 //! links delay frames (each link stays in order), relays drop forwards at random as a full
 //! queue would (and owe the peer a mark, as the runtime does), R2 may crash mid-stream and
 //! come back empty (what was on its links is lost), end-to-end frames (REPAIR) through a
-//! relay that is down are lost, and L lies: a publish or a mark in P1's name, a publish in
-//! R1's name, asks for `1..2^62` in a loop.
+//! relay that is down are lost, and L lies: a publish, a batch or a mark in P1's name, a
+//! publish in R1's name, asks for `1..2^62` in a loop.
 //!
 //! Checked on every seed:
 //! - each member gets each publisher's publishes in order, once, each number either handed
@@ -25,13 +26,14 @@
 use busway_core::group::repairs::{
     RepairJob, Repairs, GROUP_REPAIRS_PENDING_MAX, REPAIR_ASK_GAP_MIN_MS,
 };
-use busway_core::group::state::{Fresh, GroupState, GROUPS_PER_PEER_MAX};
+use busway_core::group::state::{Fresh, GroupState, Run, GROUPS_PER_PEER_MAX};
 use busway_core::group::stream::{HeldBudget, Offer, Skipped, GROUP_HELD_BYTES_NODE_MAX};
 use busway_core::group::{
     decode_interest, decode_publish, decode_repair, encode_interest, encode_mark,
     encode_publish_head, encode_repair_ask, encode_repair_copy_head, encode_repair_lost, Repair,
-    MULTICAST_STREAM, PUBLISH_MARK_BIT,
+    MULTICAST_STREAM, PUBLISH_BATCH_BIT, PUBLISH_MARK_BIT,
 };
+use busway_core::group::{for_each_publish, PublishHead};
 use busway_core::multicast::state::MulticastState;
 use busway_core::multicast::{decode_multicast, encode_multicast_head, MULTICAST_HOPS_MAX};
 use busway_core::relay::Sources;
@@ -170,6 +172,10 @@ struct Sim {
     r2_crashed: bool,
     /// Frames of repairs the liar took: it never acknowledges, so its way fills.
     liar_taken: u64,
+    /// PUBLISH batches received, and how many of them were taken whole (passed on as they
+    /// came, delivered as one run).
+    batches_in: u64,
+    whole_runs: u64,
 }
 
 fn parent_of(id: BusId) -> Option<BusId> {
@@ -252,6 +258,8 @@ impl Sim {
             p1_at_lie: 0,
             r2_crashed: false,
             liar_taken: 0,
+            batches_in: 0,
+            whole_runs: 0,
         }
     }
 
@@ -452,29 +460,84 @@ impl Sim {
         if head.publisher == me {
             return self.refuse(me, from, format!("{what} in the receiving node's own name"));
         }
+        if head.batch {
+            return self.batch_arrived(from, me, &body, &head);
+        }
         let payload = body.slice(head.payload_at..);
         let now = self.now;
         let fresh: Option<Fresh> = self
             .node(me)
             .state
             .received(me, from, &head, now, || payload.clone());
-        let Some(fresh) = fresh else {
-            return;
-        };
+        if let Some(fresh) = fresh {
+            self.act_on_received(me, &head, &body, payload, fresh);
+        }
+    }
+
+    /// The runtime's `batch_received`: a PUBLISH batch, taken as one run; passed on as it
+    /// came when all of it is new, else publish by publish.
+    fn batch_arrived(&mut self, from: BusId, me: BusId, body: &Bytes, head: &PublishHead) {
+        let mut heads = Vec::new();
+        let mut payloads = Vec::new();
+        for_each_publish(body, head, |number, at, len| {
+            heads.push(PublishHead {
+                number,
+                payload_at: at,
+                batch: false,
+                count: 1,
+                ..*head
+            });
+            payloads.push(body.slice(at..at + len));
+        });
+        self.batches_in += 1;
+        let now = self.now;
+        let run = self
+            .node(me)
+            .state
+            .received_run(me, from, &heads, now, |i| payloads[i].clone());
+        match run {
+            Run::Whole {
+                forward_to,
+                delivered,
+                ..
+            } => {
+                self.whole_runs += 1;
+                for peer in forward_to {
+                    self.pass_on(me, peer, head, body);
+                }
+                if delivered {
+                    self.deliver(me, head.publisher, payloads);
+                }
+            }
+            Run::Each(fresh) => {
+                for (i, f) in fresh.into_iter().enumerate() {
+                    let Some(f) = f else { continue };
+                    let h = heads[i];
+                    let mut one = encode_publish_head(h.publisher, h.incarnation, h.number, h.name);
+                    one.extend_from_slice(&payloads[i]);
+                    let one = Bytes::from(one);
+                    let h = PublishHead {
+                        payload_at: one.len() - payloads[i].len(),
+                        ..h
+                    };
+                    self.act_on_received(me, &h, &one, payloads[i].clone(), f);
+                }
+            }
+        }
+    }
+
+    /// What the runtime's `act_on_received` does with a publish (or mark) `head` (its body
+    /// `body`, its payload `payload`) that the group state found news.
+    fn act_on_received(
+        &mut self,
+        me: BusId,
+        head: &PublishHead,
+        body: &Bytes,
+        payload: Bytes,
+        fresh: Fresh,
+    ) {
         for peer in fresh.forward_to {
-            if peer == head.publisher || !may_pass_to(me, peer, head.publisher) {
-                continue;
-            }
-            // A relay's full queue toward that peer (cut-off): dropped, a mark owed. Never
-            // the first of a stream: a member's stream starts at the first publish or mark
-            // it sees (docs/SEMANTICS.md), so a first one dropped is not seen as a gap.
-            if !head.mark && self.rng.chance(self.drop_pct) && head.number > 1 {
-                self.node(me)
-                    .state
-                    .owe_mark(peer, head.publisher, head.name);
-                continue;
-            }
-            self.send(me, peer, Kind::Publish, body.to_vec());
+            self.pass_on(me, peer, head, body);
         }
         if let Some(ended) = fresh.ended {
             self.skipped(me, head.publisher, ended, "its publisher restarted");
@@ -483,6 +546,24 @@ impl Sim {
             self.deliver(me, head.publisher, vec![payload]);
             self.deliver(me, head.publisher, then);
         }
+    }
+
+    /// Passes a publish, mark or batch `body` on to `peer`, as the runtime's
+    /// `forward_publish`: never back to its publisher, never up in a name the upstream does
+    /// not hold; a relay's full queue toward that peer (cut-off) drops it and owes a mark.
+    fn pass_on(&mut self, me: BusId, peer: BusId, head: &PublishHead, body: &Bytes) {
+        if peer == head.publisher || !may_pass_to(me, peer, head.publisher) {
+            return;
+        }
+        // Never the first of a stream: a member's stream starts at the first publish or
+        // mark it sees (docs/SEMANTICS.md), so a first one dropped is not seen as a gap.
+        if !head.mark && self.rng.chance(self.drop_pct) && head.number > 1 {
+            self.node(me)
+                .state
+                .owe_mark(peer, head.publisher, head.name);
+            return;
+        }
+        self.send(me, peer, Kind::Publish, body.to_vec());
     }
 
     /// The runtime's `split_by_hop` and `pass_multicast_on`: one MULTICAST per link, its
@@ -846,6 +927,8 @@ impl Sim {
 struct Covered {
     copies: u64,
     crashes: u64,
+    batches_in: u64,
+    whole_runs: u64,
 }
 
 /// What one schedule found wrong, if anything, else what it exercised.
@@ -858,7 +941,7 @@ fn run(seed: u64) -> Result<Covered, String> {
     let crash_r2 = sim.rng.chance(50);
     let crash_at = 600 + sim.rng.below(1_500);
     let down_for = 100 + sim.rng.below(2_000);
-    let lie = sim.rng.below(7);
+    let lie = sim.rng.below(8);
     let lie_at = 500 + sim.rng.below(1_500);
     let mut lied = false;
     // M3 leaves mid-stream and joins again.
@@ -868,38 +951,59 @@ fn run(seed: u64) -> Result<Covered, String> {
     let (mut gone, mut back) = (false, false);
     let (mut crashed, mut restarted) = (false, !crash_r2);
     let mut published = [0u64; 2];
-    // Publishers take turns, a publish every 5 ms each, payload = number.
+    // When each publisher publishes next: a publish every 5 ms each on average.
+    let mut next_at = [0u64; 2];
+    // Publishers take turns, payload = number.
     while published.iter().any(|&n| n < PUBLISHES) {
         let step = sim.now + 5;
         sim.run_until(step);
         for (i, p) in PUBLISHERS.into_iter().enumerate() {
-            if published[i] >= PUBLISHES {
+            if published[i] >= PUBLISHES || sim.now < next_at[i] {
                 continue;
             }
-            published[i] += 1;
-            let number = published[i];
-            let payload = Bytes::copy_from_slice(&number.to_le_bytes());
-            let now = sim.now;
-            let out = sim.node(p).state.publish(GROUP, &payload, now);
-            assert_eq!(out.number, number);
-            for peer in out.to {
-                let mut body = encode_publish_head(p, 1, number, GROUP);
-                body.extend_from_slice(&payload);
+            // One publish, or a few in a row that go as one PUBLISH batch per link.
+            let burst = (1 + sim.rng.below(4)).min(PUBLISHES - published[i]);
+            next_at[i] = sim.now + 5 * burst;
+            let first = published[i] + 1;
+            let mut to = Vec::new();
+            let mut payloads = Vec::new();
+            for _ in 0..burst {
+                published[i] += 1;
+                let number = published[i];
+                let payload = Bytes::copy_from_slice(&number.to_le_bytes());
+                let now = sim.now;
+                let out = sim.node(p).state.publish(GROUP, &payload, now);
+                assert_eq!(out.number, number);
+                to = out.to;
+                payloads.push(payload);
+            }
+            for peer in to {
+                let body = if burst == 1 {
+                    let mut body = encode_publish_head(p, 1, first, GROUP);
+                    body.extend_from_slice(&payloads[0]);
+                    body
+                } else {
+                    batch_body(p, first, &payloads)
+                };
                 sim.send(p, peer, Kind::Publish, body);
             }
             if p == MULTICAST_SOURCE {
-                let numbered = sim.node(p).multicasts.number(&MEMBERS, &payload, now);
-                assert!(numbered.iter().all(|&(_, n)| n == number));
-                let source = (p, 1);
-                sim.send_multicast(
-                    p,
-                    None,
-                    source,
-                    false,
-                    MULTICAST_HOPS_MAX,
-                    numbered,
-                    &payload,
-                );
+                // Each publish is multicast to every member too, numbered alike.
+                for (number, payload) in (first..).zip(&payloads) {
+                    let now = sim.now;
+                    let numbered = sim.node(p).multicasts.number(&MEMBERS, payload, now);
+                    assert!(numbered.iter().all(|&(_, n)| n == number));
+                    let source = (p, 1);
+                    sim.send_multicast(
+                        p,
+                        None,
+                        source,
+                        false,
+                        MULTICAST_HOPS_MAX,
+                        numbered,
+                        payload,
+                    );
+                }
             }
         }
         // R2 crashes only once every member got the first publishes: a member's stream
@@ -947,7 +1051,19 @@ fn run(seed: u64) -> Result<Covered, String> {
     Ok(Covered {
         copies,
         crashes: u64::from(crashed),
+        batches_in: sim.batches_in,
+        whole_runs: sim.whole_runs,
     })
+}
+
+/// A PUBLISH batch of `publisher` to the group, numbered from `first`.
+fn batch_body(publisher: BusId, first: u64, payloads: &[Bytes]) -> Vec<u8> {
+    let mut body = encode_publish_head(publisher, 1, first | PUBLISH_BATCH_BIT, GROUP);
+    for p in payloads {
+        body.extend_from_slice(&(p.len() as u16).to_le_bytes());
+        body.extend_from_slice(p);
+    }
+    body
 }
 
 /// The liar's move `which`, P1 having published `p1_last`.
@@ -994,6 +1110,11 @@ fn tell_a_lie(sim: &mut Sim, which: u64, p1_last: u64) {
                 body.extend_from_slice(&number.to_le_bytes());
                 sim.send(LIAR, R1, Kind::Publish, body);
             }
+        }
+        // A batch in P1's name, its next publishes.
+        7 => {
+            let forged = vec![Bytes::copy_from_slice(&u64::MAX.to_le_bytes()); 3];
+            sim.send(LIAR, R1, Kind::Publish, batch_body(P1, p1_last + 1, &forged));
         }
         // A mark at 2^64-1 in P1's name: the bits above the number are flags.
         _ => {
@@ -1087,7 +1208,7 @@ fn check(sim: &Sim, lie: u64) -> Result<(), String> {
     let liar_closed: Vec<&(BusId, BusId, String)> =
         sim.closed.iter().filter(|(_, l, _)| *l == LIAR).collect();
     // Lies in another's name close the liar's link at R1; asks and its own stream do not.
-    let closes = matches!(lie, 0..=2 | 4 | 5);
+    let closes = matches!(lie, 0..=2 | 4 | 5 | 7);
     let closed_right = if closes {
         liar_closed.len() == 1 && liar_closed[0].0 == R1
     } else {
@@ -1138,6 +1259,8 @@ fn groups_keep_every_members_stream_whole_through_drops_crashes_and_lies() {
             Ok(c) => {
                 covered.copies += c.copies;
                 covered.crashes += c.crashes;
+                covered.batches_in += c.batches_in;
+                covered.whole_runs += c.whole_runs;
             }
             Err(e) => failed.push(format!("seed {seed}: {e}")),
         }
@@ -1158,5 +1281,12 @@ fn groups_keep_every_members_stream_whole_through_drops_crashes_and_lies() {
         "no gap repaired ({} copies) or no relay crashed ({})",
         covered.copies,
         covered.crashes
+    );
+    // Batches both ways: taken whole, and publish by publish (some of a batch seen before).
+    assert!(
+        covered.whole_runs > 0 && covered.whole_runs < covered.batches_in,
+        "{} of {} batches taken whole",
+        covered.whole_runs,
+        covered.batches_in
     );
 }
