@@ -68,6 +68,13 @@ pub const PUBLISH_BACKPRESSURE_BIT: u64 = 1 << 62;
 /// Set in a PUBLISH's number: the payload is a batch of publishes in a row (see the module
 /// doc). Numbers stay below it: a publisher never makes 2^61 publishes.
 pub const PUBLISH_BATCH_BIT: u64 = 1 << 61;
+/// Largest body of a PUBLISH batch, head included, in bytes (the size of a DATA_BATCH's, see
+/// `outbox::BATCH_BODY_BYTES_MAX`): a longer one is a protocol error, so that what one frame
+/// makes a receiver do per publish stays bounded.
+pub const PUBLISH_BATCH_BODY_BYTES_MAX: usize = 64 << 10;
+/// Most publishes in one PUBLISH batch: 64-byte payloads fill a batch at about 990; a batch
+/// of more (a lie, or many empty payloads) is a protocol error.
+pub const PUBLISH_BATCH_COUNT_MAX: u64 = 1024;
 /// The flag bits of a PUBLISH's number word.
 const PUBLISH_FLAG_BITS: u64 = PUBLISH_MARK_BIT | PUBLISH_BACKPRESSURE_BIT | PUBLISH_BATCH_BIT;
 /// REPAIR op: a member asks the publisher for a range of its publishes (one gap).
@@ -365,10 +372,18 @@ fn decode_publish_as<'a>(body: &'a [u8], what: &str) -> Result<PublishHead<'a>, 
     let count = if mark {
         0
     } else if batch {
+        if body.len() > PUBLISH_BATCH_BODY_BYTES_MAX {
+            return Err(format!(
+                "{what} batch of {} bytes (at most {PUBLISH_BATCH_BODY_BYTES_MAX})",
+                body.len()
+            ));
+        }
         let mut count = 0u64;
         crate::entries::for_each_entry(&body[payload_at..], what, |_, _| count += 1)?;
-        if count == 0 {
-            return Err(format!("{what} batch {number} with no publish in it"));
+        if count == 0 || count > PUBLISH_BATCH_COUNT_MAX {
+            return Err(format!(
+                "{what} batch {number} of {count} publishes (1 to {PUBLISH_BATCH_COUNT_MAX})"
+            ));
         }
         // Below the flag bits whatever the count: a batch cannot wrap a stream's numbers.
         if number + count > PUBLISH_BATCH_BIT {
@@ -887,7 +902,11 @@ mod tests {
     fn a_batch_that_cannot_be_is_refused_with_the_reason() {
         let two = [vec![1u8], vec![2u8]];
         let err = |body: Vec<u8>| decode_publish(&body).unwrap_err();
-        assert!(err(batch_body(7, 1, 5, "g", &[])).contains("no publish in it"));
+        assert!(err(batch_body(7, 1, 5, "g", &[])).contains("of 0 publishes (1 to 1024)"));
+        let empties = vec![Vec::new(); PUBLISH_BATCH_COUNT_MAX as usize + 1];
+        assert!(err(batch_body(7, 1, 5, "g", &empties)).contains("of 1025 publishes"));
+        let big = vec![vec![0u8; 60_000], vec![0u8; 6_000]];
+        assert!(err(batch_body(7, 1, 5, "g", &big)).contains("(at most 65536)"));
         let last = PUBLISH_BATCH_BIT - 1;
         assert!(decode_publish(&batch_body(7, 1, last, "g", &two[..1])).is_ok());
         assert!(err(batch_body(7, 1, last, "g", &two)).contains("runs past the largest number"));

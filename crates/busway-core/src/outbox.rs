@@ -13,7 +13,8 @@ use crate::frame::{
     encode_header, encode_header_unchecked, seal_frames_in_place, seal_in_place_unchecked,
     FrameDecoder, FrameKind, BATCH_ENTRY_HEADER_LEN, BODY_LEN_CEILING, HEADER_LEN,
 };
-use crate::group::{PUBLISH_BATCH_BIT, PUBLISH_FIXED_BYTES, PUBLISH_MARK_BIT};
+use crate::group::{PUBLISH_BATCH_BIT, PUBLISH_BATCH_COUNT_MAX, PUBLISH_FIXED_BYTES};
+use crate::group::{PUBLISH_BATCH_BODY_BYTES_MAX, PUBLISH_MARK_BIT};
 use bytes::{Bytes, BytesMut};
 use std::collections::VecDeque;
 use std::fmt;
@@ -54,6 +55,7 @@ const HEADER_ARENA_BYTES: usize = 4 << 10;
 const _: () = assert!(COPY_PAYLOAD_BYTES_MAX <= u16::MAX as usize);
 const _: () = assert!(BATCH_ENTRY_HEADER_LEN + COPY_PAYLOAD_BYTES_MAX <= BATCH_BODY_BYTES_MAX);
 const _: () = assert!(BATCH_BODY_BYTES_MAX <= BODY_LEN_CEILING);
+const _: () = assert!(PUBLISH_BATCH_BODY_BYTES_MAX <= BODY_LEN_CEILING);
 
 /// A peer's acknowledgement that cannot be right.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -131,6 +133,8 @@ struct OpenPublish {
     start: usize,
     /// Bytes of its head (publisher, incarnation, number, name length, name).
     head_len: usize,
+    /// Publishes in it.
+    count: u64,
     /// The number word (with its flags, but for the batch bit) of the stream's next publish.
     next: u64,
 }
@@ -382,7 +386,8 @@ impl Outbox {
                 && open.head_len == head.len()
                 && self.tail[at..at + 16] == head[..16]
                 && self.tail[at + 24..at + open.head_len] == head[24..]
-                && body_len + entry <= BATCH_BODY_BYTES_MAX
+                && body_len + entry <= PUBLISH_BATCH_BODY_BYTES_MAX
+                && open.count < PUBLISH_BATCH_COUNT_MAX
                 && self.tail.len() < CHUNK_BYTES_MAX
                 && self.tail.len() + entry <= self.tail.capacity()
             {
@@ -396,6 +401,7 @@ impl Outbox {
                 self.tail.extend_from_slice(payload);
                 self.open_publish = Some(OpenPublish {
                     next: word + 1,
+                    count: open.count + 1,
                     ..open
                 });
                 return Some(self.next_seq - 1);
@@ -429,6 +435,7 @@ impl Outbox {
         self.open_publish = Some(OpenPublish {
             start,
             head_len: head.len(),
+            count: 1,
             next: word + 1,
         });
         self.bytes += cost;
@@ -1135,7 +1142,7 @@ mod tests {
         let mut next = 1;
         for (kind, body) in &frames {
             assert_eq!(*kind, FrameKind::Publish);
-            assert!(body.len() <= BATCH_BODY_BYTES_MAX, "{}", body.len());
+            assert!(body.len() <= PUBLISH_BATCH_BODY_BYTES_MAX, "{}", body.len());
             let head = crate::group::decode_publish(body).unwrap();
             assert_eq!(head.number, next, "numbers run on from frame to frame");
             next += head.count;
@@ -1147,6 +1154,20 @@ mod tests {
             frames.len(),
             n - 1
         );
+        // Empty payloads: the count bound, not the size, ends a batch.
+        let mut o = Outbox::new(1 << 20, 0);
+        for n in 1..=3000 {
+            assert!(o
+                .push_publish(&publish_head(n, "g"), &Bytes::new(), true)
+                .is_some());
+        }
+        let mut out = Vec::new();
+        o.take_unwritten(&mut out);
+        let counts: Vec<u64> = messages(&out)
+            .iter()
+            .map(|(_, body)| crate::group::decode_publish(body).unwrap().count)
+            .collect();
+        assert_eq!(counts, vec![1024, 1024, 952]);
     }
 
     #[test]

@@ -819,18 +819,47 @@ impl Shared {
             0
         };
         let mut gaps = false;
-        for (i, r) in fresh.into_iter().enumerate() {
-            let h = &heads[i];
-            // The publish alone, for the peers it goes on to (it is not new to them all).
-            let single = if r.as_ref().is_some_and(|f| !f.forward_to.is_empty()) {
-                let mut one =
-                    encode_publish_head(h.publisher, h.incarnation, h.number | flags, h.name);
-                one.extend_from_slice(&payload(i));
-                Bytes::from(one)
-            } else {
-                Bytes::new()
-            };
-            gaps |= self.act_on_received(from, chunk, spans[i], &single, h, r, now_ms, out);
+        // The publishes to pass on, and to whom (taken out, passed on below).
+        let mut onward: Vec<(usize, Vec<BusId>)> = Vec::new();
+        for (i, mut r) in fresh.into_iter().enumerate() {
+            if let Some(f) = r.as_mut().filter(|f| !f.forward_to.is_empty()) {
+                onward.push((i, std::mem::take(&mut f.forward_to)));
+            }
+            let none = Bytes::new();
+            gaps |= self.act_on_received(from, chunk, spans[i], &none, &heads[i], r, now_ms, out);
+        }
+        // Those new here are in a row (the batch's tail, as numbers ascend): one frame per
+        // run of publishes in a row that go to the same peers, not one per publish.
+        let mut k = 0;
+        while k < onward.len() {
+            let mut end = k + 1;
+            while end < onward.len()
+                && onward[end].0 == onward[end - 1].0 + 1
+                && onward[end].1 == onward[k].1
+            {
+                end += 1;
+            }
+            let run = &onward[k..end];
+            let first = &heads[run[0].0];
+            let batch = if run.len() > 1 { PUBLISH_BATCH_BIT } else { 0 };
+            let word = first.number | flags | batch;
+            let mut body =
+                encode_publish_head(first.publisher, first.incarnation, word, first.name);
+            for &(i, _) in run {
+                let p = payload(i);
+                if batch != 0 {
+                    body.extend_from_slice(&(p.len() as u16).to_le_bytes());
+                }
+                body.extend_from_slice(&p);
+            }
+            let body = Bytes::from(body);
+            // A part of a batch that decoded: it decodes.
+            if let Ok(h) = decode_publish(&body) {
+                for &id in run[0].1.iter().filter(|&&id| id != head.publisher) {
+                    self.forward_publish(id, &body, &h, now_ms);
+                }
+            }
+            k = end;
         }
         gaps
     }
@@ -860,15 +889,6 @@ impl Shared {
             self.forwards_dropped(body);
             return;
         };
-        // A frame past the peer's stated limit would close its link: not sent. Nor one in
-        // the name of a publisher the upstream does not hold registered for us (a publisher
-        // whose registration was refused, or is on its way: see `registrations`).
-        if peer.frame_body_max().is_some_and(|m| body.len() > m)
-            || !self.may_pass_to(id, head.publisher)
-        {
-            self.forwards_dropped(body);
-            return;
-        }
         if head.batch && !peer.takes_publish_batches() {
             // A peer that does not read batches has them publish by publish.
             for one in split_publish_batch(body, head) {
@@ -877,6 +897,15 @@ impl Shared {
                     self.forward_publish(id, &one, &h, now_ms);
                 }
             }
+            return;
+        }
+        // A frame past the peer's stated limit would close its link: not sent. Nor one in
+        // the name of a publisher the upstream does not hold registered for us (a publisher
+        // whose registration was refused, or is on its way: see `registrations`).
+        if peer.frame_body_max().is_some_and(|m| body.len() > m)
+            || !self.may_pass_to(id, head.publisher)
+        {
+            self.forwards_dropped(body);
             return;
         }
         let lagging = !head.backpressure && waiting.is_lagging(id);

@@ -102,7 +102,7 @@ pub struct PeerInfo {
     /// Messages sent and not yet acknowledged, and the bytes they hold.
     pub unacked_msgs: u64,
     pub unacked_bytes: usize,
-    /// Messages ever sent to it.
+    /// Messages ever sent to it (link messages: a PUBLISH batch counts once).
     pub msgs_sent: u64,
     /// Bytes of frames ever queued for it, headers included: its messages at their framing
     /// (DATA, DATA_BATCH entries, CALL, REPLY, INTEREST, PUBLISH) and the control frames for

@@ -411,8 +411,12 @@ impl Peer {
         let mut st = self.lock();
         Self::check_open(&st)?;
         let st_ = &mut *st;
+        let numbered = st_.outbox.next_seq();
         let seq = push(&mut st_.outbox, &st_.intro).ok_or(PushError::Full)?;
-        st.msgs_total += 1;
+        // Link messages, as the peer counts them: a publish that joined a batch is not one.
+        if st.outbox.next_seq() != numbered {
+            st.msgs_total += 1;
+        }
         let follows_a_send = std::mem::replace(&mut st.single_look, looks) == looks;
         if follows_a_send
             && st.ring_mode
