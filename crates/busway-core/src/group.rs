@@ -40,6 +40,7 @@
 //! (`MULTICAST_STREAM`) names the stream of the source's multicasts to the member (see the
 //! MULTICAST frame): numbered per receiver, asked for, copied and lost like a group's.
 
+pub mod intake;
 pub mod repairs;
 pub mod seen_order;
 pub mod state;

@@ -23,17 +23,18 @@
 //!
 //! `BUSWAY_SIM_SEEDS=N` runs N schedules (default 100); `BUSWAY_SIM_SEED=S` runs one.
 
+use busway_core::group::intake::Handed;
 use busway_core::group::repairs::{
     RepairJob, Repairs, GROUP_REPAIRS_PENDING_MAX, REPAIR_ASK_GAP_MIN_MS,
 };
-use busway_core::group::state::{Fresh, GroupState, Run, GROUPS_PER_PEER_MAX};
+use busway_core::group::state::{GroupState, GROUPS_PER_PEER_MAX};
 use busway_core::group::stream::{HeldBudget, Offer, Skipped, GROUP_HELD_BYTES_NODE_MAX};
+use busway_core::group::PublishHead;
 use busway_core::group::{
     decode_interest, decode_publish, decode_repair, encode_interest, encode_mark,
     encode_publish_head, encode_repair_ask, encode_repair_copy_head, encode_repair_lost, Repair,
     MULTICAST_STREAM, PUBLISH_BATCH_BIT, PUBLISH_MARK_BIT,
 };
-use busway_core::group::{for_each_publish, PublishHead};
 use busway_core::multicast::state::MulticastState;
 use busway_core::multicast::{decode_multicast, encode_multicast_head, MULTICAST_HOPS_MAX};
 use busway_core::relay::Sources;
@@ -172,11 +173,10 @@ struct Sim {
     r2_crashed: bool,
     /// Frames of repairs the liar took: it never acknowledges, so its way fills.
     liar_taken: u64,
-    /// PUBLISH batches received, and how many of them were taken whole (passed on as they
-    /// came, delivered as one run).
+    /// PUBLISH batches received, how many were passed on as they came, and how many runs of
+    /// one not all new went on as frames of their own.
     batches_in: u64,
     whole_runs: u64,
-    /// Runs of a batch not all new that went on as frames of their own.
     split_runs: u64,
 }
 
@@ -463,116 +463,40 @@ impl Sim {
         if head.publisher == me {
             return self.refuse(me, from, format!("{what} in the receiving node's own name"));
         }
+        // The core's answer, acted on as the runtime's `act_on_intake` does.
+        let now = self.now;
+        let intake = self
+            .node(me)
+            .state
+            .take_publish(me, from, &body, &head, now);
         if head.batch {
-            return self.batch_arrived(from, me, &body, &head);
-        }
-        let payload = body.slice(head.payload_at..);
-        let now = self.now;
-        let fresh: Option<Fresh> = self
-            .node(me)
-            .state
-            .received(me, from, &head, now, || payload.clone());
-        if let Some(fresh) = fresh {
-            self.act_on_received(me, &head, &body, payload, fresh);
-        }
-    }
-
-    /// The runtime's `batch_received`: a PUBLISH batch, taken as one run; passed on as it
-    /// came when all of it is new, else publish by publish.
-    fn batch_arrived(&mut self, from: BusId, me: BusId, body: &Bytes, head: &PublishHead) {
-        let mut heads = Vec::new();
-        let mut payloads = Vec::new();
-        for_each_publish(body, head, |number, at, len| {
-            heads.push(PublishHead {
-                number,
-                payload_at: at,
-                batch: false,
-                count: 1,
-                ..*head
-            });
-            payloads.push(body.slice(at..at + len));
-        });
-        self.batches_in += 1;
-        let now = self.now;
-        let run = self
-            .node(me)
-            .state
-            .received_run(me, from, &heads, now, |i| payloads[i].clone());
-        match run {
-            Run::Whole {
-                forward_to,
-                delivered,
-                ..
-            } => {
-                self.whole_runs += 1;
-                for peer in forward_to {
-                    self.pass_on(me, peer, head, body);
-                }
-                if delivered {
-                    self.deliver(me, head.publisher, payloads);
-                }
-            }
-            Run::Each(fresh) => {
-                // As the runtime: what goes on is taken out, and passed on after, one frame
-                // per run of publishes in a row to the same peers.
-                let mut onward: Vec<(usize, Vec<BusId>)> = Vec::new();
-                for (i, f) in fresh.into_iter().enumerate() {
-                    let Some(mut f) = f else { continue };
-                    if !f.forward_to.is_empty() {
-                        onward.push((i, std::mem::take(&mut f.forward_to)));
-                    }
-                    self.act_on_received(me, &heads[i], &Bytes::new(), payloads[i].clone(), f);
-                }
-                let mut k = 0;
-                while k < onward.len() {
-                    let mut end = k + 1;
-                    while end < onward.len()
-                        && onward[end].0 == onward[end - 1].0 + 1
-                        && onward[end].1 == onward[k].1
-                    {
-                        end += 1;
-                    }
-                    let run = &onward[k..end];
-                    let first = heads[run[0].0];
-                    let part: Vec<Bytes> = run.iter().map(|&(i, _)| payloads[i].clone()).collect();
-                    let body = if part.len() == 1 {
-                        let mut one = encode_publish_head(head.publisher, 1, first.number, GROUP);
-                        one.extend_from_slice(&part[0]);
-                        one
-                    } else {
-                        batch_body(head.publisher, first.number, &part)
-                    };
-                    let body = Bytes::from(body);
-                    let h = decode_publish(&body).expect("a part of a batch decodes");
-                    for &peer in &run[0].1 {
-                        self.pass_on(me, peer, &h, &body);
-                    }
+            self.batches_in += 1;
+            for o in &intake.onward {
+                if o.body == body {
+                    self.whole_runs += 1;
+                } else {
                     self.split_runs += 1;
-                    k = end;
                 }
             }
         }
-    }
-
-    /// What the runtime's `act_on_received` does with a publish (or mark) `head` (its body
-    /// `body`, its payload `payload`) that the group state found news.
-    fn act_on_received(
-        &mut self,
-        me: BusId,
-        head: &PublishHead,
-        body: &Bytes,
-        payload: Bytes,
-        fresh: Fresh,
-    ) {
-        for peer in fresh.forward_to {
-            self.pass_on(me, peer, head, body);
+        for onward in intake.onward {
+            let h = decode_publish(&onward.body).expect("the core's frames decode");
+            for peer in onward.to {
+                self.pass_on(me, peer, &h, &onward.body);
+            }
         }
-        if let Some(ended) = fresh.ended {
+        if let Some(ended) = intake.ended {
             self.skipped(me, head.publisher, ended, "its publisher restarted");
         }
-        if let Some(Offer::Deliver { then }) = fresh.offer {
-            self.deliver(me, head.publisher, vec![payload]);
-            self.deliver(me, head.publisher, then);
+        for handed in intake.handed {
+            let payloads = match handed {
+                Handed::Spans(spans) => spans
+                    .iter()
+                    .map(|&(at, len)| body.slice(at..at + len))
+                    .collect(),
+                Handed::Waited(payloads) => payloads,
+            };
+            self.deliver(me, head.publisher, payloads);
         }
     }
 
@@ -1346,7 +1270,7 @@ fn groups_keep_every_members_stream_whole_through_drops_crashes_and_lies() {
         covered.copies,
         covered.crashes
     );
-    // Batches both ways: taken whole, and publish by publish (some of a batch seen before).
+    // Batches both ways: passed on whole, and in part (some of a batch seen before).
     assert!(
         covered.whole_runs > 0 && covered.whole_runs < covered.batches_in && covered.split_runs > 0,
         "{} of {} batches taken whole, {} runs of the others passed on",

@@ -5,8 +5,9 @@
 //! inbox and its peers' adverts in the order it decided them.
 
 use crate::group_forwards::WaitingForwards;
+use busway_core::group::intake::Intake;
 use busway_core::group::repairs::{AskRefused, RepairJob, Repairs};
-use busway_core::group::state::{Advert, Ask, Fresh, GroupState, Published, RepairPlan, Run};
+use busway_core::group::state::{Advert, Ask, GroupState, Published, RepairPlan};
 use busway_core::group::stream::{HeldBudget, Offer, Skipped, GROUP_REPAIR_WAIT_MS};
 use busway_core::group::PublishHead;
 use busway_core::BusId;
@@ -161,8 +162,8 @@ impl GroupTable {
         fn interest(&self, from: BusId, join: bool, name: &str, quota: usize) -> Option<bool>;
         fn marks_for(&self, name: &str, me: BusId, incarnation: u64) -> Vec<(BusId, u64, u64)>;
         fn tail_marks(&self, now_ms: u64) -> Vec<(GroupName, u64, Vec<BusId>)>;
-        fn received(&self, me: BusId, from: BusId, head: &PublishHead, now_ms: u64, payload: impl FnOnce() -> Bytes) -> Option<Fresh>;
-        fn received_run(&self, me: BusId, from: BusId, heads: &[PublishHead], now_ms: u64, payload: impl Fn(usize) -> Bytes) -> Run;
+        fn take_publish(&self, me: BusId, from: BusId, body: &Bytes, head: &PublishHead, now_ms: u64) -> Intake;
+        fn take_run(&self, me: BusId, from: BusId, heads: &[PublishHead], buf: &Bytes, spans: Vec<(usize, usize)>, now_ms: u64) -> Intake;
         fn repaired(&self, head: &PublishHead, now_ms: u64, payload: impl FnOnce() -> Bytes) -> Option<(Offer, bool)>;
         fn asks(&self, now_ms: u64) -> Vec<Ask>;
         fn unask(&self, ask: &Ask);

@@ -20,15 +20,16 @@ use busway_core::frame::SPAN_GROUP_LOG;
 use busway_core::frame::SPAN_MULTICAST;
 use busway_core::frame::SPAN_TAG_MASK;
 use busway_core::frame::{FrameKind, SPAN_INTEREST, SPAN_LEN_MASK, SPAN_PUBLISH, SPAN_REPAIR};
+use busway_core::group::intake::{Handed, Intake};
 use busway_core::group::repairs::{AskRefused, RepairJob};
-use busway_core::group::state::{Published, Run};
+use busway_core::group::split_publish_batch;
+use busway_core::group::state::Published;
 use busway_core::group::stream::{Offer, Skipped};
 use busway_core::group::MULTICAST_STREAM;
 use busway_core::group::{check_name, decode_interest, decode_publish, decode_repair};
 use busway_core::group::{decode_group_log, encode_log_answer, GroupLog, LogOffer};
 use busway_core::group::{encode_interest, encode_mark, encode_publish_head, PUBLISH_FIXED_BYTES};
 use busway_core::group::{encode_repair_ask, encode_repair_copy_head, encode_repair_lost, Repair};
-use busway_core::group::{for_each_publish, split_publish_batch};
 use busway_core::group::{
     PublishHead, PUBLISH_BACKPRESSURE_BIT, PUBLISH_BATCH_BIT, PUBLISH_MARK_BIT,
 };
@@ -314,80 +315,23 @@ impl crate::ring_link::GroupMessages for Shared {
             return Ok(false);
         }
         let turn = self.groups.order();
-        let run = self
+        let payloads = heads
+            .iter()
+            .zip(spans)
+            .map(|(h, &(start, len))| (start as usize + h.payload_at, len as usize - h.payload_at))
+            .collect();
+        let intake = self
             .groups
-            .received_run(self.config.id, from, &heads, now_ms, |i| {
-                let (start, len) = spans[i];
-                chunk.slice(start as usize + heads[i].payload_at..(start + len) as usize)
-            });
+            .take_run(self.config.id, from, &heads, chunk, payloads, now_ms);
         let mut out = Delivered::default();
-        let fresh = match run {
-            Run::Whole {
-                forward_to,
-                delivered,
-                gap,
-                unwanted,
-            } => {
-                if unwanted {
-                    self.counters
-                        .publishes_unwanted
-                        .fetch_add(heads.len() as u64, std::sync::atomic::Ordering::Relaxed);
-                }
-                for id in forward_to.into_iter().filter(|&id| id != from) {
-                    for (head, &(start, len)) in heads.iter().zip(spans) {
-                        let body = chunk.slice(start as usize..(start + len) as usize);
-                        self.forward_publish(id, &body, head, now_ms);
-                    }
-                }
-                if delivered {
-                    let payloads = heads
-                        .iter()
-                        .zip(spans)
-                        .map(|(h, &(start, len))| {
-                            (start + h.payload_at as u32, len - h.payload_at as u32)
-                        })
-                        .collect();
-                    out.run(from, group, chunk, payloads);
-                }
-                let handed = self.hand_over(out);
-                drop(turn);
-                if gap {
-                    self.ask_repairs();
-                }
-                self.pump_repairs();
-                return Ok(handed || self.groups.waiting.any());
-            }
-            Run::Each(fresh) => fresh,
-        };
-        let mut gaps = false;
-        // The publishes that come next, in a row, go to the inbox as one batch.
-        let mut run: Vec<(u32, u32)> = Vec::with_capacity(spans.len());
-        for ((r, head), &(start, len)) in fresh.into_iter().zip(&heads).zip(spans) {
-            let at = head.payload_at as u32;
-            let span = (start + at, len - at);
-            let plain = matches!(&r, Some(f) if f.forward_to.is_empty() && f.ended.is_none() && !f.unwanted
-                && matches!(&f.offer, Some(Offer::Deliver { then }) if then.is_empty()));
-            if plain {
-                run.push(span);
-                gaps |= r.is_some_and(|f| f.gap);
-                continue;
-            }
-            if !run.is_empty() {
-                out.run(from, group, chunk, std::mem::take(&mut run));
-            }
-            let body = chunk.slice(start as usize..(start + len) as usize);
-            gaps |= self.act_on_received(from, chunk, span, &body, head, r, now_ms, &mut out);
-        }
-        if !run.is_empty() {
-            out.run(from, group, chunk, run);
-        }
+        let gap = self.act_on_intake(chunk, 0, (from, group), intake, now_ms, &mut out);
         let left = out.left;
         let handed = self.hand_over(out);
         drop(turn);
         if left {
             self.sync_group_adverts();
         }
-        if gaps {
+        if gap {
             self.ask_repairs();
         }
         self.pump_repairs();
@@ -601,9 +545,8 @@ impl Shared {
                     }
                 }
                 SPAN_PUBLISH => {
-                    let at = (start, len);
-                    gaps |=
-                        self.publish_received(from, &mut link, chunk, at, &body, now_ms, &mut out)
+                    gaps |= self
+                        .publish_received(from, &mut link, chunk, start, &body, now_ms, &mut out)
                 }
                 SPAN_MULTICAST => {
                     let at = (start, len);
@@ -719,15 +662,16 @@ impl Shared {
         any
     }
 
-    /// A PUBLISH (or mark) from the direct peer `from`, its body at `start..start + len` of
-    /// `chunk`: passed on, and for this node's application if a member; true if a gap opened.
+    /// A PUBLISH (one publish, a batch or a mark) from the direct peer `from`, its body
+    /// `body` at `start` of `chunk`: passed on, and for this node's application if a member;
+    /// true if a gap is open.
     #[allow(clippy::too_many_arguments)]
     fn publish_received(
         &self,
         from: BusId,
         link: &mut Option<busway_core::relay::Sources>,
         chunk: &Bytes,
-        (start, len): (u32, u32),
+        start: u32,
         body: &Bytes,
         now_ms: u64,
         out: &mut Delivered,
@@ -744,124 +688,64 @@ impl Shared {
         if !self.publish_permitted(head.publisher, head.name, head.count, now_ms) {
             return false;
         }
-        if head.batch {
-            return self.batch_received(from, chunk, start, body, &head, now_ms, out);
-        }
-        let at = head.payload_at as u32;
-        let span = (start + at, len - at);
-        let payload = || body.slice(head.payload_at..);
-        let r = self
+        let intake = self
             .groups
-            .received(self.config.id, from, &head, now_ms, payload);
-        self.act_on_received(from, chunk, span, body, &head, r, now_ms, out)
+            .take_publish(self.config.id, from, body, &head, now_ms);
+        let source = (head.publisher, head.name);
+        self.act_on_intake(chunk, start as usize, source, intake, now_ms, out)
     }
 
-    /// A PUBLISH batch from the direct peer `from`, its body `body` at `start` of `chunk`
-    /// and its head `head`: passed on as it came when it is all new here, and delivered as
-    /// one run when it is all next in this member's stream; otherwise publish by publish.
-    /// True if a gap opened.
-    #[allow(clippy::too_many_arguments)]
-    fn batch_received(
+    /// Acts on what the group table made of publishes of `source` (publisher, group) whose
+    /// body starts at `base` of `chunk` (see `busway_core::group::intake`): passes them on,
+    /// tells of a restarted stream, hands over what is next, counts copies and publishes
+    /// nobody wants. True if a gap is open.
+    fn act_on_intake(
         &self,
-        from: BusId,
         chunk: &Bytes,
-        start: u32,
-        body: &Bytes,
-        head: &PublishHead<'_>,
+        base: usize,
+        (publisher, group): (BusId, &str),
+        intake: Intake,
         now_ms: u64,
         out: &mut Delivered,
     ) -> bool {
-        let mut heads = Vec::with_capacity(head.count as usize);
-        let mut spans = Vec::with_capacity(head.count as usize);
-        for_each_publish(body, head, |number, at, len| {
-            heads.push(PublishHead {
-                number,
-                payload_at: at,
-                batch: false,
-                count: 1,
-                ..*head
-            });
-            spans.push((start + at as u32, len as u32));
-        });
-        let payload = |i: usize| {
-            let (at, len) = spans[i];
-            chunk.slice(at as usize..(at + len) as usize)
-        };
-        let run = self
-            .groups
-            .received_run(self.config.id, from, &heads, now_ms, payload);
-        let fresh = match run {
-            Run::Whole {
-                forward_to,
-                delivered,
-                gap,
-                unwanted,
-            } => {
-                if unwanted {
-                    tracing::debug!(peer = %from, group = head.name, "publishes for a group nobody here wants");
-                    self.counters
-                        .publishes_unwanted
-                        .fetch_add(head.count, std::sync::atomic::Ordering::Relaxed);
-                }
-                for id in forward_to.into_iter().filter(|&id| id != head.publisher) {
-                    self.forward_publish(id, body, head, now_ms);
-                }
-                if delivered {
-                    out.run(head.publisher, &GroupName::from(head.name), chunk, spans);
-                }
-                return gap;
-            }
-            Run::Each(fresh) => fresh,
-        };
-        let flags = if head.backpressure {
-            PUBLISH_BACKPRESSURE_BIT
-        } else {
-            0
-        };
-        let mut gaps = false;
-        // The publishes to pass on, and to whom (taken out, passed on below).
-        let mut onward: Vec<(usize, Vec<BusId>)> = Vec::new();
-        for (i, mut r) in fresh.into_iter().enumerate() {
-            if let Some(f) = r.as_mut().filter(|f| !f.forward_to.is_empty()) {
-                onward.push((i, std::mem::take(&mut f.forward_to)));
-            }
-            let none = Bytes::new();
-            gaps |= self.act_on_received(from, chunk, spans[i], &none, &heads[i], r, now_ms, out);
+        let relaxed = std::sync::atomic::Ordering::Relaxed;
+        self.counters
+            .group_copies_dropped
+            .fetch_add(intake.copies, relaxed);
+        if intake.unwanted > 0 {
+            tracing::debug!(%publisher, group, "publishes for a group nobody here wants");
+            self.counters
+                .publishes_unwanted
+                .fetch_add(intake.unwanted, relaxed);
         }
-        // Those new here are in a row (the batch's tail, as numbers ascend): one frame per
-        // run of publishes in a row that go to the same peers, not one per publish.
-        let mut k = 0;
-        while k < onward.len() {
-            let mut end = k + 1;
-            while end < onward.len()
-                && onward[end].0 == onward[end - 1].0 + 1
-                && onward[end].1 == onward[k].1
-            {
-                end += 1;
-            }
-            let run = &onward[k..end];
-            let first = &heads[run[0].0];
-            let batch = if run.len() > 1 { PUBLISH_BATCH_BIT } else { 0 };
-            let word = first.number | flags | batch;
-            let mut body =
-                encode_publish_head(first.publisher, first.incarnation, word, first.name);
-            for &(i, _) in run {
-                let p = payload(i);
-                if batch != 0 {
-                    body.extend_from_slice(&(p.len() as u16).to_le_bytes());
-                }
-                body.extend_from_slice(&p);
-            }
-            let body = Bytes::from(body);
-            // A part of a batch that decoded: it decodes.
-            if let Ok(h) = decode_publish(&body) {
-                for &id in run[0].1.iter().filter(|&&id| id != head.publisher) {
-                    self.forward_publish(id, &body, &h, now_ms);
+        for onward in intake.onward {
+            // Made or checked by the group table: it decodes.
+            if let Ok(head) = decode_publish(&onward.body) {
+                for id in onward.to {
+                    self.forward_publish(id, &onward.body, &head, now_ms);
                 }
             }
-            k = end;
         }
-        gaps
+        if let Some(ended) = intake.ended {
+            let why = format!(
+                "publisher {publisher} restarted before they came (a new incarnation's stream starts afresh)"
+            );
+            self.skipped(publisher, group, ended, (why, false), out);
+        }
+        let at = |(start, len): (usize, usize)| ((base + start) as u32, len as u32);
+        for handed in intake.handed {
+            match handed {
+                Handed::Spans(spans) if spans.len() == 1 => {
+                    out.span(publisher, Some(group), chunk, at(spans[0]));
+                }
+                Handed::Spans(spans) => {
+                    let spans = spans.into_iter().map(at).collect();
+                    out.run(publisher, &GroupName::from(group), chunk, spans);
+                }
+                Handed::Waited(payloads) => out.payloads(publisher, Some(group), payloads),
+            }
+        }
+        intake.gap
     }
 
     /// The publishes of a PUBLISH `body` (a batch's each) could not be passed on: counted.
@@ -1031,53 +915,6 @@ impl Shared {
         serves_others
             || self.upstream_id() == Some(peer.id)
             || self.registrations.below().holds_any(peer.id)
-    }
-
-    /// What `publish_received` does with what the group table made of a publish (or mark)
-    /// `head` from `from` (its body `body`, its payload at `span` of `chunk`): passes it on,
-    /// delivers it if it is next, counts a copy; true if a gap opened.
-    #[allow(clippy::too_many_arguments)]
-    fn act_on_received(
-        &self,
-        from: BusId,
-        chunk: &Bytes,
-        span: (u32, u32),
-        body: &Bytes,
-        head: &busway_core::group::PublishHead<'_>,
-        r: Option<busway_core::group::state::Fresh>,
-        now_ms: u64,
-        out: &mut Delivered,
-    ) -> bool {
-        let Some(fresh) = r else {
-            bump(&self.counters.group_copies_dropped);
-            return false;
-        };
-        if fresh.unwanted {
-            tracing::debug!(peer = %from, group = head.name, "publish for a group nobody here wants");
-            bump(&self.counters.publishes_unwanted);
-        }
-        // Never back to its publisher (which would refuse a publish in its own name).
-        for id in fresh
-            .forward_to
-            .into_iter()
-            .filter(|&id| id != head.publisher)
-        {
-            self.forward_publish(id, body, head, now_ms);
-        }
-        if let Some(ended) = fresh.ended {
-            let why = format!(
-                "publisher {} restarted before they came (a new incarnation's stream starts afresh)",
-                head.publisher
-            );
-            self.skipped(head.publisher, head.name, ended, (why, false), out);
-        }
-        if let Some(Offer::Deliver { then }) = fresh.offer {
-            out.span(head.publisher, Some(head.name), chunk, span);
-            out.payloads(head.publisher, Some(head.name), then);
-        } else if matches!(fresh.offer, Some(Offer::Stale)) {
-            bump(&self.counters.group_copies_dropped);
-        }
-        fresh.gap
     }
 
     /// A REPAIR from `from` (end to end), its body at `start` of `chunk`: an ask answered,

@@ -1,0 +1,326 @@
+//! What a node makes of a PUBLISH a peer passed it (one publish, a batch or a mark), once it
+//! found that the link may speak for the publisher and the publisher may publish there: the
+//! group state's answer ([`GroupState::received`], [`GroupState::received_run`]) turned into
+//! what to pass on to whom, what to hand to this node's application, in order, and what to
+//! count. Sans-IO: the runtime and the group simulation act on it alike.
+
+use super::state::{Fresh, GroupState, Run};
+use super::stream::{Offer, Skipped};
+use super::{encode_publish_head, for_each_publish, PublishHead};
+use super::{PUBLISH_BACKPRESSURE_BIT, PUBLISH_BATCH_BIT};
+use crate::BusId;
+use bytes::Bytes;
+
+/// A PUBLISH body to pass on: the frame as it came, or (a batch that was not all new here)
+/// the part of it that is, made anew.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Onward {
+    /// The peers that asked for it (never its publisher nor the peer it came from).
+    pub to: Vec<BusId>,
+    pub body: Bytes,
+}
+
+/// Publishes for this node's application, in their stream's order.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Handed {
+    /// Payloads at `(start, len)` of the body received.
+    Spans(Vec<(usize, usize)>),
+    /// Payloads that waited for a gap before them to fill.
+    Waited(Vec<Bytes>),
+}
+
+/// What to do with a PUBLISH received (see the module doc), in this order: pass `onward` on,
+/// tell the application of `ended`, hand it `handed`.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Intake {
+    pub onward: Vec<Onward>,
+    /// The publisher restarted: what its old stream held and what it never got.
+    pub ended: Option<Skipped>,
+    pub handed: Vec<Handed>,
+    /// A gap is open in this member's stream: ask for it.
+    pub gap: bool,
+    /// Publishes (or marks) dropped as copies already seen.
+    pub copies: u64,
+    /// Publishes nobody here wants (no member, nobody to pass them on to), dropped.
+    pub unwanted: u64,
+}
+
+impl Intake {
+    /// What the group state made of one publish or mark received (its payload at `payload`
+    /// of the body): `fresh`, or `None` for a copy. Its peers to pass it on to were taken.
+    fn one(&mut self, fresh: Option<Fresh>, payload: (usize, usize)) {
+        let Some(fresh) = fresh else {
+            self.copies += 1;
+            return;
+        };
+        self.unwanted += u64::from(fresh.unwanted);
+        if fresh.ended.is_some() {
+            self.ended = fresh.ended;
+        }
+        match fresh.offer {
+            Some(Offer::Deliver { then }) => {
+                self.handed.push(Handed::Spans(vec![payload]));
+                if !then.is_empty() {
+                    self.handed.push(Handed::Waited(then));
+                }
+            }
+            Some(Offer::Stale) => self.copies += 1,
+            _ => {}
+        }
+        // The stream as the last publish left it.
+        self.gap = fresh.gap;
+    }
+}
+
+impl GroupState {
+    /// A PUBLISH (one publish, a batch or a mark) from the peer `from` (this node is `me`),
+    /// its body `body` and its head `head` as `decode_publish` read them, at `now_ms`.
+    pub fn take_publish(
+        &mut self,
+        me: BusId,
+        from: BusId,
+        body: &Bytes,
+        head: &PublishHead,
+        now_ms: u64,
+    ) -> Intake {
+        let mut out = Intake::default();
+        let not_back = |to: Vec<BusId>| -> Vec<BusId> {
+            to.into_iter().filter(|&p| p != head.publisher).collect()
+        };
+        if !head.batch {
+            let payload = (head.payload_at, body.len() - head.payload_at);
+            let fresh = self.received(me, from, head, now_ms, || body.slice(head.payload_at..));
+            if let Some(f) = &fresh {
+                let to = not_back(f.forward_to.clone());
+                if !to.is_empty() {
+                    out.onward.push(Onward {
+                        to,
+                        body: body.clone(),
+                    });
+                }
+            }
+            out.one(fresh, payload);
+            return out;
+        }
+        let mut heads = Vec::with_capacity(head.count as usize);
+        let mut spans = Vec::with_capacity(head.count as usize);
+        for_each_publish(body, head, |number, at, len| {
+            heads.push(PublishHead {
+                number,
+                payload_at: at,
+                batch: false,
+                count: 1,
+                ..*head
+            });
+            spans.push((at, len));
+        });
+        self.intake_run(me, from, &heads, body, spans, Some(body), now_ms)
+    }
+
+    /// Publishes in a row of one publisher to one group, not marks (records of a group log:
+    /// the caller checked that), `heads`, their payloads at `spans` of `buf`, from the peer
+    /// `from`. What is passed on goes as frames made anew.
+    pub fn take_run(
+        &mut self,
+        me: BusId,
+        from: BusId,
+        heads: &[PublishHead],
+        buf: &Bytes,
+        spans: Vec<(usize, usize)>,
+        now_ms: u64,
+    ) -> Intake {
+        self.intake_run(me, from, heads, buf, spans, None, now_ms)
+    }
+
+    /// [`GroupState::take_run`], passed on as `whole` (a batch as it came) when all of them
+    /// are new here.
+    #[allow(clippy::too_many_arguments)]
+    fn intake_run(
+        &mut self,
+        me: BusId,
+        from: BusId,
+        heads: &[PublishHead],
+        buf: &Bytes,
+        spans: Vec<(usize, usize)>,
+        whole: Option<&Bytes>,
+        now_ms: u64,
+    ) -> Intake {
+        let mut out = Intake::default();
+        let Some(first) = heads.first() else {
+            return out;
+        };
+        let not_back = |to: Vec<BusId>| -> Vec<BusId> {
+            to.into_iter().filter(|&p| p != first.publisher).collect()
+        };
+        let payload = |i: usize| {
+            let (at, len) = spans[i];
+            buf.slice(at..at + len)
+        };
+        match self.received_run(me, from, heads, now_ms, payload) {
+            Run::Whole {
+                forward_to,
+                delivered,
+                gap,
+                unwanted,
+            } => {
+                let to = not_back(forward_to);
+                if !to.is_empty() {
+                    let body = match whole {
+                        Some(b) => b.clone(),
+                        None => {
+                            publish_body(first, &(0..heads.len()).map(payload).collect::<Vec<_>>())
+                        }
+                    };
+                    out.onward.push(Onward { to, body });
+                }
+                out.gap = gap;
+                out.unwanted = if unwanted { heads.len() as u64 } else { 0 };
+                if delivered {
+                    out.handed.push(Handed::Spans(spans));
+                }
+            }
+            Run::Each(fresh) => {
+                // The publishes to pass on, and to whom: those new here are in a row (the
+                // tail, as numbers ascend), one frame per run going to the same peers.
+                let mut onward: Vec<(usize, Vec<BusId>)> = Vec::new();
+                for (i, mut f) in fresh.into_iter().enumerate() {
+                    if let Some(f) = f.as_mut().filter(|f| !f.forward_to.is_empty()) {
+                        onward.push((i, not_back(std::mem::take(&mut f.forward_to))));
+                    }
+                    out.one(f, spans[i]);
+                }
+                onward.retain(|(_, to)| !to.is_empty());
+                for run in onward.chunk_by(|a, b| b.0 == a.0 + 1 && a.1 == b.1) {
+                    let parts: Vec<Bytes> = run.iter().map(|&(i, _)| payload(i)).collect();
+                    out.onward.push(Onward {
+                        to: run[0].1.clone(),
+                        body: publish_body(&heads[run[0].0], &parts),
+                    });
+                }
+            }
+        }
+        out
+    }
+}
+
+/// The PUBLISH body of `payloads`, publishes in a row from `first`'s number (its publisher,
+/// incarnation, group and backpressure flag): a single PUBLISH for one, a batch for more.
+pub fn publish_body(first: &PublishHead, payloads: &[Bytes]) -> Bytes {
+    let flags = if first.backpressure {
+        PUBLISH_BACKPRESSURE_BIT
+    } else {
+        0
+    } | if payloads.len() > 1 {
+        PUBLISH_BATCH_BIT
+    } else {
+        0
+    };
+    let mut body = encode_publish_head(
+        first.publisher,
+        first.incarnation,
+        first.number | flags,
+        first.name,
+    );
+    for p in payloads {
+        if payloads.len() > 1 {
+            body.extend_from_slice(&(p.len() as u16).to_le_bytes());
+        }
+        body.extend_from_slice(p);
+    }
+    Bytes::from(body)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::group::decode_publish;
+
+    const G: &str = "g";
+
+    fn publishes(from: u64, n: u64) -> Vec<Bytes> {
+        (from..from + n)
+            .map(|i| Bytes::copy_from_slice(&i.to_le_bytes()))
+            .collect()
+    }
+
+    fn take(state: &mut GroupState, body: Bytes) -> Intake {
+        let head = decode_publish(&body).unwrap();
+        state.take_publish(BusId(1), BusId(2), &body, &head, 0)
+    }
+
+    fn first(number: u64) -> PublishHead<'static> {
+        PublishHead {
+            publisher: BusId(7),
+            incarnation: 1,
+            number,
+            name: G,
+            payload_at: 0,
+            mark: false,
+            backpressure: false,
+            batch: false,
+            count: 1,
+        }
+    }
+
+    #[test]
+    fn a_relay_passes_a_new_batch_on_as_it_came_and_only_the_new_tail_of_one_it_half_saw() {
+        let mut relay = GroupState::new(1 << 20, Default::default());
+        relay.interest(BusId(3), true, G, 16);
+        relay.interest(BusId(7), true, G, 16);
+        let batch = publish_body(&first(1), &publishes(1, 4));
+        let got = take(&mut relay, batch.clone());
+        // Never back to its publisher (7 asked too).
+        assert_eq!(
+            got.onward,
+            vec![Onward {
+                to: vec![BusId(3)],
+                body: batch
+            }]
+        );
+        assert!(got.handed.is_empty() && got.copies == 0);
+        // 3 and 4 again with 5 and 6: 5 and 6 go on as a batch of their own.
+        let got = take(&mut relay, publish_body(&first(3), &publishes(3, 4)));
+        assert_eq!(got.copies, 2);
+        assert_eq!(
+            got.onward,
+            vec![Onward {
+                to: vec![BusId(3)],
+                body: publish_body(&first(5), &publishes(5, 2))
+            }]
+        );
+        // And one new publish after copies goes on as a single PUBLISH.
+        let got = take(&mut relay, publish_body(&first(6), &publishes(6, 2)));
+        let body = &got.onward[0].body;
+        let head = decode_publish(body).unwrap();
+        assert!(!head.batch && head.number == 7 && body[head.payload_at..] == 7u64.to_le_bytes());
+    }
+
+    #[test]
+    fn a_member_takes_a_batch_next_in_its_stream_as_one_run_and_holds_one_after_a_gap() {
+        let mut member = GroupState::new(1 << 20, Default::default());
+        member.join(G).unwrap();
+        let single = publish_body(&first(1), &publishes(1, 1));
+        let got = take(&mut member, single.clone());
+        assert_eq!(got.handed, vec![Handed::Spans(vec![(26, 8)])]);
+        let batch = publish_body(&first(2), &publishes(2, 3));
+        let got = take(&mut member, batch.clone());
+        let head = decode_publish(&batch).unwrap();
+        let at = head.payload_at;
+        assert_eq!(
+            got.handed,
+            vec![Handed::Spans(vec![(at + 2, 8), (at + 12, 8), (at + 22, 8)])]
+        );
+        assert!(!got.gap && got.onward.is_empty());
+        // 7 and 8 after a gap (5, 6): held, a gap to ask for; then 5 and 6 bring them out.
+        let got = take(&mut member, publish_body(&first(7), &publishes(7, 2)));
+        assert!(got.gap && got.handed.is_empty());
+        let got = take(&mut member, publish_body(&first(5), &publishes(5, 2)));
+        assert!(!got.gap);
+        let waited: Vec<Bytes> = publishes(7, 2);
+        assert_eq!(got.handed.last(), Some(&Handed::Waited(waited)));
+        // A copy of the lot: nothing handed twice.
+        let got = take(&mut member, publish_body(&first(1), &publishes(1, 8)));
+        assert!(got.handed.is_empty());
+        assert_eq!(got.copies, 8);
+    }
+}
