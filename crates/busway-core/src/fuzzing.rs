@@ -302,7 +302,7 @@ pub fn link(data: &[u8]) {
 }
 
 /// What a peer can send of groups, the first byte saying which: an INTEREST, REPAIR or
-/// PUBLISH body (one publish, a batch or a mark). Must never panic. A PUBLISH that decodes is
+/// PUBLISH body (one publish, a batch or a mark), or a read of its group log. Must never panic. A PUBLISH that decodes is
 /// read publish by publish (each inside the body, numbered on from the head's, as many as it
 /// says), a batch split into single PUBLISH bodies that decode to the same publishes, and then
 /// the logic behind takes it: a member's and a relay's group state, as it came and a second
@@ -313,9 +313,21 @@ pub fn group_bodies(data: &[u8]) {
     let Some((&which, body)) = data.split_first() else {
         return;
     };
-    match which % 3 {
+    match which % 4 {
         0 => {
             let _ = decode_interest(body);
+            return;
+        }
+        3 => {
+            // As one read of a group log: records cut where the body says.
+            let spans = [
+                (0, body.len() as u32 / 2),
+                (
+                    body.len() as u32 / 2,
+                    body.len() as u32 - body.len() as u32 / 2,
+                ),
+            ];
+            let _ = crate::group::log_records::decode_log_records(body, &spans, BusId(9), "g");
             return;
         }
         1 => {

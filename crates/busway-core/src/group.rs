@@ -41,6 +41,7 @@
 //! MULTICAST frame): numbered per receiver, asked for, copied and lost like a group's.
 
 pub mod intake;
+pub mod log_records;
 pub mod repairs;
 pub mod seen_order;
 pub mod state;

@@ -21,18 +21,17 @@ use busway_core::frame::SPAN_MULTICAST;
 use busway_core::frame::SPAN_TAG_MASK;
 use busway_core::frame::{FrameKind, SPAN_INTEREST, SPAN_LEN_MASK, SPAN_PUBLISH, SPAN_REPAIR};
 use busway_core::group::intake::{Handed, Intake};
+use busway_core::group::log_records::decode_log_records;
 use busway_core::group::repairs::{AskRefused, RepairJob};
 use busway_core::group::split_publish_batch;
 use busway_core::group::state::Published;
 use busway_core::group::stream::{Offer, Skipped};
 use busway_core::group::MULTICAST_STREAM;
+use busway_core::group::PUBLISH_BACKPRESSURE_BIT;
 use busway_core::group::{check_name, decode_interest, decode_publish, decode_repair};
 use busway_core::group::{decode_group_log, encode_log_answer, GroupLog, LogOffer};
 use busway_core::group::{encode_interest, encode_mark, encode_publish_head, PUBLISH_FIXED_BYTES};
 use busway_core::group::{encode_repair_ask, encode_repair_copy_head, encode_repair_lost, Repair};
-use busway_core::group::{
-    PublishHead, PUBLISH_BACKPRESSURE_BIT, PUBLISH_BATCH_BIT, PUBLISH_MARK_BIT,
-};
 use busway_core::BusId;
 use bytes::Bytes;
 use std::sync::Arc;
@@ -285,30 +284,7 @@ impl crate::ring_link::GroupMessages for Shared {
         chunk: &Bytes,
         spans: &[(u32, u32)],
     ) -> Result<bool, String> {
-        let mut heads = Vec::with_capacity(spans.len());
-        for &(start, len) in spans {
-            let body = &chunk[start as usize..(start + len) as usize];
-            if let Some(head) = log_record(body, from, group) {
-                heads.push(head);
-                continue;
-            }
-            // Not what a record of this log must be: the full decoding says what it is.
-            let head = decode_publish(body)?;
-            if head.mark
-                || head.batch
-                || head.publisher != from
-                || head.name != &**group
-                || head.backpressure
-            {
-                return Err(format!(
-                    "a {} of bus id {} to group {:?} in bus id {from}'s log of group {group:?} (it holds its own publishes to the group only, under the cut-off policy)",
-                    if head.mark { "mark" } else { "publish" },
-                    head.publisher,
-                    head.name
-                ));
-            }
-            heads.push(head);
-        }
+        let heads = decode_log_records(chunk, spans, from, group)?;
         let now_ms = self.coarse_ms.load(std::sync::atomic::Ordering::Relaxed);
         if !self.publish_permitted(from, group, heads.len() as u64, now_ms) {
             // Its publishes to the group are not taken here, by the log or otherwise.
@@ -337,39 +313,6 @@ impl crate::ring_link::GroupMessages for Shared {
         self.pump_repairs();
         Ok(handed || self.groups.waiting.any())
     }
-}
-
-/// The head of a record of `from`'s log of `group` if it is what such a record must be: a
-/// publish (not a mark, not under backpressure) of `from` itself to `group`, numbered from
-/// one. Compared as bytes with what the node holds (no UTF-8 check of the name per record);
-/// `None` for anything else (the caller decodes it in full to say what it is).
-fn log_record<'a>(body: &[u8], from: BusId, group: &'a str) -> Option<PublishHead<'a>> {
-    let at = PUBLISH_FIXED_BYTES + group.len();
-    let word = |i: usize| u64::from_le_bytes(body[i..i + 8].try_into().unwrap_or_default());
-    if body.len() < at
-        || usize::from(body[24]) != group.len()
-        || &body[PUBLISH_FIXED_BYTES..at] != group.as_bytes()
-        || word(0) != from.0
-    {
-        return None;
-    }
-    let number = word(16);
-    if number == 0
-        || number & (PUBLISH_MARK_BIT | PUBLISH_BACKPRESSURE_BIT | PUBLISH_BATCH_BIT) != 0
-    {
-        return None;
-    }
-    Some(PublishHead {
-        publisher: from,
-        incarnation: word(8),
-        number,
-        name: group,
-        payload_at: at,
-        mark: false,
-        backpressure: false,
-        batch: false,
-        count: 1,
-    })
 }
 
 impl Shared {
@@ -719,11 +662,15 @@ impl Shared {
                 .fetch_add(intake.unwanted, relaxed);
         }
         for onward in intake.onward {
-            // Made or checked by the group table: it decodes.
-            if let Ok(head) = decode_publish(&onward.body) {
-                for id in onward.to {
-                    self.forward_publish(id, &onward.body, &head, now_ms);
+            // Made or checked by the group table: it decodes (else counted, not sent).
+            let Ok(head) = decode_publish(&onward.body) else {
+                for _ in &onward.to {
+                    self.forwards_dropped(&onward.body);
                 }
+                continue;
+            };
+            for id in onward.to {
+                self.forward_publish(id, &onward.body, &head, now_ms);
             }
         }
         if let Some(ended) = intake.ended {

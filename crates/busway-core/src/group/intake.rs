@@ -164,14 +164,21 @@ impl GroupState {
                 unwanted,
             } => {
                 let to = not_back(forward_to);
-                if !to.is_empty() {
-                    let body = match whole {
-                        Some(b) => b.clone(),
-                        None => {
-                            publish_body(first, &(0..heads.len()).map(payload).collect::<Vec<_>>())
+                match whole {
+                    _ if to.is_empty() => {}
+                    Some(b) => out.onward.push(Onward {
+                        to,
+                        body: b.clone(),
+                    }),
+                    // A log's records go on one by one, as they were published.
+                    None => {
+                        for (i, head) in heads.iter().enumerate() {
+                            out.onward.push(Onward {
+                                to: to.clone(),
+                                body: publish_body(head, &[payload(i)]),
+                            });
                         }
-                    };
-                    out.onward.push(Onward { to, body });
+                    }
                 }
                 out.gap = gap;
                 out.unwanted = if unwanted { heads.len() as u64 } else { 0 };
@@ -190,7 +197,16 @@ impl GroupState {
                     out.one(f, spans[i]);
                 }
                 onward.retain(|(_, to)| !to.is_empty());
-                for run in onward.chunk_by(|a, b| b.0 == a.0 + 1 && a.1 == b.1) {
+                // Of a batch, publishes numbered in a row (of one incarnation) going to the
+                // same peers share a frame; a log's records go one by one.
+                let in_a_row = |a: &(usize, Vec<BusId>), b: &(usize, Vec<BusId>)| {
+                    let (x, y) = (&heads[a.0], &heads[b.0]);
+                    whole.is_some()
+                        && y.number == x.number + 1
+                        && y.incarnation == x.incarnation
+                        && a.1 == b.1
+                };
+                for run in onward.chunk_by(in_a_row) {
                     let parts: Vec<Bytes> = run.iter().map(|&(i, _)| payload(i)).collect();
                     out.onward.push(Onward {
                         to: run[0].1.clone(),
@@ -293,6 +309,53 @@ mod tests {
         let body = &got.onward[0].body;
         let head = decode_publish(body).unwrap();
         assert!(!head.batch && head.number == 7 && body[head.payload_at..] == 7u64.to_le_bytes());
+    }
+
+    /// Records of a group log (bodies one after another in `buf`) as `take_run` takes them.
+    fn log_run(state: &mut GroupState, numbers: &[u64], len: usize) -> Intake {
+        let mut buf = Vec::new();
+        let mut heads = Vec::new();
+        let mut spans = Vec::new();
+        for &n in numbers {
+            let start = buf.len();
+            buf.extend_from_slice(&encode_publish_head(BusId(7), 1, n, G));
+            let at = buf.len();
+            buf.extend(std::iter::repeat_n(n as u8, len));
+            heads.push(PublishHead {
+                number: n,
+                payload_at: at - start,
+                ..first(n)
+            });
+            spans.push((at, len));
+        }
+        state.take_run(BusId(1), BusId(7), &heads, &Bytes::from(buf), spans, 0)
+    }
+
+    #[test]
+    fn a_logs_records_go_on_one_by_one_under_their_own_numbers() {
+        let mut relay = GroupState::new(1 << 20, Default::default());
+        relay.interest(BusId(3), true, G, 16);
+        // 5 and 7 (6 went by the link), each 70,000 bytes: more than a batch could hold.
+        for numbers in [&[5u64, 7][..], &[8, 9]] {
+            let got = log_run(&mut relay, numbers, 70_000);
+            let sent: Vec<(u64, bool, usize)> = got
+                .onward
+                .iter()
+                .map(|o| {
+                    let h = decode_publish(&o.body).unwrap();
+                    assert_eq!(o.to, vec![BusId(3)]);
+                    (h.number, h.batch, o.body.len() - h.payload_at)
+                })
+                .collect();
+            let want: Vec<(u64, bool, usize)> =
+                numbers.iter().map(|&n| (n, false, 70_000)).collect();
+            assert_eq!(sent, want);
+        }
+        // Half new (9 seen): 10 alone, under its number.
+        let got = log_run(&mut relay, &[9, 10], 10);
+        assert_eq!(got.copies, 1);
+        let h = decode_publish(&got.onward[0].body).unwrap();
+        assert_eq!((got.onward.len(), h.number, h.batch), (1, 10, false));
     }
 
     #[test]
