@@ -117,9 +117,10 @@ impl GroupState {
         self.intake_run(me, from, &heads, body, spans, Some(body), now_ms)
     }
 
-    /// Publishes in a row of one publisher to one group, not marks (records of a group log:
-    /// the caller checked that), `heads`, their payloads at `spans` of `buf`, from the peer
-    /// `from`. What is passed on goes as frames made anew.
+    /// Publishes of one publisher to one group in its order, not marks (a read of its group
+    /// log, whose numbers may skip: the caller checked them, see `log_records`), `heads`,
+    /// their payloads at `spans` of `buf`, from the peer `from`. What is passed on goes one
+    /// PUBLISH per record, under its own number.
     pub fn take_run(
         &mut self,
         me: BusId,
