@@ -412,16 +412,7 @@ impl Outbox {
             return None;
         }
         self.seal_if_full(head.len() + entry);
-        if self.tail.capacity() == 0 {
-            self.tail.reserve(TAIL_INITIAL_BYTES);
-        }
-        if self.tail.len() >= CHUNK_BYTES_MAX {
-            self.seal_tail();
-        }
-        if self.tail.is_empty() {
-            self.tail_first_seq = self.next_seq;
-        }
-        self.seal_batch();
+        self.start_frame();
         let start = self.tail.len();
         // Sealed (header and check) with the chunk, see `seal_batch`.
         self.tail.extend_from_slice(&[0; HEADER_LEN]);
@@ -737,8 +728,9 @@ impl Outbox {
         self.next_seq += 1;
     }
 
-    /// Copies one message framed on its own (`kind`: CALL or REPLY) into the tail.
-    fn append_frame(&mut self, kind: FrameKind, head: &[u8], payload: &[u8]) {
+    /// Makes the tail ready for a frame of its own: a buffer, a chunk sealed if full, the
+    /// chunk's first number if it starts here, any open batch sealed.
+    fn start_frame(&mut self) {
         if self.tail.capacity() == 0 {
             self.tail.reserve(TAIL_INITIAL_BYTES);
         }
@@ -749,6 +741,11 @@ impl Outbox {
             self.tail_first_seq = self.next_seq;
         }
         self.seal_batch();
+    }
+
+    /// Copies one message framed on its own (`kind`: CALL or REPLY) into the tail.
+    fn append_frame(&mut self, kind: FrameKind, head: &[u8], payload: &[u8]) {
+        self.start_frame();
         // Checked with the whole chunk at `seal_tail`.
         self.tail
             .extend_from_slice(&encode_header_unchecked(kind, head.len() + payload.len()));
