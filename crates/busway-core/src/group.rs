@@ -433,19 +433,36 @@ pub fn for_each_publish(body: &[u8], head: &PublishHead, mut f: impl FnMut(u64, 
 /// The single PUBLISH bodies of a batch `body` (its head `head`), one per publish, for a
 /// peer that takes no batches or for the publishes of a batch that go on alone.
 pub fn split_publish_batch(body: &[u8], head: &PublishHead) -> Vec<Vec<u8>> {
-    let flags = if head.backpressure {
+    let mut out = Vec::with_capacity(head.count as usize);
+    for_each_publish(body, head, |number, start, len| {
+        let one = PublishHead { number, ..*head };
+        out.push(encode_publish_body(&one, &[&body[start..start + len]]));
+    });
+    out
+}
+
+/// The PUBLISH body of `payloads`, publishes in a row from `first`'s number (its publisher,
+/// incarnation, group and backpressure flag): a single PUBLISH for one, a batch for more.
+pub fn encode_publish_body(first: &PublishHead, payloads: &[&[u8]]) -> Vec<u8> {
+    let backpressure = if first.backpressure {
         PUBLISH_BACKPRESSURE_BIT
     } else {
         0
     };
-    let mut out = Vec::with_capacity(head.count as usize);
-    for_each_publish(body, head, |number, start, len| {
-        let mut one =
-            encode_publish_head(head.publisher, head.incarnation, number | flags, head.name);
-        one.extend_from_slice(&body[start..start + len]);
-        out.push(one);
-    });
-    out
+    let batch = if payloads.len() > 1 {
+        PUBLISH_BATCH_BIT
+    } else {
+        0
+    };
+    let word = first.number | backpressure | batch;
+    let mut body = encode_publish_head(first.publisher, first.incarnation, word, first.name);
+    for p in payloads {
+        if batch != 0 {
+            body.extend_from_slice(&(p.len() as u16).to_le_bytes());
+        }
+        body.extend_from_slice(p);
+    }
+    body
 }
 
 /// The body of a PUBLISH mark: `publisher`'s last publish to `name` is `number`.

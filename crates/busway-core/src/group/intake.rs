@@ -6,8 +6,7 @@
 
 use super::state::{Fresh, GroupState, Run};
 use super::stream::{Offer, Skipped};
-use super::{encode_publish_head, for_each_publish, PublishHead};
-use super::{PUBLISH_BACKPRESSURE_BIT, PUBLISH_BATCH_BIT};
+use super::{encode_publish_body, for_each_publish, PublishHead};
 use crate::BusId;
 use bytes::Bytes;
 
@@ -220,37 +219,17 @@ impl GroupState {
     }
 }
 
-/// The PUBLISH body of `payloads`, publishes in a row from `first`'s number (its publisher,
-/// incarnation, group and backpressure flag): a single PUBLISH for one, a batch for more.
+/// The PUBLISH body of `payloads`, publishes in a row from `first`'s number (see
+/// [`encode_publish_body`]).
 pub fn publish_body(first: &PublishHead, payloads: &[Bytes]) -> Bytes {
-    let flags = if first.backpressure {
-        PUBLISH_BACKPRESSURE_BIT
-    } else {
-        0
-    } | if payloads.len() > 1 {
-        PUBLISH_BATCH_BIT
-    } else {
-        0
-    };
-    let mut body = encode_publish_head(
-        first.publisher,
-        first.incarnation,
-        first.number | flags,
-        first.name,
-    );
-    for p in payloads {
-        if payloads.len() > 1 {
-            body.extend_from_slice(&(p.len() as u16).to_le_bytes());
-        }
-        body.extend_from_slice(p);
-    }
-    Bytes::from(body)
+    let parts: Vec<&[u8]> = payloads.iter().map(|p| &p[..]).collect();
+    Bytes::from(encode_publish_body(first, &parts))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::group::decode_publish;
+    use crate::group::{decode_publish, encode_publish_head};
 
     const G: &str = "g";
 
