@@ -1,10 +1,11 @@
 //! A node's group state under its locks: the rules are busway-core's
 //! (`busway_core::group::state` for membership, interest, numbering, retention and the streams
 //! seen; `busway_core::group::repairs` for the repairs under way); this module holds them
-//! behind mutexes for the I/O threads, with the two turns the runtime needs to keep its
-//! inbox and its peers' adverts in the order it decided them.
+//! behind mutexes for the I/O threads, each call under its lock alone. A call that delivers
+//! to this node's application takes its turn to hand over under that lock (see `handover`).
 
 use crate::group_forwards::WaitingForwards;
+use crate::handover::Delivered;
 use busway_core::group::intake::Intake;
 use busway_core::group::repairs::{AskRefused, RepairJob, Repairs};
 use busway_core::group::state::{Advert, Ask, GroupState, Published, RepairPlan};
@@ -18,14 +19,11 @@ use std::sync::{Arc, Mutex, MutexGuard};
 pub use busway_core::group::state::GroupPolicy;
 pub(crate) use busway_core::group::state::{GroupName, GROUPS_PER_LINK_MAX, GROUPS_PER_PEER_MAX};
 
-/// A node's group state, and the turns its I/O threads take on it.
+/// A node's group state, behind its locks.
 pub(crate) struct GroupTable {
     state: Mutex<GroupState>,
     /// Repairs under way, oldest first (`GROUP_REPAIRS_PENDING_MAX`).
     repairs: Mutex<Repairs>,
-    /// Held from a decision about a member's streams to the hand-over of what it delivers,
-    /// so that the inbox gets each stream in the order decided, whichever link decided it.
-    order: Mutex<()>,
     /// Publishes a relay passes on that wait for room toward a peer (see `group_forwards`).
     pub(crate) waiting: WaitingForwards,
     /// Held from a look at what each peer is to be told to the record of what was (see
@@ -53,13 +51,37 @@ macro_rules! under_lock {
     };
 }
 
+/// Wrappers like `under_lock!`'s for calls that may deliver to this node's application
+/// (into `out`): one whose result passes the test after `if` takes its turn to hand over
+/// under the lock (see `Delivered::take_turn`).
+macro_rules! in_turn {
+    ($(fn $name:ident(&self $(, $arg:ident: $ty:ty)*) -> $ret:ty, if $delivers:expr;)*) => {
+        $(
+            #[allow(clippy::too_many_arguments)]
+            pub(crate) fn $name(&self $(, $arg: $ty)*, out: &mut Delivered<'_>) -> $ret {
+                let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+                let got = state.$name($($arg),*);
+                if ($delivers)(&got) {
+                    out.take_turn();
+                }
+                got
+            }
+        )*
+    };
+}
+pub(crate) use in_turn;
+
+/// Whether a copy was taken to be delivered.
+pub(crate) fn delivers_repaired(got: &Option<(Offer, bool)>) -> bool {
+    matches!(got, Some((Offer::Deliver { .. }, _)))
+}
+
 impl GroupTable {
     /// A table that keeps up to `retain_bytes` of recent publishes per group for repairs.
     pub(crate) fn new(retain_bytes: usize, held: Arc<HeldBudget>) -> Self {
         Self {
             state: Mutex::new(GroupState::new(retain_bytes, held)),
             repairs: Mutex::default(),
-            order: Mutex::default(),
             waiting: WaitingForwards::default(),
             app_behind_ms: AtomicU64::new(u64::MAX),
             adverts_turn: Mutex::default(),
@@ -83,12 +105,6 @@ impl GroupTable {
     pub(crate) fn app_fell_behind(&self, now_ms: u64) -> bool {
         let at = self.app_behind_ms.load(Relaxed);
         at != u64::MAX && now_ms.saturating_sub(at) <= GROUP_REPAIR_WAIT_MS
-    }
-
-    /// The turn to decide about streams and hand what they deliver to the inbox (see
-    /// `order`); taken before any other lock of the table.
-    pub(crate) fn order(&self) -> MutexGuard<'_, ()> {
-        locked(&self.order)
     }
 
     /// Takes `member`'s ask for `range` of `stream` (see `Repairs::answer`); `plan` is made
@@ -129,18 +145,6 @@ impl GroupTable {
         !locked(&self.repairs).is_empty()
     }
 
-    /// See `GroupState::lost`.
-    pub(crate) fn lost(
-        &self,
-        publisher: BusId,
-        incarnation: u64,
-        name: &str,
-        range: (u64, u64),
-        now_ms: u64,
-    ) -> Option<Skipped> {
-        locked(&self.state).lost(publisher, incarnation, name, range, now_ms)
-    }
-
     /// See `GroupState::repair`.
     pub(crate) fn repair(
         &self,
@@ -150,6 +154,14 @@ impl GroupTable {
         range: (u64, u64),
     ) -> RepairPlan {
         locked(&self.state).repair(name, asked_incarnation, incarnation, range)
+    }
+
+    in_turn! {
+        fn take_publish(&self, me: BusId, from: BusId, body: &Bytes, head: &PublishHead, now_ms: u64) -> Intake, if Intake::delivers;
+        fn take_run(&self, me: BusId, from: BusId, heads: &[PublishHead], buf: &Bytes, spans: Vec<(usize, usize)>, now_ms: u64) -> Intake, if Intake::delivers;
+        fn repaired(&self, head: &PublishHead, now_ms: u64, payload: impl FnOnce() -> Bytes) -> Option<(Offer, bool)>, if delivers_repaired;
+        fn lost(&self, publisher: BusId, incarnation: u64, name: &str, range: (u64, u64), now_ms: u64) -> Option<Skipped>, if Option::is_some;
+        fn overdue(&self, now_ms: u64) -> Vec<(BusId, GroupName, Skipped, String)>, if |v: &Vec<_>| !v.is_empty();
     }
 
     under_lock! {
@@ -162,12 +174,8 @@ impl GroupTable {
         fn interest(&self, from: BusId, join: bool, name: &str, quota: usize) -> Option<bool>;
         fn marks_for(&self, name: &str, me: BusId, incarnation: u64) -> Vec<(BusId, u64, u64)>;
         fn tail_marks(&self, now_ms: u64) -> Vec<(GroupName, u64, Vec<BusId>)>;
-        fn take_publish(&self, me: BusId, from: BusId, body: &Bytes, head: &PublishHead, now_ms: u64) -> Intake;
-        fn take_run(&self, me: BusId, from: BusId, heads: &[PublishHead], buf: &Bytes, spans: Vec<(usize, usize)>, now_ms: u64) -> Intake;
-        fn repaired(&self, head: &PublishHead, now_ms: u64, payload: impl FnOnce() -> Bytes) -> Option<(Offer, bool)>;
         fn asks(&self, now_ms: u64) -> Vec<Ask>;
         fn unask(&self, ask: &Ask);
-        fn overdue(&self, now_ms: u64) -> Vec<(BusId, GroupName, Skipped, String)>;
         fn set_policy(&self, name: &str, policy: GroupPolicy);
         fn lagging(&self) -> Vec<(GroupName, u64, BusId)>;
         fn set_lagging(&self, name: &str, peer: BusId, lagging: bool);

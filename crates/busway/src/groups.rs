@@ -11,6 +11,7 @@
 use crate::event::{Event, Path};
 use crate::group_forwards::Push;
 use crate::group_table::{GroupName, GroupPolicy};
+use crate::handover::Delivered;
 use crate::limits::{GROUP_HOP_WAIT_MS, GROUP_SLOW_MEMBER_WAIT_MS, ROUTED_RETRY_INTERVAL_MS};
 use crate::message::MessageBatch;
 use crate::node::{Node, SendError};
@@ -290,20 +291,23 @@ impl crate::ring_link::GroupMessages for Shared {
             // Its publishes to the group are not taken here, by the log or otherwise.
             return Ok(false);
         }
-        let turn = self.groups.order();
         let payloads = heads
             .iter()
             .zip(spans)
             .map(|(h, &(start, len))| (start as usize + h.payload_at, len as usize - h.payload_at))
             .collect();
-        let intake = self
-            .groups
-            .take_run(self.config.id, from, &heads, chunk, payloads, now_ms);
-        let mut out = Delivered::default();
+        let mut out = self.delivered();
+        let intake = self.groups.take_run(
+            self.config.id,
+            from,
+            &heads,
+            chunk,
+            payloads,
+            now_ms,
+            &mut out,
+        );
         let gap = self.act_on_intake(chunk, 0, (from, group), intake, now_ms, &mut out);
-        let left = out.left;
-        let handed = self.hand_over(out);
-        drop(turn);
+        let (handed, left) = out.finish();
         if left {
             self.sync_group_adverts();
         }
@@ -428,8 +432,7 @@ impl Shared {
         if !spans.iter().any(|&(_, tagged)| is_group(tagged)) {
             return false;
         }
-        let turn = self.groups.order();
-        let mut out = Delivered::default();
+        let mut out = self.delivered();
         let mut interest_changed = false;
         let mut newly_asked: Vec<String> = Vec::new();
         let mut gaps = false;
@@ -500,9 +503,7 @@ impl Shared {
             }
             false
         });
-        let left = out.left;
-        let handed = self.hand_over(out);
-        drop(turn);
+        let (handed, left) = out.finish();
         if interest_changed {
             self.groups_active.notify_waiters();
         }
@@ -592,17 +593,10 @@ impl Shared {
         }
     }
 
-    /// Hands delivered publishes to the inbox, in order (the caller holds the group order);
-    /// true if there were any.
-    pub(crate) fn hand_over(&self, out: Delivered) -> bool {
-        let any = !out.batches.is_empty();
-        for batch in out.batches {
-            if !self.inbox.deliver_group(batch) {
-                // The application dropped its inbox: nobody is left to read them.
-                break;
-            }
-        }
-        any
+    /// Deliveries to this node's application about to be decided, handed over in the order
+    /// decided (see `handover`).
+    pub(crate) fn delivered(&self) -> Delivered<'_> {
+        Delivered::new(&self.handover, &self.inbox)
     }
 
     /// A PUBLISH (one publish, a batch or a mark) from the direct peer `from`, its body
@@ -617,7 +611,7 @@ impl Shared {
         start: u32,
         body: &Bytes,
         now_ms: u64,
-        out: &mut Delivered,
+        out: &mut Delivered<'_>,
     ) -> bool {
         let Ok(head) = decode_publish(body) else {
             return false;
@@ -633,7 +627,7 @@ impl Shared {
         }
         let intake = self
             .groups
-            .take_publish(self.config.id, from, body, &head, now_ms);
+            .take_publish(self.config.id, from, body, &head, now_ms, out);
         let source = (head.publisher, head.name);
         self.act_on_intake(chunk, start as usize, source, intake, now_ms, out)
     }
@@ -649,7 +643,7 @@ impl Shared {
         (publisher, group): (BusId, &str),
         intake: Intake,
         now_ms: u64,
-        out: &mut Delivered,
+        out: &mut Delivered<'_>,
     ) -> bool {
         let relaxed = std::sync::atomic::Ordering::Relaxed;
         self.counters
@@ -687,7 +681,7 @@ impl Shared {
                 }
                 Handed::Spans(spans) => {
                     let spans = spans.into_iter().map(at).collect();
-                    out.run(publisher, &GroupName::from(group), chunk, spans);
+                    out.run(publisher, group, chunk, spans);
                 }
                 Handed::Waited(payloads) => out.payloads(publisher, Some(group), payloads),
             }
@@ -873,7 +867,7 @@ impl Shared {
         start: u32,
         body: &Bytes,
         now_ms: u64,
-        out: &mut Delivered,
+        out: &mut Delivered<'_>,
     ) -> bool {
         // Checked by `message_spans`.
         let Ok(repair) = decode_repair(body) else {
@@ -902,7 +896,7 @@ impl Shared {
                     return false;
                 }
                 let payload = || body.slice(head.payload_at..);
-                match self.groups.repaired(&head, now_ms, payload) {
+                match self.groups.repaired(&head, now_ms, payload, out) {
                     None => {
                         bump(&self.counters.group_repairs_refused);
                         false
@@ -926,7 +920,7 @@ impl Shared {
             } => {
                 match self
                     .groups
-                    .lost(from, incarnation, name, (first, to), now_ms)
+                    .lost(from, incarnation, name, (first, to), now_ms, out)
                 {
                     Some(skipped) => {
                         let why = format!(
@@ -996,7 +990,7 @@ impl Shared {
         group: &str,
         skipped: Skipped,
         (why, given_up): (String, bool),
-        out: &mut Delivered,
+        out: &mut Delivered<'_>,
     ) {
         out.payloads(publisher, Some(group), skipped.deliver);
         if skipped.missed == 0 {
@@ -1154,14 +1148,11 @@ impl Shared {
         self.push_blocked_forwards();
         self.ask_repairs();
         self.pump_repairs();
-        let turn = self.groups.order();
-        let mut out = Delivered::default();
-        for (publisher, group, skipped, why) in self.groups.overdue(now_ms) {
+        let mut out = self.delivered();
+        for (publisher, group, skipped, why) in self.groups.overdue(now_ms, &mut out) {
             self.skipped(publisher, &group, skipped, (why, true), &mut out);
         }
-        let left = out.left;
-        self.hand_over(out);
-        drop(turn);
+        let (_, left) = out.finish();
         if left {
             self.sync_group_adverts();
         }
@@ -1181,70 +1172,5 @@ fn repair_names<'a>(repair: &Repair<'a>) -> &'a str {
         Repair::Copy(head) => head.name,
         Repair::Unreachable { .. } => MULTICAST_STREAM,
         Repair::Refused { name, .. } => name,
-    }
-}
-
-/// Publishes and multicasts for this node's application, in order, as batches of one
-/// source and group (`None` for multicasts): runs of spans in the chunk at hand share its
-/// buffer; messages that waited are batches of their own.
-#[derive(Default)]
-pub(crate) struct Delivered {
-    batches: Vec<MessageBatch>,
-    /// Whether the last batch holds spans of the chunk at hand (only then may it grow).
-    last_is_span: bool,
-    /// This node was cut off from a group (it left): its peers must be told.
-    left: bool,
-}
-
-impl Delivered {
-    pub(crate) fn span(
-        &mut self,
-        src: BusId,
-        group: Option<&str>,
-        chunk: &Bytes,
-        span: (u32, u32),
-    ) {
-        match self.batches.last_mut() {
-            Some(b) if self.last_is_span && b.src() == src && b.group() == group => {
-                b.push_span(span)
-            }
-            _ => self.batches.push(match group {
-                Some(g) => MessageBatch::published_in(src, Arc::from(g), chunk.clone(), vec![span]),
-                None => MessageBatch::new(src, chunk.clone(), vec![span]),
-            }),
-        }
-        self.last_is_span = true;
-    }
-
-    /// Publishes of `src` to `group` at `spans` of `chunk`, next in their stream, as one
-    /// batch.
-    pub(crate) fn run(
-        &mut self,
-        src: BusId,
-        group: &GroupName,
-        chunk: &Bytes,
-        spans: Vec<(u32, u32)>,
-    ) {
-        self.batches.push(MessageBatch::published_in(
-            src,
-            group.clone(),
-            chunk.clone(),
-            spans,
-        ));
-        self.last_is_span = false;
-    }
-
-    pub(crate) fn payloads(&mut self, src: BusId, group: Option<&str>, payloads: Vec<Bytes>) {
-        if payloads.is_empty() {
-            return;
-        }
-        let name: Option<GroupName> = group.map(Arc::from);
-        for p in payloads {
-            self.batches.push(match &name {
-                Some(g) => MessageBatch::published(src, g.clone(), p),
-                None => MessageBatch::single(src, p),
-            });
-        }
-        self.last_is_span = false;
     }
 }

@@ -169,10 +169,10 @@ pub(crate) fn inbox(
     )
 }
 
-impl InboxSender {
-    /// Hands group publishes to the application now, in the order given (callers hold their
-    /// node's group order while they decide and hand over); false if the inbox is gone.
-    pub(crate) fn deliver_group(&self, batch: MessageBatch) -> bool {
+impl crate::handover::Sink for InboxSender {
+    /// Hands group publishes to the application now, in the order given (callers hand over
+    /// in the order their streams were decided, see `handover`); false if the inbox is gone.
+    fn deliver_group(&self, batch: MessageBatch) -> bool {
         let bytes = batch.footprint();
         self.groups.bytes.fetch_add(bytes, Relaxed);
         let sent = self.tx.send(Delivery::Group { batch, bytes }).is_ok();
@@ -181,7 +181,9 @@ impl InboxSender {
         }
         sent
     }
+}
 
+impl InboxSender {
     /// Whether the group publishes the application has not taken are past
     /// `GROUP_INBOX_BYTES_MAX`: links should stop reading.
     pub(crate) fn group_backlogged(&self) -> bool {

@@ -40,6 +40,7 @@ mod group_log_out;
 mod group_permissions;
 mod group_table;
 mod groups;
+mod handover;
 mod hints;
 mod id_hash;
 mod inbox;

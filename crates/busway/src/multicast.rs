@@ -11,7 +11,7 @@
 //! numbers and asks the source to repair, as a group member does.
 
 use crate::event::Event;
-use crate::groups::Delivered;
+use crate::handover::Delivered;
 use crate::node::Node;
 use crate::peer::{Peer, PushError};
 use crate::routing::Hops;
@@ -218,7 +218,7 @@ impl Shared {
         (start, len): (u32, u32),
         body: &Bytes,
         now_ms: u64,
-        out: &mut Delivered,
+        out: &mut Delivered<'_>,
     ) -> bool {
         // Checked by `message_spans`.
         let Ok(head) = decode_multicast(body) else {
@@ -246,6 +246,7 @@ impl Shared {
                 head.mark,
                 now_ms,
                 payload,
+                out,
             );
             if let Some(ended) = got.ended {
                 let why = format!("source {} restarted before they came", head.source);
@@ -337,7 +338,7 @@ impl Shared {
         body: &Bytes,
         repair: Repair<'_>,
         now_ms: u64,
-        out: &mut Delivered,
+        out: &mut Delivered<'_>,
     ) -> bool {
         match repair {
             Repair::Ask {
@@ -359,9 +360,14 @@ impl Shared {
                     return false;
                 }
                 let payload = || body.slice(head.payload_at..);
-                let got =
-                    self.multicasts
-                        .repaired(from, head.incarnation, head.number, now_ms, payload);
+                let got = self.multicasts.repaired(
+                    from,
+                    head.incarnation,
+                    head.number,
+                    now_ms,
+                    payload,
+                    out,
+                );
                 let Some((offer, gap)) = got else {
                     bump(&self.counters.group_repairs_refused);
                     return false;
@@ -379,7 +385,10 @@ impl Shared {
                 to,
                 ..
             } => {
-                match self.multicasts.lost(from, incarnation, (first, to), now_ms) {
+                match self
+                    .multicasts
+                    .lost(from, incarnation, (first, to), now_ms, out)
+                {
                     Some(skipped) => {
                         let why = format!(
                             "source {from} no longer holds multicasts {first}.. (its group_retain_bytes)"
@@ -494,13 +503,10 @@ impl Shared {
                 self.multicasts.unmark(id);
             }
         }
-        let turn = self.groups.order();
-        let mut out = Delivered::default();
-        for (source, skipped, why) in self.multicasts.overdue(now_ms) {
+        let mut out = self.delivered();
+        for (source, skipped, why) in self.multicasts.overdue(now_ms, &mut out) {
             multicast_skipped(self, source, skipped, why, &mut out);
         }
-        self.hand_over(out);
-        drop(turn);
     }
 }
 
@@ -511,7 +517,7 @@ pub(crate) fn multicast_skipped(
     source: BusId,
     skipped: busway_core::group::stream::Skipped,
     reason: String,
-    out: &mut Delivered,
+    out: &mut Delivered<'_>,
 ) {
     out.payloads(source, None, skipped.deliver);
     if skipped.missed == 0 {

@@ -1,6 +1,9 @@
 //! A node's multicast state under its lock: the rules are busway-core's
-//! (`busway_core::multicast::state`); each call takes the lock for itself alone.
+//! (`busway_core::multicast::state`); each call takes the lock for itself alone, and one that
+//! delivers to this node's application takes its turn to hand over under it (see `handover`).
 
+use crate::group_table::{delivers_repaired, in_turn};
+use crate::handover::Delivered;
 use busway_core::group::state::{Ask, RepairPlan};
 use busway_core::group::stream::{HeldBudget, Offer, Skipped};
 use busway_core::multicast::state::{Arrived, MulticastState};
@@ -41,11 +44,14 @@ impl MulticastTable {
         fn report_unreachable(&self, source: BusId, receiver: BusId, now_ms: u64) -> bool;
         fn all_marks(&self) -> Vec<(BusId, u64)>;
         fn repair(&self, receiver: BusId, asked_incarnation: u64, incarnation: u64, range: (u64, u64)) -> RepairPlan;
-        fn received(&self, source: BusId, incarnation: u64, number: u64, mark: bool, now_ms: u64, payload: impl FnOnce() -> Bytes) -> Arrived;
-        fn repaired(&self, source: BusId, incarnation: u64, number: u64, now_ms: u64, payload: impl FnOnce() -> Bytes) -> Option<(Offer, bool)>;
-        fn lost(&self, source: BusId, incarnation: u64, range: (u64, u64), now_ms: u64) -> Option<Skipped>;
         fn asks(&self, now_ms: u64) -> Vec<Ask>;
         fn unask(&self, ask: &Ask);
-        fn overdue(&self, now_ms: u64) -> Vec<(BusId, Skipped, String)>;
+    }
+
+    in_turn! {
+        fn received(&self, source: BusId, incarnation: u64, number: u64, mark: bool, now_ms: u64, payload: impl FnOnce() -> Bytes) -> Arrived, if Arrived::delivers;
+        fn repaired(&self, source: BusId, incarnation: u64, number: u64, now_ms: u64, payload: impl FnOnce() -> Bytes) -> Option<(Offer, bool)>, if delivers_repaired;
+        fn lost(&self, source: BusId, incarnation: u64, range: (u64, u64), now_ms: u64) -> Option<Skipped>, if Option::is_some;
+        fn overdue(&self, now_ms: u64) -> Vec<(BusId, Skipped, String)>, if |v: &Vec<_>| !v.is_empty();
     }
 }

@@ -250,6 +250,7 @@ impl Node {
             groups: GroupTable::new(group_retain_bytes, held.clone()),
             group_logs: Arc::new(crate::group_log_out::GroupLogs::new(id, group_log_bytes)),
             groups_active: Default::default(),
+            handover: Default::default(),
             multicasts: crate::multicast_table::MulticastTable::new(group_retain_bytes, held),
             directory: Default::default(),
             warnings: Default::default(),

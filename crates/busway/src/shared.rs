@@ -51,6 +51,9 @@ pub(crate) struct Shared {
     pub(crate) calls: Arc<CallTable>,
     /// The groups this node joined and the groups its peers asked for.
     pub(crate) groups: GroupTable,
+    /// Hands what links decide for the application's group streams to the inbox in the
+    /// order decided.
+    pub(crate) handover: crate::handover::Handover,
     /// Notified when this node starts taking part in groups (it joins, or a peer asks for a
     /// group): links with rings stop looking at them only every `RING_IDLE_WATCH_MS`.
     pub(crate) groups_active: tokio::sync::Notify,

@@ -45,6 +45,12 @@ pub struct Intake {
 }
 
 impl Intake {
+    /// Whether it hands the application anything, or tells it of an ended stream: only then
+    /// does its order among other deliveries matter.
+    pub fn delivers(&self) -> bool {
+        !self.handed.is_empty() || self.ended.is_some()
+    }
+
     /// What the group state made of one publish or mark received (its payload at `payload`
     /// of the body): `fresh`, or `None` for a copy. Its peers to pass it on to were taken.
     fn one(&mut self, fresh: Option<Fresh>, payload: (usize, usize)) {

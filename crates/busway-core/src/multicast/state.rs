@@ -82,6 +82,14 @@ pub struct Arrived {
     pub gap: bool,
 }
 
+impl Arrived {
+    /// Whether it hands the application anything, or tells it of an ended stream: only then
+    /// does its order among other deliveries matter.
+    pub fn delivers(&self) -> bool {
+        matches!(self.offer, Some(Offer::Deliver { .. })) || self.ended.is_some()
+    }
+}
+
 /// A node's multicast state. Sans-IO: the caller passes the time in and sends what it is
 /// told to.
 pub struct MulticastState {

@@ -1,0 +1,286 @@
+//! Group publishes and multicasts handed to the application's inbox in the order their
+//! streams were decided, with no turn held across the deciding.
+//!
+//! Links decide about a member's streams on their own I/O threads: each decision that
+//! delivers takes a ticket under the lock of the state it changed (`Delivered::take_turn`),
+//! so the tickets of one stream follow its decisions. What a link delivers is handed over in
+//! ticket order: a link whose turn comes first hands over its own, and what later tickets
+//! left waiting behind it; a link whose turn has not come leaves its deliveries to the one
+//! whose turn it is, and goes on reading. The one lock (`Handover::pending`) is held only to
+//! pass finished batches to the inbox's channel, never while a link decides.
+
+use crate::message::MessageBatch;
+use busway_core::BusId;
+use bytes::Bytes;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+
+/// The tickets given, and the deliveries that wait for an earlier ticket.
+#[derive(Default)]
+pub(crate) struct Handover {
+    /// The next ticket to give.
+    tickets: AtomicU64,
+    pending: Mutex<Pending>,
+}
+
+/// Deliveries handed over ahead of their turn. Unbounded by count: a ticket's holder hands
+/// over before its read returns (deciding never waits), so this holds what other links
+/// decide during one read of one link.
+#[derive(Default)]
+struct Pending {
+    /// The first ticket not handed over yet.
+    next: u64,
+    /// By first ticket: the last ticket and the batches of a segment that waits.
+    waiting: BTreeMap<u64, (u64, Vec<MessageBatch>)>,
+}
+
+/// Where handed-over batches go: the application's inbox (`InboxSender`).
+pub(crate) trait Sink {
+    /// Hands `batch` to the application now; false if it is gone.
+    fn deliver_group(&self, batch: MessageBatch) -> bool;
+}
+
+/// Batches decided under tickets `first..=last`, handed over together.
+struct Segment {
+    first: u64,
+    last: u64,
+    batches: Vec<MessageBatch>,
+}
+
+/// What one read (or one timer tick) delivers to this node's application, in order, as
+/// batches of one source and group (`None` for multicasts): runs of spans in the chunk at
+/// hand share its buffer; messages that waited are batches of their own. Handed over when it
+/// is finished or dropped (so that a ticket taken is never lost, even on a panic).
+pub(crate) struct Delivered<'a> {
+    handover: &'a Handover,
+    inbox: &'a dyn Sink,
+    segments: Vec<Segment>,
+    /// Whether the last batch holds spans of the chunk at hand (only then may it grow).
+    last_is_span: bool,
+    /// This node was cut off from a group (it left): its peers must be told.
+    pub(crate) left: bool,
+}
+
+impl<'a> Delivered<'a> {
+    /// Nothing yet, to be handed to `inbox` in `handover`'s order.
+    pub(crate) fn new(handover: &'a Handover, inbox: &'a dyn Sink) -> Self {
+        Self {
+            handover,
+            inbox,
+            segments: Vec::new(),
+            last_is_span: false,
+            left: false,
+        }
+    }
+
+    /// Takes the next ticket: what is added from now on goes to the application after what
+    /// was decided under earlier tickets. Called under the lock of the state whose decision
+    /// delivers (see the tables' `in_turn!` wrappers), so one stream's tickets follow its
+    /// decisions.
+    pub(crate) fn take_turn(&mut self) {
+        // Relaxed: the state's lock around this call orders the tickets of its decisions
+        // (its release and acquire pair with the next decision's); tickets of different
+        // states order no stream together.
+        let ticket = self.handover.tickets.fetch_add(1, Relaxed);
+        match self.segments.last_mut() {
+            // No one took a ticket since this read's last: one segment, and its last batch may grow.
+            Some(s) if s.last + 1 == ticket => s.last = ticket,
+            _ => {
+                self.segments.push(Segment {
+                    first: ticket,
+                    last: ticket,
+                    batches: Vec::new(),
+                });
+                self.last_is_span = false;
+            }
+        }
+    }
+
+    fn batches(&mut self) -> &mut Vec<MessageBatch> {
+        // A delivery is decided under a ticket (see `take_turn`); one without is a bug that
+        // would deliver out of order, so it gets a ticket of its own rather than none.
+        if self.segments.is_empty() {
+            debug_assert!(false, "a delivery decided without a turn");
+            self.take_turn();
+        }
+        &mut self.segments.last_mut().expect("a segment").batches
+    }
+
+    /// The message at `span` of `chunk`, from `src` to `group`, next in its stream.
+    pub(crate) fn span(
+        &mut self,
+        src: BusId,
+        group: Option<&str>,
+        chunk: &Bytes,
+        span: (u32, u32),
+    ) {
+        let grows = self.last_is_span;
+        let batches = self.batches();
+        match batches.last_mut() {
+            Some(b) if grows && b.src() == src && b.group() == group => b.push_span(span),
+            _ => batches.push(match group {
+                Some(g) => MessageBatch::published_in(src, Arc::from(g), chunk.clone(), vec![span]),
+                None => MessageBatch::new(src, chunk.clone(), vec![span]),
+            }),
+        }
+        self.last_is_span = true;
+    }
+
+    /// Publishes of `src` to `group` at `spans` of `chunk`, next in their stream, as one
+    /// batch.
+    pub(crate) fn run(&mut self, src: BusId, group: &str, chunk: &Bytes, spans: Vec<(u32, u32)>) {
+        let batch = MessageBatch::published_in(src, Arc::from(group), chunk.clone(), spans);
+        self.batches().push(batch);
+        self.last_is_span = false;
+    }
+
+    /// Messages of `src` to `group` that waited, each a batch of its own.
+    pub(crate) fn payloads(&mut self, src: BusId, group: Option<&str>, payloads: Vec<Bytes>) {
+        if payloads.is_empty() {
+            return;
+        }
+        let name: Option<Arc<str>> = group.map(Arc::from);
+        let batches = self.batches();
+        for p in payloads {
+            batches.push(match &name {
+                Some(g) => MessageBatch::published(src, g.clone(), p),
+                None => MessageBatch::single(src, p),
+            });
+        }
+        self.last_is_span = false;
+    }
+
+    /// Hands the deliveries over (see `Drop`); returns whether there were any, and whether
+    /// this node left a group meanwhile (`left`).
+    pub(crate) fn finish(self) -> (bool, bool) {
+        let any = self.segments.iter().any(|s| !s.batches.is_empty());
+        (any, self.left)
+    }
+}
+
+impl Drop for Delivered<'_> {
+    fn drop(&mut self) {
+        if self.segments.is_empty() {
+            return;
+        }
+        let mut pending = self
+            .handover
+            .pending
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        for s in std::mem::take(&mut self.segments) {
+            if s.first != pending.next {
+                // Earlier tickets are still being decided on: their holder hands this over.
+                pending.waiting.insert(s.first, (s.last, s.batches));
+                continue;
+            }
+            let mut batches = s.batches;
+            let mut last = s.last;
+            loop {
+                for batch in batches {
+                    // False: the application dropped its inbox, nobody is left to read them.
+                    let _ = self.inbox.deliver_group(batch);
+                }
+                pending.next = last + 1;
+                let next = pending.next;
+                match pending.waiting.remove(&next) {
+                    Some((l, b)) => (last, batches) = (l, b),
+                    None => break,
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::inbox::inbox;
+
+    /// The numbers the inbox holds now, in the order it gives them.
+    fn numbers(rx: &mut crate::inbox::Inbox) -> Vec<u32> {
+        let mut got = Vec::new();
+        while let Some(batch) = rx.try_recv_batch() {
+            got.extend(
+                batch
+                    .iter()
+                    .map(|p| u32::from_le_bytes(p.try_into().unwrap())),
+            );
+        }
+        got
+    }
+
+    #[tokio::test]
+    async fn later_tickets_wait_for_an_earlier_one_and_go_with_it() {
+        let (tx, mut rx) = inbox(1 << 20, 0, Arc::default());
+        let handover = Handover::default();
+        let one = |n: u32| vec![Bytes::copy_from_slice(&n.to_le_bytes())];
+        let mut first = Delivered::new(&handover, &tx);
+        first.take_turn();
+        let mut second = Delivered::new(&handover, &tx);
+        second.take_turn();
+        second.payloads(BusId(1), Some("g"), one(2));
+        let (any, _) = second.finish();
+        assert!(any);
+        // Nothing yet: ticket 0 is still being decided on.
+        assert!(numbers(&mut rx).is_empty());
+        // A turn that delivers nothing still lets the others go.
+        let mut empty = Delivered::new(&handover, &tx);
+        empty.take_turn();
+        drop(empty);
+        first.payloads(BusId(1), Some("g"), one(1));
+        assert_eq!(first.finish(), (true, false));
+        assert_eq!(numbers(&mut rx), [1, 2]);
+    }
+
+    #[tokio::test]
+    async fn one_read_s_consecutive_tickets_share_a_batch() {
+        let (tx, mut rx) = inbox(1 << 20, 0, Arc::default());
+        let handover = Handover::default();
+        let chunk = Bytes::from_static(&[1, 0, 0, 0, 2, 0, 0, 0]);
+        let mut out = Delivered::new(&handover, &tx);
+        out.take_turn();
+        out.span(BusId(1), Some("g"), &chunk, (0, 4));
+        out.take_turn();
+        out.span(BusId(1), Some("g"), &chunk, (4, 4));
+        assert_eq!(out.segments.len(), 1);
+        assert_eq!(out.segments[0].batches.len(), 1);
+        drop(out);
+        assert_eq!(numbers(&mut rx), [1, 2]);
+    }
+
+    /// Threads decide about one stream in turn under its lock and hand over on their own:
+    /// the inbox gets the stream in the order decided.
+    #[tokio::test]
+    async fn a_stream_decided_on_many_threads_is_delivered_in_order() {
+        const THREADS: u32 = 4;
+        const EACH: u32 = 2_000;
+        let (tx, mut rx) = inbox(1 << 30, 0, Arc::default());
+        let handover = Handover::default();
+        let stream = Mutex::new(0u32);
+        std::thread::scope(|s| {
+            for _ in 0..THREADS {
+                s.spawn(|| {
+                    for _ in 0..EACH {
+                        let mut out = Delivered::new(&handover, &tx);
+                        let n = {
+                            let mut next = stream.lock().unwrap();
+                            *next += 1;
+                            out.take_turn();
+                            *next
+                        };
+                        out.payloads(
+                            BusId(1),
+                            Some("g"),
+                            vec![Bytes::copy_from_slice(&n.to_le_bytes())],
+                        );
+                    }
+                });
+            }
+        });
+        let want: Vec<u32> = (1..=THREADS * EACH).collect();
+        assert_eq!(numbers(&mut rx), want);
+        assert!(handover.pending.lock().unwrap().waiting.is_empty());
+    }
+}
