@@ -40,8 +40,10 @@
 //! (`MULTICAST_STREAM`) names the stream of the source's multicasts to the member (see the
 //! MULTICAST frame): numbered per receiver, asked for, copied and lost like a group's.
 
+pub mod forwards;
 pub mod intake;
 pub mod log_records;
+pub mod permissions;
 pub mod repairs;
 pub mod seen_order;
 pub mod state;

@@ -114,7 +114,7 @@ pub struct NodeConfig {
     /// `None`, the default, lets everyone (as before); with rules, a join or publish no rule
     /// allows is refused with the reason, which the sender's application gets as
     /// `Event::GroupRefused`.
-    pub group_permissions: Option<crate::group_permissions::GroupPermissions>,
+    pub group_permissions: Option<crate::GroupPermissions>,
 }
 
 impl NodeConfig {

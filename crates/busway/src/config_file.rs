@@ -193,10 +193,10 @@ impl NodeConfig {
             c.etcd = Some(e);
         }
         if let Some(rules) = &f.group_permissions {
-            let mut p = crate::group_permissions::GroupPermissions::default();
+            let mut p = crate::GroupPermissions::default();
             for r in rules {
                 let t = r.get_ref();
-                p.rules.push(crate::group_permissions::GroupRule {
+                p.rules.push(crate::GroupRule {
                     ids: (BusId(t.ids[0]), BusId(t.ids[1])),
                     join: t.join.clone().unwrap_or_default(),
                     publish: t.publish.clone().unwrap_or_default(),

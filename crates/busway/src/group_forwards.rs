@@ -1,255 +1,88 @@
-//! Publishes a relay passes on that wait for room toward a peer whose queue was full, in
-//! order. While any wait, the links that bring publishes stop reading, so the wait goes back
-//! to the publisher through each link's own flow control (`docs/SEMANTICS.md`, "Groups").
-//!
-//! Under backpressure a publish waits as long as it takes. Under cut-off it waits until a
-//! time set when it was queued (`Shared::group_wait_ms`): past it, every cut-off publish
-//! waiting for that peer is dropped, and the peer is *lagging*: later cut-off publishes that
-//! do not fit are dropped for it at once, until one fits again. A member that reads keeps
-//! its stream whole this way; one that stops reading costs the others one wait, not one per
-//! publish.
+//! Publishes a relay passes on that wait for room toward a peer whose queue was full, behind
+//! their lock: the rules are busway-core's (`busway_core::group::forwards`), the hints that
+//! let every read of every link look without the lock are this module's.
 
+use busway_core::group::forwards::{Push, Pushed, WaitingForwards as Waiting};
 use busway_core::BusId;
 use bytes::Bytes;
-use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard};
 
-/// Bytes of publishes that may wait before even the link of the peer waited for stops
-/// reading (it reads on below it: its acknowledgements make the room). Past it, that peer's
-/// acknowledgements wait too, until its cut-off publishes' give-up time (bounded memory over a
-/// link that both lags as a member and brings publishes for others).
-pub(crate) const WAITING_BYTES_MAX: usize = 64 << 20;
-
-/// One publish (or mark) body waiting for room toward `peer`.
-struct Waiting {
-    peer: BusId,
-    body: Bytes,
-    /// Under cut-off: when (ms on the node's clock) this publish is dropped for `peer` if
-    /// it still does not fit; `None` under backpressure.
-    give_up_at_ms: Option<u64>,
-}
-
-#[derive(Default)]
-struct State {
-    /// In arrival order; a peer's publishes stay behind the first one waiting for it.
-    queue: VecDeque<Waiting>,
-    /// How many of `queue` wait for each peer (a forward looks here, not along the queue).
-    per_peer: HashMap<BusId, usize>,
-    /// Bytes of the bodies in `queue`.
-    bytes: usize,
-    /// Peers whose cut-off publishes were dropped for want of room, until one fits again.
-    lagging: HashSet<BusId>,
-}
-
-impl State {
-    /// `n` of the publishes waiting for `peer` left the queue.
-    fn taken(&mut self, peer: BusId, n: usize) {
-        if let Some(left) = self.per_peer.get_mut(&peer) {
-            *left -= n;
-            if *left == 0 {
-                self.per_peer.remove(&peer);
-            }
-        }
-    }
-}
-
-/// What a push toward a peer made of a waiting publish.
-pub(crate) enum Push {
-    /// Queued for the peer's link.
-    Sent,
-    /// No room yet.
-    Full,
-    /// The peer is gone or cannot take it: dropped (counted by the caller).
-    Gone,
-}
-
-/// What [`WaitingForwards::push`] left: the first publish still waiting (its peer, length and
-/// give-up time), and the cut-off publishes given up on for a peer that stayed full.
-#[derive(Default)]
-pub(crate) struct Pushed {
-    /// The peer, body length and give-up time of the first publish that still waits.
-    pub(crate) waits: Option<(BusId, usize, Option<u64>)>,
-    /// (peer, body) of each cut-off publish dropped: its peer is owed a mark.
-    pub(crate) dropped: Vec<(BusId, Bytes)>,
-}
-
-/// The publishes waiting for room toward peers (see the module's documentation).
+/// The publishes waiting for room toward peers (see `busway_core::group::forwards`).
 #[derive(Default)]
 pub(crate) struct WaitingForwards {
-    state: Mutex<State>,
-    /// Whether `state.queue` holds any, for the look every read of every link makes
-    /// (`any`) without taking the lock.
+    state: Mutex<Waiting>,
+    /// Whether `state` holds any, for the look every read of every link makes (`any`)
+    /// without taking the lock.
     any: AtomicBool,
-    /// Whether `state.lagging` holds any, for the look every forward that fits makes.
+    /// Whether `state` has a lagging peer, for the look every forward that fits makes.
     any_lagging: AtomicBool,
 }
 
 impl WaitingForwards {
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+    fn lock(&self) -> MutexGuard<'_, Waiting> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Sets the hints from `st` (under its lock, as every change of the state).
+    fn hint(&self, st: &Waiting) {
+        // Relaxed: hints; the state itself is read under its lock (the link that changed it
+        // reads the hint on its own thread right after).
+        self.any.store(!st.is_empty(), Relaxed);
+        self.any_lagging.store(st.any_lagging(), Relaxed);
     }
 
     /// Whether any publish waits for room.
     pub(crate) fn any(&self) -> bool {
-        // Relaxed: a hint; the queue itself is read under its lock (the link that queued one
-        // reads the hint on its own thread right after).
+        // Relaxed: a hint, see `hint`.
         self.any.load(Relaxed)
     }
 
     /// Whether a publish waits for room toward `peer` already (later ones go behind it).
     pub(crate) fn waits_for(&self, peer: BusId) -> bool {
-        self.any() && self.lock().per_peer.contains_key(&peer)
+        self.any() && self.lock().waits_for(peer)
     }
 
     /// Whether the publishes waiting hold more than `WAITING_BYTES_MAX`.
     pub(crate) fn over_bound(&self) -> bool {
-        self.any() && self.lock().bytes > WAITING_BYTES_MAX
+        self.any() && self.lock().over_bound()
     }
 
     /// Whether cut-off publishes toward `peer` are dropped at once while it is full.
     pub(crate) fn is_lagging(&self, peer: BusId) -> bool {
-        // Relaxed: a hint, as `any`; the set is read under the lock.
-        self.any_lagging.load(Relaxed) && self.lock().lagging.contains(&peer)
+        // Relaxed: a hint, see `hint`.
+        self.any_lagging.load(Relaxed) && self.lock().is_lagging(peer)
     }
 
     /// A cut-off publish fit toward `peer`: it is not lagging any more.
     pub(crate) fn caught_up(&self, peer: BusId) {
         if self.any_lagging.load(Relaxed) {
             let mut st = self.lock();
-            st.lagging.remove(&peer);
-            self.any_lagging.store(!st.lagging.is_empty(), Relaxed);
+            st.caught_up(peer);
+            self.hint(&st);
         }
     }
 
-    /// Queues `body` for `peer` until it fits (`give_up_at_ms`: see [`Waiting`]).
+    /// Queues `body` for `peer` until it fits (see `WaitingForwards::wait` in the core).
     pub(crate) fn wait(&self, peer: BusId, body: Bytes, give_up_at_ms: Option<u64>) {
         let mut st = self.lock();
-        *st.per_peer.entry(peer).or_default() += 1;
-        st.bytes += body.len();
-        st.queue.push_back(Waiting {
-            peer,
-            body,
-            give_up_at_ms,
-        });
-        // Relaxed: see `any`; set under the lock, as every change of the queue.
-        self.any.store(true, Relaxed);
+        st.wait(peer, body, give_up_at_ms);
+        self.hint(&st);
     }
 
-    /// Pushes the waiting publishes in order with `push` until one finds no room; a cut-off
-    /// publish whose time is up (at `now_ms`) is dropped instead, with every other cut-off
-    /// one waiting for the same peer, and that peer becomes lagging.
-    pub(crate) fn push(&self, now_ms: u64, mut push: impl FnMut(BusId, &Bytes) -> Push) -> Pushed {
-        let mut out = Pushed::default();
+    /// Pushes the waiting publishes in order with `push` (see `WaitingForwards::push` in the
+    /// core).
+    pub(crate) fn push(&self, now_ms: u64, push: impl FnMut(BusId, &Bytes) -> Push) -> Pushed {
         let mut st = self.lock();
-        while let Some(w) = st.queue.front() {
-            match push(w.peer, &w.body) {
-                Push::Sent | Push::Gone => {
-                    let (peer, len) = (w.peer, w.body.len());
-                    st.queue.pop_front();
-                    st.taken(peer, 1);
-                    st.bytes -= len;
-                }
-                Push::Full if w.give_up_at_ms.is_some_and(|t| t <= now_ms) => {
-                    let peer = w.peer;
-                    let before = out.dropped.len();
-                    st.queue.retain(|w| {
-                        let drop = w.peer == peer && w.give_up_at_ms.is_some();
-                        if drop {
-                            out.dropped.push((peer, w.body.clone()));
-                        }
-                        !drop
-                    });
-                    let dropped = out.dropped.len() - before;
-                    st.taken(peer, dropped);
-                    st.bytes -= out.dropped[before..]
-                        .iter()
-                        .map(|(_, b)| b.len())
-                        .sum::<usize>();
-                    st.lagging.insert(peer);
-                    self.any_lagging.store(true, Relaxed);
-                }
-                Push::Full => {
-                    out.waits = Some((w.peer, w.body.len(), w.give_up_at_ms));
-                    return out;
-                }
-            }
-        }
-        self.any.store(false, Relaxed);
+        let out = st.push(now_ms, push);
+        self.hint(&st);
         out
     }
 
     /// `peer` is gone: nothing waits for it any more.
     pub(crate) fn peer_gone(&self, peer: BusId) {
         let mut st = self.lock();
-        st.queue.retain(|w| w.peer != peer);
-        st.bytes = st.queue.iter().map(|w| w.body.len()).sum();
-        st.per_peer.remove(&peer);
-        st.lagging.remove(&peer);
-        self.any.store(!st.queue.is_empty(), Relaxed);
-        self.any_lagging.store(!st.lagging.is_empty(), Relaxed);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn body(n: u8) -> Bytes {
-        Bytes::from(vec![n])
-    }
-
-    #[test]
-    fn publishes_go_in_order_as_room_comes() {
-        let f = WaitingForwards::default();
-        f.wait(BusId(1), body(1), None);
-        f.wait(BusId(1), body(2), Some(10));
-        assert!(f.waits_for(BusId(1)) && !f.waits_for(BusId(2)));
-        let mut sent = Vec::new();
-        let out = f.push(0, |_, b| {
-            sent.push(b[0]);
-            Push::Sent
-        });
-        assert_eq!(sent, vec![1, 2]);
-        assert!(out.waits.is_none() && out.dropped.is_empty() && !f.any());
-    }
-
-    #[test]
-    fn a_cut_off_publish_past_its_time_is_dropped_with_the_others_for_that_peer_only() {
-        let f = WaitingForwards::default();
-        f.wait(BusId(1), body(1), Some(10));
-        f.wait(BusId(2), body(2), Some(10));
-        f.wait(BusId(1), body(3), None);
-        f.wait(BusId(1), body(4), Some(12));
-        let full_1 = |p: BusId, _: &Bytes| {
-            if p == BusId(1) {
-                Push::Full
-            } else {
-                Push::Sent
-            }
-        };
-        let out = f.push(9, full_1);
-        assert_eq!(out.waits, Some((BusId(1), 1, Some(10))), "not yet");
-        assert!(!f.is_lagging(BusId(1)));
-        let out = f.push(10, full_1);
-        let dropped: Vec<_> = out.dropped.iter().map(|(p, b)| (p.0, b[0])).collect();
-        assert_eq!(dropped, vec![(1, 1), (1, 4)]);
-        assert!(f.is_lagging(BusId(1)) && !f.is_lagging(BusId(2)));
-        // The backpressure publish for peer 1 still waits, after 2 went.
-        assert_eq!(out.waits, Some((BusId(1), 1, None)));
-        f.caught_up(BusId(1));
-        assert!(!f.is_lagging(BusId(1)));
-        f.peer_gone(BusId(1));
-        assert!(!f.any());
-        assert!(!f.over_bound());
-        f.wait(
-            BusId(3),
-            Bytes::from(vec![0; WAITING_BYTES_MAX + 1]),
-            Some(20),
-        );
-        assert!(f.over_bound(), "the bytes are counted");
-        let out = f.push(20, |_, _| Push::Full);
-        assert_eq!(out.dropped.len(), 1);
-        assert!(!f.over_bound(), "and given back when dropped");
+        st.peer_gone(peer);
+        self.hint(&st);
     }
 }

@@ -9,7 +9,6 @@
 //! other: numbered, acknowledged, and resent over a link that drops and comes back.
 
 use crate::event::{Event, Path};
-use crate::group_forwards::Push;
 use crate::group_table::{GroupName, GroupPolicy};
 use crate::handover::Delivered;
 use crate::limits::{GROUP_HOP_WAIT_MS, GROUP_SLOW_MEMBER_WAIT_MS, ROUTED_RETRY_INTERVAL_MS};
@@ -21,6 +20,7 @@ use busway_core::frame::SPAN_GROUP_LOG;
 use busway_core::frame::SPAN_MULTICAST;
 use busway_core::frame::SPAN_TAG_MASK;
 use busway_core::frame::{FrameKind, SPAN_INTEREST, SPAN_LEN_MASK, SPAN_PUBLISH, SPAN_REPAIR};
+use busway_core::group::forwards::Push;
 use busway_core::group::intake::{Handed, Intake};
 use busway_core::group::log_records::decode_log_records;
 use busway_core::group::repairs::{AskRefused, RepairJob};

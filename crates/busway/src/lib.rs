@@ -71,6 +71,10 @@ mod transport;
 mod warn_limit;
 
 pub use addr::{Addr, ParseAddrError};
+pub use busway_core::group::permissions::{
+    GroupPermissions, GroupRule, GROUP_RULES_MAX, GROUP_RULE_PATTERNS_MAX,
+    PUBLISH_REFUSAL_REPORT_INTERVAL_MS,
+};
 pub use busway_core::handshake::Secret;
 pub use busway_core::BusId;
 pub use call_table::{CallError, Reply};
@@ -80,10 +84,6 @@ pub use directory::{DiscoveredNode, DiscoveryInfo};
 pub use etcd_config::ETCD_LEASE_TTL_MIN_SECS;
 pub use etcd_config::{EtcdConfig, DEFAULT_ETCD_LEASE_TTL_SECS, DEFAULT_ETCD_PREFIX};
 pub use event::{DownReason, Event, Path};
-pub use group_permissions::{
-    GroupPermissions, GroupRule, GROUP_RULES_MAX, GROUP_RULE_PATTERNS_MAX,
-    PUBLISH_REFUSAL_REPORT_INTERVAL_MS,
-};
 pub use group_table::GroupPolicy;
 pub use groups::GroupError;
 pub use inbox::Inbox;
