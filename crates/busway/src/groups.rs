@@ -412,7 +412,7 @@ impl Shared {
     /// in `chunk`: a direct peer, or for REPAIR the source end to end): interest is recorded
     /// (and a peer that newly asks is sent a mark per publisher known), publishes are passed
     /// on to the peers that asked and handed to this node's inbox in each publisher's order
-    /// (see `InboxSender::deliver_group`: the caller stops reading while it is backlogged); a
+    /// (see `handover`: the caller stops reading while the inbox is backlogged); a
     /// member's gaps are asked to be repaired, and a publisher answers asks.
     /// True if publishes went to the inbox.
     pub(crate) fn sort_out_groups(

@@ -26,7 +26,9 @@ pub(crate) struct Handover {
 
 /// Deliveries handed over ahead of their turn. Unbounded by count: a ticket's holder hands
 /// over before its read returns (deciding never waits), so this holds what other links
-/// decide during one read of one link.
+/// decide during one read of one link; their bytes count in the inbox's group backlog
+/// (`Sink::reserve`) from the moment they wait, so links stop reading for them as for
+/// publishes in the channel.
 #[derive(Default)]
 struct Pending {
     /// The first ticket not handed over yet.
@@ -37,8 +39,11 @@ struct Pending {
 
 /// Where handed-over batches go: the application's inbox (`InboxSender`).
 pub(crate) trait Sink {
-    /// Hands `batch` to the application now; false if it is gone.
-    fn deliver_group(&self, batch: MessageBatch) -> bool;
+    /// Counts `bytes` (batches' `footprint`) as the application's to read from now, handed
+    /// over or waiting for their turn: they hold links back alike.
+    fn reserve(&self, bytes: usize);
+    /// Hands `batch`, its footprint reserved, to the application now; false if it is gone.
+    fn deliver_reserved(&self, batch: MessageBatch) -> bool;
 }
 
 /// Batches decided under tickets `first..=last`, handed over together.
@@ -151,8 +156,9 @@ impl<'a> Delivered<'a> {
         self.last_is_span = false;
     }
 
-    /// Hands the deliveries over (see `Drop`); returns whether there were any, and whether
-    /// this node left a group meanwhile (`left`).
+    /// Hands the deliveries over (see `Drop`); returns whether there were any (in the
+    /// channel now, or counted there while they wait for an earlier turn), and whether this
+    /// node left a group meanwhile (`left`).
     pub(crate) fn finish(self) -> (bool, bool) {
         let any = self.segments.iter().any(|s| !s.batches.is_empty());
         (any, self.left)
@@ -170,6 +176,8 @@ impl Drop for Delivered<'_> {
             .lock()
             .unwrap_or_else(|p| p.into_inner());
         for s in std::mem::take(&mut self.segments) {
+            self.inbox
+                .reserve(s.batches.iter().map(MessageBatch::footprint).sum());
             if s.first != pending.next {
                 // Earlier tickets are still being decided on: their holder hands this over.
                 pending.waiting.insert(s.first, (s.last, s.batches));
@@ -178,11 +186,12 @@ impl Drop for Delivered<'_> {
             let mut batches = s.batches;
             let mut last = s.last;
             loop {
+                // Moved on first: a panic below loses these batches, not every later turn.
+                pending.next = last + 1;
                 for batch in batches {
                     // False: the application dropped its inbox, nobody is left to read them.
-                    let _ = self.inbox.deliver_group(batch);
+                    let _ = self.inbox.deliver_reserved(batch);
                 }
-                pending.next = last + 1;
                 let next = pending.next;
                 match pending.waiting.remove(&next) {
                     Some((l, b)) => (last, batches) = (l, b),
@@ -197,6 +206,19 @@ impl Drop for Delivered<'_> {
 mod tests {
     use super::*;
     use crate::inbox::inbox;
+
+    /// As `numbers`, a payload of other than 4 bytes read as `u32::MAX`.
+    fn numbers_and_big(rx: &mut crate::inbox::Inbox) -> Vec<u32> {
+        let mut got = Vec::new();
+        while let Some(batch) = rx.try_recv_batch() {
+            got.extend(
+                batch
+                    .iter()
+                    .map(|p| p.try_into().map_or(u32::MAX, u32::from_le_bytes)),
+            );
+        }
+        got
+    }
 
     /// The numbers the inbox holds now, in the order it gives them.
     fn numbers(rx: &mut crate::inbox::Inbox) -> Vec<u32> {
@@ -225,13 +247,22 @@ mod tests {
         assert!(any);
         // Nothing yet: ticket 0 is still being decided on.
         assert!(numbers(&mut rx).is_empty());
+        // What waits counts against the inbox's group backlog, as what is in the channel.
+        let mut big = Delivered::new(&handover, &tx);
+        big.take_turn();
+        let backlog = crate::inbox::GROUP_INBOX_BYTES_MAX + 1;
+        big.payloads(BusId(1), Some("g"), vec![Bytes::from(vec![0; backlog])]);
+        drop(big);
+        assert!(tx.group_backlogged(), "a waiting batch holds links back");
         // A turn that delivers nothing still lets the others go.
         let mut empty = Delivered::new(&handover, &tx);
         empty.take_turn();
         drop(empty);
         first.payloads(BusId(1), Some("g"), one(1));
         assert_eq!(first.finish(), (true, false));
-        assert_eq!(numbers(&mut rx), [1, 2]);
+        let got = numbers_and_big(&mut rx);
+        assert_eq!(got, [1, 2, u32::MAX]);
+        assert!(!tx.group_backlogged(), "taken, it holds nothing back");
     }
 
     #[tokio::test]
@@ -248,6 +279,32 @@ mod tests {
         assert_eq!(out.segments[0].batches.len(), 1);
         drop(out);
         assert_eq!(numbers(&mut rx), [1, 2]);
+    }
+
+    /// One read's tickets on both sides of another's: each goes in its place, the later
+    /// one's own segment handed over when the other's drains to it.
+    #[tokio::test]
+    async fn a_read_s_tickets_around_another_s_go_in_their_places() {
+        let (tx, mut rx) = inbox(1 << 20, 0, Arc::default());
+        let handover = Handover::default();
+        let one = |n: u32| vec![Bytes::copy_from_slice(&n.to_le_bytes())];
+        let (mut a, mut b) = (
+            Delivered::new(&handover, &tx),
+            Delivered::new(&handover, &tx),
+        );
+        a.take_turn();
+        a.payloads(BusId(1), Some("g"), one(0));
+        b.take_turn();
+        b.payloads(BusId(1), Some("g"), one(1));
+        a.take_turn();
+        a.payloads(BusId(1), Some("g"), one(2));
+        assert_eq!(a.segments.len(), 2, "not merged across another's ticket");
+        drop(b);
+        assert!(numbers(&mut rx).is_empty());
+        assert!(!tx.group_backlogged());
+        drop(a);
+        assert_eq!(numbers(&mut rx), [0, 1, 2]);
+        assert!(handover.pending.lock().unwrap().waiting.is_empty());
     }
 
     /// Threads decide about one stream in turn under its lock and hand over on their own:

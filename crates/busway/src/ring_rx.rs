@@ -78,8 +78,8 @@ pub(crate) struct RingReader {
     stash_bytes: usize,
     /// Looks by the inbox, counted; the link task compares them between its own looks.
     inbox_polls: u64,
-    /// A read handed group publishes to the inbox or left forwards waiting: see whether the
-    /// node is backlogged before the next read.
+    /// A read handed group publishes to the inbox (or to their turn there, `handover`) or
+    /// left forwards waiting: see whether the node is backlogged before the next read.
     groups_handed: bool,
     /// The peer's logs of groups this node accepted (see `group_log_in`), read after the ring.
     logs: Vec<AttachedLog>,
