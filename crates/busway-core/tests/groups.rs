@@ -21,6 +21,10 @@
 //! - the repairs under way, the bytes held and the copies a looping asker gets stay within
 //!   their named bounds.
 //!
+//! A second schedule (`run_behind`) has M5's application stop reading for a while, past what
+//! its publisher keeps: M5 alone is cut off (the core's `stream::cuts_off`), told exactly
+//! what it lost, and the members that keep up get every publish.
+//!
 //! `BUSWAY_SIM_SEEDS=N` runs N schedules (default 100); `BUSWAY_SIM_SEED=S` runs one.
 
 use busway_core::group::intake::Handed;
@@ -28,6 +32,7 @@ use busway_core::group::repairs::{
     RepairJob, Repairs, GROUP_REPAIRS_PENDING_MAX, REPAIR_ASK_GAP_MIN_MS,
 };
 use busway_core::group::state::{GroupState, GROUPS_PER_PEER_MAX};
+use busway_core::group::stream::{cuts_off, HELD_ENTRY_OVERHEAD_BYTES};
 use busway_core::group::stream::{HeldBudget, Offer, Skipped, GROUP_HELD_BYTES_NODE_MAX};
 use busway_core::group::PublishHead;
 use busway_core::group::{
@@ -71,6 +76,9 @@ const SETTLE_MS: u64 = 20_000;
 /// second of asks, each after the publisher's tick sent the last one's copies.
 const LOOPING_ASKS: u64 = 50;
 const LOOPING_ASK_EVERY_MS: u64 = 20;
+/// The runtime's `GROUP_SLOW_MEMBER_WAIT_MS`: how long a relay waits for room toward a
+/// member before it drops cut-off publishes for it.
+const GROUP_SLOW_MEMBER_WAIT_MS: u64 = 1_000;
 /// Repair frames the liar's way takes before it is full for good (it never acknowledges):
 /// its repair then waits at the head of P1's queue, and must hold up no one else's.
 const LIAR_ROOM_FRAMES: u64 = 50;
@@ -125,6 +133,10 @@ struct Node {
     multicasts_missed: HashMap<BusId, u64>,
     /// Gaps given up on (`GroupGap`s), each described.
     gaps: Vec<String>,
+    /// When (virtual ms, from and until) its application stops reading, if it does.
+    behind: Option<(u64, u64)>,
+    /// Cut-offs (`GroupCutOff`s): the publisher and how many it was told it lost.
+    cut_offs: Vec<(BusId, u64)>,
     /// Repair asks refused (too soon, or too many under way), and copies sent per member.
     refused_asks: u64,
     copies_sent: HashMap<BusId, u64>,
@@ -149,6 +161,8 @@ impl Node {
             rejoined_at: HashMap::new(),
             multicasts_missed: HashMap::new(),
             gaps: Vec::new(),
+            behind: None,
+            cut_offs: Vec::new(),
             refused_asks: 0,
             copies_sent: HashMap::new(),
         }
@@ -286,7 +300,9 @@ impl Sim {
         }
         let delay = 1 + self.rng.below(20);
         let last = self.link_last.get(&(from, to)).copied().unwrap_or(0);
-        let at = (self.now + delay).max(last);
+        // A member whose application does not read stops reading its links meanwhile.
+        let resumes = self.behind_until(to).unwrap_or(0);
+        let at = (self.now + delay).max(last).max(resumes);
         self.link_last.insert((from, to), at);
         self.push(at, from, to, kind, body);
     }
@@ -379,10 +395,18 @@ impl Sim {
         }
     }
 
-    /// What the runtime's `skipped` does: hand over what waited, count what is missed. The
-    /// simulated applications read at once, never falling behind, so a gap given up on is a
-    /// `GroupGap` (recorded) and the member stays in the group.
-    fn skipped(&mut self, id: BusId, publisher: BusId, skipped: Skipped, why: &str) {
+    /// What the runtime's `skipped` does: hand over what waited, count what is missed. A gap
+    /// given up on (`given_up`) cuts the member off (it leaves the group) only if its own
+    /// application fell behind, by the core's rule (`stream::cuts_off`); else it is a
+    /// `GroupGap` (recorded) and the member stays.
+    fn skipped(
+        &mut self,
+        id: BusId,
+        publisher: BusId,
+        skipped: Skipped,
+        why: &str,
+        given_up: bool,
+    ) {
         self.deliver(id, publisher, skipped.deliver);
         if skipped.missed == 0 {
             return;
@@ -390,10 +414,29 @@ impl Sim {
         let now = self.now;
         let n = self.node(id);
         *n.missed.entry(publisher).or_default() += skipped.missed;
+        // Behind now, or when it last was: the end of its window, once past.
+        let behind_now = n.behind.is_some_and(|(from, to)| (from..to).contains(&now));
+        let behind_at = n
+            .behind
+            .filter(|&(from, _)| from <= now)
+            .map(|(_, to)| to.min(now));
+        if cuts_off(given_up, behind_now, behind_at, now) {
+            n.cut_offs.push((publisher, skipped.missed));
+            self.leave(id);
+            return;
+        }
         n.gaps.push(format!(
             "{id} gave up {} of {publisher}'s publishes at {now} ms: {why}",
             skipped.missed
         ));
+    }
+
+    /// Whether `id`'s application is not reading at `now`: what comes to it waits until
+    /// it reads again (its links stop reading).
+    fn behind_until(&self, id: BusId) -> Option<u64> {
+        let now = self.now;
+        let (from, to) = self.nodes.get(&id)?.behind?;
+        (from..to).contains(&now).then_some(to)
     }
 
     fn arrive(&mut self, f: Frame) {
@@ -486,7 +529,7 @@ impl Sim {
             }
         }
         if let Some(ended) = intake.ended {
-            self.skipped(me, head.publisher, ended, "its publisher restarted");
+            self.skipped(me, head.publisher, ended, "its publisher restarted", false);
         }
         for handed in intake.handed {
             let payloads = match handed {
@@ -509,7 +552,13 @@ impl Sim {
         }
         // Never the first of a stream: a member's stream starts at the first publish or
         // mark it sees (docs/SEMANTICS.md), so a first one dropped is not seen as a gap.
-        if !head.mark && self.rng.chance(self.drop_pct) && head.number > 1 {
+        // Toward a member whose application stopped reading, the way stays full: past
+        // `GROUP_SLOW_MEMBER_WAIT_MS` a cut-off publish is dropped for it (it lags).
+        let lags = self.nodes[&peer]
+            .behind
+            .is_some_and(|(from, to)| (from + GROUP_SLOW_MEMBER_WAIT_MS..to).contains(&self.now));
+        let dropped = lags || self.rng.chance(self.drop_pct);
+        if !head.mark && dropped && head.number > 1 {
             self.node(me)
                 .state
                 .owe_mark(peer, head.publisher, head.name);
@@ -723,7 +772,7 @@ impl Sim {
                     .lost(from, incarnation, name, (first, to), now);
                 if let Some(skipped) = r {
                     let why = format!("publisher {from} no longer holds {first}..{to}");
-                    self.skipped(me, from, skipped, &why);
+                    self.skipped(me, from, skipped, &why, true);
                 }
             }
             other => panic!("the sim sends no {other:?}"),
@@ -780,7 +829,7 @@ impl Sim {
             }
         }
         for (publisher, _group, skipped, why) in self.node(id).state.overdue(now) {
-            self.skipped(id, publisher, skipped, &why);
+            self.skipped(id, publisher, skipped, &why, true);
         }
         for (source, skipped, _why) in self.node(id).multicasts.overdue(now) {
             self.multicast_skipped(id, source, skipped);
@@ -885,29 +934,24 @@ struct Covered {
 }
 
 /// What one schedule found wrong, if anything, else what it exercised.
-fn run(seed: u64) -> Result<Covered, String> {
-    let mut sim = Sim::new(seed);
-    for m in MEMBERS {
-        sim.join(m);
-    }
-    sim.run_until(500);
-    let crash_r2 = sim.rng.chance(50);
-    let crash_at = 600 + sim.rng.below(1_500);
-    let down_for = 100 + sim.rng.below(2_000);
-    let lie = sim.rng.below(9);
-    let lie_at = 500 + sim.rng.below(1_500);
-    let mut lied = false;
-    // M3 leaves mid-stream and joins again.
-    let churn = sim.rng.chance(30);
-    let leave_at = 800 + sim.rng.below(800);
-    let back_at = leave_at + 50 + sim.rng.below(500);
-    let (mut gone, mut back) = (false, false);
-    let (mut crashed, mut restarted) = (false, !crash_r2);
-    let mut published = [0u64; 2];
-    // When each publisher publishes next: a publish every 5 ms each on average.
-    let mut next_at = [0u64; 2];
-    // Publishers take turns, payload = number.
-    while published.iter().any(|&n| n < PUBLISHES) {
+/// Publishers taking turns, payload = number, one publish every 5 ms each on average: one
+/// at a time, or a few in a row that go as one PUBLISH batch per link; P2 multicasts each
+/// to every member too.
+#[derive(Default)]
+struct Publishing {
+    /// How many each publisher made so far.
+    published: [u64; 2],
+    /// When each publishes next.
+    next_at: [u64; 2],
+}
+
+impl Publishing {
+    /// Runs the simulation 5 ms on and publishes what is due; false once all is published.
+    fn step(&mut self, sim: &mut Sim) -> bool {
+        if self.published.iter().all(|&n| n >= PUBLISHES) {
+            return false;
+        }
+        let (published, next_at) = (&mut self.published, &mut self.next_at);
         let step = sim.now + 5;
         sim.run_until(step);
         for (i, p) in PUBLISHERS.into_iter().enumerate() {
@@ -959,6 +1003,31 @@ fn run(seed: u64) -> Result<Covered, String> {
                 }
             }
         }
+        true
+    }
+}
+
+fn run(seed: u64) -> Result<Covered, String> {
+    let mut sim = Sim::new(seed);
+    for m in MEMBERS {
+        sim.join(m);
+    }
+    sim.run_until(500);
+    let crash_r2 = sim.rng.chance(50);
+    let crash_at = 600 + sim.rng.below(1_500);
+    let down_for = 100 + sim.rng.below(2_000);
+    let lie = sim.rng.below(9);
+    let lie_at = 500 + sim.rng.below(1_500);
+    let mut lied = false;
+    // M3 leaves mid-stream and joins again.
+    let churn = sim.rng.chance(30);
+    let leave_at = 800 + sim.rng.below(800);
+    let back_at = leave_at + 50 + sim.rng.below(500);
+    let (mut gone, mut back) = (false, false);
+    let (mut crashed, mut restarted) = (false, !crash_r2);
+    let mut publishing = Publishing::default();
+    while publishing.step(&mut sim) {
+        let published = publishing.published;
         // R2 crashes only once every member got the first publishes: a member's stream
         // starts at the first number it sees (see the module's note).
         let started = MEMBERS
@@ -1278,4 +1347,100 @@ fn groups_keep_every_members_stream_whole_through_drops_crashes_and_lies() {
         covered.batches_in,
         covered.split_runs
     );
+}
+
+/// Bytes P1 keeps for repairs in `run_behind`: about 20 of its publishes, far fewer than a
+/// relay drops toward a member that stops reading past `GROUP_SLOW_MEMBER_WAIT_MS`.
+const SMALL_RETAIN_BYTES: usize = 20 * (8 + HELD_ENTRY_OVERHEAD_BYTES);
+
+/// A schedule where M5's application stops reading for a while (`Node::behind`): its links
+/// stop reading, R2 drops P1's and P2's publishes for it past the slow member's wait, and P1
+/// keeps too little to repair them all. No drops elsewhere, no crash, no lie.
+fn run_behind(seed: u64) -> Result<(), String> {
+    let mut sim = Sim::new(seed);
+    sim.drop_pct = 0;
+    let held = sim.nodes[&P1].held.clone();
+    sim.node(P1).state = GroupState::new(SMALL_RETAIN_BYTES, held);
+    let from = 600 + sim.rng.below(800);
+    let to = from + GROUP_SLOW_MEMBER_WAIT_MS + 200 + sim.rng.below(1_000);
+    sim.node(M5).behind = Some((from, to));
+    for m in MEMBERS {
+        sim.join(m);
+    }
+    sim.run_until(500);
+    let mut publishing = Publishing::default();
+    while publishing.step(&mut sim) {}
+    let end = sim.now + SETTLE_MS;
+    sim.run_until(end);
+    for m in [M3, M4] {
+        let n = &sim.nodes[&m];
+        if !n.gaps.is_empty() || !n.cut_offs.is_empty() {
+            return Err(format!(
+                "{m} kept up and lost publishes: {:?} {:?}",
+                n.gaps, n.cut_offs
+            ));
+        }
+        for p in PUBLISHERS {
+            let got = n.got.get(&p).cloned().unwrap_or_default();
+            let want: Vec<u64> = (1..=PUBLISHES).collect();
+            whole(&got, 0, &want).map_err(|e| format!("{m}, {p}'s publishes: {e}"))?;
+        }
+    }
+    let n = &sim.nodes[&M5];
+    if n.state.joined().contains(&GROUP.to_string()) || !n.gaps.is_empty() {
+        return Err(format!(
+            "M5 fell behind ({from}..{to} ms) and stayed, gaps {:?}",
+            n.gaps
+        ));
+    }
+    let [(P1, missed)] = n.cut_offs[..] else {
+        return Err(format!("M5's cut-offs: {:?}", n.cut_offs));
+    };
+    // P1's stream: 1 to a, then (after the loss it was told of) a + missed + 1 on, or
+    // nothing more; each once, in order.
+    let got = n.got.get(&P1).cloned().unwrap_or_default();
+    let jumps: Vec<(u64, u64)> = got
+        .windows(2)
+        .filter(|w| w[1] != w[0] + 1)
+        .map(|w| (w[0], w[1]))
+        .collect();
+    let told_right = match jumps[..] {
+        [] => true,
+        [(a, b)] => b > a && b - a - 1 == missed,
+        _ => false,
+    };
+    if got.first() != Some(&1) || !told_right {
+        return Err(format!(
+            "M5 was told it lost {missed} of P1's, got {} with jumps {jumps:?}",
+            got.len()
+        ));
+    }
+    // P2's stream stops where M5 left, without a hole; the multicasts (no group) are whole.
+    let got = n.got.get(&P2).cloned().unwrap_or_default();
+    if got.iter().zip(1..).any(|(&g, want)| g != want) {
+        return Err(format!(
+            "M5 got P2's publishes with a hole: {} got",
+            got.len()
+        ));
+    }
+    let got = n.multicasts_got.get(&P2).cloned().unwrap_or_default();
+    let want: Vec<u64> = (1..=PUBLISHES).collect();
+    whole(&got, 0, &want).map_err(|e| format!("M5, P2's multicasts: {e}"))?;
+    Ok(())
+}
+
+/// Issue #26, items 2 and 6: a member whose own application falls behind, past what its
+/// publisher keeps, is cut off alone, told exactly what it lost; the members that keep up
+/// get every publish.
+#[test]
+fn a_member_whose_application_falls_behind_alone_is_cut_off_and_told_what_it_lost() {
+    let seeds: u64 = std::env::var("BUSWAY_SIM_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(100);
+    let failed: Vec<String> = (0..seeds)
+        .filter_map(|seed| run_behind(seed).err().map(|e| format!("seed {seed}: {e}")))
+        .take(5)
+        .collect();
+    assert!(failed.is_empty(), "{failed:#?}");
 }

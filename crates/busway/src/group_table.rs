@@ -9,7 +9,7 @@ use crate::handover::Delivered;
 use busway_core::group::intake::Intake;
 use busway_core::group::repairs::{AskRefused, RepairJob, Repairs};
 use busway_core::group::state::{Advert, Ask, GroupState, Published, RepairPlan};
-use busway_core::group::stream::{HeldBudget, Offer, Skipped, GROUP_REPAIR_WAIT_MS};
+use busway_core::group::stream::{HeldBudget, Offer, Skipped};
 use busway_core::group::PublishHead;
 use busway_core::BusId;
 use bytes::Bytes;
@@ -95,16 +95,16 @@ impl GroupTable {
 
     /// A link found the application behind on its group publishes at `now_ms`.
     pub(crate) fn note_app_behind(&self, now_ms: u64) {
-        // Relaxed: a time read by `app_fell_behind` to word an event, ordering nothing.
+        // Relaxed: a time read by `app_behind_at` to decide a cut-off, ordering nothing.
         self.app_behind_ms.store(now_ms, Relaxed);
     }
 
-    /// Whether the application was behind on its group publishes within the last
-    /// `GROUP_REPAIR_WAIT_MS` before `now_ms`: a member cut off now lost its publishes by its
-    /// own reading, not on the way.
-    pub(crate) fn app_fell_behind(&self, now_ms: u64) -> bool {
+    /// When the application was last found behind on its group publishes, if ever (see
+    /// `busway_core::group::stream::cuts_off`).
+    pub(crate) fn app_behind_at(&self) -> Option<u64> {
+        // Relaxed: see `note_app_behind`.
         let at = self.app_behind_ms.load(Relaxed);
-        at != u64::MAX && now_ms.saturating_sub(at) <= GROUP_REPAIR_WAIT_MS
+        (at != u64::MAX).then_some(at)
     }
 
     /// Takes `member`'s ask for `range` of `stream` (see `Repairs::answer`); `plan` is made

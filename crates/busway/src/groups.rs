@@ -26,7 +26,7 @@ use busway_core::group::log_records::decode_log_records;
 use busway_core::group::repairs::{AskRefused, RepairJob};
 use busway_core::group::split_publish_batch;
 use busway_core::group::state::Published;
-use busway_core::group::stream::{Offer, Skipped};
+use busway_core::group::stream::{cuts_off, Offer, Skipped};
 use busway_core::group::MULTICAST_STREAM;
 use busway_core::group::PUBLISH_BACKPRESSURE_BIT;
 use busway_core::group::{check_name, decode_interest, decode_publish, decode_repair};
@@ -980,7 +980,7 @@ impl Shared {
     /// Publishes of `publisher` to `group` that will never come were skipped: the member
     /// gets what waited behind them, then is told how many and `why`. A gap given up on
     /// (`given_up`: no repair came, the publisher no longer holds them, too much waited) cuts
-    /// the member off only if its own application fell behind (`app_fell_behind`): it leaves
+    /// the member off only if its own application fell behind (the core's `cuts_off`): it leaves
     /// the group (`GroupCutOff`; the caller tells the peers, see `Delivered::left`). Else
     /// (they were lost on the way, or the publisher restarted) it stays, told by `GroupGap`:
     /// nothing a publisher or a hop does can make a member that keeps up leave its group.
@@ -998,9 +998,8 @@ impl Shared {
         }
         let missed = skipped.missed;
         let now_ms = self.coarse_ms.load(std::sync::atomic::Ordering::Relaxed);
-        // Behind now, or within `GROUP_REPAIR_WAIT_MS` before.
-        let fell_behind = self.inbox.group_backlogged() || self.groups.app_fell_behind(now_ms);
-        if given_up && fell_behind {
+        let behind_now = self.inbox.group_backlogged();
+        if cuts_off(given_up, behind_now, self.groups.app_behind_at(), now_ms) {
             tracing::warn!(%publisher, group, missed, reason = %why, "cut off from the group: its application fell behind");
             out.left |= self.groups.leave(group);
             self.emit(Event::GroupCutOff {

@@ -35,6 +35,18 @@ pub const GROUP_REPAIR_WAIT_MS: u64 = 5_000;
 pub const GROUP_REASK_MS: u64 = 1_000;
 const _: () = assert!(GROUP_REASK_MS < GROUP_REPAIR_WAIT_MS);
 
+/// Whether a member whose stream skipped publishes that will never come leaves its group
+/// (the runtime's `Event::GroupCutOff`) rather than staying, told of the gap (`GroupGap`):
+/// only for a gap given up on (`given_up`: no repair came, its publisher no longer holds
+/// them, too much waited) while its own application fell behind: not reading now
+/// (`behind_now`), or last behind at `behind_at_ms`, within `GROUP_REPAIR_WAIT_MS` before
+/// `now_ms`. So nothing a publisher or a hop does makes a member that keeps up leave.
+pub fn cuts_off(given_up: bool, behind_now: bool, behind_at_ms: Option<u64>, now_ms: u64) -> bool {
+    let behind_lately =
+        behind_at_ms.is_some_and(|at| now_ms.saturating_sub(at) <= GROUP_REPAIR_WAIT_MS);
+    given_up && (behind_now || behind_lately)
+}
+
 /// The bytes a node's streams hold together (`GROUP_HELD_BYTES_NODE_MAX`), shared by them.
 #[derive(Debug, Default)]
 pub struct HeldBudget {
@@ -593,6 +605,25 @@ mod tests {
         assert!(why.contains("GROUP_HELD_BYTES_MAX"), "{why}");
         assert_eq!(skipped.missed, 2, "1 and 2 never came");
         assert_eq!(s.held_bytes, 0, "what was held is handed over");
+    }
+
+    #[test]
+    fn only_a_gap_given_up_while_the_application_fell_behind_cuts_off() {
+        let wait = GROUP_REPAIR_WAIT_MS;
+        assert!(cuts_off(true, true, None, 0), "behind now");
+        assert!(
+            cuts_off(true, false, Some(1_000), 1_000 + wait),
+            "behind lately"
+        );
+        assert!(
+            !cuts_off(true, false, Some(1_000), 1_001 + wait),
+            "long ago"
+        );
+        assert!(!cuts_off(true, false, None, 0), "never behind");
+        assert!(
+            !cuts_off(false, true, Some(0), 0),
+            "not given up: lost on the way"
+        );
     }
 
     #[test]
