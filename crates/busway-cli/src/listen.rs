@@ -30,6 +30,15 @@ pub(crate) struct ListenArgs {
     /// them as one stream).
     #[arg(long)]
     group: Vec<String>,
+    /// Stop reading once this many messages arrived, for `--pause-ms`: to see what the bus
+    /// does with a consumer that falls behind (its links stop reading; a relay skips it
+    /// past `GROUP_SLOW_MEMBER_WAIT_MS`, and a member that cannot get back what it missed is
+    /// cut off its group, told so).
+    #[arg(long, requires = "pause_ms")]
+    pause_after: Option<u64>,
+    /// How long (ms) to stop reading at `--pause-after`.
+    #[arg(long, requires = "pause_after")]
+    pause_ms: Option<u64>,
 }
 
 pub(crate) async fn run(args: ListenArgs) -> Result<ExitCode, String> {
@@ -51,9 +60,21 @@ pub(crate) async fn run(args: ListenArgs) -> Result<ExitCode, String> {
     let idle = args.idle_timeout.map(Duration::from_secs_f64);
     let mut timed_out = false;
     let mut cut_off = false;
+    let mut pause = args.pause_after.zip(args.pause_ms);
     // Made once: a signal between two reads is not missed.
     tokio::pin!(stop);
     'outer: while args.count.is_none_or(|n| verifier.received() < n) {
+        if let Some((_, ms)) = pause.filter(|&(after, _)| verifier.received() >= after) {
+            pause = None;
+            eprintln!(
+                "busway listen: not reading for {ms} ms after {} messages (--pause-after)",
+                verifier.received()
+            );
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_millis(ms)) => {}
+                _ = &mut stop => break,
+            }
+        }
         let wait = inbox.recv_batch();
         let got = tokio::select! {
             b = async {

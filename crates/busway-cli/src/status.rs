@@ -83,6 +83,7 @@ pub(crate) fn snapshot(node: &Node) -> Value {
             "publishes_unwanted": s.publishes_unwanted,
             "group_copies_dropped": s.group_copies_dropped,
             "group_forwards_dropped": s.group_forwards_dropped,
+            "group_links_skipped": s.group_links_skipped,
             "group_interest_refused": s.group_interest_refused,
             "group_repairs_asked": s.group_repairs_asked,
             "group_copies_sent": s.group_copies_sent,

@@ -977,6 +977,31 @@ fn a_million_publishes_survive_a_relay_stopped_three_times(how: Stop) {
     drop(r);
 }
 
+/// `busway send` of 1,000,000 64-byte publishes to group g at full speed, as node 9 below
+/// `relay_addr`, once the relay asked for the group; returns what it said (stderr).
+fn publish_a_million(relay_addr: &str) -> String {
+    let (ok, _, _, sent) = finish(
+        spawn(&[
+            "send",
+            "--id",
+            "9",
+            "--upstream",
+            relay_addr,
+            "--group",
+            "g",
+            "--group-links",
+            "1",
+            "--count",
+            "1000000",
+            "--size",
+            "64",
+        ]),
+        None,
+    );
+    assert!(ok, "send failed: {sent}");
+    sent
+}
+
 /// Waits for each `busway listen --count 1000000 --verify` member and checks that it got the
 /// whole stream, clean; returns their stderr. `sent`: what the publisher said.
 fn members_verified_whole<const M: usize>(
@@ -1038,25 +1063,7 @@ fn a_full_speed_group_stream_through_relays_reaches_every_member_whole() {
     let (shm, _, shm_out) = member_below("1", &relay_addr, &[]);
     let (tcp, _, tcp_out) = member_below("2", &relay_addr, &["--no-shm"]);
     let (deep, _, deep_out) = member_below("31", &second_addr, &[]);
-    let (ok, _, _, sent) = finish(
-        spawn(&[
-            "send",
-            "--id",
-            "9",
-            "--upstream",
-            &relay_addr,
-            "--group",
-            "g",
-            "--group-links",
-            "1",
-            "--count",
-            N,
-            "--size",
-            "64",
-        ]),
-        None,
-    );
-    assert!(ok, "send failed: {sent}");
+    let sent = publish_a_million(&relay_addr);
     let errs = members_verified_whole(
         [
             ("over shared memory", shm, shm_out),
@@ -1068,6 +1075,46 @@ fn a_full_speed_group_stream_through_relays_reaches_every_member_whole() {
     for err in errs {
         assert!(!err.contains("cut off"), "{err}");
     }
+}
+
+/// Issue #26, item 6: the same full-speed stream, with a third member that stops reading for
+/// 10 s (`listen --pause-after`): it alone is cut off, told it fell behind; the members that
+/// read verify the whole stream.
+#[test]
+fn a_member_that_stops_reading_for_10_s_alone_is_cut_off_and_told_it_fell_behind() {
+    let _alone = load_sensitive();
+    const N: &str = "1000000";
+    let relay_addr = format!("tcp://127.0.0.1:{}", free_port());
+    let _r = relay(&relay_addr);
+    let member_below = |id: &'static str, extra: &[&'static str]| {
+        let mut args = vec!["listen", "--id", id, "--upstream", &relay_addr];
+        args.extend_from_slice(&["--group", "g", "--count", N, "--verify"]);
+        args.extend_from_slice(extra);
+        member(&args)
+    };
+    let (shm, _, shm_out) = member_below("1", &[]);
+    let (tcp, _, tcp_out) = member_below("2", &["--no-shm"]);
+    let pause = ["--pause-after", "100000", "--pause-ms", "10000"];
+    let (paused, _, paused_out) = member_below("3", &pause);
+    let sent = publish_a_million(&relay_addr);
+    let errs = members_verified_whole(
+        [
+            ("over shared memory", shm, shm_out),
+            ("over tcp", tcp, tcp_out),
+        ],
+        &sent,
+    );
+    for err in errs {
+        assert!(!err.contains("cut off"), "{err}");
+    }
+    let (ok, code, stdout, err) = finish(paused, Some(paused_out));
+    assert!(!ok && code == Some(2), "the paused member: {stdout} {err}");
+    assert!(err.contains("not reading for 10000 ms"), "{err}");
+    assert!(
+        err.contains("cut off from group g") && err.contains("this member fell behind"),
+        "{err}"
+    );
+    assert!(!stdout.contains("missing 0,"), "{stdout}");
 }
 
 #[test]

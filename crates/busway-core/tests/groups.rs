@@ -403,11 +403,11 @@ impl Sim {
         &mut self,
         id: BusId,
         publisher: BusId,
-        skipped: Skipped,
+        mut skipped: Skipped,
         why: &str,
         given_up: bool,
     ) {
-        self.deliver(id, publisher, skipped.deliver);
+        self.deliver(id, publisher, std::mem::take(&mut skipped.deliver));
         if skipped.missed == 0 {
             return;
         }
@@ -420,7 +420,7 @@ impl Sim {
             .behind
             .filter(|&(from, _)| from <= now)
             .map(|(_, to)| to.min(now));
-        if cuts_off(given_up, behind_now, behind_at, now) {
+        if cuts_off(given_up, behind_now, behind_at, &skipped, now) {
             n.cut_offs.push((publisher, skipped.missed));
             self.leave(id);
             return;

@@ -20,7 +20,7 @@ use busway_core::frame::SPAN_GROUP_LOG;
 use busway_core::frame::SPAN_MULTICAST;
 use busway_core::frame::SPAN_TAG_MASK;
 use busway_core::frame::{FrameKind, SPAN_INTEREST, SPAN_LEN_MASK, SPAN_PUBLISH, SPAN_REPAIR};
-use busway_core::group::forwards::Push;
+use busway_core::group::forwards::{Push, CAUGHT_UP_ROOM_BYTES};
 use busway_core::group::intake::{Handed, Intake};
 use busway_core::group::log_records::decode_log_records;
 use busway_core::group::repairs::{AskRefused, RepairJob};
@@ -195,7 +195,9 @@ impl Node {
                         if note {
                             shared.deferred.note(&peer);
                         }
-                        if lagging.contains(&id) {
+                        // Caught up only with room for more than this one (see
+                        // `CAUGHT_UP_ROOM_BYTES`).
+                        if lagging.contains(&id) && peer.has_room(CAUGHT_UP_ROOM_BYTES) {
                             shared.groups.set_lagging(group, id, false);
                         }
                         reached += 1;
@@ -214,6 +216,7 @@ impl Node {
                                 // ask for what they missed, or are told they lost it.
                                 if !lagging.contains(&id) {
                                     shared.groups.set_lagging(group, id, true);
+                                    bump(&shared.counters.group_links_skipped);
                                 }
                                 bump(&shared.counters.group_forwards_dropped);
                                 break;
@@ -550,7 +553,11 @@ impl Shared {
                 }
             }
         });
-        for (id, body) in &pushed.dropped {
+        for (i, (id, body)) in pushed.dropped.iter().enumerate() {
+            if i == 0 || pushed.dropped[i - 1].0 != *id {
+                // A peer's dropped publishes come together: one skip each.
+                bump(&self.counters.group_links_skipped);
+            }
             self.forwards_dropped(body);
             if let Ok(head) = decode_publish(body) {
                 self.groups.owe_mark(*id, head.publisher, head.name);
@@ -741,7 +748,7 @@ impl Shared {
         if !waiting.waits_for(id) || (lagging && !head.mark) {
             match peer.push_framed(FrameKind::Publish, &[], body) {
                 Ok(_) => {
-                    if !head.backpressure {
+                    if !head.backpressure && peer.has_room(CAUGHT_UP_ROOM_BYTES) {
                         waiting.caught_up(id);
                     }
                     return;
@@ -988,18 +995,19 @@ impl Shared {
         &self,
         publisher: BusId,
         group: &str,
-        skipped: Skipped,
+        mut skipped: Skipped,
         (why, given_up): (String, bool),
         out: &mut Delivered<'_>,
     ) {
-        out.payloads(publisher, Some(group), skipped.deliver);
+        out.payloads(publisher, Some(group), std::mem::take(&mut skipped.deliver));
         if skipped.missed == 0 {
             return;
         }
         let missed = skipped.missed;
         let now_ms = self.coarse_ms.load(std::sync::atomic::Ordering::Relaxed);
         let behind_now = self.inbox.group_backlogged();
-        if cuts_off(given_up, behind_now, self.groups.app_behind_at(), now_ms) {
+        let behind_at = self.groups.app_behind_at();
+        if cuts_off(given_up, behind_now, behind_at, &skipped, now_ms) {
             tracing::warn!(%publisher, group, missed, reason = %why, "cut off from the group: its application fell behind");
             out.left |= self.groups.leave(group);
             self.emit(Event::GroupCutOff {
@@ -1137,8 +1145,13 @@ impl Shared {
         }
         for (group, number, id) in self.groups.lagging() {
             let body = encode_mark(self.config.id, self.incarnation, number, &group);
-            if self.peer(id).is_some_and(|p| push_mark(&p, &body)) {
-                // Room again: the next publish goes to it.
+            // Room again (`CAUGHT_UP_ROOM_BYTES`, not only for the mark): the next publish
+            // goes to it.
+            let room = |p: &crate::peer::Peer| p.has_room(CAUGHT_UP_ROOM_BYTES);
+            if self
+                .peer(id)
+                .is_some_and(|p| room(&p) && push_mark(&p, &body))
+            {
                 self.groups.set_lagging(&group, id, false);
             }
         }

@@ -555,6 +555,11 @@ impl Peer {
         self.lock().inbound_expected
     }
 
+    /// Whether a message of `payload_len` bytes would fit the queue now.
+    pub(crate) fn has_room(&self, payload_len: usize) -> bool {
+        self.lock().outbox.has_room(payload_len)
+    }
+
     /// Waits until a message of `payload_len` bytes would fit, or the peer cannot take more.
     pub(crate) async fn wait_for_room(&self, payload_len: usize) {
         loop {

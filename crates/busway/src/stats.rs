@@ -31,6 +31,7 @@ pub(crate) struct Counters {
     pub(crate) publishes_unwanted: AtomicU64,
     pub(crate) group_copies_dropped: AtomicU64,
     pub(crate) group_forwards_dropped: AtomicU64,
+    pub(crate) group_links_skipped: AtomicU64,
     pub(crate) group_interest_refused: AtomicU64,
     pub(crate) group_repairs_asked: AtomicU64,
     pub(crate) group_copies_sent: AtomicU64,
@@ -115,6 +116,10 @@ pub struct Stats {
     /// Publishes this node could not pass on to a peer that asked for them (its queue was
     /// full, it was gone, or the publish is larger than the frames it accepts): that peer's members see a gap (`Event::GroupGap`), ever.
     pub group_forwards_dropped: u64,
+    /// Times a link toward members stayed full past its wait under `GroupPolicy::CutOff`
+    /// (`GROUP_SLOW_MEMBER_WAIT_MS`, or `GROUP_HOP_WAIT_MS` toward a hop) and was skipped
+    /// until it has room again, ever: once per member that stopped reading.
+    pub group_links_skipped: u64,
     /// INTEREST messages ignored: the peer asked for `GROUPS_PER_PEER_MAX` groups already.
     pub group_interest_refused: u64,
     /// Repairs this member asked of a publisher for publishes it missed (a gap), ever.
@@ -197,6 +202,7 @@ impl Counters {
             publishes_unwanted: self.publishes_unwanted.load(Relaxed),
             group_copies_dropped: self.group_copies_dropped.load(Relaxed),
             group_forwards_dropped: self.group_forwards_dropped.load(Relaxed),
+            group_links_skipped: self.group_links_skipped.load(Relaxed),
             group_interest_refused: self.group_interest_refused.load(Relaxed),
             group_repairs_asked: self.group_repairs_asked.load(Relaxed),
             group_copies_sent: self.group_copies_sent.load(Relaxed),

@@ -1279,6 +1279,12 @@ async fn through_a_relay_a_member_that_reads_gets_all_and_one_that_stops_alone_i
         "the relay skipped the slow member"
     );
     assert_eq!(
+        relay.stats().group_links_skipped,
+        1,
+        "the relay waited for the member that stopped reading once, not again each time \
+         a small frame fit its queue"
+    );
+    assert_eq!(
         publisher.stats().group_forwards_dropped,
         0,
         "the publisher's link kept up"

@@ -19,6 +19,12 @@ use std::collections::{HashMap, HashSet, VecDeque};
 /// link that both lags as a member and brings publishes for others).
 pub const WAITING_BYTES_MAX: usize = 64 << 20;
 
+/// Room, in bytes, a lagging peer's queue must have again for it to be caught up (no longer
+/// skipped at once): a whole batch's. A queue that takes only a small frame now and then (a
+/// member that stopped reading, whose node acknowledges a little at a time) keeps its peer
+/// skipped, rather than making the next publish that does not fit wait for it once more.
+pub const CAUGHT_UP_ROOM_BYTES: usize = crate::group::PUBLISH_BATCH_BODY_BYTES_MAX;
+
 /// One publish (or mark) body waiting for room toward `peer`.
 struct Waiting {
     peer: BusId,

@@ -1101,7 +1101,8 @@ mod tests {
             restarted.ended,
             Some(Skipped {
                 missed: 2,
-                deliver: vec![Bytes::from_static(b"p")]
+                deliver: vec![Bytes::from_static(b"p")],
+                opened_ms: Some(0),
             }),
             "3 and 4 never came; 5 is handed over as the old stream ends"
         );

@@ -39,11 +39,21 @@ const _: () = assert!(GROUP_REASK_MS < GROUP_REPAIR_WAIT_MS);
 /// (the runtime's `Event::GroupCutOff`) rather than staying, told of the gap (`GroupGap`):
 /// only for a gap given up on (`given_up`: no repair came, its publisher no longer holds
 /// them, too much waited) while its own application fell behind: not reading now
-/// (`behind_now`), or last behind at `behind_at_ms`, within `GROUP_REPAIR_WAIT_MS` before
-/// `now_ms`. So nothing a publisher or a hop does makes a member that keeps up leave.
-pub fn cuts_off(given_up: bool, behind_now: bool, behind_at_ms: Option<u64>, now_ms: u64) -> bool {
+/// (`behind_now`), or last behind at `behind_at_ms`, no earlier than `GROUP_REPAIR_WAIT_MS`
+/// before the gap opened (`skipped.opened_ms`; `now_ms` if none). So nothing a publisher or
+/// a hop does makes a member that keeps up leave; and one whose application stopped reading
+/// is cut off whether its loss is told at once (the publisher no longer holds it) or only
+/// once the repair wait runs out after it reads again.
+pub fn cuts_off(
+    given_up: bool,
+    behind_now: bool,
+    behind_at_ms: Option<u64>,
+    skipped: &Skipped,
+    now_ms: u64,
+) -> bool {
+    let from = skipped.opened_ms.unwrap_or(now_ms);
     let behind_lately =
-        behind_at_ms.is_some_and(|at| now_ms.saturating_sub(at) <= GROUP_REPAIR_WAIT_MS);
+        behind_at_ms.is_some_and(|at| at.saturating_add(GROUP_REPAIR_WAIT_MS) >= from);
     given_up && (behind_now || behind_lately)
 }
 
@@ -108,6 +118,8 @@ pub enum Offer {
 pub struct Skipped {
     pub missed: u64,
     pub deliver: Vec<Bytes>,
+    /// When (node clock, ms) the gap skipped was first seen; `None` if none was open.
+    pub opened_ms: Option<u64>,
 }
 
 impl Drop for Stream {
@@ -135,6 +147,8 @@ pub struct Stream {
     budget: Arc<HeldBudget>,
     /// When the current gap was seen or last narrowed (node clock, ms); `None`: no gap.
     gap_since_ms: Option<u64>,
+    /// When the current gap was first seen (node clock, ms); `None`: no gap.
+    gap_opened_ms: Option<u64>,
     /// The ask under way, if any: no other is made until it is filled or stalls.
     asked: Option<Asked>,
 }
@@ -153,6 +167,7 @@ impl Stream {
             node_full: false,
             budget: Arc::default(),
             gap_since_ms: None,
+            gap_opened_ms: None,
             asked: None,
         }
     }
@@ -216,6 +231,7 @@ impl Stream {
             return Offer::Deliver { then };
         }
         self.gap_since_ms.get_or_insert(now_ms);
+        self.gap_opened_ms.get_or_insert(now_ms);
         let p = payload();
         let cost = p.len() + HELD_ENTRY_OVERHEAD_BYTES;
         // Checked here, not only on the tick: a source that keeps its own gap open cannot
@@ -258,6 +274,7 @@ impl Stream {
         }
         if self.has_gap() {
             self.gap_since_ms.get_or_insert(now_ms);
+            self.gap_opened_ms.get_or_insert(now_ms);
         }
     }
 
@@ -355,7 +372,11 @@ impl Stream {
         let missed = to.saturating_sub(self.next) - have;
         self.next = self.next.max(to);
         deliver.extend(self.drain());
-        Skipped { missed, deliver }
+        Skipped {
+            missed,
+            deliver,
+            opened_ms: self.gap_opened_ms,
+        }
     }
 
     /// Takes the held publishes that now follow in a run.
@@ -375,12 +396,16 @@ impl Stream {
     fn moved_on(&mut self) {
         if !self.has_gap() {
             self.gap_since_ms = None;
+            self.gap_opened_ms = None;
         }
     }
 
     /// The stream moved on: a gap left, and the ask under way, are timed from now.
     fn progressed(&mut self, now_ms: u64) {
         self.gap_since_ms = self.has_gap().then_some(now_ms);
+        if !self.has_gap() {
+            self.gap_opened_ms = None;
+        }
         if let Some(a) = self.asked.as_mut() {
             a.at_ms = now_ms;
         }
@@ -537,7 +562,8 @@ mod tests {
             skipped,
             Skipped {
                 missed: 2,
-                deliver: vec![p(3)]
+                deliver: vec![p(3)],
+                opened_ms: Some(0),
             }
         );
         assert_eq!(s.next(), 5);
@@ -557,7 +583,8 @@ mod tests {
             skipped,
             Skipped {
                 missed: 2,
-                deliver: vec![p(4)]
+                deliver: vec![p(4)],
+                opened_ms: Some(100),
             }
         );
         assert_eq!(s.overdue(u64::MAX), None, "no gap left");
@@ -610,18 +637,39 @@ mod tests {
     #[test]
     fn only_a_gap_given_up_while_the_application_fell_behind_cuts_off() {
         let wait = GROUP_REPAIR_WAIT_MS;
-        assert!(cuts_off(true, true, None, 0), "behind now");
+        let none = Skipped::default();
+        let opened_at = |at| Skipped {
+            opened_ms: Some(at),
+            ..Skipped::default()
+        };
+        assert!(cuts_off(true, true, None, &none, 0), "behind now");
         assert!(
-            cuts_off(true, false, Some(1_000), 1_000 + wait),
+            cuts_off(true, false, Some(1_000), &none, 1_000 + wait),
             "behind lately"
         );
         assert!(
-            !cuts_off(true, false, Some(1_000), 1_001 + wait),
+            !cuts_off(true, false, Some(1_000), &none, 1_001 + wait),
             "long ago"
         );
-        assert!(!cuts_off(true, false, None, 0), "never behind");
+        // Behind just before the gap opened, given up a wait after it did.
+        let opened = opened_at(1_500);
+        assert!(cuts_off(
+            true,
+            false,
+            Some(1_000),
+            &opened,
+            1_500 + wait + 100
+        ));
+        assert!(!cuts_off(
+            true,
+            false,
+            Some(1_000),
+            &opened_at(wait + 1_001),
+            2 * wait + 2_000
+        ));
+        assert!(!cuts_off(true, false, None, &opened, 0), "never behind");
         assert!(
-            !cuts_off(false, true, Some(0), 0),
+            !cuts_off(false, true, Some(0), &none, 0),
             "not given up: lost on the way"
         );
     }
@@ -635,7 +683,8 @@ mod tests {
             s.close(),
             Skipped {
                 missed: 3,
-                deliver: vec![p(3)]
+                deliver: vec![p(3)],
+                opened_ms: Some(0),
             }
         );
     }
