@@ -37,6 +37,7 @@ pub mod relay;
 pub mod routed;
 pub mod sim;
 pub mod take_order;
+pub mod turns;
 
 pub use frame::{DecodeError, Frame, FrameDecoder, FrameKind};
 pub use id::BusId;

@@ -4,15 +4,18 @@
 //! Links decide about a member's streams on their own I/O threads: each decision that
 //! delivers takes a ticket under the lock of the state it changed (`Delivered::take_turn`),
 //! so the tickets of one stream follow its decisions. What a link delivers is handed over in
-//! ticket order: a link whose turn comes first hands over its own, and what later tickets
-//! left waiting behind it; a link whose turn has not come leaves its deliveries to the one
-//! whose turn it is, and goes on reading. The one lock (`Handover::pending`) is held only to
-//! pass finished batches to the inbox's channel, never while a link decides.
+//! ticket order (`busway_core::turns`): a link whose turn comes first hands over its own, and
+//! what later tickets left waiting behind it; a link whose turn has not come leaves its
+//! deliveries to the one whose turn it is, and goes on reading. The one lock
+//! (`Handover::pending`) is held only to pass finished batches to the inbox's channel, never
+//! while a link decides. Batches that wait for their turn count in the inbox's group backlog
+//! from the moment they wait (`Sink::reserve`), so links stop reading for them as for
+//! publishes in the channel.
 
 use crate::message::MessageBatch;
+use busway_core::turns::Turns;
 use busway_core::BusId;
 use bytes::Bytes;
-use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
@@ -21,20 +24,7 @@ use std::sync::{Arc, Mutex};
 pub(crate) struct Handover {
     /// The next ticket to give.
     tickets: AtomicU64,
-    pending: Mutex<Pending>,
-}
-
-/// Deliveries handed over ahead of their turn. Unbounded by count: a ticket's holder hands
-/// over before its read returns (deciding never waits), so this holds what other links
-/// decide during one read of one link; their bytes count in the inbox's group backlog
-/// (`Sink::reserve`) from the moment they wait, so links stop reading for them as for
-/// publishes in the channel.
-#[derive(Default)]
-struct Pending {
-    /// The first ticket not handed over yet.
-    next: u64,
-    /// By first ticket: the last ticket and the batches of a segment that waits.
-    waiting: BTreeMap<u64, (u64, Vec<MessageBatch>)>,
+    pending: Mutex<Turns<MessageBatch>>,
 }
 
 /// Where handed-over batches go: the application's inbox (`InboxSender`).
@@ -178,26 +168,10 @@ impl Drop for Delivered<'_> {
         for s in std::mem::take(&mut self.segments) {
             self.inbox
                 .reserve(s.batches.iter().map(MessageBatch::footprint).sum());
-            if s.first != pending.next {
-                // Earlier tickets are still being decided on: their holder hands this over.
-                pending.waiting.insert(s.first, (s.last, s.batches));
-                continue;
-            }
-            let mut batches = s.batches;
-            let mut last = s.last;
-            loop {
-                // Moved on first: a panic below loses these batches, not every later turn.
-                pending.next = last + 1;
-                for batch in batches {
-                    // False: the application dropped its inbox, nobody is left to read them.
-                    let _ = self.inbox.deliver_reserved(batch);
-                }
-                let next = pending.next;
-                match pending.waiting.remove(&next) {
-                    Some((l, b)) => (last, batches) = (l, b),
-                    None => break,
-                }
-            }
+            pending.ready(s.first, s.last, s.batches, |batch| {
+                // False: the application dropped its inbox, nobody is left to read them.
+                let _ = self.inbox.deliver_reserved(batch);
+            });
         }
     }
 }
@@ -304,7 +278,7 @@ mod tests {
         assert!(!tx.group_backlogged());
         drop(a);
         assert_eq!(numbers(&mut rx), [0, 1, 2]);
-        assert!(handover.pending.lock().unwrap().waiting.is_empty());
+        assert!(handover.pending.lock().unwrap().is_idle());
     }
 
     /// Threads decide about one stream in turn under its lock and hand over on their own:
@@ -338,6 +312,6 @@ mod tests {
         });
         let want: Vec<u32> = (1..=THREADS * EACH).collect();
         assert_eq!(numbers(&mut rx), want);
-        assert!(handover.pending.lock().unwrap().waiting.is_empty());
+        assert!(handover.pending.lock().unwrap().is_idle());
     }
 }
