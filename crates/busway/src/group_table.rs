@@ -191,3 +191,18 @@ impl GroupTable {
         fn told(&self, advert: &Advert);
     }
 }
+
+/// When each publisher was last told that its publishes to a group are refused here.
+#[derive(Default)]
+pub(crate) struct RefusalReports {
+    last: Mutex<busway_core::group::permissions::RefusalReports>,
+}
+
+impl RefusalReports {
+    /// Whether to tell `publisher` now (`now_ms`) that its publishes to `group` are refused
+    /// (see `busway_core::group::permissions::RefusalReports::due`).
+    pub(crate) fn due(&self, publisher: BusId, group: &str, now_ms: u64) -> bool {
+        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        last.due(publisher, group, now_ms)
+    }
+}

@@ -38,6 +38,8 @@ mod group_forwards;
 mod group_log_in;
 mod group_log_out;
 mod group_permissions;
+mod group_relay;
+mod group_repairs;
 mod group_table;
 mod groups;
 mod handover;

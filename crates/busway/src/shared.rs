@@ -69,7 +69,7 @@ pub(crate) struct Shared {
     /// What downstreams registered here, and what this node registered upstream.
     pub(crate) registrations: crate::registration_table::Registrations,
     /// When refused publishers were last told (see `group_permissions`).
-    pub(crate) refusal_reports: crate::group_permissions::RefusalReports,
+    pub(crate) refusal_reports: crate::group_table::RefusalReports,
     /// Peers whose rings hold single sends not yet published.
     pub(crate) deferred: Arc<Deferred>,
     pub(crate) counters: Arc<Counters>,

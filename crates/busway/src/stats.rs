@@ -118,7 +118,8 @@ pub struct Stats {
     pub group_forwards_dropped: u64,
     /// Times a link toward members stayed full past its wait under `GroupPolicy::CutOff`
     /// (`GROUP_SLOW_MEMBER_WAIT_MS`, or `GROUP_HOP_WAIT_MS` toward a hop) and was skipped
-    /// until it has room again, ever: once per member that stopped reading.
+    /// until it has room again, ever: at a relay once per link, at a publisher once per
+    /// group and link (two `publish` calls that both waited count twice).
     pub group_links_skipped: u64,
     /// INTEREST messages ignored: the peer asked for `GROUPS_PER_PEER_MAX` groups already.
     pub group_interest_refused: u64,

@@ -118,7 +118,8 @@ pub enum Offer {
 pub struct Skipped {
     pub missed: u64,
     pub deliver: Vec<Bytes>,
-    /// When (node clock, ms) the gap skipped was first seen; `None` if none was open.
+    /// When (node clock, ms) the gap skipped was first seen, or the stream last moved past
+    /// the front of a gap before it (never earlier than it opened); `None` if none was open.
     pub opened_ms: Option<u64>,
 }
 
@@ -147,7 +148,10 @@ pub struct Stream {
     budget: Arc<HeldBudget>,
     /// When the current gap was seen or last narrowed (node clock, ms); `None`: no gap.
     gap_since_ms: Option<u64>,
-    /// When the current gap was first seen (node clock, ms); `None`: no gap.
+    /// When the current gap was first seen, or the stream last moved past the front of a
+    /// gap (node clock, ms); `None`: no gap. Never earlier than the gap now at `next` opened
+    /// (which of the gaps held after a first one opened when is not kept): a cut-off decided
+    /// by it errs toward telling a member of a gap rather than cutting it off.
     gap_opened_ms: Option<u64>,
     /// The ask under way, if any: no other is made until it is filled or stalls.
     asked: Option<Asked>,
@@ -226,7 +230,7 @@ impl Stream {
             if copy {
                 self.progressed(now_ms);
             } else {
-                self.moved_on();
+                self.moved_on(now_ms);
             }
             return Offer::Deliver { then };
         }
@@ -262,8 +266,7 @@ impl Stream {
         }
         self.next += count;
         self.known = self.known.max(self.next - 1);
-        let _ = now_ms;
-        self.moved_on();
+        self.moved_on(now_ms);
         true
     }
 
@@ -392,20 +395,19 @@ impl Stream {
     }
 
     /// Publishes from the publisher moved the stream on: a gap closed is forgotten; one still
-    /// open keeps its time (see [`Stream::offer`]).
-    fn moved_on(&mut self) {
+    /// open keeps its wait (see [`Stream::offer`]), and is taken as opened now (see
+    /// `gap_opened_ms`).
+    fn moved_on(&mut self, now_ms: u64) {
         if !self.has_gap() {
             self.gap_since_ms = None;
-            self.gap_opened_ms = None;
         }
+        self.gap_opened_ms = self.has_gap().then_some(now_ms);
     }
 
     /// The stream moved on: a gap left, and the ask under way, are timed from now.
     fn progressed(&mut self, now_ms: u64) {
         self.gap_since_ms = self.has_gap().then_some(now_ms);
-        if !self.has_gap() {
-            self.gap_opened_ms = None;
-        }
+        self.gap_opened_ms = self.gap_since_ms;
         if let Some(a) = self.asked.as_mut() {
             a.at_ms = now_ms;
         }
@@ -672,6 +674,31 @@ mod tests {
             !cuts_off(false, true, Some(0), &none, 0),
             "not given up: lost on the way"
         );
+    }
+
+    #[test]
+    fn a_gap_left_after_the_first_closed_is_timed_from_then() {
+        let mut s = Stream::starting_at(1, 1);
+        assert_eq!(
+            s.offer(3, 0, || p(3)),
+            Offer::Held,
+            "1 and 2 missing from 0"
+        );
+        assert_eq!(s.offer(8, 8_000, || p(8)), Offer::Held, "4 to 7 too");
+        s.offer_copy(1, 9_000, || p(1));
+        s.offer_copy(2, 9_000, || p(2));
+        let (skipped, _) = s.overdue(9_000 + GROUP_REPAIR_WAIT_MS).unwrap();
+        assert_eq!(skipped.missed, 4);
+        assert_eq!(skipped.opened_ms, Some(9_000), "not the first gap's 0");
+        let mut t = Stream::starting_at(1, 1);
+        deliver(&mut t, 1);
+        t.offer(3, 100, || p(3));
+        t.offer(5, 200, || p(5));
+        // The publisher's own 2 moves the stream past the first gap at 250: 4 is timed
+        // from then.
+        let two = t.offer(2, 250, || p(2));
+        assert_eq!(two, Offer::Deliver { then: vec![p(3)] });
+        assert_eq!(t.lost(4, 5, 300).opened_ms, Some(250));
     }
 
     #[test]
