@@ -30,8 +30,8 @@ pub(crate) struct ListenArgs {
     /// them as one stream).
     #[arg(long)]
     group: Vec<String>,
-    /// Stop reading once this many messages arrived, for `--pause-ms`: to see what the bus
-    /// does with a consumer that falls behind (its links stop reading; a relay skips it
+    /// Stop reading once this many messages arrived (at the end of the batch that passes
+    /// it), for `--pause-ms`: to see what the bus does with a consumer that falls behind (its links stop reading; a relay skips it
     /// past `GROUP_SLOW_MEMBER_WAIT_MS`, and a member that cannot get back what it missed is
     /// cut off its group, told so).
     #[arg(long, requires = "pause_ms")]

@@ -1278,11 +1278,13 @@ async fn through_a_relay_a_member_that_reads_gets_all_and_one_that_stops_alone_i
         relay.stats().group_forwards_dropped > 0,
         "the relay skipped the slow member"
     );
-    assert_eq!(
-        relay.stats().group_links_skipped,
-        1,
-        "the relay waited for the member that stopped reading once, not again each time \
-         a small frame fit its queue"
+    // Once; twice at most, if an acknowledgement of what it read before it stopped frees a
+    // batch's room after the first wait (without the fix of c8b7ec0: a wait about each time
+    // a small frame fit, 22 in one run).
+    let skipped = relay.stats().group_links_skipped;
+    assert!(
+        (1..=2).contains(&skipped),
+        "the relay waited for the member that stopped reading {skipped} times"
     );
     assert_eq!(
         publisher.stats().group_forwards_dropped,
