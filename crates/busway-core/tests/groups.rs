@@ -1,7 +1,8 @@
 //! Groups under a seeded simulation: publishers, relays and members of one group on a tree,
 //! their group state the core's own (`group::state::GroupState`, `group::repairs::Repairs`,
 //! the streams inside them) and every frame between them the core's codec, in virtual time.
-//! The glue between them mirrors what the runtime's `groups.rs` does with the core's answers.
+//! The glue between them mirrors what the runtime's `groups.rs`, `group_relay.rs`,
+//! `group_repairs.rs` and `multicast.rs` do with the core's answers.
 //!
 //! The tree: hub relay R1 (1) with publishers P1 (100) and P2 (101), member M3 (30), a lying
 //! member L (66) and relay R2 (2) below it; members M4 (40) and M5 (50) below R2. Publishers
