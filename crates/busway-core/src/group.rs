@@ -42,6 +42,7 @@
 
 pub mod forwards;
 pub mod intake;
+pub mod log_offers;
 pub mod log_records;
 pub mod permissions;
 pub mod repairs;

@@ -21,6 +21,7 @@
 
 use crate::group_table::GroupName;
 use crate::peer::Peer;
+use busway_core::group::log_offers::{Answered, LogOffers};
 use busway_core::group::{encode_log_offer, LogOffer};
 use busway_core::BusId;
 use busway_shm::log::{Log, LogWriter};
@@ -55,14 +56,6 @@ pub(crate) fn local_log(fd: u32, inode: u64) -> Option<Arc<Log>> {
         .and_then(|(_, _, l)| l.upgrade())
 }
 
-/// Where one peer stands with one group's log, on the ring of epoch `epoch`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Stand {
-    Offered,
-    Reading,
-    Declined,
-}
-
 /// A peer that reads the log: woken through its link's ring after each publish.
 struct Reader {
     peer: Arc<Peer>,
@@ -75,16 +68,13 @@ struct GroupLog {
     log: Arc<Log>,
     writer: LogWriter,
     token: u64,
-    /// The offer made to each peer and its answer, with the ring epoch they were for.
-    /// Per peer: where it stands, the ring epoch and the serial of the offer made on it.
-    peers: HashMap<BusId, (Stand, u64, u64)>,
+    /// The offer made to each peer and its answer, with the ring they were for.
+    offers: LogOffers,
     readers: Vec<Reader>,
     /// The ids of `readers`, sorted, as `append` hands them out (made again when they change).
     reader_ids: Arc<Vec<BusId>>,
     /// Written since its readers were last woken.
     wake_due: bool,
-    /// Offers made of this log, ever: the serial of the last.
-    offers: u64,
 }
 
 impl GroupLog {
@@ -169,23 +159,22 @@ impl GroupLogs {
         {
             return None;
         }
-        if g.peers.get(&peer.id).is_some_and(|&(_, e, _)| e == epoch) {
+        if g.offers.settled_on(peer.id, epoch) {
             return None;
         }
         if !peer.answers_group_logs() || passes_on() {
             // An older peer would close the link on the frame, a relay must not fall behind
             // unseen: never offered on this ring.
-            g.peers.insert(peer.id, (Stand::Declined, epoch, 0));
+            g.offers.never_on(peer.id, epoch);
             return None;
         }
         let seg = g.log.segment();
         let inode = seg.inode().ok()?;
-        g.offers += 1;
-        g.peers.insert(peer.id, (Stand::Offered, epoch, g.offers));
+        let serial = g.offers.offer(peer.id, epoch);
         Some(encode_log_offer(&LogOffer {
             name,
             token: g.token,
-            serial: g.offers,
+            serial,
             pid: std::process::id(),
             fd: seg.fd().as_raw_fd() as u32,
             inode,
@@ -217,11 +206,10 @@ impl GroupLogs {
                     log,
                     writer,
                     token,
-                    peers: HashMap::new(),
+                    offers: LogOffers::default(),
                     readers: Vec::new(),
                     reader_ids: Arc::default(),
                     wake_due: false,
-                    offers: 0,
                 })
             }
             Err(e) => {
@@ -246,19 +234,21 @@ impl GroupLogs {
         let Some(Some(g)) = logs.get_mut(name) else {
             return false;
         };
-        let Some(&(stand, epoch, offered)) = g.peers.get(&peer.id) else {
-            return false;
-        };
-        if g.token != token || offered != serial || epoch != peer.ring_epoch() {
+        if g.token != token {
             return false;
         }
-        match (stand, accept) {
-            (Stand::Offered, true) => {
-                let Some((_, ring)) = peer.outbound_ring().filter(|(e, _)| *e == epoch) else {
-                    // Its ring ended meanwhile: a new offer follows on the next one.
+        let epoch = peer.ring_epoch();
+        // The ring the offer was made on, looked at once, as the accept takes.
+        let mut ring = None;
+        let alive = || {
+            ring = peer.outbound_ring().filter(|(e, _)| *e == epoch);
+            ring.is_some()
+        };
+        match g.offers.answered(peer.id, serial, epoch, accept, alive) {
+            Answered::Reads => {
+                let Some((_, ring)) = ring else {
                     return false;
                 };
-                g.peers.insert(peer.id, (Stand::Reading, epoch, serial));
                 g.readers.retain(|r| r.peer.id != peer.id);
                 g.readers.push(Reader {
                     peer: peer.clone(),
@@ -268,13 +258,11 @@ impl GroupLogs {
                 g.readers_changed();
                 true
             }
-            (Stand::Offered | Stand::Reading, false) => {
-                // Back on its link (a reader no more, if it was one).
-                g.peers.insert(peer.id, (Stand::Declined, epoch, serial));
+            Answered::Declined => {
                 g.drop_reader(peer.id);
                 false
             }
-            _ => false,
+            Answered::Nothing => false,
         }
     }
 
@@ -301,8 +289,8 @@ impl GroupLogs {
             alive
         });
         if g.readers.len() != before {
-            for id in &gone {
-                g.peers.remove(id);
+            for &id in &gone {
+                g.offers.forget(id);
             }
             g.readers_changed();
         }
@@ -356,9 +344,7 @@ impl GroupLogs {
     /// publish.
     pub(crate) fn withdraw(&self, name: &str, peer: BusId) {
         if let Some(Some(g)) = lock(&self.logs).get_mut(name) {
-            if matches!(g.peers.get(&peer), Some((Stand::Offered, _, _))) {
-                g.peers.remove(&peer);
-            }
+            g.offers.withdraw(peer);
         }
     }
 
@@ -367,9 +353,9 @@ impl GroupLogs {
     pub(crate) fn forget(&self, name: &str, peer: BusId) {
         let mut logs = lock(&self.logs);
         if let Some(Some(g)) = logs.get_mut(name) {
-            g.peers.remove(&peer);
+            g.offers.forget(peer);
             g.drop_reader(peer);
-            if g.peers.is_empty() {
+            if g.offers.is_empty() {
                 // Nobody reads it, was offered it or declined it: its memory and descriptor
                 // go (a later asker gets a new log).
                 logs.remove(name);
@@ -383,9 +369,9 @@ impl GroupLogs {
             let Some(g) = g else {
                 return true;
             };
-            g.peers.remove(&peer);
+            g.offers.forget(peer);
             g.drop_reader(peer);
-            !g.peers.is_empty()
+            !g.offers.is_empty()
         });
     }
 }
