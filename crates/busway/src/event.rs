@@ -60,7 +60,8 @@ impl fmt::Display for Path {
 /// A change the application may want to know about. Delivered through [`crate::Events`]; when
 /// the application lets `EVENT_QUEUE_LEN_MAX` events pile up, newer ones are dropped and counted
 /// in `Stats::events_dropped` (the node never waits for its event reader), except
-/// `Undeliverable`, which is never dropped (see [`Event::Undeliverable`]).
+/// `Undeliverable` (see [`Event::Undeliverable`]) and `GroupCutOff` (at most one per
+/// `Node::join`), which are never dropped once the stream was taken.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Event {
     /// A peer completed the handshake.

@@ -7,8 +7,11 @@
 //! [`Event::Undeliverable`] is never dropped: it takes its place in the same order, and a
 //! report that continues one still waiting (same peer, path, incarnation and reason, numbers
 //! that follow on) is merged into it, so an application that reads late holds about one report
-//! per burst of failures rather than one per message. Before the stream is taken, nobody is
-//! there to read them: they count as ordinary events.
+//! per burst of failures rather than one per message. [`Event::GroupCutOff`] is never dropped
+//! either (an application that fell behind, the one that gets it, must learn that its group
+//! stopped): one ends a membership, so there is at most one per `Node::join` the application
+//! made. Before the stream is taken, nobody is there to read them: they count as ordinary
+//! events.
 //!
 //! Shared by the node (any thread pushes) and the application's [`crate::Events`] (one reader).
 
@@ -62,7 +65,11 @@ impl EventQueue {
         if st.closed {
             return false;
         }
-        if st.taken && matches!(event, Event::Undeliverable { .. }) {
+        let kept = matches!(
+            event,
+            Event::Undeliverable { .. } | Event::GroupCutOff { .. }
+        );
+        if st.taken && kept {
             if !merge_into_waiting(&mut st.events, &event) {
                 st.events.push_back((event, false));
             }
@@ -168,6 +175,24 @@ mod tests {
             addr: format!("tcp://127.0.0.1:{n}"),
             reason: "refused".into(),
         }
+    }
+
+    #[test]
+    fn a_cut_off_is_kept_past_the_bound_of_ordinary_events() {
+        let q = EventQueue::new();
+        q.taken();
+        for n in 0..EVENT_QUEUE_LEN_MAX {
+            assert!(q.push(dial_failed(n)));
+        }
+        let cut_off = Event::GroupCutOff {
+            group: "g".into(),
+            publisher: crate::BusId(9),
+            missed: 3,
+            reason: "its application fell behind".into(),
+        };
+        assert!(q.push(cut_off.clone()), "kept though the queue is full");
+        let last = std::iter::from_fn(|| q.try_recv()).last();
+        assert_eq!(last, Some(cut_off));
     }
 
     #[test]
