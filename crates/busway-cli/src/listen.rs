@@ -31,9 +31,9 @@ pub(crate) struct ListenArgs {
     #[arg(long)]
     group: Vec<String>,
     /// Stop reading once this many messages arrived (at the end of the batch that passes
-    /// it), for `--pause-ms`: to see what the bus does with a consumer that falls behind (its links stop reading; a relay skips it
-    /// past `GROUP_SLOW_MEMBER_WAIT_MS`, and a member that cannot get back what it missed is
-    /// cut off its group, told so).
+    /// it), for `--pause-ms`: to see what the bus does with a consumer that falls behind
+    /// (its links stop reading; a relay skips it past `GROUP_SLOW_MEMBER_WAIT_MS`, 1 s, and
+    /// a member that cannot get back what it missed is cut off its group, told so).
     #[arg(long, requires = "pause_ms")]
     pause_after: Option<u64>,
     /// How long (ms) to stop reading at `--pause-after`.
