@@ -10,7 +10,7 @@ use crate::limits::{GROUP_HOP_WAIT_MS, GROUP_SLOW_MEMBER_WAIT_MS, ROUTED_RETRY_I
 use crate::shared::Shared;
 use crate::stats::bump;
 use busway_core::frame::FrameKind;
-use busway_core::group::forwards::{Push, CAUGHT_UP_ROOM_BYTES};
+use busway_core::group::forwards::Push;
 use busway_core::group::intake::{Handed, Intake};
 use busway_core::group::{decode_publish, split_publish_batch};
 use busway_core::BusId;
@@ -238,9 +238,8 @@ impl Shared {
         if !waiting.waits_for(id) || (lagging && !head.mark) {
             match peer.push_framed(FrameKind::Publish, &[], body) {
                 Ok(_) => {
-                    // Caught up only with room for more than this one (see
-                    // `CAUGHT_UP_ROOM_BYTES`); a look at the queue only if it lags.
-                    if lagging && peer.has_room(CAUGHT_UP_ROOM_BYTES) {
+                    // A look at the queue only if it lags.
+                    if lagging && peer.has_caught_up() {
                         waiting.caught_up(id);
                     }
                     return;

@@ -10,7 +10,6 @@ use crate::node::SendError;
 use crate::shared::Shared;
 use crate::stats::bump;
 use busway_core::frame::FrameKind;
-use busway_core::group::forwards::CAUGHT_UP_ROOM_BYTES;
 use busway_core::group::repairs::{AskRefused, RepairJob};
 use busway_core::group::stream::{cuts_off, Offer, Skipped};
 use busway_core::group::{decode_repair, encode_mark, Repair, MULTICAST_STREAM};
@@ -299,12 +298,10 @@ impl Shared {
         }
         for (group, number, id) in self.groups.lagging() {
             let body = encode_mark(self.config.id, self.incarnation, number, &group);
-            // Room again (`CAUGHT_UP_ROOM_BYTES`, not only for the mark): the next publish
-            // goes to it.
-            let room = |p: &crate::peer::Peer| p.has_room(CAUGHT_UP_ROOM_BYTES);
+            // Room again (for more than the mark): the next publish goes to it.
             if self
                 .peer(id)
-                .is_some_and(|p| room(&p) && push_mark(&p, &body))
+                .is_some_and(|p| p.has_caught_up() && push_mark(&p, &body))
             {
                 self.groups.set_lagging(&group, id, false);
             }

@@ -19,7 +19,6 @@ use busway_core::frame::SPAN_GROUP_LOG;
 use busway_core::frame::SPAN_MULTICAST;
 use busway_core::frame::SPAN_TAG_MASK;
 use busway_core::frame::{FrameKind, SPAN_INTEREST, SPAN_LEN_MASK, SPAN_PUBLISH, SPAN_REPAIR};
-use busway_core::group::forwards::CAUGHT_UP_ROOM_BYTES;
 use busway_core::group::log_records::decode_log_records;
 use busway_core::group::state::Published;
 use busway_core::group::PUBLISH_BACKPRESSURE_BIT;
@@ -187,9 +186,7 @@ impl Node {
                         if note {
                             shared.deferred.note(&peer);
                         }
-                        // Caught up only with room for more than this one (see
-                        // `CAUGHT_UP_ROOM_BYTES`).
-                        if lagging.contains(&id) && peer.has_room(CAUGHT_UP_ROOM_BYTES) {
+                        if lagging.contains(&id) && peer.has_caught_up() {
                             shared.groups.set_lagging(group, id, false);
                         }
                         reached += 1;

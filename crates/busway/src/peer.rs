@@ -9,6 +9,7 @@
 use crate::limits::{COPY_PAYLOAD_BYTES_MAX, RING_DEFER_BYTES_MAX};
 use crate::ring_tx::{Flush, RingWriter};
 use busway_core::frame::FrameKind;
+use busway_core::group::forwards::CAUGHT_UP_ROOM_BYTES;
 use busway_core::handshake::{caps, Established, Hello};
 use busway_core::outbox::{AckError, Outbox};
 use busway_core::relay::Neighbor;
@@ -555,9 +556,11 @@ impl Peer {
         self.lock().inbound_expected
     }
 
-    /// Whether a message of `payload_len` bytes would fit the queue now.
-    pub(crate) fn has_room(&self, payload_len: usize) -> bool {
-        self.lock().outbox.has_room(payload_len)
+    /// Whether a link that lagged (skipped for a group past its wait) is caught up: its
+    /// queue has room for a whole batch again (`CAUGHT_UP_ROOM_BYTES`), not only for a small
+    /// frame now and then. The one rule for a relay's forwards and a publisher's publishes.
+    pub(crate) fn has_caught_up(&self) -> bool {
+        self.lock().outbox.has_room(CAUGHT_UP_ROOM_BYTES)
     }
 
     /// Waits until a message of `payload_len` bytes would fit, or the peer cannot take more.
