@@ -508,6 +508,10 @@ fn bad_arguments_get_clear_errors() {
     let (ok, _, _, err) = finish(spawn(&["bench", "--latency", "--round-trips", "0"]), None);
     assert!(!ok);
     assert!(err.contains("--round-trips must be at least 1"), "{err}");
+    // A pause needs its length, named.
+    let (ok, _, _, err) = finish(spawn(&["listen", "--id", "1", "--pause-after", "10"]), None);
+    assert!(!ok);
+    assert!(err.contains("--pause-ms"), "{err}");
 }
 
 /// The JSON rows a successful `busway bench --json` printed.
