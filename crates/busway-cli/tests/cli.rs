@@ -89,6 +89,22 @@ fn finish_with(
     (status.success(), status.code(), o, e)
 }
 
+/// Waits for `p` to exit, within `LIMIT`: a process that ignores its stop signal fails the test
+/// (and is killed) rather than hanging it.
+fn exited(p: &mut Proc, what: &str) -> std::process::ExitStatus {
+    let start = std::time::Instant::now();
+    loop {
+        if let Some(status) = p.0.try_wait().unwrap() {
+            return status;
+        }
+        assert!(
+            start.elapsed() < LIMIT,
+            "{what} did not exit within {LIMIT:?}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 /// Two processes, 1,000,000 verified messages; `extra` goes to both (e.g. `--no-shm`). Returns
 /// the listener's stderr.
 fn million_verified(listen: &str, extra: &[&str]) -> String {
@@ -867,7 +883,7 @@ fn relay_stopped_three_times(mut r: Proc, addr: &str, how: Stop) -> Proc {
                 .unwrap()
                 .success()),
         }
-        r.0.wait().unwrap();
+        exited(&mut r, "the stopped relay");
         r = relay(addr);
     }
     r
@@ -2328,7 +2344,7 @@ pub(crate) mod etcd {
             || !knows(&admin, 6),
         );
         assert!(took < Duration::from_secs(5), "{took:?}");
-        let status = stopping.0.wait().unwrap();
+        let status = exited(&mut stopping, "node 6 after SIGTERM");
         assert!(status.success(), "{status:?}");
         let _ = std::fs::remove_dir_all(&dir);
     }

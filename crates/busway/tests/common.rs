@@ -233,6 +233,23 @@ pub async fn send_and_expect(
     );
 }
 
+/// The next message in `inbox`, within `WAIT`: a message that never comes fails the test
+/// rather than hanging it.
+pub async fn next_message(inbox: &mut busway::Inbox) -> busway::Message {
+    tokio::time::timeout(WAIT, inbox.recv())
+        .await
+        .expect("the next message within the wait")
+        .expect("the inbox is open")
+}
+
+/// The next batch in `inbox`, within `WAIT` (see `next_message`).
+pub async fn next_batch(inbox: &mut busway::Inbox) -> busway::MessageBatch {
+    tokio::time::timeout(WAIT, inbox.recv_batch())
+        .await
+        .expect("the next batch within the wait")
+        .expect("the inbox is open")
+}
+
 /// Waits until `cond` holds, looking every `POLL_MS`; panics after `WAIT` naming `what`.
 pub async fn until(what: &str, mut cond: impl FnMut() -> bool) {
     let ok = tokio::time::timeout(WAIT, async {

@@ -34,13 +34,13 @@ async fn messages_arrive_in_order_both_ways_with_their_source() {
         let batch: Vec<Vec<u8>> = (0..n).map(|i| i.to_le_bytes().to_vec()).collect();
         a.send_batch(BusId(2), &batch).await.unwrap();
         for i in 0..n {
-            let m = ia.recv().await.unwrap();
+            let m = next_message(&mut ia).await;
             assert_eq!(m.src, BusId(2), "{t}");
             assert_eq!(m.payload.as_ref(), &i.to_le_bytes(), "{t}: message {i}");
         }
         let mut next = 0u32;
         while next < n {
-            let batch = ib.recv_batch().await.unwrap();
+            let batch = next_batch(&mut ib).await;
             assert_eq!(batch.src(), BusId(1));
             for p in batch.iter() {
                 assert_eq!(p, &next.to_le_bytes(), "{t}");
@@ -65,7 +65,7 @@ async fn large_and_empty_payloads_arrive_whole() {
                 .unwrap();
         }
         for (i, &n) in sizes.iter().enumerate() {
-            let m = ia.recv().await.unwrap();
+            let m = next_message(&mut ia).await;
             assert_eq!(m.payload.len(), n, "{t}");
             assert!(m.payload.iter().all(|&x| x == i as u8), "{t}");
         }
@@ -224,7 +224,7 @@ async fn try_send_reports_full_and_send_waits_for_room() {
         let p2 = payload.clone();
         let waiter = tokio::spawn(async move { b2.send(BusId(1), p2).await });
         for _ in 0..=sent {
-            ia.recv().await.unwrap();
+            next_message(&mut ia).await;
         }
         waiter.await.unwrap().unwrap();
         a.shutdown().await;
@@ -272,7 +272,7 @@ async fn unknown_ids_fail_fast_and_self_sends_are_delivered() {
         Err(SendError::NoRoute(BusId(99)))
     );
     a.send(BusId(1), Bytes::from_static(b"me")).await.unwrap();
-    let m = ia.recv().await.unwrap();
+    let m = next_message(&mut ia).await;
     assert_eq!((m.src, m.payload.as_ref()), (BusId(1), &b"me"[..]));
     a.shutdown().await;
 }

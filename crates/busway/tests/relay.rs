@@ -32,15 +32,21 @@ async fn relay_again(addr: &Addr) -> Node {
     panic!("could not listen on {addr} again");
 }
 
-/// A node registered below the relay at `addr`.
-async fn below(id: u64, addr: &Addr, tweak: impl FnOnce(&mut NodeConfig)) -> Node {
-    let mut c = config(id).upstream(addr.clone());
+/// A node registered below `relay`: up at both ends, so that the relay routes to it. (The node
+/// sees its link up when it has checked the relay's proof, which can be before the relay has
+/// checked its own: a strict relay would answer a message sent in between "unknown".)
+async fn below(id: u64, relay: &Node, tweak: impl FnOnce(&mut NodeConfig)) -> Node {
+    let mut c = config(id).upstream(relay.listen_addrs()[0].clone());
     c.dial_backoff_min_ms = 5;
     tweak(&mut c);
     let n = start(c).await;
     assert!(
         n.wait_for_peer(RELAY, WAIT).await,
         "{id} registered with the relay"
+    );
+    assert!(
+        relay.wait_for_peer(BusId(id), WAIT).await,
+        "{id} known to the relay"
     );
     n
 }
@@ -55,8 +61,8 @@ fn msg(i: u64) -> Vec<u8> {
 async fn messages_cross_a_relay_in_order_and_a_restarted_relay_loses_nothing() {
     let r = relay_at(listen_addr("tcp4")).await;
     let addr = r.listen_addrs()[0].clone();
-    let a = below(1, &addr, |_| {}).await;
-    let b = below(2, &addr, |_| {}).await;
+    let a = below(1, &r, |_| {}).await;
+    let b = below(2, &r, |_| {}).await;
     assert_eq!(a.upstream_id(), Some(RELAY));
     let mut inbox = b.take_inbox().unwrap();
     let total = 60_000u64;
@@ -123,8 +129,7 @@ async fn messages_cross_a_relay_in_order_and_a_restarted_relay_loses_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unknown_id_fails_fast_with_the_relay_named() {
     let r = strict_relay().await;
-    let addr = r.listen_addrs()[0].clone();
-    let a = below(1, &addr, |_| {}).await;
+    let a = below(1, &r, |_| {}).await;
     let mut events = a.take_events().unwrap();
     let seq = a
         .send(BusId(77), bytes::Bytes::from_static(b"anyone?"))
@@ -154,9 +159,8 @@ async fn an_unknown_id_fails_fast_with_the_relay_named() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_message_past_its_ttl_is_dropped_and_reported() {
     let r = strict_relay().await;
-    let addr = r.listen_addrs()[0].clone();
-    let a = below(1, &addr, |c| c.ttl = 0).await;
-    let _b = below(2, &addr, |_| {}).await;
+    let a = below(1, &r, |c| c.ttl = 0).await;
+    let _b = below(2, &r, |_| {}).await;
     let mut events = a.take_events().unwrap();
     a.send(BusId(2), bytes::Bytes::from_static(b"too far"))
         .await
@@ -184,15 +188,14 @@ async fn without_an_upstream_an_unknown_id_has_no_route() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_relayed_receiver_killed_for_good_is_reported_at_the_deadline() {
     let r = strict_relay().await;
-    let addr = r.listen_addrs()[0].clone();
-    let a = below(1, &addr, |c| c.peer_dead_after_ms = 300).await;
-    let b = below(2, &addr, |_| {}).await;
+    let a = below(1, &r, |c| c.peer_dead_after_ms = 300).await;
+    let b = below(2, &r, |_| {}).await;
     let mut ib = b.take_inbox().unwrap();
     let mut events = a.take_events().unwrap();
     a.send(BusId(2), bytes::Bytes::from_static(b"first"))
         .await
         .unwrap();
-    assert_eq!(ib.recv().await.unwrap().payload.as_ref(), b"first");
+    assert_eq!(next_message(&mut ib).await.payload.as_ref(), b"first");
     assert!(
         a.flush(WAIT).await,
         "the first message is acknowledged end to end"
@@ -243,7 +246,7 @@ async fn a_destination_behind_a_mid_tier_relay_whose_link_is_down_waits_rather_t
     mc.dial_backoff_min_ms = 300;
     let mid = start(mc).await;
     assert!(mid.wait_for_peer(RELAY, WAIT).await);
-    let a = below(1, &top_addr, |_| {}).await;
+    let a = below(1, &top, |_| {}).await;
     let mut b = config(7).upstream(mid.listen_addrs()[0].clone());
     b.direct_links = false;
     let b = start(b).await;
@@ -297,9 +300,8 @@ async fn a_destination_behind_a_mid_tier_relay_whose_link_is_down_waits_rather_t
 async fn a_frame_larger_than_the_next_hop_accepts_is_refused_with_a_report_not_a_broken_link() {
     let small = busway::limits::FRAME_BODY_MIN_BYTES;
     let r = strict_relay().await;
-    let addr = r.listen_addrs()[0].clone();
-    let s = below(1, &addr, |c| c.direct_links = false).await;
-    let d = below(4, &addr, |c| {
+    let s = below(1, &r, |c| c.direct_links = false).await;
+    let d = below(4, &r, |c| {
         c.frame_body_max = small;
         c.inbox_bytes_max = small;
     })
@@ -360,16 +362,15 @@ async fn a_direct_peer_is_sent_nothing_larger_than_it_states() {
 async fn a_destination_that_never_reads_holds_up_no_other_destination_behind_the_same_relay() {
     const TO_F: u64 = 1_000_000;
     let r = strict_relay().await;
-    let addr = r.listen_addrs()[0].clone();
     // Traffic stays relayed: the sender dials no direct link. Its queue per destination holds
     // far more than the relay's queue toward one (4 MiB) and the sockets on the way.
-    let s = below(1, &addr, |c| {
+    let s = below(1, &r, |c| {
         c.direct_links = false;
         c.send_queue_bytes_max = 64 << 20;
     })
     .await;
-    let f = below(2, &addr, |_| {}).await;
-    let x = below(3, &addr, |c| {
+    let f = below(2, &r, |_| {}).await;
+    let x = below(3, &r, |c| {
         c.frame_body_max = busway::limits::FRAME_BODY_MIN_BYTES;
         c.inbox_bytes_max = c.frame_body_max;
     })

@@ -177,7 +177,7 @@ async fn a_receiver_killed_for_good_gets_exactly_the_unacknowledged_messages_rep
     }
     let mut read = 0u64;
     while read < 1000 {
-        read += ib.recv_batch().await.unwrap().len() as u64;
+        read += next_batch(&mut ib).await.len() as u64;
     }
     // ...then the receiver dies at once (its loops stop; nothing is closed cleanly).
     drop(ib);
