@@ -1,8 +1,9 @@
 //! Groups under a seeded simulation: publishers, relays and members of one group on a tree,
 //! their group state the core's own (`group::state::GroupState`, `group::repairs::Repairs`,
 //! the streams inside them) and every frame between them the core's codec, in virtual time.
-//! The glue between them mirrors what the runtime's `groups.rs`, `group_relay.rs`,
-//! `group_repairs.rs` and `multicast.rs` do with the core's answers.
+//! Multicasts run on the core's own machine (`multicast::node`), as in the runtime; the
+//! groups' glue mirrors what the runtime's `groups.rs`, `group_relay.rs` and
+//! `group_repairs.rs` do with the core's answers.
 //!
 //! The tree: hub relay R1 (1) with publishers P1 (100) and P2 (101), member M3 (30), a lying
 //! member L (66) and relay R2 (2) below it; members M4 (40) and M5 (50) below R2. Publishers
@@ -29,9 +30,11 @@
 //! `BUSWAY_SIM_SEEDS=N` runs N schedules (default 100); `BUSWAY_SIM_SEED=S` runs one.
 
 use busway_core::group::intake::Handed;
+use busway_core::group::repairs::AskRefused;
 use busway_core::group::repairs::{
     RepairJob, Repairs, GROUP_REPAIRS_PENDING_MAX, REPAIR_ASK_GAP_MIN_MS,
 };
+use busway_core::group::state::RepairPlan;
 use busway_core::group::state::{GroupState, GROUPS_PER_PEER_MAX};
 use busway_core::group::stream::{cuts_off, HELD_ENTRY_OVERHEAD_BYTES};
 use busway_core::group::stream::{HeldBudget, Offer, Skipped, GROUP_HELD_BYTES_NODE_MAX};
@@ -41,6 +44,7 @@ use busway_core::group::{
     encode_publish_head, encode_repair_ask, encode_repair_copy_head, encode_repair_lost, Repair,
     MULTICAST_STREAM, PUBLISH_BATCH_BIT, PUBLISH_MARK_BIT,
 };
+use busway_core::multicast::node::{self, Host, Report, Routes};
 use busway_core::multicast::state::MulticastState;
 use busway_core::multicast::{decode_multicast, encode_multicast_head, MULTICAST_HOPS_MAX};
 use busway_core::relay::Sources;
@@ -568,157 +572,29 @@ impl Sim {
         self.send(me, peer, Kind::Publish, body.to_vec());
     }
 
-    /// The runtime's `split_by_hop` and `pass_multicast_on`: one MULTICAST per link, its
-    /// receivers those behind that link; a relay (`from` is where it came from) drops what
-    /// a full link would, and never passes up in a name it does not hold.
-    #[allow(clippy::too_many_arguments)]
-    fn send_multicast(
-        &mut self,
-        me: BusId,
-        from: Option<BusId>,
-        source: (BusId, u64),
-        mark: bool,
-        hops_left: u8,
-        receivers: Vec<(BusId, u64)>,
-        payload: &[u8],
-    ) {
-        let mut by_hop: BTreeMap<BusId, Vec<(BusId, u64)>> = BTreeMap::new();
-        for (id, number) in receivers {
-            if let Some(h) = hop(me, id).filter(|&h| Some(h) != from) {
-                by_hop.entry(h).or_default().push((id, number));
-            }
-        }
-        for (peer, list) in by_hop {
-            // Never a receiver's first (see `publish_arrived`).
-            let first = list.iter().any(|&(_, n)| n == 1);
-            if !may_pass_to(me, peer, source.0)
-                || (from.is_some() && !mark && !first && self.rng.chance(self.drop_pct))
-            {
-                continue;
-            }
-            let mut body = encode_multicast_head(source.0, source.1, mark, hops_left, &list);
-            body.extend_from_slice(payload);
-            self.send(me, peer, Kind::Multicast, body);
-        }
-    }
-
+    /// A MULTICAST on the link `from` -> `me`: the core's own machine takes it
+    /// (`multicast::node`, as the runtime's does), this node its host.
     fn multicast_arrived(&mut self, from: BusId, me: BusId, body: Vec<u8>) {
         if !self.link_up(from, me) {
             return;
         }
-        let body = Bytes::from(body);
-        let head = match decode_multicast(&body) {
-            Ok(h) => h,
-            Err(e) => return self.refuse(me, from, e),
-        };
-        if let Err(e) = sources(me, from).check_frame(head.source, "MULTICAST", |id| {
-            neighbors(me)
-                .into_iter()
-                .find(|&d| parent_of(d) == Some(me) && below(d, id))
-        }) {
-            return self.refuse(me, from, e);
-        }
-        let payload = body.slice(head.payload_at..);
+        let len = body.len() as u32;
         let now = self.now;
-        let mut onward = Vec::new();
-        for (id, number) in head.receivers() {
-            if id != me {
-                onward.push((id, number));
-                continue;
-            }
-            let got = self.node(me).multicasts.received(
-                head.source,
-                head.incarnation,
-                number,
-                head.mark,
-                now,
-                || payload.clone(),
-            );
-            if let Some(ended) = got.ended {
-                self.multicast_skipped(me, head.source, ended);
-            }
-            if let Some(Offer::Deliver { then }) = got.offer {
-                self.deliver_multicasts(me, head.source, vec![payload.clone()]);
-                self.deliver_multicasts(me, head.source, then);
-            }
-        }
-        if !onward.is_empty() && head.hops_left > 1 {
-            let source = (head.source, head.incarnation);
-            self.send_multicast(
-                me,
-                Some(from),
-                source,
-                head.mark,
-                head.hops_left - 1,
-                onward,
-                &payload,
-            );
+        node::received(&mut self.host(me), from, &Bytes::from(body), (0, len), now);
+    }
+
+    /// Node `me` as the multicast machine's host.
+    fn host(&mut self, me: BusId) -> SimHost<'_> {
+        SimHost {
+            sim: self,
+            me,
+            tree: Tree(me),
         }
     }
 
     fn deliver_multicasts(&mut self, id: BusId, source: BusId, payloads: Vec<Bytes>) {
         let got = self.node(id).multicasts_got.entry(source).or_default();
         got.extend(payloads.iter().map(|p| number_of(p)));
-    }
-
-    /// The runtime's `multicast_skipped`: what waited is handed over, what never comes is
-    /// counted (`MulticastGap`; a receiver is not cut off).
-    fn multicast_skipped(&mut self, id: BusId, source: BusId, skipped: Skipped) {
-        self.deliver_multicasts(id, source, skipped.deliver);
-        *self.node(id).multicasts_missed.entry(source).or_default() += skipped.missed;
-    }
-
-    /// A REPAIR about the multicast stream (`MULTICAST_STREAM`): the runtime's
-    /// `multicast_repair_received`.
-    fn multicast_repair_arrived(&mut self, from: BusId, me: BusId, repair: Repair, body: &Bytes) {
-        let now = self.now;
-        match repair {
-            Repair::Ask {
-                incarnation,
-                from: first,
-                to,
-                ..
-            } => {
-                let n = self.node(me);
-                let (multicasts, inc) = (&n.multicasts, n.incarnation);
-                let answered =
-                    n.repairs
-                        .answer(from, MULTICAST_STREAM, (first, to), (inc, now), || {
-                            multicasts.repair(from, incarnation, inc, (first, to))
-                        });
-                n.refused_asks += u64::from(answered.is_err());
-            }
-            Repair::Copy(head) => {
-                assert_eq!(head.publisher, from, "a copy of another's multicast");
-                let payload = body.slice(head.payload_at..);
-                let got = self.node(me).multicasts.repaired(
-                    from,
-                    head.incarnation,
-                    head.number,
-                    now,
-                    || payload.clone(),
-                );
-                if let Some((Offer::Deliver { then }, _)) = got {
-                    self.deliver_multicasts(me, from, vec![payload]);
-                    self.deliver_multicasts(me, from, then);
-                }
-            }
-            Repair::Lost {
-                incarnation,
-                from: first,
-                to,
-                ..
-            } => {
-                let got = self
-                    .node(me)
-                    .multicasts
-                    .lost(from, incarnation, (first, to), now);
-                if let Some(skipped) = got {
-                    self.multicast_skipped(me, from, skipped);
-                }
-            }
-            other => panic!("the sim sends no {other:?}"),
-        }
     }
 
     fn repair_arrived(&mut self, from: BusId, me: BusId, body: Vec<u8>) {
@@ -734,7 +610,10 @@ impl Sim {
             _ => "",
         };
         if stream == MULTICAST_STREAM {
-            return self.multicast_repair_arrived(from, me, repair, &body);
+            let now = self.now;
+            let at = (&body, 0, &body);
+            node::repair_received(&mut self.host(me), from, at, repair, now);
+            return;
         }
         let now = self.now;
         match repair {
@@ -806,11 +685,6 @@ impl Sim {
             }
             self.node(id).state.mark_paid(peer, publisher, &group);
         }
-        let marks = self.node(id).multicasts.tail_marks(now);
-        if !marks.is_empty() {
-            let source = (id, inc);
-            self.send_multicast(id, None, source, true, MULTICAST_HOPS_MAX, marks, &[]);
-        }
         let mut asks = self.node(id).state.asks(now);
         asks.extend(self.node(id).multicasts.asks(now));
         for ask in asks {
@@ -832,9 +706,7 @@ impl Sim {
         for (publisher, _group, skipped, why) in self.node(id).state.overdue(now) {
             self.skipped(id, publisher, skipped, &why, true);
         }
-        for (source, skipped, _why) in self.node(id).multicasts.overdue(now) {
-            self.multicast_skipped(id, source, skipped);
-        }
+        node::tick(&mut self.host(id), now);
         assert!(self.nodes[&id].held.used() <= GROUP_HELD_BYTES_NODE_MAX);
     }
 
@@ -937,6 +809,128 @@ struct Covered {
 /// Publishers taking turns, payload = number, one publish every 5 ms each on average: one
 /// at a time, or a few in a row that go as one PUBLISH batch per link; P2 multicasts each
 /// to every member too.
+/// The tree's routes as node `.0` sees them.
+struct Tree(BusId);
+
+impl Routes for Tree {
+    type Hops = ();
+
+    fn hops(&self) {}
+
+    fn hop(&self, _: &(), dst: BusId, except: Option<BusId>) -> Option<BusId> {
+        hop(self.0, dst).filter(|&h| Some(h) != except)
+    }
+}
+
+/// Node `me` of the simulation as the multicast machine's host (the runtime's
+/// `MulticastHost`): its state without a lock, its links the simulation's.
+struct SimHost<'a> {
+    sim: &'a mut Sim,
+    me: BusId,
+    tree: Tree,
+}
+
+impl Host for SimHost<'_> {
+    type Routes = Tree;
+
+    fn routes(&self) -> &Tree {
+        &self.tree
+    }
+
+    fn me(&self) -> (BusId, u64) {
+        (self.me, self.sim.nodes[&self.me].incarnation)
+    }
+
+    fn state<R>(&mut self, _: fn(&R) -> bool, f: impl FnOnce(&mut MulticastState) -> R) -> R {
+        f(&mut self.sim.node(self.me).multicasts)
+    }
+
+    fn answer_ask(
+        &mut self,
+        from: BusId,
+        stream: &str,
+        range: (u64, u64),
+        now_ms: u64,
+        plan: impl FnOnce(&mut Self) -> RepairPlan,
+    ) -> Result<(), AskRefused> {
+        let me = self.me;
+        if self
+            .sim
+            .node(me)
+            .repairs
+            .asks_too_soon(from, stream, range, now_ms)
+        {
+            return Err(AskRefused::TooSoon);
+        }
+        let plan = plan(self);
+        let n = self.sim.node(me);
+        let inc = n.incarnation;
+        let taken = n
+            .repairs
+            .take_planned(from, stream, range, (inc, now_ms), plan);
+        assert!(n.repairs.len() <= GROUP_REPAIRS_PENDING_MAX);
+        taken
+    }
+
+    fn may_pass_to(&self, peer: BusId, source: BusId) -> bool {
+        may_pass_to(self.me, peer, source)
+    }
+
+    fn may_speak_for(&mut self, from: BusId, source: BusId) -> Result<(), String> {
+        let me = self.me;
+        sources(me, from).check_frame(source, "MULTICAST", |id| {
+            neighbors(me)
+                .into_iter()
+                .find(|&d| parent_of(d) == Some(me) && below(d, id))
+        })
+    }
+
+    fn push(&mut self, peer: BusId, head: &[u8], payload: &Bytes) -> bool {
+        // A relay drops forwards at random as a full queue would; never a receiver's first
+        // (see `publish_arrived`), never a mark.
+        let h = decode_multicast(head).expect("a head the core wrote");
+        let first = h.receivers().any(|(_, n)| n == 1);
+        if h.source != self.me && !h.mark && !first && self.sim.rng.chance(self.sim.drop_pct) {
+            return false;
+        }
+        let mut body = head.to_vec();
+        body.extend_from_slice(payload);
+        self.sim.send(self.me, peer, Kind::Multicast, body);
+        true
+    }
+
+    fn send_repair(&mut self, to: BusId, body: &[u8]) -> bool {
+        self.sim.send_e2e(self.me, to, body.to_vec());
+        true
+    }
+
+    fn deliver_span(&mut self, source: BusId, chunk: &Bytes, (start, len): (u32, u32)) {
+        let payload = chunk.slice(start as usize..(start + len) as usize);
+        self.sim.deliver_multicasts(self.me, source, vec![payload]);
+    }
+
+    fn deliver(&mut self, source: BusId, payloads: Vec<Bytes>) {
+        self.sim.deliver_multicasts(self.me, source, payloads);
+    }
+
+    fn report(&mut self, report: Report) {
+        let me = self.me;
+        match report {
+            Report::Lie { from, why } => self.sim.refuse(me, from, why),
+            Report::Gap { source, missed, .. } => {
+                *self
+                    .sim
+                    .node(me)
+                    .multicasts_missed
+                    .entry(source)
+                    .or_default() += missed;
+            }
+            Report::AskRefused { .. } => self.sim.node(me).refused_asks += 1,
+            _ => {}
+        }
+    }
+}
+
 #[derive(Default)]
 struct Publishing {
     /// How many each publisher made so far.
@@ -990,16 +984,13 @@ impl Publishing {
                     let now = sim.now;
                     let numbered = sim.node(p).multicasts.number(&MEMBERS, payload, now);
                     assert!(numbered.iter().all(|&(_, n)| n == number));
-                    let source = (p, 1);
-                    sim.send_multicast(
-                        p,
-                        None,
-                        source,
-                        false,
-                        MULTICAST_HOPS_MAX,
-                        numbered,
-                        payload,
-                    );
+                    let (split, _) = node::split_by_hop(&Tree(p), numbered.into_iter(), None);
+                    for (peer, list) in split {
+                        let mut body =
+                            encode_multicast_head(p, 1, false, MULTICAST_HOPS_MAX, &list);
+                        body.extend_from_slice(payload);
+                        sim.send(p, peer, Kind::Multicast, body);
+                    }
                 }
             }
         }

@@ -6,6 +6,7 @@
 
 use crate::event::Event;
 use crate::handover::Delivered;
+use crate::multicast::MulticastHost;
 use crate::node::SendError;
 use crate::shared::Shared;
 use crate::stats::bump;
@@ -14,6 +15,7 @@ use busway_core::group::repairs::{AskRefused, RepairJob};
 use busway_core::group::stream::{cuts_off, Offer, Skipped};
 use busway_core::group::{decode_repair, encode_mark, Repair, MULTICAST_STREAM};
 use busway_core::group::{encode_repair_ask, encode_repair_copy_head, encode_repair_lost};
+use busway_core::multicast;
 use busway_core::BusId;
 use bytes::Bytes;
 
@@ -34,7 +36,10 @@ impl Shared {
             return false;
         };
         if repair_names(&repair) == MULTICAST_STREAM {
-            return self.multicast_repair_received(from, chunk, start, body, repair, now_ms, out);
+            let mut link = None;
+            let host = &mut MulticastHost::new(self, out, &mut link);
+            let at = (chunk, start, body);
+            return multicast::node::repair_received(host, from, at, repair, now_ms);
         }
         match repair {
             Repair::Ask {
@@ -92,7 +97,7 @@ impl Shared {
                 }
                 false
             }
-            // Sorted out to `multicast_repair_received` above.
+            // Sorted out to the multicast machine above.
             Repair::Unreachable { .. } => false,
             Repair::Refused {
                 publish,
@@ -125,12 +130,18 @@ impl Shared {
         let answered =
             self.groups
                 .answer_ask(from, stream, range, (self.incarnation, now_ms), plan);
-        match answered {
-            Ok(()) => return,
-            Err(AskRefused::TooMany) => {
+        if let Err(why) = answered {
+            self.ask_refused(from, stream, why);
+        }
+    }
+
+    /// `from`'s ask of `stream` was refused (`why`): counted, and logged.
+    pub(crate) fn ask_refused(&self, from: BusId, stream: &str, why: AskRefused) {
+        match why {
+            AskRefused::TooMany => {
                 tracing::warn!(member = %from, stream, "repair refused: too many under way");
             }
-            Err(AskRefused::TooSoon) => {
+            AskRefused::TooSoon => {
                 tracing::debug!(member = %from, stream, "repair refused: asked again too soon");
             }
         }

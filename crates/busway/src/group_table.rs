@@ -69,7 +69,6 @@ macro_rules! in_turn {
         )*
     };
 }
-pub(crate) use in_turn;
 
 /// Whether a copy was taken to be delivered.
 pub(crate) fn delivers_repaired(got: &Option<(Offer, bool)>) -> bool {

@@ -12,6 +12,7 @@ use crate::event::Path;
 use crate::group_table::{GroupName, GroupPolicy};
 use crate::handover::Delivered;
 use crate::message::MessageBatch;
+use crate::multicast::MulticastHost;
 use crate::node::Node;
 use crate::shared::Shared;
 use crate::stats::bump;
@@ -25,6 +26,7 @@ use busway_core::group::PUBLISH_BACKPRESSURE_BIT;
 use busway_core::group::{check_name, decode_interest};
 use busway_core::group::{decode_group_log, encode_log_answer, GroupLog, LogOffer};
 use busway_core::group::{encode_interest, encode_publish_head, PUBLISH_FIXED_BYTES};
+use busway_core::multicast;
 use busway_core::BusId;
 use bytes::Bytes;
 use std::time::Duration;
@@ -487,9 +489,8 @@ impl Shared {
                         .publish_received(from, &mut link, chunk, start, &body, now_ms, &mut out)
                 }
                 SPAN_MULTICAST => {
-                    let at = (start, len);
-                    gaps |=
-                        self.multicast_received(from, &mut link, chunk, at, &body, now_ms, &mut out)
+                    let host = &mut MulticastHost::new(self, &mut out, &mut link);
+                    gaps |= multicast::node::received(host, from, chunk, (start, len), now_ms)
                 }
                 _ => gaps |= self.repair_received(from, chunk, start, &body, now_ms, &mut out),
             }

@@ -13,23 +13,22 @@
 use crate::event::Event;
 use crate::handover::Delivered;
 use crate::node::Node;
-use crate::peer::{Peer, PushError};
+use crate::peer::PushError;
 use crate::routing::Hops;
 use crate::shared::Shared;
 use crate::stats::bump;
 use busway_core::frame::FrameKind;
-use busway_core::group::stream::Offer;
-use busway_core::group::{encode_repair_unreachable, Repair, MULTICAST_STREAM};
-use busway_core::multicast::{decode_multicast, encode_multicast_head, MulticastHead};
+use busway_core::group::repairs::AskRefused;
+use busway_core::group::state::RepairPlan;
+use busway_core::group::MULTICAST_STREAM;
+use busway_core::multicast::encode_multicast_head;
+use busway_core::multicast::node::{self, Report};
+use busway_core::multicast::state::MulticastState;
 use busway_core::multicast::{MULTICAST_FIXED_BYTES, MULTICAST_HOPS_MAX};
 use busway_core::multicast::{MULTICAST_RECEIVERS_MAX, MULTICAST_RECEIVER_BYTES};
 use busway_core::BusId;
 use bytes::Bytes;
-use std::collections::BTreeMap;
-use std::sync::Arc;
-
-/// Receivers of a multicast with their numbers.
-type Numbered = Vec<(BusId, u64)>;
+use std::sync::atomic::Ordering::Relaxed;
 
 /// Why a multicast failed; nothing was sent.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -129,8 +128,12 @@ impl Node {
         let now_ms = shared.coarse_ms.load(std::sync::atomic::Ordering::Relaxed);
         let numbered = shared.multicasts.number(&receivers, &payload, now_ms);
         let mut reached = 0;
-        let mut later = Vec::new();
-        for (peer, list) in shared.split_by_hop(numbered.into_iter(), None, &mut later) {
+        // Checked above: every receiver had a route (one lost since asks once it is back).
+        let (split, _) = node::split_by_hop(shared, numbered.into_iter(), None);
+        for (peer, list) in split {
+            let Some(peer) = shared.peer(peer) else {
+                continue;
+            };
             let head =
                 encode_multicast_head(me, shared.incarnation, false, MULTICAST_HOPS_MAX, &list);
             let len = head.len() + payload.len();
@@ -163,370 +166,164 @@ impl Node {
     }
 }
 
-impl Shared {
-    /// The link a multicast to `dst` takes: a direct link to it (even while it is down: its
-    /// queue is resent when it is back), else the unicast next hop; never `except` (the peer
-    /// it came from).
-    fn multicast_hop(&self, dst: BusId, except: Option<BusId>, hops: &Hops) -> Option<Arc<Peer>> {
+/// The runtime as the multicast machine's host (`busway_core::multicast::node`): one read's
+/// or one timer's view of the node, its deliveries into `out` in the order decided.
+pub(crate) struct MulticastHost<'s, 'b, 'd> {
+    shared: &'s Shared,
+    out: &'b mut Delivered<'d>,
+    /// Who the link being read may speak for, looked up once per read (see `may_speak_for`).
+    link: &'b mut Option<busway_core::relay::Sources>,
+}
+
+impl<'s, 'b, 'd> MulticastHost<'s, 'b, 'd> {
+    /// A view of `shared` for one read (`link`: who its link may speak for) or one timer.
+    pub(crate) fn new(
+        shared: &'s Shared,
+        out: &'b mut Delivered<'d>,
+        link: &'b mut Option<busway_core::relay::Sources>,
+    ) -> Self {
+        Self { shared, out, link }
+    }
+}
+
+impl node::Routes for Shared {
+    type Hops = Hops;
+
+    fn hops(&self) -> Hops {
+        Shared::hops(self)
+    }
+
+    fn hop(&self, hops: &Hops, dst: BusId, except: Option<BusId>) -> Option<BusId> {
         if let Some(p) = self.peer(dst) {
             if !(p.discovered && p.is_dead()) && Some(p.id) != except {
-                return Some(p);
+                return Some(p.id);
             }
         }
-        hops.next(dst, except)
+        hops.next(dst, except).map(|p| p.id)
+    }
+}
+
+impl node::Host for MulticastHost<'_, '_, '_> {
+    type Routes = Shared;
+
+    fn routes(&self) -> &Shared {
+        self.shared
     }
 
-    /// Receivers (with their numbers) split by the link that leads to each, in chunks of at
-    /// most `MULTICAST_RECEIVERS_MAX`; receivers without a link now are put in `unrouted`
-    /// (a relay reports them; a source's receivers ask once a link is back).
-    fn split_by_hop(
-        &self,
-        receivers: impl Iterator<Item = (BusId, u64)>,
-        except: Option<BusId>,
-        unrouted: &mut Numbered,
-    ) -> Vec<(Arc<Peer>, Numbered)> {
-        let hops = self.hops();
-        let mut by_hop: BTreeMap<BusId, (Arc<Peer>, Numbered)> = BTreeMap::new();
-        for (id, number) in receivers {
-            match self.multicast_hop(id, except, &hops) {
-                Some(p) => by_hop
-                    .entry(p.id)
-                    .or_insert_with(|| (p, Vec::new()))
-                    .1
-                    .push((id, number)),
-                None => unrouted.push((id, number)),
-            }
-        }
-        let mut out = Vec::with_capacity(by_hop.len());
-        for (_, (peer, list)) in by_hop {
-            for chunk in list.chunks(MULTICAST_RECEIVERS_MAX) {
-                out.push((peer.clone(), chunk.to_vec()));
-            }
-        }
-        out
+    fn me(&self) -> (BusId, u64) {
+        (self.shared.config.id, self.shared.incarnation)
     }
 
-    /// A MULTICAST (or mark) from the direct peer `from`, its body at `start..start + len`
-    /// of `chunk`: delivered here if this node is named (in its source's order, into `out`),
-    /// passed on toward the others; true if this node's stream has a gap to ask for.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn multicast_received(
-        &self,
+    fn state<R>(
+        &mut self,
+        delivers: fn(&R) -> bool,
+        f: impl FnOnce(&mut MulticastState) -> R,
+    ) -> R {
+        self.shared.multicasts.with(delivers, f, self.out)
+    }
+
+    fn answer_ask(
+        &mut self,
         from: BusId,
-        link: &mut Option<busway_core::relay::Sources>,
-        chunk: &Bytes,
-        (start, len): (u32, u32),
-        body: &Bytes,
+        stream: &str,
+        range: (u64, u64),
         now_ms: u64,
-        out: &mut Delivered<'_>,
-    ) -> bool {
-        // Checked by `message_spans`.
-        let Ok(head) = decode_multicast(body) else {
-            return false;
-        };
-        let me = self.config.id;
-        if let Err(why) = self.may_speak_for(from, head.source, "MULTICAST", link) {
-            bump(&self.counters.multicasts_refused);
-            self.refuse_link(from, why);
-            return false;
-        }
-        let mut gap = false;
-        let mut onward = Vec::new();
-        for (id, number) in head.receivers() {
-            if id != me {
-                onward.push((id, number));
-                continue;
-            }
-            let at = head.payload_at as u32;
-            let payload = || body.slice(head.payload_at..);
-            let got = self.multicasts.received(
-                head.source,
-                head.incarnation,
-                number,
-                head.mark,
-                now_ms,
-                payload,
-                out,
-            );
-            if let Some(ended) = got.ended {
-                let why = format!("source {} restarted before they came", head.source);
-                multicast_skipped(self, head.source, ended, why, out);
-            }
-            match got.offer {
-                Some(Offer::Deliver { then }) => {
-                    out.span(head.source, None, chunk, (start + at, len - at));
-                    out.payloads(head.source, None, then);
-                }
-                Some(Offer::Stale) => bump(&self.counters.group_copies_dropped),
-                _ => {}
-            }
-            gap |= got.gap;
-        }
-        if !onward.is_empty() {
-            self.pass_multicast_on(from, &head, body, onward);
-        }
-        gap
+        plan: impl FnOnce(&mut Self) -> RepairPlan,
+    ) -> Result<(), AskRefused> {
+        let shared = self.shared;
+        let now = (shared.incarnation, now_ms);
+        shared
+            .groups
+            .answer_ask(from, stream, range, now, || plan(self))
     }
 
-    /// Passes a multicast on toward `onward` (receivers other than this node), one frame per
-    /// link, with one hop less; what cannot go (no hop left, no route, a full queue) is
-    /// dropped and counted, and those receivers ask the source for copies.
-    fn pass_multicast_on(
-        &self,
-        from: BusId,
-        head: &MulticastHead<'_>,
-        body: &Bytes,
-        onward: Vec<(BusId, u64)>,
-    ) {
-        if head.hops_left <= 1 {
-            let why = format!(
-                "out of hops (MULTICAST_HOPS_MAX) at relay {}",
-                self.config.id
-            );
-            self.multicast_unreachable(head, &onward, &why);
-            return;
-        }
-        let payload = body.slice(head.payload_at..);
-        let mut unrouted = Vec::new();
-        let split = self.split_by_hop(onward.into_iter(), Some(from), &mut unrouted);
-        if !unrouted.is_empty() {
-            let why = format!("no route at relay {}", self.config.id);
-            self.multicast_unreachable(head, &unrouted, &why);
-        }
-        let upstream = self.upstream_id();
-        for (peer, list) in split {
-            // Up there a multicast in the name of a source the upstream does not hold
-            // registered for us would close our link (see `registrations`).
-            if Some(peer.id) == upstream && !self.may_pass_to(peer.id, head.source) {
-                self.counters
-                    .multicast_forwards_dropped
-                    .fetch_add(list.len() as u64, std::sync::atomic::Ordering::Relaxed);
-                continue;
-            }
-            let new_head = encode_multicast_head(
-                head.source,
-                head.incarnation,
-                head.mark,
-                head.hops_left - 1,
-                &list,
-            );
-            let fits = peer
+    fn may_pass_to(&self, peer: BusId, source: BusId) -> bool {
+        self.shared.may_pass_to(peer, source)
+    }
+
+    fn may_speak_for(&mut self, from: BusId, source: BusId) -> Result<(), String> {
+        self.shared
+            .may_speak_for(from, source, "MULTICAST", self.link)
+    }
+
+    fn push(&mut self, peer: BusId, head: &[u8], payload: &Bytes) -> bool {
+        self.shared.peer(peer).is_some_and(|p| {
+            let fits = p
                 .frame_body_max()
-                .is_none_or(|m| new_head.len() + payload.len() <= m);
-            // A relay never waits for one receiver: a full link's receivers repair the gap.
-            if !fits
-                || peer
-                    .push_framed(FrameKind::Multicast, &new_head, &payload)
-                    .is_err()
-            {
-                self.counters
-                    .multicast_forwards_dropped
-                    .fetch_add(list.len() as u64, std::sync::atomic::Ordering::Relaxed);
-            }
-        }
+                .is_none_or(|m| head.len() + payload.len() <= m);
+            fits && p.push_framed(FrameKind::Multicast, head, payload).is_ok()
+        })
     }
 
-    /// A REPAIR about the multicast stream (`MULTICAST_STREAM`) from `from`, end to end, its
-    /// body at `start` of `chunk`: an ask answered from what this source keeps, a copy or a
-    /// loss applied to this receiver's stream; true if a gap is left to ask for.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn multicast_repair_received(
-        &self,
-        from: BusId,
-        chunk: &Bytes,
-        start: u32,
-        body: &Bytes,
-        repair: Repair<'_>,
-        now_ms: u64,
-        out: &mut Delivered<'_>,
-    ) -> bool {
-        match repair {
-            Repair::Ask {
-                incarnation,
-                from: first,
-                to,
-                ..
-            } => {
-                self.answer_repair_ask(from, MULTICAST_STREAM, (first, to), now_ms, || {
-                    self.multicasts
-                        .repair(from, incarnation, self.incarnation, (first, to))
-                });
-                false
+    fn send_repair(&mut self, to: BusId, body: &[u8]) -> bool {
+        let shared = self.shared;
+        let sent = shared.try_send_framed(to, FrameKind::Repair, body, &Bytes::new());
+        sent.is_ok()
+    }
+
+    fn deliver_span(&mut self, source: BusId, chunk: &Bytes, span: (u32, u32)) {
+        self.out.span(source, None, chunk, span);
+    }
+
+    fn deliver(&mut self, source: BusId, payloads: Vec<Bytes>) {
+        self.out.payloads(source, None, payloads);
+    }
+
+    fn report(&mut self, report: Report) {
+        let counters = &self.shared.counters;
+        match report {
+            Report::ForwardsDropped(n) => {
+                counters.multicast_forwards_dropped.fetch_add(n, Relaxed);
             }
-            Repair::Copy(head) => {
-                if head.publisher != from {
-                    tracing::warn!(peer = %from, source = %head.publisher, "REPAIR copy of another node's multicast: dropped");
-                    bump(&self.counters.group_repairs_refused);
-                    return false;
-                }
-                let payload = || body.slice(head.payload_at..);
-                let got = self.multicasts.repaired(
-                    from,
-                    head.incarnation,
-                    head.number,
-                    now_ms,
-                    payload,
-                    out,
-                );
-                let Some((offer, gap)) = got else {
-                    bump(&self.counters.group_repairs_refused);
-                    return false;
-                };
-                if let Offer::Deliver { then } = offer {
-                    let at = head.payload_at as u32;
-                    out.span(from, None, chunk, (start + at, body.len() as u32 - at));
-                    out.payloads(from, None, then);
-                }
-                gap
+            Report::CopyDropped => bump(&counters.group_copies_dropped),
+            Report::Lie { from, why } => {
+                bump(&counters.multicasts_refused);
+                self.shared.refuse_link(from, why);
             }
-            Repair::Lost {
-                incarnation,
-                from: first,
-                to,
-                ..
-            } => {
-                match self
-                    .multicasts
-                    .lost(from, incarnation, (first, to), now_ms, out)
-                {
-                    Some(skipped) => {
-                        let why = format!(
-                            "source {from} no longer holds multicasts {first}.. (its group_retain_bytes)"
-                        );
-                        multicast_skipped(self, from, skipped, why, out);
-                    }
-                    None => bump(&self.counters.group_repairs_refused),
-                }
-                false
+            Report::RepairRefused => bump(&counters.group_repairs_refused),
+            Report::AskRefused { from, why } => {
+                self.shared.ask_refused(from, MULTICAST_STREAM, why)
             }
-            // About a group, never the multicast stream (a refusal names its group).
-            Repair::Refused { .. } => false,
-            Repair::Unreachable {
-                incarnation,
-                receiver,
-                number,
+            Report::Gap {
+                source,
+                missed,
                 reason,
             } => {
-                if incarnation == self.incarnation {
-                    tracing::warn!(relay = %from, %receiver, number, reason, "multicast receiver unreachable");
-                    self.emit(Event::MulticastUnreachable {
-                        receiver,
-                        number,
-                        relay: from,
-                        reason: reason.to_owned(),
-                    });
-                } else {
-                    bump(&self.counters.group_repairs_refused);
-                }
-                false
+                tracing::warn!(%source, missed, %reason, "multicasts lost");
+                self.shared.emit(Event::MulticastGap {
+                    source,
+                    missed,
+                    reason,
+                });
             }
-        }
-    }
-
-    /// Receivers of a multicast this relay cannot pass it on to: dropped and counted, and
-    /// the source is told (REPAIR unreachable, at most once a second per receiver); the
-    /// receivers' own gap, if they exist, is theirs to repair once a way is back.
-    fn multicast_unreachable(&self, head: &MulticastHead<'_>, receivers: &Numbered, why: &str) {
-        self.counters
-            .multicast_forwards_dropped
-            .fetch_add(receivers.len() as u64, std::sync::atomic::Ordering::Relaxed);
-        let now_ms = self.coarse_ms.load(std::sync::atomic::Ordering::Relaxed);
-        for &(receiver, number) in receivers {
-            if !self
-                .multicasts
-                .report_unreachable(head.source, receiver, now_ms)
-            {
-                continue;
+            Report::Unreachable {
+                receiver,
+                number,
+                relay,
+                reason,
+            } => {
+                tracing::warn!(%relay, %receiver, number, reason, "multicast receiver unreachable");
+                self.shared.emit(Event::MulticastUnreachable {
+                    receiver,
+                    number,
+                    relay,
+                    reason,
+                });
             }
-            let text = format!("{why} for bus id {receiver}");
-            tracing::debug!(source = %head.source, %receiver, "multicast receiver unreachable: {text}");
-            let body = encode_repair_unreachable(head.incarnation, receiver, number, &text);
-            // Best effort: a report that does not fit is made at a later multicast.
-            let _ = self.try_send_framed(head.source, FrameKind::Repair, &body, &Bytes::new());
-        }
-    }
-
-    /// Sends marks (the last number) for `marks` (receiver, number), one frame per link;
-    /// returns those that did not fit a queue.
-    fn send_multicast_marks(&self, marks: Vec<(BusId, u64)>) -> Vec<(BusId, u64)> {
-        let mut unsent = Vec::new();
-        let mut later = Vec::new();
-        for (peer, list) in self.split_by_hop(marks.into_iter(), None, &mut later) {
-            let head = encode_multicast_head(
-                self.config.id,
-                self.incarnation,
-                true,
-                MULTICAST_HOPS_MAX,
-                &list,
-            );
-            if peer
-                .push_framed(FrameKind::Multicast, &head, &Bytes::new())
-                .is_err()
-            {
-                unsent.extend(list);
-            }
-        }
-        unsent
-    }
-
-    /// A link to `peer` came up: the receivers this node multicast to behind it get a mark,
-    /// so that one behind a relay that restarted (and lost what it held) sees its gap.
-    pub(crate) fn multicast_link_up(&self, peer: BusId) {
-        let marks = self.multicasts.all_marks();
-        if marks.is_empty() {
-            // Every link that comes up passes here: a node that never multicast is done.
-            return;
-        }
-        let hops = self.hops();
-        let behind: Vec<(BusId, u64)> = marks
-            .into_iter()
-            .filter(|&(id, _)| {
-                self.multicast_hop(id, None, &hops)
-                    .is_some_and(|p| p.id == peer)
-            })
-            .collect();
-        if !behind.is_empty() {
-            self.send_multicast_marks(behind);
-        }
-    }
-
-    /// The multicasts' timers, on the retry tick: tail marks of receivers gone quiet, and
-    /// gaps given up on (what waited behind them goes to the inbox).
-    pub(crate) fn multicast_tick(&self, now_ms: u64) {
-        if self.multicasts.is_idle() {
-            return;
-        }
-        let marks = self.multicasts.tail_marks(now_ms);
-        if !marks.is_empty() {
-            for (id, _) in self.send_multicast_marks(marks) {
-                // Its queue was full: marked again on a later tick.
-                self.multicasts.unmark(id);
-            }
-        }
-        let mut out = self.delivered();
-        for (source, skipped, why) in self.multicasts.overdue(now_ms, &mut out) {
-            multicast_skipped(self, source, skipped, why, &mut out);
         }
     }
 }
 
-/// Multicasts of `source` that will never come were skipped: what waited behind them is
-/// delivered, then the application is told how many (`Event::MulticastGap`).
-pub(crate) fn multicast_skipped(
-    shared: &Shared,
-    source: BusId,
-    skipped: busway_core::group::stream::Skipped,
-    reason: String,
-    out: &mut Delivered<'_>,
-) {
-    out.payloads(source, None, skipped.deliver);
-    if skipped.missed == 0 {
-        return;
+impl Shared {
+    /// A link to `peer` came up: the receivers behind it get a mark (see `node::link_up`).
+    pub(crate) fn multicast_link_up(&self, peer: BusId) {
+        let (mut out, mut link) = (self.delivered(), None);
+        node::link_up(&mut MulticastHost::new(self, &mut out, &mut link), peer);
     }
-    tracing::warn!(%source, missed = skipped.missed, %reason, "multicasts lost");
-    shared.emit(Event::MulticastGap {
-        source,
-        missed: skipped.missed,
-        reason,
-    });
+
+    /// The multicasts' timers, on the retry tick (see `node::tick`).
+    pub(crate) fn multicast_tick(&self, now_ms: u64) {
+        let (mut out, mut link) = (self.delivered(), None);
+        node::tick(&mut MulticastHost::new(self, &mut out, &mut link), now_ms);
+    }
 }

@@ -2,11 +2,10 @@
 //! (`busway_core::multicast::state`); each call takes the lock for itself alone, and one that
 //! delivers to this node's application takes its turn to hand over under it (see `handover`).
 
-use crate::group_table::{delivers_repaired, in_turn};
 use crate::handover::Delivered;
-use busway_core::group::state::{Ask, RepairPlan};
-use busway_core::group::stream::{HeldBudget, Offer, Skipped};
-use busway_core::multicast::state::{Arrived, MulticastState};
+use busway_core::group::state::Ask;
+use busway_core::group::stream::HeldBudget;
+use busway_core::multicast::state::MulticastState;
 use busway_core::BusId;
 use bytes::Bytes;
 use std::sync::{Arc, Mutex};
@@ -39,19 +38,23 @@ impl MulticastTable {
     under_lock! {
         fn is_idle(&self) -> bool;
         fn number(&self, to: &[BusId], payload: &Bytes, now_ms: u64) -> Vec<(BusId, u64)>;
-        fn tail_marks(&self, now_ms: u64) -> Vec<(BusId, u64)>;
-        fn unmark(&self, receiver: BusId);
-        fn report_unreachable(&self, source: BusId, receiver: BusId, now_ms: u64) -> bool;
-        fn all_marks(&self) -> Vec<(BusId, u64)>;
-        fn repair(&self, receiver: BusId, asked_incarnation: u64, incarnation: u64, range: (u64, u64)) -> RepairPlan;
         fn asks(&self, now_ms: u64) -> Vec<Ask>;
         fn unask(&self, ask: &Ask);
     }
 
-    in_turn! {
-        fn received(&self, source: BusId, incarnation: u64, number: u64, mark: bool, now_ms: u64, payload: impl FnOnce() -> Bytes) -> Arrived, if Arrived::delivers;
-        fn repaired(&self, source: BusId, incarnation: u64, number: u64, now_ms: u64, payload: impl FnOnce() -> Bytes) -> Option<(Offer, bool)>, if delivers_repaired;
-        fn lost(&self, source: BusId, incarnation: u64, range: (u64, u64), now_ms: u64) -> Option<Skipped>, if Option::is_some;
-        fn overdue(&self, now_ms: u64) -> Vec<(BusId, Skipped, String)>, if |v: &Vec<_>| !v.is_empty();
+    /// Runs `f` on the state under its lock; if `delivers` holds for its answer, takes the
+    /// turn to hand over under it (see `Delivered::take_turn`).
+    pub(crate) fn with<R>(
+        &self,
+        delivers: fn(&R) -> bool,
+        f: impl FnOnce(&mut MulticastState) -> R,
+        out: &mut Delivered<'_>,
+    ) -> R {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let got = f(&mut state);
+        if delivers(&got) {
+            out.take_turn();
+        }
+        got
     }
 }
