@@ -41,9 +41,11 @@
 //! MULTICAST frame): numbered per receiver, asked for, copied and lost like a group's.
 
 pub mod forwards;
+pub mod host;
 pub mod intake;
 pub mod log_offers;
 pub mod log_records;
+pub mod node;
 pub mod permissions;
 pub mod repairs;
 pub mod seen_order;

@@ -29,27 +29,26 @@
 //!
 //! `BUSWAY_SIM_SEEDS=N` runs N schedules (default 100); `BUSWAY_SIM_SEED=S` runs one.
 
+use busway_core::frame::FrameKind;
+use busway_core::group::forwards::Push;
+use busway_core::group::host::{Host, Report, Routes, Unsent};
 use busway_core::group::intake::Handed;
-use busway_core::group::repairs::AskRefused;
-use busway_core::group::repairs::{
-    RepairJob, Repairs, GROUP_REPAIRS_PENDING_MAX, REPAIR_ASK_GAP_MIN_MS,
-};
-use busway_core::group::state::RepairPlan;
+use busway_core::group::repairs::{Repairs, GROUP_REPAIRS_PENDING_MAX, REPAIR_ASK_GAP_MIN_MS};
 use busway_core::group::state::{GroupState, GROUPS_PER_PEER_MAX};
-use busway_core::group::stream::{cuts_off, HELD_ENTRY_OVERHEAD_BYTES};
-use busway_core::group::stream::{HeldBudget, Offer, Skipped, GROUP_HELD_BYTES_NODE_MAX};
+use busway_core::group::stream::HELD_ENTRY_OVERHEAD_BYTES;
+use busway_core::group::stream::{HeldBudget, GROUP_HELD_BYTES_NODE_MAX};
 use busway_core::group::PublishHead;
 use busway_core::group::{
-    decode_interest, decode_publish, decode_repair, encode_interest, encode_mark,
-    encode_publish_head, encode_repair_ask, encode_repair_copy_head, encode_repair_lost, Repair,
-    MULTICAST_STREAM, PUBLISH_BATCH_BIT, PUBLISH_MARK_BIT,
+    decode_interest, decode_publish, encode_interest, encode_mark, encode_publish_head,
+    encode_repair_ask, PUBLISH_BATCH_BIT, PUBLISH_MARK_BIT,
 };
-use busway_core::multicast::node::{self, Host, Report, Routes};
+use busway_core::multicast::node::split_by_hop;
 use busway_core::multicast::state::MulticastState;
 use busway_core::multicast::{decode_multicast, encode_multicast_head, MULTICAST_HOPS_MAX};
 use busway_core::relay::Sources;
 use busway_core::sim::SimRng;
 use busway_core::BusId;
+use busway_core::{group, multicast};
 use bytes::Bytes;
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap};
@@ -400,42 +399,6 @@ impl Sim {
         }
     }
 
-    /// What the runtime's `skipped` does: hand over what waited, count what is missed. A gap
-    /// given up on (`given_up`) cuts the member off (it leaves the group) only if its own
-    /// application fell behind, by the core's rule (`stream::cuts_off`); else it is a
-    /// `GroupGap` (recorded) and the member stays.
-    fn skipped(
-        &mut self,
-        id: BusId,
-        publisher: BusId,
-        mut skipped: Skipped,
-        why: &str,
-        given_up: bool,
-    ) {
-        self.deliver(id, publisher, std::mem::take(&mut skipped.deliver));
-        if skipped.missed == 0 {
-            return;
-        }
-        let now = self.now;
-        let n = self.node(id);
-        *n.missed.entry(publisher).or_default() += skipped.missed;
-        // Behind now, or when it last was: the end of its window, once past.
-        let behind_now = n.behind.is_some_and(|(from, to)| (from..to).contains(&now));
-        let behind_at = n
-            .behind
-            .filter(|&(from, _)| from <= now)
-            .map(|(_, to)| to.min(now));
-        if cuts_off(given_up, behind_now, behind_at, &skipped, now) {
-            n.cut_offs.push((publisher, skipped.missed));
-            self.leave(id);
-            return;
-        }
-        n.gaps.push(format!(
-            "{id} gave up {} of {publisher}'s publishes at {now} ms: {why}",
-            skipped.missed
-        ));
-    }
-
     /// Whether `id`'s application is not reading at `now`: what comes to it waits until
     /// it reads again (its links stop reading).
     fn behind_until(&self, id: BusId) -> Option<u64> {
@@ -472,20 +435,8 @@ impl Sim {
             .state
             .interest(from, i.join, i.name, GROUPS_PER_PEER_MAX);
         if newly == Some(true) {
-            // The runtime's `send_marks`: where each publisher this node knows stands.
-            let inc = self.nodes[&me].incarnation;
-            let marks = self.nodes[&me].state.marks_for(i.name, me, inc);
-            for (publisher, incarnation, number) in marks {
-                if publisher == from || !may_pass_to(me, from, publisher) {
-                    continue;
-                }
-                self.send(
-                    me,
-                    from,
-                    Kind::Publish,
-                    encode_mark(publisher, incarnation, number, i.name),
-                );
-            }
+            // Where each publisher this node knows stands.
+            group::node::send_marks(&mut self.host(me), from, i.name);
         }
         self.sync_adverts(me);
     }
@@ -534,7 +485,9 @@ impl Sim {
             }
         }
         if let Some(ended) = intake.ended {
-            self.skipped(me, head.publisher, ended, "its publisher restarted", false);
+            let why = "its publisher restarted".to_owned();
+            let (stream, now) = ((head.publisher, head.name), self.now);
+            group::node::skipped(&mut self.host(me), stream, ended, (why, false), now);
         }
         for handed in intake.handed {
             let payloads = match handed {
@@ -580,7 +533,7 @@ impl Sim {
         }
         let len = body.len() as u32;
         let now = self.now;
-        node::received(&mut self.host(me), from, &Bytes::from(body), (0, len), now);
+        multicast::node::received(&mut self.host(me), from, &Bytes::from(body), (0, len), now);
     }
 
     /// Node `me` as the multicast machine's host.
@@ -603,144 +556,19 @@ impl Sim {
             return;
         }
         let body = Bytes::from(body);
-        let repair = decode_repair(&body).expect("repairs the sim wrote");
-        let stream = match repair {
-            Repair::Ask { name, .. } | Repair::Lost { name, .. } => name,
-            Repair::Copy(head) => head.name,
-            _ => "",
-        };
-        if stream == MULTICAST_STREAM {
-            let now = self.now;
-            let at = (&body, 0, &body);
-            node::repair_received(&mut self.host(me), from, at, repair, now);
-            return;
-        }
         let now = self.now;
-        match repair {
-            Repair::Ask {
-                incarnation,
-                from: first,
-                to,
-                name,
-            } => {
-                let n = self.node(me);
-                let (state, inc) = (&n.state, n.incarnation);
-                let answered = n.repairs.answer(from, name, (first, to), (inc, now), || {
-                    state.repair(name, incarnation, inc, (first, to))
-                });
-                n.refused_asks += u64::from(answered.is_err());
-                assert!(n.repairs.len() <= GROUP_REPAIRS_PENDING_MAX);
-            }
-            Repair::Copy(head) => {
-                assert_eq!(head.publisher, from, "a copy of another's publish");
-                let payload = body.slice(head.payload_at..);
-                let r = self.node(me).state.repaired(&head, now, || payload.clone());
-                if let Some((Offer::Deliver { then }, _)) = r {
-                    self.deliver(me, from, vec![payload]);
-                    self.deliver(me, from, then);
-                }
-            }
-            Repair::Lost {
-                incarnation,
-                from: first,
-                to,
-                name,
-            } => {
-                let r = self
-                    .node(me)
-                    .state
-                    .lost(from, incarnation, name, (first, to), now);
-                if let Some(skipped) = r {
-                    let why = format!("publisher {from} no longer holds {first}..{to}");
-                    self.skipped(me, from, skipped, &why, true);
-                }
-            }
-            other => panic!("the sim sends no {other:?}"),
-        }
+        group::node::repair_received(&mut self.host(me), from, (&body, 0, &body), now);
     }
 
-    /// The runtime's `group_tick` on one node.
+    /// The runtime's `group_tick` and `multicast_tick` on one node: the core's own.
     fn tick(&mut self, id: BusId) {
         if !self.nodes[&id].up {
             return;
         }
         let now = self.now;
-        let inc = self.nodes[&id].incarnation;
-        for (group, number, to) in self.node(id).state.tail_marks(now) {
-            for peer in to {
-                self.send(
-                    id,
-                    peer,
-                    Kind::Publish,
-                    encode_mark(id, inc, number, &group),
-                );
-            }
-        }
-        for (peer, publisher, incarnation, number, group) in self.node(id).state.owed_marks(id, inc)
-        {
-            // Paid without a word where it may not go (the runtime's `group_tick`).
-            if may_pass_to(id, peer, publisher) {
-                let body = encode_mark(publisher, incarnation, number, &group);
-                self.send(id, peer, Kind::Publish, body);
-            }
-            self.node(id).state.mark_paid(peer, publisher, &group);
-        }
-        let mut asks = self.node(id).state.asks(now);
-        asks.extend(self.node(id).multicasts.asks(now));
-        for ask in asks {
-            let body = encode_repair_ask(ask.incarnation, ask.from, ask.to, &ask.group);
-            self.send_e2e(id, ask.publisher, body);
-        }
-        // The runtime's `pump_repairs`: each job once, one whose way is full behind the
-        // others, that member's other jobs not tried again.
-        let mut full = Vec::new();
-        for _ in 0..self.nodes[&id].repairs.len() {
-            let Some(mut job) = self.node(id).repairs.take(now) else {
-                break;
-            };
-            if full.contains(&job.to) || !self.send_repair(id, &mut job) {
-                full.push(job.to);
-                self.node(id).repairs.requeue(job);
-            }
-        }
-        for (publisher, _group, skipped, why) in self.node(id).state.overdue(now) {
-            self.skipped(id, publisher, skipped, &why, true);
-        }
-        node::tick(&mut self.host(id), now);
+        group::node::tick(&mut self.host(id), now);
+        multicast::node::tick(&mut self.host(id), now);
         assert!(self.nodes[&id].held.used() <= GROUP_HELD_BYTES_NODE_MAX);
-    }
-
-    /// The runtime's `send_repair`: the loss first, then the copies in order, as far as
-    /// the way takes them (the liar never makes room past `LIAR_ROOM_FRAMES`); false if
-    /// some is left.
-    fn send_repair(&mut self, id: BusId, job: &mut RepairJob) -> bool {
-        let room = |sim: &mut Sim| {
-            if job.to != LIAR {
-                return true;
-            }
-            let taken = sim.liar_taken;
-            sim.liar_taken += u64::from(taken < LIAR_ROOM_FRAMES);
-            taken < LIAR_ROOM_FRAMES
-        };
-        if let Some((first, to)) = job.lost {
-            if !room(self) {
-                return false;
-            }
-            job.lost = None;
-            let body = encode_repair_lost(job.incarnation, first, to, &job.group);
-            self.send_e2e(id, job.to, body);
-        }
-        while let Some((number, payload)) = job.copies.front() {
-            if !room(self) {
-                return false;
-            }
-            let mut body = encode_repair_copy_head(id, job.incarnation, *number, &job.group);
-            body.extend_from_slice(payload);
-            *self.node(id).copies_sent.entry(job.to).or_default() += 1;
-            self.send_e2e(id, job.to, body);
-            job.copies.pop_front();
-        }
-        true
     }
 
     fn crash(&mut self, id: BusId) {
@@ -841,83 +669,106 @@ impl Host for SimHost<'_> {
         (self.me, self.sim.nodes[&self.me].incarnation)
     }
 
-    fn state<R>(&mut self, _: fn(&R) -> bool, f: impl FnOnce(&mut MulticastState) -> R) -> R {
+    fn groups<R>(&mut self, _: fn(&R) -> bool, f: impl FnOnce(&mut GroupState) -> R) -> R {
+        f(&mut self.sim.node(self.me).state)
+    }
+
+    fn multicasts<R>(&mut self, _: fn(&R) -> bool, f: impl FnOnce(&mut MulticastState) -> R) -> R {
         f(&mut self.sim.node(self.me).multicasts)
     }
 
-    fn answer_ask(
-        &mut self,
-        from: BusId,
-        stream: &str,
-        range: (u64, u64),
-        now_ms: u64,
-        plan: impl FnOnce(&mut Self) -> RepairPlan,
-    ) -> Result<(), AskRefused> {
-        let me = self.me;
-        if self
-            .sim
-            .node(me)
-            .repairs
-            .asks_too_soon(from, stream, range, now_ms)
-        {
-            return Err(AskRefused::TooSoon);
-        }
-        let plan = plan(self);
-        let n = self.sim.node(me);
-        let inc = n.incarnation;
-        let taken = n
-            .repairs
-            .take_planned(from, stream, range, (inc, now_ms), plan);
-        assert!(n.repairs.len() <= GROUP_REPAIRS_PENDING_MAX);
-        taken
+    fn repairs<R>(&mut self, f: impl FnOnce(&mut Repairs) -> R) -> R {
+        let repairs = &mut self.sim.node(self.me).repairs;
+        let got = f(repairs);
+        assert!(repairs.len() <= GROUP_REPAIRS_PENDING_MAX);
+        got
     }
 
-    fn may_pass_to(&self, peer: BusId, source: BusId) -> bool {
-        may_pass_to(self.me, peer, source)
+    fn may_pass_to(&self, peer: BusId, speaker: BusId) -> bool {
+        may_pass_to(self.me, peer, speaker)
     }
 
-    fn may_speak_for(&mut self, from: BusId, source: BusId) -> Result<(), String> {
+    fn may_speak_for(&mut self, from: BusId, speaker: BusId, what: &str) -> Result<(), String> {
         let me = self.me;
-        sources(me, from).check_frame(source, "MULTICAST", |id| {
+        sources(me, from).check_frame(speaker, what, |id| {
             neighbors(me)
                 .into_iter()
                 .find(|&d| parent_of(d) == Some(me) && below(d, id))
         })
     }
 
-    fn push(&mut self, peer: BusId, head: &[u8], payload: &Bytes) -> bool {
-        // A relay drops forwards at random as a full queue would; never a receiver's first
-        // (see `publish_arrived`), never a mark.
-        let h = decode_multicast(head).expect("a head the core wrote");
-        let first = h.receivers().any(|(_, n)| n == 1);
-        if h.source != self.me && !h.mark && !first && self.sim.rng.chance(self.sim.drop_pct) {
-            return false;
+    fn push(&mut self, peer: BusId, kind: FrameKind, head: &[u8], payload: &Bytes) -> Push {
+        let kind = match kind {
+            FrameKind::Multicast => {
+                // A relay drops forwards at random as a full queue would; never a receiver's
+                // first (see `publish_arrived`), never a mark.
+                let h = decode_multicast(head).expect("a head the core wrote");
+                let first = h.receivers().any(|(_, n)| n == 1);
+                let relayed = h.source != self.me && !h.mark && !first;
+                if relayed && self.sim.rng.chance(self.sim.drop_pct) {
+                    return Push::Full;
+                }
+                Kind::Multicast
+            }
+            // Marks: a way that drops one owes it (see `pass_on`).
+            _ => Kind::Publish,
+        };
+        let mut body = head.to_vec();
+        body.extend_from_slice(payload);
+        self.sim.send(self.me, peer, kind, body);
+        Push::Sent
+    }
+
+    fn send_repair(&mut self, to: BusId, head: &[u8], payload: &Bytes) -> Result<(), Unsent> {
+        // The liar never acknowledges: its way fills after `LIAR_ROOM_FRAMES`.
+        if to == LIAR {
+            if self.sim.liar_taken >= LIAR_ROOM_FRAMES {
+                return Err(Unsent::Full);
+            }
+            self.sim.liar_taken += 1;
         }
         let mut body = head.to_vec();
         body.extend_from_slice(payload);
-        self.sim.send(self.me, peer, Kind::Multicast, body);
+        self.sim.send_e2e(self.me, to, body);
+        Ok(())
+    }
+
+    fn has_caught_up(&self, _: BusId) -> bool {
         true
     }
 
-    fn send_repair(&mut self, to: BusId, body: &[u8]) -> bool {
-        self.sim.send_e2e(self.me, to, body.to_vec());
-        true
+    fn forwards_wait_for(&self, _: BusId) -> bool {
+        false
     }
 
-    fn deliver_span(&mut self, source: BusId, chunk: &Bytes, (start, len): (u32, u32)) {
-        let payload = chunk.slice(start as usize..(start + len) as usize);
-        self.sim.deliver_multicasts(self.me, source, vec![payload]);
+    fn app_behind(&self) -> (bool, Option<u64>) {
+        // Behind now, or when it last was: the end of its window, once past.
+        let now = self.sim.now;
+        let behind = self.sim.nodes[&self.me].behind;
+        let behind_now = behind.is_some_and(|(from, to)| (from..to).contains(&now));
+        let behind_at = behind
+            .filter(|&(from, _)| from <= now)
+            .map(|(_, to)| to.min(now));
+        (behind_now, behind_at)
     }
 
-    fn deliver(&mut self, source: BusId, payloads: Vec<Bytes>) {
-        self.sim.deliver_multicasts(self.me, source, payloads);
+    fn deliver_span(&mut self, from: BusId, group: Option<&str>, chunk: &Bytes, span: (u32, u32)) {
+        let (start, len) = (span.0 as usize, span.1 as usize);
+        self.deliver(from, group, vec![chunk.slice(start..start + len)]);
+    }
+
+    fn deliver(&mut self, from: BusId, group: Option<&str>, payloads: Vec<Bytes>) {
+        match group {
+            Some(_) => self.sim.deliver(self.me, from, payloads),
+            None => self.sim.deliver_multicasts(self.me, from, payloads),
+        }
     }
 
     fn report(&mut self, report: Report) {
-        let me = self.me;
+        let (me, now) = (self.me, self.sim.now);
         match report {
-            Report::Lie { from, why } => self.sim.refuse(me, from, why),
-            Report::Gap { source, missed, .. } => {
+            Report::MulticastLie { from, why } => self.sim.refuse(me, from, why),
+            Report::MulticastGap { source, missed, .. } => {
                 *self
                     .sim
                     .node(me)
@@ -926,6 +777,27 @@ impl Host for SimHost<'_> {
                     .or_default() += missed;
             }
             Report::AskRefused { .. } => self.sim.node(me).refused_asks += 1,
+            Report::CopySent { to } => *self.sim.node(me).copies_sent.entry(to).or_default() += 1,
+            Report::GroupGap {
+                publisher,
+                missed,
+                reason,
+                cut_off,
+                ..
+            } => {
+                let n = self.sim.node(me);
+                *n.missed.entry(publisher).or_default() += missed;
+                if cut_off {
+                    // It left the group (the core's `leave`): its peers are told.
+                    n.cut_offs.push((publisher, missed));
+                    n.member = false;
+                    self.sim.sync_adverts(me);
+                } else {
+                    n.gaps.push(format!(
+                        "{me} gave up {missed} of {publisher}'s publishes at {now} ms: {reason}"
+                    ));
+                }
+            }
             _ => {}
         }
     }
@@ -984,7 +856,7 @@ impl Publishing {
                     let now = sim.now;
                     let numbered = sim.node(p).multicasts.number(&MEMBERS, payload, now);
                     assert!(numbered.iter().all(|&(_, n)| n == number));
-                    let (split, _) = node::split_by_hop(&Tree(p), numbered.into_iter(), None);
+                    let (split, _) = split_by_hop(&Tree(p), numbered.into_iter(), None);
                     for (peer, list) in split {
                         let mut body =
                             encode_multicast_head(p, 1, false, MULTICAST_HOPS_MAX, &list);

@@ -13,7 +13,7 @@ use busway_core::frame::FrameKind;
 use busway_core::group::forwards::Push;
 use busway_core::group::intake::{Handed, Intake};
 use busway_core::group::{decode_publish, split_publish_batch};
-use busway_core::BusId;
+use busway_core::{group, BusId};
 use bytes::Bytes;
 use std::sync::Arc;
 use std::time::Duration;
@@ -168,7 +168,9 @@ impl Shared {
             let why = format!(
                 "publisher {publisher} restarted before they came (a new incarnation's stream starts afresh)"
             );
-            self.skipped(publisher, group, ended, (why, false), out);
+            let mut link = None;
+            let host = &mut self.group_host(out, &mut link);
+            group::node::skipped(host, (publisher, group), ended, (why, false), now_ms);
         }
         let at = |(start, len): (usize, usize)| ((base + start) as u32, len as u32);
         for handed in intake.handed {

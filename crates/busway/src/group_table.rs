@@ -7,9 +7,9 @@
 use crate::group_forwards::WaitingForwards;
 use crate::handover::Delivered;
 use busway_core::group::intake::Intake;
-use busway_core::group::repairs::{AskRefused, RepairJob, Repairs};
-use busway_core::group::state::{Advert, Ask, GroupState, Published, RepairPlan};
-use busway_core::group::stream::{HeldBudget, Offer, Skipped};
+use busway_core::group::repairs::Repairs;
+use busway_core::group::state::{Advert, GroupState, Published};
+use busway_core::group::stream::HeldBudget;
 use busway_core::group::PublishHead;
 use busway_core::BusId;
 use bytes::Bytes;
@@ -70,11 +70,6 @@ macro_rules! in_turn {
     };
 }
 
-/// Whether a copy was taken to be delivered.
-pub(crate) fn delivers_repaired(got: &Option<(Offer, bool)>) -> bool {
-    matches!(got, Some((Offer::Deliver { .. }, _)))
-}
-
 impl GroupTable {
     /// A table that keeps up to `retain_bytes` of recent publishes per group for repairs.
     pub(crate) fn new(retain_bytes: usize, held: Arc<HeldBudget>) -> Self {
@@ -106,37 +101,25 @@ impl GroupTable {
         (at != u64::MAX).then_some(at)
     }
 
-    /// Takes `member`'s ask for `range` of `stream` (see `Repairs::answer`); `plan` is made
-    /// between two turns of the repairs' lock, not under it (it takes the group or multicast
-    /// state's lock, and may clone what a stream keeps).
-    pub(crate) fn answer_ask(
+    /// Runs `f` on the state under its lock; if `delivers` holds for its answer, takes the
+    /// turn to hand over under it (see `Delivered::take_turn`).
+    pub(crate) fn with<R>(
         &self,
-        member: BusId,
-        stream: &str,
-        range: (u64, u64),
-        now: (u64, u64),
-        plan: impl FnOnce() -> RepairPlan,
-    ) -> Result<(), AskRefused> {
-        if locked(&self.repairs).asks_too_soon(member, stream, range, now.1) {
-            return Err(AskRefused::TooSoon);
+        delivers: fn(&R) -> bool,
+        f: impl FnOnce(&mut GroupState) -> R,
+        out: &mut Delivered<'_>,
+    ) -> R {
+        let mut state = locked(&self.state);
+        let got = f(&mut state);
+        if delivers(&got) {
+            out.take_turn();
         }
-        let plan = plan();
-        locked(&self.repairs).take_planned(member, stream, range, now, plan)
+        got
     }
 
-    /// The oldest repair under way at `now_ms` (see `Repairs::take`).
-    pub(crate) fn take_repair(&self, now_ms: u64) -> Option<RepairJob> {
-        locked(&self.repairs).take(now_ms)
-    }
-
-    /// A repair taken and not finished, behind the others (see `Repairs::requeue`).
-    pub(crate) fn requeue_repair(&self, job: RepairJob) {
-        locked(&self.repairs).requeue(job)
-    }
-
-    /// How many repairs are under way.
-    pub(crate) fn repairs_len(&self) -> usize {
-        locked(&self.repairs).len()
+    /// Runs `f` on the repairs under way, under their lock alone.
+    pub(crate) fn repairs_with<R>(&self, f: impl FnOnce(&mut Repairs) -> R) -> R {
+        f(&mut locked(&self.repairs))
     }
 
     /// Whether repairs are under way.
@@ -144,23 +127,9 @@ impl GroupTable {
         !locked(&self.repairs).is_empty()
     }
 
-    /// See `GroupState::repair`.
-    pub(crate) fn repair(
-        &self,
-        name: &str,
-        asked_incarnation: u64,
-        incarnation: u64,
-        range: (u64, u64),
-    ) -> RepairPlan {
-        locked(&self.state).repair(name, asked_incarnation, incarnation, range)
-    }
-
     in_turn! {
         fn take_publish(&self, me: BusId, from: BusId, body: &Bytes, head: &PublishHead, now_ms: u64) -> Intake, if Intake::delivers;
         fn take_run(&self, me: BusId, from: BusId, heads: &[PublishHead], buf: &Bytes, spans: Vec<(usize, usize)>, now_ms: u64) -> Intake, if Intake::delivers;
-        fn repaired(&self, head: &PublishHead, now_ms: u64, payload: impl FnOnce() -> Bytes) -> Option<(Offer, bool)>, if delivers_repaired;
-        fn lost(&self, publisher: BusId, incarnation: u64, name: &str, range: (u64, u64), now_ms: u64) -> Option<Skipped>, if Option::is_some;
-        fn overdue(&self, now_ms: u64) -> Vec<(BusId, GroupName, Skipped, String)>, if |v: &Vec<_>| !v.is_empty();
     }
 
     under_lock! {
@@ -171,16 +140,9 @@ impl GroupTable {
         fn wanted_by(&self, name: &str) -> Vec<BusId>;
         fn publish(&self, name: &str, payload: &Bytes, now_ms: u64) -> Published;
         fn interest(&self, from: BusId, join: bool, name: &str, quota: usize) -> Option<bool>;
-        fn marks_for(&self, name: &str, me: BusId, incarnation: u64) -> Vec<(BusId, u64, u64)>;
-        fn tail_marks(&self, now_ms: u64) -> Vec<(GroupName, u64, Vec<BusId>)>;
-        fn asks(&self, now_ms: u64) -> Vec<Ask>;
-        fn unask(&self, ask: &Ask);
         fn set_policy(&self, name: &str, policy: GroupPolicy);
-        fn lagging(&self) -> Vec<(GroupName, u64, BusId)>;
         fn set_lagging(&self, name: &str, peer: BusId, lagging: bool);
         fn owe_mark(&self, peer: BusId, publisher: BusId, name: &str);
-        fn owed_marks(&self, me: BusId, incarnation: u64) -> Vec<(BusId, BusId, u64, u64, GroupName)>;
-        fn mark_paid(&self, peer: BusId, publisher: BusId, name: &GroupName);
         fn peer_gone(&self, peer: BusId);
         fn peer_came(&self, peer: BusId);
         fn advert_not_sent(&self, advert: &Advert);

@@ -12,7 +12,6 @@ use crate::event::Path;
 use crate::group_table::{GroupName, GroupPolicy};
 use crate::handover::Delivered;
 use crate::message::MessageBatch;
-use crate::multicast::MulticastHost;
 use crate::node::Node;
 use crate::shared::Shared;
 use crate::stats::bump;
@@ -26,8 +25,7 @@ use busway_core::group::PUBLISH_BACKPRESSURE_BIT;
 use busway_core::group::{check_name, decode_interest};
 use busway_core::group::{decode_group_log, encode_log_answer, GroupLog, LogOffer};
 use busway_core::group::{encode_interest, encode_publish_head, PUBLISH_FIXED_BYTES};
-use busway_core::multicast;
-use busway_core::BusId;
+use busway_core::{group, multicast, BusId};
 use bytes::Bytes;
 use std::time::Duration;
 
@@ -489,10 +487,14 @@ impl Shared {
                         .publish_received(from, &mut link, chunk, start, &body, now_ms, &mut out)
                 }
                 SPAN_MULTICAST => {
-                    let host = &mut MulticastHost::new(self, &mut out, &mut link);
+                    let host = &mut self.group_host(&mut out, &mut link);
                     gaps |= multicast::node::received(host, from, chunk, (start, len), now_ms)
                 }
-                _ => gaps |= self.repair_received(from, chunk, start, &body, now_ms, &mut out),
+                _ => {
+                    let host = &mut self.group_host(&mut out, &mut link);
+                    let at = (chunk, start, &body);
+                    gaps |= group::node::repair_received(host, from, at, now_ms)
+                }
             }
             false
         });

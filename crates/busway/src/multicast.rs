@@ -1,6 +1,6 @@
-//! Multicast: `Node::multicast` to an explicit list of receivers, and what a node does with
-//! the MULTICAST messages its peers send (see `busway_core::multicast` for the frame and
-//! `multicast_table` for the numbers, what is kept and the receivers' streams).
+//! Multicast: `Node::multicast` to an explicit list of receivers (see `busway_core::multicast`
+//! for the frame, `busway_core::multicast::node` for what a node does with the MULTICASTs its
+//! peers send, and `group_host` for the runtime's side of that).
 //!
 //! The source numbers the multicast per receiver, splits the receivers by the link that leads
 //! to each (its unicast route) and writes one MULTICAST per link naming the receivers behind
@@ -10,25 +10,17 @@
 //! what a relay loses (it died, or a link's queue was full) the receiver sees as a gap in its
 //! numbers and asks the source to repair, as a group member does.
 
-use crate::event::Event;
-use crate::handover::Delivered;
 use crate::node::Node;
 use crate::peer::PushError;
 use crate::routing::Hops;
-use crate::shared::Shared;
 use crate::stats::bump;
 use busway_core::frame::FrameKind;
-use busway_core::group::repairs::AskRefused;
-use busway_core::group::state::RepairPlan;
-use busway_core::group::MULTICAST_STREAM;
 use busway_core::multicast::encode_multicast_head;
-use busway_core::multicast::node::{self, Report};
-use busway_core::multicast::state::MulticastState;
+use busway_core::multicast::node::split_by_hop;
 use busway_core::multicast::{MULTICAST_FIXED_BYTES, MULTICAST_HOPS_MAX};
 use busway_core::multicast::{MULTICAST_RECEIVERS_MAX, MULTICAST_RECEIVER_BYTES};
 use busway_core::BusId;
 use bytes::Bytes;
-use std::sync::atomic::Ordering::Relaxed;
 
 /// Why a multicast failed; nothing was sent.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -129,7 +121,7 @@ impl Node {
         let numbered = shared.multicasts.number(&receivers, &payload, now_ms);
         let mut reached = 0;
         // Checked above: every receiver had a route (one lost since asks once it is back).
-        let (split, _) = node::split_by_hop(shared, numbered.into_iter(), None);
+        let (split, _) = split_by_hop(shared, numbered.into_iter(), None);
         for (peer, list) in split {
             let Some(peer) = shared.peer(peer) else {
                 continue;
@@ -163,167 +155,5 @@ impl Node {
             reached += 1;
         }
         Ok(reached)
-    }
-}
-
-/// The runtime as the multicast machine's host (`busway_core::multicast::node`): one read's
-/// or one timer's view of the node, its deliveries into `out` in the order decided.
-pub(crate) struct MulticastHost<'s, 'b, 'd> {
-    shared: &'s Shared,
-    out: &'b mut Delivered<'d>,
-    /// Who the link being read may speak for, looked up once per read (see `may_speak_for`).
-    link: &'b mut Option<busway_core::relay::Sources>,
-}
-
-impl<'s, 'b, 'd> MulticastHost<'s, 'b, 'd> {
-    /// A view of `shared` for one read (`link`: who its link may speak for) or one timer.
-    pub(crate) fn new(
-        shared: &'s Shared,
-        out: &'b mut Delivered<'d>,
-        link: &'b mut Option<busway_core::relay::Sources>,
-    ) -> Self {
-        Self { shared, out, link }
-    }
-}
-
-impl node::Routes for Shared {
-    type Hops = Hops;
-
-    fn hops(&self) -> Hops {
-        Shared::hops(self)
-    }
-
-    fn hop(&self, hops: &Hops, dst: BusId, except: Option<BusId>) -> Option<BusId> {
-        if let Some(p) = self.peer(dst) {
-            if !(p.discovered && p.is_dead()) && Some(p.id) != except {
-                return Some(p.id);
-            }
-        }
-        hops.next(dst, except).map(|p| p.id)
-    }
-}
-
-impl node::Host for MulticastHost<'_, '_, '_> {
-    type Routes = Shared;
-
-    fn routes(&self) -> &Shared {
-        self.shared
-    }
-
-    fn me(&self) -> (BusId, u64) {
-        (self.shared.config.id, self.shared.incarnation)
-    }
-
-    fn state<R>(
-        &mut self,
-        delivers: fn(&R) -> bool,
-        f: impl FnOnce(&mut MulticastState) -> R,
-    ) -> R {
-        self.shared.multicasts.with(delivers, f, self.out)
-    }
-
-    fn answer_ask(
-        &mut self,
-        from: BusId,
-        stream: &str,
-        range: (u64, u64),
-        now_ms: u64,
-        plan: impl FnOnce(&mut Self) -> RepairPlan,
-    ) -> Result<(), AskRefused> {
-        let shared = self.shared;
-        let now = (shared.incarnation, now_ms);
-        shared
-            .groups
-            .answer_ask(from, stream, range, now, || plan(self))
-    }
-
-    fn may_pass_to(&self, peer: BusId, source: BusId) -> bool {
-        self.shared.may_pass_to(peer, source)
-    }
-
-    fn may_speak_for(&mut self, from: BusId, source: BusId) -> Result<(), String> {
-        self.shared
-            .may_speak_for(from, source, "MULTICAST", self.link)
-    }
-
-    fn push(&mut self, peer: BusId, head: &[u8], payload: &Bytes) -> bool {
-        self.shared.peer(peer).is_some_and(|p| {
-            let fits = p
-                .frame_body_max()
-                .is_none_or(|m| head.len() + payload.len() <= m);
-            fits && p.push_framed(FrameKind::Multicast, head, payload).is_ok()
-        })
-    }
-
-    fn send_repair(&mut self, to: BusId, body: &[u8]) -> bool {
-        let shared = self.shared;
-        let sent = shared.try_send_framed(to, FrameKind::Repair, body, &Bytes::new());
-        sent.is_ok()
-    }
-
-    fn deliver_span(&mut self, source: BusId, chunk: &Bytes, span: (u32, u32)) {
-        self.out.span(source, None, chunk, span);
-    }
-
-    fn deliver(&mut self, source: BusId, payloads: Vec<Bytes>) {
-        self.out.payloads(source, None, payloads);
-    }
-
-    fn report(&mut self, report: Report) {
-        let counters = &self.shared.counters;
-        match report {
-            Report::ForwardsDropped(n) => {
-                counters.multicast_forwards_dropped.fetch_add(n, Relaxed);
-            }
-            Report::CopyDropped => bump(&counters.group_copies_dropped),
-            Report::Lie { from, why } => {
-                bump(&counters.multicasts_refused);
-                self.shared.refuse_link(from, why);
-            }
-            Report::RepairRefused => bump(&counters.group_repairs_refused),
-            Report::AskRefused { from, why } => {
-                self.shared.ask_refused(from, MULTICAST_STREAM, why)
-            }
-            Report::Gap {
-                source,
-                missed,
-                reason,
-            } => {
-                tracing::warn!(%source, missed, %reason, "multicasts lost");
-                self.shared.emit(Event::MulticastGap {
-                    source,
-                    missed,
-                    reason,
-                });
-            }
-            Report::Unreachable {
-                receiver,
-                number,
-                relay,
-                reason,
-            } => {
-                tracing::warn!(%relay, %receiver, number, reason, "multicast receiver unreachable");
-                self.shared.emit(Event::MulticastUnreachable {
-                    receiver,
-                    number,
-                    relay,
-                    reason,
-                });
-            }
-        }
-    }
-}
-
-impl Shared {
-    /// A link to `peer` came up: the receivers behind it get a mark (see `node::link_up`).
-    pub(crate) fn multicast_link_up(&self, peer: BusId) {
-        let (mut out, mut link) = (self.delivered(), None);
-        node::link_up(&mut MulticastHost::new(self, &mut out, &mut link), peer);
-    }
-
-    /// The multicasts' timers, on the retry tick (see `node::tick`).
-    pub(crate) fn multicast_tick(&self, now_ms: u64) {
-        let (mut out, mut link) = (self.delivered(), None);
-        node::tick(&mut MulticastHost::new(self, &mut out, &mut link), now_ms);
     }
 }

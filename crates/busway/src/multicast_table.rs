@@ -3,7 +3,6 @@
 //! delivers to this node's application takes its turn to hand over under it (see `handover`).
 
 use crate::handover::Delivered;
-use busway_core::group::state::Ask;
 use busway_core::group::stream::HeldBudget;
 use busway_core::multicast::state::MulticastState;
 use busway_core::BusId;
@@ -38,8 +37,6 @@ impl MulticastTable {
     under_lock! {
         fn is_idle(&self) -> bool;
         fn number(&self, to: &[BusId], payload: &Bytes, now_ms: u64) -> Vec<(BusId, u64)>;
-        fn asks(&self, now_ms: u64) -> Vec<Ask>;
-        fn unask(&self, ask: &Ask);
     }
 
     /// Runs `f` on the state under its lock; if `delivers` holds for its answer, takes the

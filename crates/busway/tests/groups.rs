@@ -5,7 +5,7 @@
 
 mod common;
 
-use busway::{BusId, Inbox, Node, NodeConfig};
+use busway::{BusId, Event, Inbox, Node, NodeConfig};
 use bytes::Bytes;
 use common::*;
 
@@ -128,6 +128,38 @@ async fn a_relay_fans_out_to_its_members_only_and_two_levels_deep() {
     // The bystander got none of them: the next thing it reads is a plain message.
     send_and_expect(&publisher, BusId(5), &mut bystander_inbox, b"only this").await;
     for n in [publisher, m2, m3, bystander, deep, mid, top] {
+        n.shutdown().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_publisher_that_joins_its_own_group_through_a_relay_keeps_its_link() {
+    // The relay knows publisher 1's stream when 1 asks for the group: it marks where each
+    // known publisher stands to a peer that newly asks, never 1 in its own name (1 would
+    // close the link over a frame in its own name).
+    let relay = start(config(100).listen(listen_addr("tcp4"))).await;
+    let addr = relay.listen_addrs()[0].clone();
+    let (publisher, member) = (below(1, &addr).await, below(2, &addr).await);
+    member.join(GROUP).unwrap();
+    let mut inbox = member.take_inbox().unwrap();
+    let mut events = publisher.take_events().unwrap();
+    until_linked(&relay, &[2]).await;
+    until_linked(&publisher, &[100]).await;
+    for i in 0..100 {
+        publisher.publish(GROUP, numbered(i)).await.unwrap();
+    }
+    expect_publishes(&mut inbox, BusId(1), 100, "member 2").await;
+    publisher.join(GROUP).unwrap();
+    until_linked(&relay, &[1, 2]).await;
+    // What the relay sent 1 after its marks has come: a message through the relay.
+    let mut publisher_inbox = publisher.take_inbox().unwrap();
+    send_and_expect(&member, BusId(1), &mut publisher_inbox, b"after the marks").await;
+    assert_eq!(publisher.stats().publishes_refused, 0);
+    assert!(
+        std::iter::from_fn(|| events.try_recv()).all(|e| !matches!(e, Event::PeerDown { .. })),
+        "the publisher's link to the relay stayed up"
+    );
+    for n in [publisher, member, relay] {
         n.shutdown().await;
     }
 }

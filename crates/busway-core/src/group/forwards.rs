@@ -47,7 +47,8 @@ pub struct WaitingForwards {
     lagging: HashSet<BusId>,
 }
 
-/// What a push toward a peer made of a waiting publish.
+/// What a push toward a peer made of a frame (a waiting publish, a mark, a multicast).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Push {
     /// Queued for the peer's link.
     Sent,

@@ -1,15 +1,16 @@
 //! What a node does with multicasts, given its links: a MULTICAST delivered here if this node
 //! is named and passed on toward the others one frame per link, a REPAIR about the multicast
 //! stream answered or applied, marks sent, and the timers. The numbers, order, gaps and what
-//! is kept are [`MulticastState`]'s rules; this module decides what goes where. The [`Host`]
-//! (the runtime, or the simulation) keeps the state under whatever lock it needs, owns the
-//! links and the application's inbox, and is told what happened ([`Report`]).
+//! is kept are `MulticastState`'s rules; this module decides what goes where, for a [`Host`]
+//! (the runtime, or the simulation).
 
-use super::state::{Arrived, MulticastState};
+use super::state::Arrived;
 use super::{decode_multicast, encode_multicast_head, MulticastHead};
 use super::{MULTICAST_HOPS_MAX, MULTICAST_RECEIVERS_MAX};
-use crate::group::repairs::AskRefused;
-use crate::group::state::RepairPlan;
+use crate::frame::FrameKind;
+use crate::group::forwards::Push;
+use crate::group::host::{Host, Report, Routes};
+use crate::group::node::answer_ask;
 use crate::group::stream::{Offer, Skipped};
 use crate::group::{encode_repair_unreachable, Repair, MULTICAST_STREAM};
 use crate::BusId;
@@ -18,92 +19,6 @@ use std::collections::BTreeMap;
 
 /// Receivers of a multicast with their numbers.
 pub type Numbered = Vec<(BusId, u64)>;
-
-/// What happened, for the host's counters, logs and events.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Report {
-    /// `n` receivers' copies could not be passed on (no hop left, no route, a full link, a
-    /// frame past the link's limit, a name the upstream does not hold for this node): those
-    /// receivers see a gap and ask the source.
-    ForwardsDropped(u64),
-    /// A second copy of a multicast was dropped.
-    CopyDropped,
-    /// A frame from `from` that only a liar sends (`why`): the host closes that link.
-    Lie { from: BusId, why: String },
-    /// A REPAIR taken for nothing (a copy in another's name, a loss or a report of another
-    /// incarnation).
-    RepairRefused,
-    /// An ask for copies refused (counted; the receiver asks again or gives up).
-    AskRefused { from: BusId, why: AskRefused },
-    /// `missed` multicasts of `source` never come (`reason`): the application is told.
-    Gap {
-        source: BusId,
-        missed: u64,
-        reason: String,
-    },
-    /// `relay` could not pass a multicast on to `receiver`: the application is told.
-    Unreachable {
-        receiver: BusId,
-        number: u64,
-        relay: BusId,
-        reason: String,
-    },
-}
-
-/// Where a node's links lead.
-pub trait Routes {
-    /// A look at the routes, taken once for many receivers (see [`Routes::hop`]).
-    type Hops;
-
-    /// A look at the routes now.
-    fn hops(&self) -> Self::Hops;
-    /// The link a frame to `dst` takes: a direct link to it (even while it is down: its
-    /// queue is resent when it is back), else the unicast next hop; never `except`.
-    fn hop(&self, hops: &Self::Hops, dst: BusId, except: Option<BusId>) -> Option<BusId>;
-}
-
-/// The node the multicast rules run in.
-pub trait Host {
-    /// Where its links lead.
-    type Routes: Routes;
-
-    /// This node's routes.
-    fn routes(&self) -> &Self::Routes;
-    /// This node's id and incarnation.
-    fn me(&self) -> (BusId, u64);
-    /// Runs `f` on this node's multicast state, under the host's lock; if `delivers` holds
-    /// for its answer, the host takes its turn to hand deliveries over before the lock goes,
-    /// so that they reach the application in the order decided.
-    fn state<R>(&mut self, delivers: fn(&R) -> bool, f: impl FnOnce(&mut MulticastState) -> R)
-        -> R;
-    /// Takes `from`'s ask for `range` of `stream` (the repairs are shared with the groups);
-    /// `plan` reads what this node keeps, only if the ask is not refused at once.
-    fn answer_ask(
-        &mut self,
-        from: BusId,
-        stream: &str,
-        range: (u64, u64),
-        now_ms: u64,
-        plan: impl FnOnce(&mut Self) -> RepairPlan,
-    ) -> Result<(), AskRefused>;
-    /// Whether a frame in `source`'s name may cross the link to `peer` (the upstream closes
-    /// a link that speaks for a node it does not hold registered there).
-    fn may_pass_to(&self, peer: BusId, source: BusId) -> bool;
-    /// Whether the link `from` may speak for `source` (its own peer, or an id it registered,
-    /// or the relay on the route toward it); the error says why not.
-    fn may_speak_for(&mut self, from: BusId, source: BusId) -> Result<(), String>;
-    /// Queues a MULTICAST (`head`, then `payload`) on the link to `peer`, never waiting;
-    /// false if it did not go (no room, past the peer's frame limit, the peer gone).
-    fn push(&mut self, peer: BusId, head: &[u8], payload: &Bytes) -> bool;
-    /// Sends a REPAIR `body` to `to` end to end, never waiting; false if it did not go.
-    fn send_repair(&mut self, to: BusId, body: &[u8]) -> bool;
-    /// Hands `source`'s multicast at `span` (start, length) of `chunk` to the application.
-    fn deliver_span(&mut self, source: BusId, chunk: &Bytes, span: (u32, u32));
-    /// Hands `source`'s multicasts `payloads` (that waited for a gap) to the application.
-    fn deliver(&mut self, source: BusId, payloads: Vec<Bytes>);
-    /// Tells the host what happened.
-    fn report(&mut self, report: Report);
-}
 
 /// Receivers split by the link that leads to each (`except` never), in chunks of at most
 /// `MULTICAST_RECEIVERS_MAX`, and the receivers without a link now.
@@ -146,12 +61,12 @@ pub fn received<H: Host>(
     let head = match decode_multicast(&body) {
         Ok(head) => head,
         Err(why) => {
-            host.report(Report::Lie { from, why });
+            host.report(Report::MulticastLie { from, why });
             return false;
         }
     };
-    if let Err(why) = host.may_speak_for(from, head.source) {
-        host.report(Report::Lie { from, why });
+    if let Err(why) = host.may_speak_for(from, head.source, "MULTICAST") {
+        host.report(Report::MulticastLie { from, why });
         return false;
     }
     let (me, _) = host.me();
@@ -163,7 +78,7 @@ pub fn received<H: Host>(
             continue;
         }
         let payload = || body.slice(head.payload_at..);
-        let got = host.state(Arrived::delivers, |s| {
+        let got = host.multicasts(Arrived::delivers, |s| {
             s.received(
                 head.source,
                 head.incarnation,
@@ -180,8 +95,8 @@ pub fn received<H: Host>(
         match got.offer {
             Some(Offer::Deliver { then }) => {
                 let at = head.payload_at as u32;
-                host.deliver_span(head.source, chunk, (start + at, len - at));
-                host.deliver(head.source, then);
+                host.deliver_span(head.source, None, chunk, (start + at, len - at));
+                host.deliver(head.source, None, then);
             }
             Some(Offer::Stale) => host.report(Report::CopyDropped),
             _ => {}
@@ -229,8 +144,10 @@ fn pass_on<H: Host>(
             head.hops_left - 1,
             &list,
         );
-        if !host.may_pass_to(peer, head.source) || !host.push(peer, &new_head, &payload) {
-            host.report(Report::ForwardsDropped(list.len() as u64));
+        if !host.may_pass_to(peer, head.source)
+            || host.push(peer, FrameKind::Multicast, &new_head, &payload) != Push::Sent
+        {
+            host.report(Report::MulticastForwardsDropped(list.len() as u64));
         }
     }
 }
@@ -245,9 +162,9 @@ fn unreachable<H: Host>(
     why: &str,
     now_ms: u64,
 ) {
-    host.report(Report::ForwardsDropped(receivers.len() as u64));
+    host.report(Report::MulticastForwardsDropped(receivers.len() as u64));
     for &(receiver, number) in receivers {
-        if !host.state(
+        if !host.multicasts(
             |_| false,
             |s| s.report_unreachable(head.source, receiver, now_ms),
         ) {
@@ -256,7 +173,7 @@ fn unreachable<H: Host>(
         let text = format!("{why} for bus id {receiver}");
         let body = encode_repair_unreachable(head.incarnation, receiver, number, &text);
         // Best effort: a report that does not go now is made at a later multicast.
-        host.send_repair(head.source, &body);
+        let _ = host.send_repair(head.source, &body, &Bytes::new());
     }
 }
 
@@ -280,15 +197,12 @@ pub fn repair_received<H: Host>(
             ..
         } => {
             let range = (first, to);
-            let asked = host.answer_ask(from, MULTICAST_STREAM, range, now_ms, |h| {
-                h.state(
+            answer_ask(host, from, MULTICAST_STREAM, range, now_ms, |h| {
+                h.multicasts(
                     |_| false,
                     |s| s.repair(from, incarnation, my_incarnation, range),
                 )
             });
-            if let Err(why) = asked {
-                host.report(Report::AskRefused { from, why });
-            }
             false
         }
         Repair::Copy(head) => {
@@ -299,7 +213,7 @@ pub fn repair_received<H: Host>(
                 return false;
             }
             let payload = || body.slice(head.payload_at..);
-            let got = host.state(
+            let got = host.multicasts(
                 |got: &Option<(Offer, bool)>| matches!(got, Some((Offer::Deliver { .. }, _))),
                 |s| s.repaired(from, head.incarnation, head.number, now_ms, payload),
             );
@@ -309,8 +223,8 @@ pub fn repair_received<H: Host>(
             };
             if let Offer::Deliver { then } = offer {
                 let at = head.payload_at as u32;
-                host.deliver_span(from, chunk, (start + at, body.len() as u32 - at));
-                host.deliver(from, then);
+                host.deliver_span(from, None, chunk, (start + at, body.len() as u32 - at));
+                host.deliver(from, None, then);
             }
             gap
         }
@@ -320,7 +234,7 @@ pub fn repair_received<H: Host>(
             to,
             ..
         } => {
-            let got = host.state(Option::is_some, |s| {
+            let got = host.multicasts(Option::is_some, |s| {
                 s.lost(from, incarnation, (first, to), now_ms)
             });
             match got {
@@ -364,7 +278,7 @@ pub fn send_marks<H: Host>(host: &mut H, marks: Numbered) -> Numbered {
     let (split, mut unsent) = split_by_hop(host.routes(), marks.into_iter(), None);
     for (peer, list) in split {
         let head = encode_multicast_head(me, incarnation, true, MULTICAST_HOPS_MAX, &list);
-        if !host.push(peer, &head, &Bytes::new()) {
+        if host.push(peer, FrameKind::Multicast, &head, &Bytes::new()) != Push::Sent {
             unsent.extend(list);
         }
     }
@@ -374,7 +288,7 @@ pub fn send_marks<H: Host>(host: &mut H, marks: Numbered) -> Numbered {
 /// A link to `peer` came up: the receivers this node multicast to behind it get a mark, so
 /// that one behind a relay that restarted (and lost what it held) sees its gap.
 pub fn link_up<H: Host>(host: &mut H, peer: BusId) {
-    let marks = host.state(|_| false, |s| s.all_marks());
+    let marks = host.multicasts(|_| false, |s| s.all_marks());
     if marks.is_empty() {
         // Every link that comes up passes here: a node that never multicast is done.
         return;
@@ -393,16 +307,16 @@ pub fn link_up<H: Host>(host: &mut H, peer: BusId) {
 /// The timers, at `now_ms`: tail marks to receivers gone quiet (one whose link was full is
 /// marked again later), and gaps given up on (what waited behind them is delivered).
 pub fn tick<H: Host>(host: &mut H, now_ms: u64) {
-    if host.state(|_| false, |s| s.is_idle()) {
+    if host.multicasts(|_| false, |s| s.is_idle()) {
         return;
     }
-    let marks = host.state(|_| false, |s| s.tail_marks(now_ms));
+    let marks = host.multicasts(|_| false, |s| s.tail_marks(now_ms));
     if !marks.is_empty() {
         for (id, _) in send_marks(host, marks) {
-            host.state(|_| false, |s| s.unmark(id));
+            host.multicasts(|_| false, |s| s.unmark(id));
         }
     }
-    let overdue = host.state(|v: &Vec<_>| !v.is_empty(), |s| s.overdue(now_ms));
+    let overdue = host.multicasts(|v: &Vec<_>| !v.is_empty(), |s| s.overdue(now_ms));
     for (source, lost, why) in overdue {
         skipped(host, source, lost, why);
     }
@@ -411,9 +325,9 @@ pub fn tick<H: Host>(host: &mut H, now_ms: u64) {
 /// Multicasts of `source` that will never come were skipped: what waited behind them is
 /// delivered, then the application is told how many (a receiver is never cut off).
 pub fn skipped<H: Host>(host: &mut H, source: BusId, skipped: Skipped, reason: String) {
-    host.deliver(source, skipped.deliver);
+    host.deliver(source, None, skipped.deliver);
     if skipped.missed > 0 {
-        host.report(Report::Gap {
+        host.report(Report::MulticastGap {
             source,
             missed: skipped.missed,
             reason,

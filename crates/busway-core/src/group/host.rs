@@ -1,0 +1,148 @@
+//! The node that the group and multicast machines (`group::node`, `multicast::node`) run in:
+//! what they ask of it ([`Host`]: the state under its locks, the links, the application's
+//! inbox) and what they tell it ([`Report`]). The runtime is one host, the seeded simulation
+//! another: both drive the same decisions.
+
+use super::forwards::Push;
+use super::repairs::{AskRefused, Repairs};
+use super::state::GroupState;
+use crate::frame::FrameKind;
+use crate::multicast::state::MulticastState;
+use crate::BusId;
+use bytes::Bytes;
+
+/// Where a node's links lead.
+pub trait Routes {
+    /// A look at the routes, taken once for many destinations (see [`Routes::hop`]).
+    type Hops;
+
+    /// A look at the routes now.
+    fn hops(&self) -> Self::Hops;
+    /// The link a frame to `dst` takes: a direct link to it (even while it is down: its
+    /// queue is resent when it is back), else the unicast next hop; never `except`.
+    fn hop(&self, hops: &Self::Hops, dst: BusId, except: Option<BusId>) -> Option<BusId>;
+}
+
+/// Why an end-to-end frame did not go.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Unsent {
+    /// The way to it has no room now: try again later.
+    Full,
+    /// It cannot go (no route, the peer down for good, the node closing): the text says why.
+    Failed(String),
+}
+
+/// What happened, for the host's counters, logs and events.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Report {
+    /// `n` receivers' copies of a multicast could not be passed on (no hop left, no route, a
+    /// full link, a frame past the link's limit, a name the upstream does not hold for this
+    /// node): those receivers see a gap and ask the source.
+    MulticastForwardsDropped(u64),
+    /// A second copy of a publish or multicast was dropped.
+    CopyDropped,
+    /// A MULTICAST from `from` that only a liar sends (`why`): the host closes that link.
+    MulticastLie { from: BusId, why: String },
+    /// A REPAIR taken for nothing (a copy in another's name, a loss or a report of another
+    /// incarnation, a copy for no stream here).
+    RepairRefused,
+    /// `from`'s ask for copies of `stream` refused (the member asks again or gives up).
+    AskRefused {
+        from: BusId,
+        stream: String,
+        why: AskRefused,
+    },
+    /// An ask for copies went to a publisher or source.
+    RepairAsked,
+    /// A copy went to `to`, a member that asked.
+    CopySent { to: BusId },
+    /// A repair for `member` was dropped: its way failed for good (`why`).
+    RepairDropped {
+        member: BusId,
+        stream: String,
+        why: String,
+    },
+    /// `by` refused this node's joins or publishes (`publish`) to `group`: the application
+    /// is told.
+    GroupRefused {
+        group: String,
+        by: BusId,
+        publish: bool,
+        reason: String,
+    },
+    /// `missed` publishes of `publisher` to `group` never come (`reason`); the member stays
+    /// in the group (`cut_off` false), or its application fell behind and it was cut off.
+    GroupGap {
+        group: String,
+        publisher: BusId,
+        missed: u64,
+        reason: String,
+        cut_off: bool,
+        /// It left the group by this (its peers are to be told).
+        left: bool,
+    },
+    /// `missed` multicasts of `source` never come (`reason`): the application is told.
+    MulticastGap {
+        source: BusId,
+        missed: u64,
+        reason: String,
+    },
+    /// `relay` could not pass a multicast on to `receiver`: the application is told.
+    Unreachable {
+        receiver: BusId,
+        number: u64,
+        relay: BusId,
+        reason: String,
+    },
+}
+
+/// The node the group and multicast rules run in.
+pub trait Host {
+    /// Where its links lead.
+    type Routes: Routes;
+
+    /// This node's routes.
+    fn routes(&self) -> &Self::Routes;
+    /// This node's id and incarnation.
+    fn me(&self) -> (BusId, u64);
+    /// Runs `f` on this node's group state, under the host's lock; if `delivers` holds for
+    /// its answer, the host takes its turn to hand deliveries over before the lock goes, so
+    /// that they reach the application in the order decided.
+    fn groups<R>(&mut self, delivers: fn(&R) -> bool, f: impl FnOnce(&mut GroupState) -> R) -> R;
+    /// Runs `f` on this node's multicast state (see [`Host::groups`]).
+    fn multicasts<R>(
+        &mut self,
+        delivers: fn(&R) -> bool,
+        f: impl FnOnce(&mut MulticastState) -> R,
+    ) -> R;
+    /// Runs `f` on the repairs under way (groups' and multicasts' alike), under their lock.
+    fn repairs<R>(&mut self, f: impl FnOnce(&mut Repairs) -> R) -> R;
+    /// Whether a frame in `speaker`'s name may cross the link to `peer` (the upstream closes
+    /// a link that speaks for a node it does not hold registered there).
+    fn may_pass_to(&self, peer: BusId, speaker: BusId) -> bool;
+    /// Whether the link `from` may speak for `speaker` in a frame of `what` (its own peer, an
+    /// id it registered, or the relay on the route toward it); the error says why not.
+    fn may_speak_for(&mut self, from: BusId, speaker: BusId, what: &str) -> Result<(), String>;
+    /// Queues a frame of `kind` (`head`, then `payload`) on the link to `peer`, never
+    /// waiting: `Full` if it has no room now, `Gone` if it cannot take it (the peer gone,
+    /// the frame past its limit).
+    fn push(&mut self, peer: BusId, kind: FrameKind, head: &[u8], payload: &Bytes) -> Push;
+    /// Sends a REPAIR (`head`, then `payload`) to `to` end to end, never waiting.
+    fn send_repair(&mut self, to: BusId, head: &[u8], payload: &Bytes) -> Result<(), Unsent>;
+    /// Whether the link to `peer` has room again for more than a mark (a lagging link is
+    /// sent publishes again from then).
+    fn has_caught_up(&self, peer: BusId) -> bool;
+    /// Whether publishes this relay passes on wait for room toward `peer` (a mark waits
+    /// behind them).
+    fn forwards_wait_for(&self, peer: BusId) -> bool;
+    /// Whether this node's application is behind on its group publishes now, and when it
+    /// last was (ms), if ever (see `stream::cuts_off`).
+    fn app_behind(&self) -> (bool, Option<u64>);
+    /// Hands `from`'s publish to `group` (`None`: a multicast) at `span` (start, length) of
+    /// `chunk` to the application.
+    fn deliver_span(&mut self, from: BusId, group: Option<&str>, chunk: &Bytes, span: (u32, u32));
+    /// Hands `from`'s `payloads` (that waited for a gap) to the application.
+    fn deliver(&mut self, from: BusId, group: Option<&str>, payloads: Vec<Bytes>);
+    /// Tells the host what happened.
+    fn report(&mut self, report: Report);
+}

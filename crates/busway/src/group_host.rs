@@ -1,0 +1,305 @@
+//! The runtime as the host of the core's group and multicast machines
+//! (`busway_core::group::node`, `busway_core::multicast::node`): their state under this
+//! node's locks, their frames on its links, their deliveries handed over in the order decided
+//! (`handover`), and what they report turned into counters, logs and events. Also the calls
+//! the rest of the runtime makes into those machines (a REPAIR read, a link up, the timers).
+
+use crate::event::Event;
+use crate::handover::Delivered;
+use crate::node::SendError;
+use crate::peer::PushError;
+use crate::routing::Hops;
+use crate::shared::Shared;
+use crate::stats::bump;
+use busway_core::frame::FrameKind;
+use busway_core::group::forwards::Push;
+use busway_core::group::host::{Host, Report, Routes, Unsent};
+use busway_core::group::repairs::{AskRefused, Repairs};
+use busway_core::group::state::GroupState;
+use busway_core::multicast::state::MulticastState;
+use busway_core::{group, multicast, BusId};
+use bytes::Bytes;
+use std::sync::atomic::Ordering::Relaxed;
+
+/// One read's or one timer's view of the node, for the core's machines; its deliveries go
+/// into `out`.
+pub(crate) struct GroupHost<'s, 'b, 'd> {
+    shared: &'s Shared,
+    out: &'b mut Delivered<'d>,
+    /// Who the link being read may speak for, looked up once per read (see `may_speak_for`).
+    link: &'b mut Option<busway_core::relay::Sources>,
+}
+
+impl Routes for Shared {
+    type Hops = Hops;
+
+    fn hops(&self) -> Hops {
+        Shared::hops(self)
+    }
+
+    fn hop(&self, hops: &Hops, dst: BusId, except: Option<BusId>) -> Option<BusId> {
+        if let Some(p) = self.peer(dst) {
+            if !(p.discovered && p.is_dead()) && Some(p.id) != except {
+                return Some(p.id);
+            }
+        }
+        hops.next(dst, except).map(|p| p.id)
+    }
+}
+
+impl Host for GroupHost<'_, '_, '_> {
+    type Routes = Shared;
+
+    fn routes(&self) -> &Shared {
+        self.shared
+    }
+
+    fn me(&self) -> (BusId, u64) {
+        (self.shared.config.id, self.shared.incarnation)
+    }
+
+    fn groups<R>(&mut self, delivers: fn(&R) -> bool, f: impl FnOnce(&mut GroupState) -> R) -> R {
+        self.shared.groups.with(delivers, f, self.out)
+    }
+
+    fn multicasts<R>(
+        &mut self,
+        delivers: fn(&R) -> bool,
+        f: impl FnOnce(&mut MulticastState) -> R,
+    ) -> R {
+        self.shared.multicasts.with(delivers, f, self.out)
+    }
+
+    fn repairs<R>(&mut self, f: impl FnOnce(&mut Repairs) -> R) -> R {
+        self.shared.groups.repairs_with(f)
+    }
+
+    fn may_pass_to(&self, peer: BusId, speaker: BusId) -> bool {
+        self.shared.may_pass_to(peer, speaker)
+    }
+
+    fn may_speak_for(&mut self, from: BusId, speaker: BusId, what: &str) -> Result<(), String> {
+        self.shared.may_speak_for(from, speaker, what, self.link)
+    }
+
+    fn push(&mut self, peer: BusId, kind: FrameKind, head: &[u8], payload: &Bytes) -> Push {
+        let Some(p) = self.shared.peer(peer) else {
+            return Push::Gone;
+        };
+        // The peer closes a link over a frame past its stated limit.
+        if p.frame_body_max()
+            .is_some_and(|m| head.len() + payload.len() > m)
+        {
+            return Push::Gone;
+        }
+        match p.push_framed(kind, head, payload) {
+            Ok(_) => Push::Sent,
+            Err(PushError::Full) => Push::Full,
+            Err(_) => Push::Gone,
+        }
+    }
+
+    fn send_repair(&mut self, to: BusId, head: &[u8], payload: &Bytes) -> Result<(), Unsent> {
+        match self
+            .shared
+            .try_send_framed(to, FrameKind::Repair, head, payload)
+        {
+            Ok(_) => Ok(()),
+            Err(SendError::Full(_)) => Err(Unsent::Full),
+            Err(e) => Err(Unsent::Failed(e.to_string())),
+        }
+    }
+
+    fn has_caught_up(&self, peer: BusId) -> bool {
+        self.shared.peer(peer).is_some_and(|p| p.has_caught_up())
+    }
+
+    fn forwards_wait_for(&self, peer: BusId) -> bool {
+        self.shared.groups.waiting.waits_for(peer)
+    }
+
+    fn app_behind(&self) -> (bool, Option<u64>) {
+        let shared = self.shared;
+        (
+            shared.inbox.group_backlogged(),
+            shared.groups.app_behind_at(),
+        )
+    }
+
+    fn deliver_span(&mut self, from: BusId, group: Option<&str>, chunk: &Bytes, span: (u32, u32)) {
+        self.out.span(from, group, chunk, span);
+    }
+
+    fn deliver(&mut self, from: BusId, group: Option<&str>, payloads: Vec<Bytes>) {
+        self.out.payloads(from, group, payloads);
+    }
+
+    fn report(&mut self, report: Report) {
+        let shared = self.shared;
+        let counters = &shared.counters;
+        match report {
+            Report::MulticastForwardsDropped(n) => {
+                counters.multicast_forwards_dropped.fetch_add(n, Relaxed);
+            }
+            Report::CopyDropped => bump(&counters.group_copies_dropped),
+            Report::MulticastLie { from, why } => {
+                bump(&counters.multicasts_refused);
+                shared.refuse_link(from, why);
+            }
+            Report::RepairRefused => bump(&counters.group_repairs_refused),
+            Report::AskRefused { from, stream, why } => {
+                match why {
+                    AskRefused::TooMany => {
+                        tracing::warn!(member = %from, stream, "repair refused: too many under way");
+                    }
+                    AskRefused::TooSoon => {
+                        tracing::debug!(member = %from, stream, "repair refused: asked again too soon");
+                    }
+                }
+                bump(&counters.group_repairs_refused);
+            }
+            Report::RepairAsked => bump(&counters.group_repairs_asked),
+            Report::CopySent { .. } => bump(&counters.group_copies_sent),
+            Report::RepairDropped {
+                member,
+                stream,
+                why,
+            } => tracing::debug!(%member, stream, error = %why, "repair dropped"),
+            Report::GroupRefused {
+                group,
+                by,
+                publish,
+                reason,
+            } => {
+                tracing::warn!(%by, group, publish, reason, "group refused");
+                shared.emit(Event::GroupRefused {
+                    group,
+                    by,
+                    publish,
+                    reason,
+                });
+            }
+            Report::GroupGap {
+                group,
+                publisher,
+                missed,
+                reason,
+                cut_off: true,
+                left,
+            } => {
+                tracing::warn!(%publisher, group, missed, %reason, "cut off from the group: its application fell behind");
+                self.out.left |= left;
+                shared.emit(Event::GroupCutOff {
+                    group,
+                    publisher,
+                    missed,
+                    reason,
+                });
+            }
+            Report::GroupGap {
+                group,
+                publisher,
+                missed,
+                reason,
+                ..
+            } => {
+                tracing::warn!(%publisher, group, missed, %reason, "publishes lost");
+                shared.emit(Event::GroupGap {
+                    group,
+                    publisher,
+                    missed,
+                    reason,
+                });
+            }
+            Report::MulticastGap {
+                source,
+                missed,
+                reason,
+            } => {
+                tracing::warn!(%source, missed, %reason, "multicasts lost");
+                shared.emit(Event::MulticastGap {
+                    source,
+                    missed,
+                    reason,
+                });
+            }
+            Report::Unreachable {
+                receiver,
+                number,
+                relay,
+                reason,
+            } => {
+                tracing::warn!(%relay, %receiver, number, reason, "multicast receiver unreachable");
+                shared.emit(Event::MulticastUnreachable {
+                    receiver,
+                    number,
+                    relay,
+                    reason,
+                });
+            }
+        }
+    }
+}
+
+impl Shared {
+    /// The core's machines on this node for one call, their deliveries into `out`; `link`
+    /// caches, for one read, who its link may speak for.
+    pub(crate) fn group_host<'b, 'd>(
+        &self,
+        out: &'b mut Delivered<'d>,
+        link: &'b mut Option<busway_core::relay::Sources>,
+    ) -> GroupHost<'_, 'b, 'd> {
+        GroupHost {
+            shared: self,
+            out,
+            link,
+        }
+    }
+
+    /// Runs `f` with the core's machines on this node for a call of its own: what it delivers
+    /// is handed over when it ends, and the peers are told if the node left a group by it.
+    fn with_group_host(&self, f: impl FnOnce(&mut GroupHost<'_, '_, '_>)) {
+        let (mut out, mut link) = (self.delivered(), None);
+        f(&mut self.group_host(&mut out, &mut link));
+        let (_, left) = out.finish();
+        if left {
+            self.sync_group_adverts();
+        }
+    }
+
+    /// Asks for the copies this node's streams miss (see `group::node::ask_repairs`).
+    pub(crate) fn ask_repairs(&self) {
+        let now_ms = self.coarse_ms.load(Relaxed);
+        self.with_group_host(|h| group::node::ask_repairs(h, now_ms));
+    }
+
+    /// Sends the repairs under way as far as the ways allow (see `group::node::pump_repairs`).
+    pub(crate) fn pump_repairs(&self) {
+        let now_ms = self.coarse_ms.load(Relaxed);
+        self.with_group_host(|h| group::node::pump_repairs(h, now_ms));
+    }
+
+    /// Sends `peer`, which newly asked for `group`, a mark per publisher this node knows.
+    pub(crate) fn send_marks(&self, peer: BusId, group: &str) {
+        self.with_group_host(|h| group::node::send_marks(h, peer, group));
+    }
+
+    /// The groups' and multicasts' timers, on the retry tick: first the publishes that wait
+    /// for room (a ring's reader retries them itself; a socket's link waits for them), then
+    /// the machines' own (see `group::node::tick` and `multicast::node::tick`).
+    pub(crate) fn group_tick(&self, now_ms: u64) {
+        self.push_blocked_forwards();
+        self.with_group_host(|h| group::node::tick(h, now_ms));
+    }
+
+    /// The multicasts' timers, on the retry tick (see `multicast::node::tick`).
+    pub(crate) fn multicast_tick(&self, now_ms: u64) {
+        self.with_group_host(|h| multicast::node::tick(h, now_ms));
+    }
+
+    /// A link to `peer` came up: the receivers this node multicast to behind it get a mark
+    /// (see `multicast::node::link_up`).
+    pub(crate) fn multicast_link_up(&self, peer: BusId) {
+        self.with_group_host(|h| multicast::node::link_up(h, peer));
+    }
+}
