@@ -47,6 +47,7 @@ pub mod log_offers;
 pub mod log_records;
 pub mod node;
 pub mod permissions;
+pub mod publishes;
 pub mod repairs;
 pub mod seen_order;
 pub mod state;

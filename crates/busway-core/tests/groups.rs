@@ -30,14 +30,12 @@
 //! `BUSWAY_SIM_SEEDS=N` runs N schedules (default 100); `BUSWAY_SIM_SEED=S` runs one.
 
 use busway_core::frame::FrameKind;
-use busway_core::group::forwards::Push;
+use busway_core::group::forwards::{Push, WaitingForwards};
 use busway_core::group::host::{Host, Report, Routes, Unsent};
-use busway_core::group::intake::Handed;
 use busway_core::group::repairs::{Repairs, GROUP_REPAIRS_PENDING_MAX, REPAIR_ASK_GAP_MIN_MS};
 use busway_core::group::state::{GroupState, GROUPS_PER_PEER_MAX};
 use busway_core::group::stream::HELD_ENTRY_OVERHEAD_BYTES;
 use busway_core::group::stream::{HeldBudget, GROUP_HELD_BYTES_NODE_MAX};
-use busway_core::group::PublishHead;
 use busway_core::group::{
     decode_interest, decode_publish, encode_interest, encode_mark, encode_publish_head,
     encode_repair_ask, PUBLISH_BATCH_BIT, PUBLISH_MARK_BIT,
@@ -446,83 +444,13 @@ impl Sim {
             return;
         }
         let body = Bytes::from(body);
-        let head = match decode_publish(&body) {
-            Ok(h) => h,
-            Err(e) => return self.refuse(me, from, e),
-        };
-        // The runtime's trust rule: only a link that may speak for the publisher.
-        let what = if head.mark { "mark" } else { "PUBLISH" };
-        if let Err(e) = sources(me, from).check_frame(head.publisher, what, |id| {
-            neighbors(me)
-                .into_iter()
-                .find(|&d| parent_of(d) == Some(me) && below(d, id))
-        }) {
-            return self.refuse(me, from, e);
-        }
-        if head.publisher == me {
-            return self.refuse(me, from, format!("{what} in the receiving node's own name"));
-        }
-        // The core's answer, acted on as the runtime's `act_on_intake` does.
-        let now = self.now;
-        let intake = self
-            .node(me)
-            .state
-            .take_publish(me, from, &body, &head, now);
-        if head.batch {
+        if decode_publish(&body).is_ok_and(|h| h.batch) {
             self.batches_in += 1;
-            for o in &intake.onward {
-                if o.body == body {
-                    self.whole_runs += 1;
-                } else {
-                    self.split_runs += 1;
-                }
-            }
         }
-        for onward in intake.onward {
-            let h = decode_publish(&onward.body).expect("the core's frames decode");
-            for peer in onward.to {
-                self.pass_on(me, peer, &h, &onward.body);
-            }
-        }
-        if let Some(ended) = intake.ended {
-            let why = "its publisher restarted".to_owned();
-            let (stream, now) = ((head.publisher, head.name), self.now);
-            group::node::skipped(&mut self.host(me), stream, ended, (why, false), now);
-        }
-        for handed in intake.handed {
-            let payloads = match handed {
-                Handed::Spans(spans) => spans
-                    .iter()
-                    .map(|&(at, len)| body.slice(at..at + len))
-                    .collect(),
-                Handed::Waited(payloads) => payloads,
-            };
-            self.deliver(me, head.publisher, payloads);
-        }
-    }
-
-    /// Passes a publish, mark or batch `body` on to `peer`, as the runtime's
-    /// `forward_publish`: never back to its publisher, never up in a name the upstream does
-    /// not hold; a relay's full queue toward that peer (cut-off) drops it and owes a mark.
-    fn pass_on(&mut self, me: BusId, peer: BusId, head: &PublishHead, body: &Bytes) {
-        if peer == head.publisher || !may_pass_to(me, peer, head.publisher) {
-            return;
-        }
-        // Never the first of a stream: a member's stream starts at the first publish or
-        // mark it sees (docs/SEMANTICS.md), so a first one dropped is not seen as a gap.
-        // Toward a member whose application stopped reading, the way stays full: past
-        // `GROUP_SLOW_MEMBER_WAIT_MS` a cut-off publish is dropped for it (it lags).
-        let lags = self.nodes[&peer]
-            .behind
-            .is_some_and(|(from, to)| (from + GROUP_SLOW_MEMBER_WAIT_MS..to).contains(&self.now));
-        let dropped = lags || self.rng.chance(self.drop_pct);
-        if !head.mark && dropped && head.number > 1 {
-            self.node(me)
-                .state
-                .owe_mark(peer, head.publisher, head.name);
-            return;
-        }
-        self.send(me, peer, Kind::Publish, body.to_vec());
+        let now = self.now;
+        let mut host = self.host(me);
+        host.arrived = Some(body.clone());
+        group::publishes::publish_received(&mut host, from, (&body, 0, &body), now);
     }
 
     /// A MULTICAST on the link `from` -> `me`: the core's own machine takes it
@@ -542,6 +470,8 @@ impl Sim {
             sim: self,
             me,
             tree: Tree(me),
+            arrived: None,
+            onward: Vec::new(),
         }
     }
 
@@ -656,6 +586,42 @@ struct SimHost<'a> {
     sim: &'a mut Sim,
     me: BusId,
     tree: Tree,
+    /// The PUBLISH body being taken, and the bodies passed on for it so far (to count the
+    /// batches that go on whole).
+    arrived: Option<Bytes>,
+    onward: Vec<Vec<u8>>,
+}
+
+impl SimHost<'_> {
+    /// Whether a publish or batch `body` this relay passes on to `peer` is lost, as the
+    /// runtime's relay drops one whose way stayed full (it owes the peer a mark): at random,
+    /// and toward a member whose application stopped reading past `GROUP_SLOW_MEMBER_WAIT_MS`.
+    /// Never a mark, nor the first of a stream: a member's stream starts at the first publish
+    /// or mark it sees (docs/SEMANTICS.md), so a first one dropped is not seen as a gap.
+    fn relayed_publish_lost(&mut self, peer: BusId, body: &[u8]) -> bool {
+        let head = decode_publish(body).expect("a frame the core passed on");
+        if head.batch && !self.onward.iter().any(|o| o == body) {
+            self.onward.push(body.to_vec());
+            if self.arrived.as_deref() == Some(body) {
+                self.sim.whole_runs += 1;
+            } else {
+                self.sim.split_runs += 1;
+            }
+        }
+        let now = self.sim.now;
+        let lags = self.sim.nodes[&peer]
+            .behind
+            .is_some_and(|(from, to)| (from + GROUP_SLOW_MEMBER_WAIT_MS..to).contains(&now));
+        if head.mark || head.publisher == self.me || head.number <= 1 {
+            return false;
+        }
+        if !(lags || self.sim.rng.chance(self.sim.drop_pct)) {
+            return false;
+        }
+        let n = self.sim.node(self.me);
+        n.state.owe_mark(peer, head.publisher, head.name);
+        true
+    }
 }
 
 impl Host for SimHost<'_> {
@@ -690,6 +656,9 @@ impl Host for SimHost<'_> {
 
     fn may_speak_for(&mut self, from: BusId, speaker: BusId, what: &str) -> Result<(), String> {
         let me = self.me;
+        if speaker == me {
+            return Err(format!("{what} in the receiving node's own name"));
+        }
         sources(me, from).check_frame(speaker, what, |id| {
             neighbors(me)
                 .into_iter()
@@ -710,11 +679,13 @@ impl Host for SimHost<'_> {
                 }
                 Kind::Multicast
             }
-            // Marks: a way that drops one owes it (see `pass_on`).
             _ => Kind::Publish,
         };
         let mut body = head.to_vec();
         body.extend_from_slice(payload);
+        if kind == Kind::Publish && self.relayed_publish_lost(peer, &body) {
+            return Push::Sent;
+        }
         self.sim.send(self.me, peer, kind, body);
         Push::Sent
     }
@@ -741,6 +712,28 @@ impl Host for SimHost<'_> {
         false
     }
 
+    fn forwards_lagging(&self, _: BusId) -> bool {
+        false
+    }
+
+    fn forwards<R>(&mut self, f: impl FnOnce(&mut WaitingForwards) -> R) -> R {
+        // Nothing waits here: a relay's way that stays full loses the publish at once (see
+        // `relayed_publish_lost`).
+        f(&mut WaitingForwards::default())
+    }
+
+    fn wait_ms(&self, _: BusId) -> u64 {
+        GROUP_SLOW_MEMBER_WAIT_MS
+    }
+
+    fn takes_batches(&self, _: BusId) -> bool {
+        true
+    }
+
+    fn publish_permitted(&mut self, _: BusId, _: &str, _: u64, _: u64) -> bool {
+        true
+    }
+
     fn app_behind(&self) -> (bool, Option<u64>) {
         // Behind now, or when it last was: the end of its window, once past.
         let now = self.sim.now;
@@ -757,6 +750,14 @@ impl Host for SimHost<'_> {
         self.deliver(from, group, vec![chunk.slice(start..start + len)]);
     }
 
+    fn deliver_run(&mut self, from: BusId, _: &str, chunk: &Bytes, spans: Vec<(u32, u32)>) {
+        let payloads = spans
+            .into_iter()
+            .map(|(start, len)| chunk.slice(start as usize..(start + len) as usize))
+            .collect();
+        self.sim.deliver(self.me, from, payloads);
+    }
+
     fn deliver(&mut self, from: BusId, group: Option<&str>, payloads: Vec<Bytes>) {
         match group {
             Some(_) => self.sim.deliver(self.me, from, payloads),
@@ -767,7 +768,9 @@ impl Host for SimHost<'_> {
     fn report(&mut self, report: Report) {
         let (me, now) = (self.me, self.sim.now);
         match report {
-            Report::MulticastLie { from, why } => self.sim.refuse(me, from, why),
+            Report::MulticastLie { from, why } | Report::PublishLie { from, why } => {
+                self.sim.refuse(me, from, why)
+            }
             Report::MulticastGap { source, missed, .. } => {
                 *self
                     .sim

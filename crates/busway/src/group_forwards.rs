@@ -54,20 +54,12 @@ impl WaitingForwards {
         self.any_lagging.load(Relaxed) && self.lock().is_lagging(peer)
     }
 
-    /// A cut-off publish fit toward `peer`: it is not lagging any more.
-    pub(crate) fn caught_up(&self, peer: BusId) {
-        if self.any_lagging.load(Relaxed) {
-            let mut st = self.lock();
-            st.caught_up(peer);
-            self.hint(&st);
-        }
-    }
-
-    /// Queues `body` for `peer` until it fits (see `WaitingForwards::wait` in the core).
-    pub(crate) fn wait(&self, peer: BusId, body: Bytes, give_up_at_ms: Option<u64>) {
+    /// Runs `f` on the waiting publishes under their lock, the hints set after.
+    pub(crate) fn with<R>(&self, f: impl FnOnce(&mut Waiting) -> R) -> R {
         let mut st = self.lock();
-        st.wait(peer, body, give_up_at_ms);
+        let got = f(&mut st);
         self.hint(&st);
+        got
     }
 
     /// Pushes the waiting publishes in order with `push` (see `WaitingForwards::push` in the

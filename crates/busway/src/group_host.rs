@@ -12,7 +12,7 @@ use crate::routing::Hops;
 use crate::shared::Shared;
 use crate::stats::bump;
 use busway_core::frame::FrameKind;
-use busway_core::group::forwards::Push;
+use busway_core::group::forwards::{Push, WaitingForwards};
 use busway_core::group::host::{Host, Report, Routes, Unsent};
 use busway_core::group::repairs::{AskRefused, Repairs};
 use busway_core::group::state::GroupState;
@@ -118,6 +118,37 @@ impl Host for GroupHost<'_, '_, '_> {
         self.shared.groups.waiting.waits_for(peer)
     }
 
+    fn forwards_lagging(&self, peer: BusId) -> bool {
+        self.shared.groups.waiting.is_lagging(peer)
+    }
+
+    fn forwards<R>(&mut self, f: impl FnOnce(&mut WaitingForwards) -> R) -> R {
+        self.shared.groups.waiting.with(f)
+    }
+
+    fn wait_ms(&self, peer: BusId) -> u64 {
+        self.shared
+            .peer(peer)
+            .map_or(0, |p| self.shared.group_wait_ms(&p))
+    }
+
+    fn takes_batches(&self, peer: BusId) -> bool {
+        self.shared
+            .peer(peer)
+            .is_some_and(|p| p.takes_publish_batches())
+    }
+
+    fn publish_permitted(
+        &mut self,
+        publisher: BusId,
+        group: &str,
+        count: u64,
+        now_ms: u64,
+    ) -> bool {
+        self.shared
+            .publish_permitted(publisher, group, count, now_ms)
+    }
+
     fn app_behind(&self) -> (bool, Option<u64>) {
         let shared = self.shared;
         (
@@ -128,6 +159,10 @@ impl Host for GroupHost<'_, '_, '_> {
 
     fn deliver_span(&mut self, from: BusId, group: Option<&str>, chunk: &Bytes, span: (u32, u32)) {
         self.out.span(from, group, chunk, span);
+    }
+
+    fn deliver_run(&mut self, from: BusId, group: &str, chunk: &Bytes, spans: Vec<(u32, u32)>) {
+        self.out.run(from, group, chunk, spans);
     }
 
     fn deliver(&mut self, from: BusId, group: Option<&str>, payloads: Vec<Bytes>) {
@@ -141,7 +176,24 @@ impl Host for GroupHost<'_, '_, '_> {
             Report::MulticastForwardsDropped(n) => {
                 counters.multicast_forwards_dropped.fetch_add(n, Relaxed);
             }
-            Report::CopyDropped => bump(&counters.group_copies_dropped),
+            Report::CopiesDropped(n) => {
+                counters.group_copies_dropped.fetch_add(n, Relaxed);
+            }
+            Report::PublishLie { from, why } => {
+                bump(&counters.publishes_refused);
+                shared.refuse_link(from, why);
+            }
+            Report::Unwanted {
+                publisher,
+                group,
+                n,
+            } => {
+                tracing::debug!(%publisher, group, "publishes for a group nobody here wants");
+                counters.publishes_unwanted.fetch_add(n, Relaxed);
+            }
+            Report::ForwardsDropped(n) => {
+                counters.group_forwards_dropped.fetch_add(n, Relaxed);
+            }
             Report::MulticastLie { from, why } => {
                 bump(&counters.multicasts_refused);
                 shared.refuse_link(from, why);

@@ -6,11 +6,9 @@
 
 use crate::group_forwards::WaitingForwards;
 use crate::handover::Delivered;
-use busway_core::group::intake::Intake;
 use busway_core::group::repairs::Repairs;
 use busway_core::group::state::{Advert, GroupState, Published};
 use busway_core::group::stream::HeldBudget;
-use busway_core::group::PublishHead;
 use busway_core::BusId;
 use bytes::Bytes;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -46,25 +44,6 @@ macro_rules! under_lock {
         $(
             pub(crate) fn $name(&self $(, $arg: $ty)*) $(-> $ret)? {
                 locked(&self.state).$name($($arg),*)
-            }
-        )*
-    };
-}
-
-/// Wrappers like `under_lock!`'s for calls that may deliver to this node's application
-/// (into `out`): one whose result passes the test after `if` takes its turn to hand over
-/// under the lock (see `Delivered::take_turn`).
-macro_rules! in_turn {
-    ($(fn $name:ident(&self $(, $arg:ident: $ty:ty)*) -> $ret:ty, if $delivers:expr;)*) => {
-        $(
-            #[allow(clippy::too_many_arguments)]
-            pub(crate) fn $name(&self $(, $arg: $ty)*, out: &mut Delivered<'_>) -> $ret {
-                let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
-                let got = state.$name($($arg),*);
-                if ($delivers)(&got) {
-                    out.take_turn();
-                }
-                got
             }
         )*
     };
@@ -125,11 +104,6 @@ impl GroupTable {
     /// Whether repairs are under way.
     pub(crate) fn has_repairs(&self) -> bool {
         !locked(&self.repairs).is_empty()
-    }
-
-    in_turn! {
-        fn take_publish(&self, me: BusId, from: BusId, body: &Bytes, head: &PublishHead, now_ms: u64) -> Intake, if Intake::delivers;
-        fn take_run(&self, me: BusId, from: BusId, heads: &[PublishHead], buf: &Bytes, spans: Vec<(usize, usize)>, now_ms: u64) -> Intake, if Intake::delivers;
     }
 
     under_lock! {

@@ -19,6 +19,8 @@ use busway_core::frame::SPAN_GROUP_LOG;
 use busway_core::frame::SPAN_MULTICAST;
 use busway_core::frame::SPAN_TAG_MASK;
 use busway_core::frame::{FrameKind, SPAN_INTEREST, SPAN_LEN_MASK, SPAN_PUBLISH, SPAN_REPAIR};
+use busway_core::group::host::Host;
+use busway_core::group::intake::Intake;
 use busway_core::group::log_records::decode_log_records;
 use busway_core::group::state::Published;
 use busway_core::group::PUBLISH_BACKPRESSURE_BIT;
@@ -288,17 +290,13 @@ impl crate::ring_link::GroupMessages for Shared {
             .zip(spans)
             .map(|(h, &(start, len))| (start as usize + h.payload_at, len as usize - h.payload_at))
             .collect();
-        let mut out = self.delivered();
-        let intake = self.groups.take_run(
-            self.config.id,
-            from,
-            &heads,
-            chunk,
-            payloads,
-            now_ms,
-            &mut out,
-        );
-        let gap = self.act_on_intake(chunk, 0, (from, group), intake, now_ms, &mut out);
+        let (mut out, mut link) = (self.delivered(), None);
+        let host = &mut self.group_host(&mut out, &mut link);
+        let me = self.config.id;
+        let intake = host.groups(Intake::delivers, |s| {
+            s.take_run(me, from, &heads, chunk, payloads, now_ms)
+        });
+        let gap = group::publishes::act_on_intake(host, (chunk, 0), (from, group), intake, now_ms);
         let (handed, left) = out.finish();
         if left {
             self.sync_group_adverts();
@@ -483,8 +481,9 @@ impl Shared {
                     }
                 }
                 SPAN_PUBLISH => {
-                    gaps |= self
-                        .publish_received(from, &mut link, chunk, start, &body, now_ms, &mut out)
+                    let host = &mut self.group_host(&mut out, &mut link);
+                    let at = (chunk, start, &body);
+                    gaps |= group::publishes::publish_received(host, from, at, now_ms)
                 }
                 SPAN_MULTICAST => {
                     let host = &mut self.group_host(&mut out, &mut link);

@@ -3,7 +3,7 @@
 //! inbox) and what they tell it ([`Report`]). The runtime is one host, the seeded simulation
 //! another: both drive the same decisions.
 
-use super::forwards::Push;
+use super::forwards::{Push, WaitingForwards};
 use super::repairs::{AskRefused, Repairs};
 use super::state::GroupState;
 use crate::frame::FrameKind;
@@ -39,8 +39,20 @@ pub enum Report {
     /// full link, a frame past the link's limit, a name the upstream does not hold for this
     /// node): those receivers see a gap and ask the source.
     MulticastForwardsDropped(u64),
-    /// A second copy of a publish or multicast was dropped.
-    CopyDropped,
+    /// Copies of publishes or multicasts seen already, dropped.
+    CopiesDropped(u64),
+    /// A PUBLISH from `from` that only a liar sends (`why`): the host closes that link.
+    PublishLie { from: BusId, why: String },
+    /// `n` publishes of `publisher` to `group`, which nobody here wants (no member, no peer
+    /// that asked), dropped.
+    Unwanted {
+        publisher: BusId,
+        group: String,
+        n: u64,
+    },
+    /// `n` publishes could not be passed on to a peer (gone, past its frame limit, a name the
+    /// upstream does not hold for this node, a lagging link): its members repair the gap.
+    ForwardsDropped(u64),
     /// A MULTICAST from `from` that only a liar sends (`why`): the host closes that link.
     MulticastLie { from: BusId, why: String },
     /// A REPAIR taken for nothing (a copy in another's name, a loss or a report of another
@@ -135,12 +147,28 @@ pub trait Host {
     /// Whether publishes this relay passes on wait for room toward `peer` (a mark waits
     /// behind them).
     fn forwards_wait_for(&self, peer: BusId) -> bool;
+    /// Whether the way to `peer` lags: its cut-off publishes are dropped at once while it
+    /// stays full (see `forwards`).
+    fn forwards_lagging(&self, peer: BusId) -> bool;
+    /// Runs `f` on the publishes waiting for room, under the host's lock.
+    fn forwards<R>(&mut self, f: impl FnOnce(&mut WaitingForwards) -> R) -> R;
+    /// How long (ms) a cut-off publish waits for room toward `peer` (a relay's way waits
+    /// less than a member's: `GROUP_HOP_WAIT_MS`, `GROUP_SLOW_MEMBER_WAIT_MS`).
+    fn wait_ms(&self, peer: BusId) -> u64;
+    /// Whether `peer` reads PUBLISH batches (one that does not gets them one by one).
+    fn takes_batches(&self, peer: BusId) -> bool;
+    /// Whether `publisher`'s `count` publishes to `group` may be taken here (the node's
+    /// permissions); the host counts and answers a refusal itself.
+    fn publish_permitted(&mut self, publisher: BusId, group: &str, count: u64, now_ms: u64)
+        -> bool;
     /// Whether this node's application is behind on its group publishes now, and when it
     /// last was (ms), if ever (see `stream::cuts_off`).
     fn app_behind(&self) -> (bool, Option<u64>);
     /// Hands `from`'s publish to `group` (`None`: a multicast) at `span` (start, length) of
     /// `chunk` to the application.
     fn deliver_span(&mut self, from: BusId, group: Option<&str>, chunk: &Bytes, span: (u32, u32));
+    /// Hands `from`'s publishes to `group` at `spans` of `chunk`, in order, to the application.
+    fn deliver_run(&mut self, from: BusId, group: &str, chunk: &Bytes, spans: Vec<(u32, u32)>);
     /// Hands `from`'s `payloads` (that waited for a gap) to the application.
     fn deliver(&mut self, from: BusId, group: Option<&str>, payloads: Vec<Bytes>);
     /// Tells the host what happened.

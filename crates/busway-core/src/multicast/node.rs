@@ -98,7 +98,7 @@ pub fn received<H: Host>(
                 host.deliver_span(head.source, None, chunk, (start + at, len - at));
                 host.deliver(head.source, None, then);
             }
-            Some(Offer::Stale) => host.report(Report::CopyDropped),
+            Some(Offer::Stale) => host.report(Report::CopiesDropped(1)),
             _ => {}
         }
         gap |= got.gap;

@@ -1,0 +1,166 @@
+//! What a node does with the publishes it receives, for a [`Host`]: a PUBLISH (one publish, a
+//! batch or a mark) is taken only from a link that may speak for its publisher and only as
+//! permitted, handed to the group state (`intake`), passed on to each peer that asked
+//! (waiting for room toward a full peer as its policy says, skipped past its wait:
+//! `forwards`), and what the member's stream holds next is handed over in order.
+
+use super::forwards::Push;
+use super::host::{Host, Report};
+use super::intake::{Handed, Intake};
+use super::node::skipped;
+use super::{decode_publish, split_publish_batch, PublishHead};
+use crate::frame::FrameKind;
+use crate::BusId;
+use bytes::Bytes;
+
+/// A PUBLISH from the direct peer `from`, its body `body` at `start` of `chunk`: refused if
+/// `from` may not speak for its publisher (the link is closed), dropped if not permitted,
+/// else passed on and, for this node's application if a member, handed over in order. True
+/// if a gap is open.
+pub fn publish_received<H: Host>(
+    host: &mut H,
+    from: BusId,
+    (chunk, start, body): (&Bytes, u32, &Bytes),
+    now_ms: u64,
+) -> bool {
+    let head = match decode_publish(body) {
+        Ok(head) => head,
+        Err(why) => {
+            host.report(Report::PublishLie { from, why });
+            return false;
+        }
+    };
+    let what = if head.mark { "PUBLISH mark" } else { "PUBLISH" };
+    if let Err(why) = host.may_speak_for(from, head.publisher, what) {
+        host.report(Report::PublishLie { from, why });
+        return false;
+    }
+    if !host.publish_permitted(head.publisher, head.name, head.count, now_ms) {
+        return false;
+    }
+    let (me, _) = host.me();
+    let intake = host.groups(Intake::delivers, |s| {
+        s.take_publish(me, from, body, &head, now_ms)
+    });
+    let stream = (head.publisher, head.name);
+    act_on_intake(host, (chunk, start as usize), stream, intake, now_ms)
+}
+
+/// Acts on what the group state made of publishes of `stream` (publisher, group) whose body
+/// starts at `base` of `chunk` (see `intake`): passes them on, tells of a restarted stream,
+/// hands over what is next, reports copies and publishes nobody wants. True if a gap is open.
+pub fn act_on_intake<H: Host>(
+    host: &mut H,
+    (chunk, base): (&Bytes, usize),
+    (publisher, group): (BusId, &str),
+    intake: Intake,
+    now_ms: u64,
+) -> bool {
+    if intake.copies > 0 {
+        host.report(Report::CopiesDropped(intake.copies));
+    }
+    if intake.unwanted > 0 {
+        host.report(Report::Unwanted {
+            publisher,
+            group: group.to_owned(),
+            n: intake.unwanted,
+        });
+    }
+    for onward in intake.onward {
+        // Made or checked by the group state: it decodes (else counted, not sent).
+        let Ok(head) = decode_publish(&onward.body) else {
+            for _ in &onward.to {
+                forwards_dropped(host, &onward.body);
+            }
+            continue;
+        };
+        for peer in onward.to {
+            forward_publish(host, peer, &onward.body, &head, now_ms);
+        }
+    }
+    if let Some(ended) = intake.ended {
+        let why = format!(
+            "publisher {publisher} restarted before they came (a new incarnation's stream starts afresh)"
+        );
+        skipped(host, (publisher, group), ended, (why, false), now_ms);
+    }
+    let at = |(start, len): (usize, usize)| ((base + start) as u32, len as u32);
+    for handed in intake.handed {
+        match handed {
+            Handed::Spans(spans) if spans.len() == 1 => {
+                host.deliver_span(publisher, Some(group), chunk, at(spans[0]));
+            }
+            Handed::Spans(spans) => {
+                let spans = spans.into_iter().map(at).collect();
+                host.deliver_run(publisher, group, chunk, spans);
+            }
+            Handed::Waited(payloads) => host.deliver(publisher, Some(group), payloads),
+        }
+    }
+    intake.gap
+}
+
+/// The publishes of a PUBLISH `body` (a batch's each) could not be passed on: reported.
+pub fn forwards_dropped<H: Host>(host: &mut H, body: &[u8]) {
+    let n = decode_publish(body).map_or(1, |h| h.count.max(1));
+    host.report(Report::ForwardsDropped(n));
+}
+
+/// Passes a publish (or mark) `body` on to the peer `peer`, behind any that wait for it. One
+/// that does not fit waits (the host's links that bring publishes stop reading meanwhile):
+/// under backpressure as long as it takes, under cut-off at most the host's `wait_ms` for
+/// that peer, then it is dropped for that peer, which is owed a mark and skipped at once
+/// while it stays full (it lags). Never a frame in the name of a publisher the upstream does
+/// not hold registered for this node (it would close the link).
+pub fn forward_publish<H: Host>(
+    host: &mut H,
+    peer: BusId,
+    body: &Bytes,
+    head: &PublishHead<'_>,
+    now_ms: u64,
+) {
+    if head.batch && !host.takes_batches(peer) {
+        // A peer that does not read batches has them publish by publish.
+        for one in split_publish_batch(body, head) {
+            let one = Bytes::from(one);
+            if let Ok(h) = decode_publish(&one) {
+                forward_publish(host, peer, &one, &h, now_ms);
+            }
+        }
+        return;
+    }
+    if !host.may_pass_to(peer, head.publisher) {
+        forwards_dropped(host, body);
+        return;
+    }
+    let lagging = !head.backpressure && host.forwards_lagging(peer);
+    // A lagging peer's cut-off publishes go past what waits for it (only backpressure
+    // publishes do: its cut-off ones were dropped), a mark never does: it may be of one of
+    // those streams (a mark does not say its stream's policy), and ahead of them it would
+    // show a gap that is not there.
+    if !host.forwards_wait_for(peer) || (lagging && !head.mark) {
+        match host.push(peer, FrameKind::Publish, &[], body) {
+            Push::Sent => {
+                // A look at the way only if it lags.
+                if lagging && host.has_caught_up(peer) {
+                    host.forwards(|w| w.caught_up(peer));
+                }
+                return;
+            }
+            Push::Full => {}
+            Push::Gone => {
+                forwards_dropped(host, body);
+                return;
+            }
+        }
+    }
+    if lagging {
+        // Its members ask the publisher for what they missed, or are told they lost it. It
+        // is owed a mark, in case this was the end of the stream.
+        host.groups(|_| false, |s| s.owe_mark(peer, head.publisher, head.name));
+        forwards_dropped(host, body);
+        return;
+    }
+    let give_up_at = (!head.backpressure).then(|| now_ms + host.wait_ms(peer));
+    host.forwards(|w| w.wait(peer, body.clone(), give_up_at));
+}
