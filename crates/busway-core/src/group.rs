@@ -48,6 +48,7 @@ pub mod log_records;
 pub mod node;
 pub mod permissions;
 pub mod publishes;
+pub mod reads;
 pub mod repairs;
 pub mod seen_order;
 pub mod state;

@@ -29,7 +29,7 @@
 //!
 //! `BUSWAY_SIM_SEEDS=N` runs N schedules (default 100); `BUSWAY_SIM_SEED=S` runs one.
 
-use busway_core::frame::FrameKind;
+use busway_core::frame::{FrameKind, SPAN_INTEREST, SPAN_MULTICAST, SPAN_PUBLISH, SPAN_REPAIR};
 use busway_core::group::forwards::{Push, WaitingForwards};
 use busway_core::group::host::{Host, Report, Routes, Unsent};
 use busway_core::group::repairs::{Repairs, GROUP_REPAIRS_PENDING_MAX, REPAIR_ASK_GAP_MIN_MS};
@@ -37,8 +37,8 @@ use busway_core::group::state::{GroupState, GROUPS_PER_PEER_MAX};
 use busway_core::group::stream::HELD_ENTRY_OVERHEAD_BYTES;
 use busway_core::group::stream::{HeldBudget, GROUP_HELD_BYTES_NODE_MAX};
 use busway_core::group::{
-    decode_interest, decode_publish, encode_interest, encode_mark, encode_publish_head,
-    encode_repair_ask, PUBLISH_BATCH_BIT, PUBLISH_MARK_BIT,
+    decode_publish, encode_mark, encode_publish_head, encode_repair_ask, PUBLISH_BATCH_BIT,
+    PUBLISH_MARK_BIT,
 };
 use busway_core::multicast::node::split_by_hop;
 use busway_core::multicast::state::MulticastState;
@@ -350,11 +350,7 @@ impl Sim {
             .filter(|&p| self.link_up(id, p))
             .map(|p| (p, true))
             .collect();
-        let ads = self.node(id).state.adverts(&peers);
-        for a in ads {
-            self.node(id).state.told(&a);
-            self.send(id, a.peer, Kind::Interest, encode_interest(a.join, &a.name));
-        }
+        group::reads::sync_adverts(&mut self.host(id), &peers);
     }
 
     fn leave(&mut self, id: BusId) {
@@ -415,53 +411,30 @@ impl Sim {
         {
             return;
         }
-        match f.kind {
-            Kind::Interest => self.interest_arrived(from, to, &f.body),
-            Kind::Publish => self.publish_arrived(from, to, f.body),
-            Kind::Multicast => self.multicast_arrived(from, to, f.body),
-            Kind::Repair => self.repair_arrived(from, to, f.body),
-        }
-    }
-
-    fn interest_arrived(&mut self, from: BusId, me: BusId, body: &[u8]) {
-        if !self.link_up(from, me) {
+        // A frame on a link closed meanwhile is not read; an end-to-end one is (see
+        // `send_e2e`), but the liar answers no ask (lie 6's gap stays open).
+        let e2e = f.kind == Kind::Repair;
+        if (!e2e && !self.link_up(from, to)) || (e2e && to == LIAR) {
             return;
         }
-        let i = decode_interest(body).expect("interest the sim wrote");
-        let newly = self
-            .node(me)
-            .state
-            .interest(from, i.join, i.name, GROUPS_PER_PEER_MAX);
-        if newly == Some(true) {
-            // Where each publisher this node knows stands.
-            group::node::send_marks(&mut self.host(me), from, i.name);
-        }
-        self.sync_adverts(me);
-    }
-
-    fn publish_arrived(&mut self, from: BusId, me: BusId, body: Vec<u8>) {
-        if !self.link_up(from, me) {
-            return;
-        }
-        let body = Bytes::from(body);
-        if decode_publish(&body).is_ok_and(|h| h.batch) {
+        let tag = match f.kind {
+            Kind::Interest => SPAN_INTEREST,
+            Kind::Publish => SPAN_PUBLISH,
+            Kind::Multicast => SPAN_MULTICAST,
+            Kind::Repair => SPAN_REPAIR,
+        };
+        let body = Bytes::from(f.body);
+        if f.kind == Kind::Publish && decode_publish(&body).is_ok_and(|h| h.batch) {
             self.batches_in += 1;
         }
+        let mut spans = vec![(0, tag | body.len() as u32)];
         let now = self.now;
-        let mut host = self.host(me);
+        let mut host = self.host(to);
         host.arrived = Some(body.clone());
-        group::publishes::publish_received(&mut host, from, (&body, 0, &body), now);
-    }
-
-    /// A MULTICAST on the link `from` -> `me`: the core's own machine takes it
-    /// (`multicast::node`, as the runtime's does), this node its host.
-    fn multicast_arrived(&mut self, from: BusId, me: BusId, body: Vec<u8>) {
-        if !self.link_up(from, me) {
-            return;
+        // The core's own read, as the runtime's `sort_out_groups` makes it.
+        if group::reads::read(&mut host, from, &body, &mut spans, now) {
+            self.sync_adverts(to);
         }
-        let len = body.len() as u32;
-        let now = self.now;
-        multicast::node::received(&mut self.host(me), from, &Bytes::from(body), (0, len), now);
     }
 
     /// Node `me` as the multicast machine's host.
@@ -478,16 +451,6 @@ impl Sim {
     fn deliver_multicasts(&mut self, id: BusId, source: BusId, payloads: Vec<Bytes>) {
         let got = self.node(id).multicasts_got.entry(source).or_default();
         got.extend(payloads.iter().map(|p| number_of(p)));
-    }
-
-    fn repair_arrived(&mut self, from: BusId, me: BusId, body: Vec<u8>) {
-        if me == LIAR {
-            // It answers no ask (lie 6's gap stays open).
-            return;
-        }
-        let body = Bytes::from(body);
-        let now = self.now;
-        group::node::repair_received(&mut self.host(me), from, (&body, 0, &body), now);
     }
 
     /// The runtime's `group_tick` and `multicast_tick` on one node: the core's own.
@@ -679,6 +642,7 @@ impl Host for SimHost<'_> {
                 }
                 Kind::Multicast
             }
+            FrameKind::Interest => Kind::Interest,
             _ => Kind::Publish,
         };
         let mut body = head.to_vec();
@@ -733,6 +697,20 @@ impl Host for SimHost<'_> {
     fn publish_permitted(&mut self, _: BusId, _: &str, _: u64, _: u64) -> bool {
         true
     }
+
+    fn hinted(&mut self, _: BusId) -> bool {
+        false
+    }
+
+    fn join_permitted(&mut self, _: BusId, _: &str) -> bool {
+        true
+    }
+
+    fn interest_quota(&self, _: BusId) -> usize {
+        GROUPS_PER_PEER_MAX
+    }
+
+    fn left_log(&mut self, _: BusId, _: &str) {}
 
     fn app_behind(&self) -> (bool, Option<u64>) {
         // Behind now, or when it last was: the end of its window, once past.

@@ -28,6 +28,8 @@ pub(crate) struct GroupHost<'s, 'b, 'd> {
     out: &'b mut Delivered<'d>,
     /// Who the link being read may speak for, looked up once per read (see `may_speak_for`).
     link: &'b mut Option<busway_core::relay::Sources>,
+    /// Whether this node dialed the link being read on a hint, looked up once per read.
+    hinted: Option<bool>,
 }
 
 impl Routes for Shared {
@@ -149,6 +151,25 @@ impl Host for GroupHost<'_, '_, '_> {
             .publish_permitted(publisher, group, count, now_ms)
     }
 
+    fn hinted(&mut self, peer: BusId) -> bool {
+        let shared = self.shared;
+        *self
+            .hinted
+            .get_or_insert_with(|| shared.peer(peer).is_some_and(|p| p.discovered))
+    }
+
+    fn join_permitted(&mut self, from: BusId, group: &str) -> bool {
+        self.shared.join_permitted(from, group)
+    }
+
+    fn interest_quota(&self, from: BusId) -> usize {
+        self.shared.interest_quota(from)
+    }
+
+    fn left_log(&mut self, from: BusId, group: &str) {
+        self.shared.group_logs.forget(group, from);
+    }
+
     fn app_behind(&self) -> (bool, Option<u64>) {
         let shared = self.shared;
         (
@@ -176,6 +197,7 @@ impl Host for GroupHost<'_, '_, '_> {
             Report::MulticastForwardsDropped(n) => {
                 counters.multicast_forwards_dropped.fetch_add(n, Relaxed);
             }
+            Report::InterestRefused => bump(&counters.group_interest_refused),
             Report::CopiesDropped(n) => {
                 counters.group_copies_dropped.fetch_add(n, Relaxed);
             }
@@ -305,6 +327,7 @@ impl Shared {
             shared: self,
             out,
             link,
+            hinted: None,
         }
     }
 
@@ -329,11 +352,6 @@ impl Shared {
     pub(crate) fn pump_repairs(&self) {
         let now_ms = self.coarse_ms.load(Relaxed);
         self.with_group_host(|h| group::node::pump_repairs(h, now_ms));
-    }
-
-    /// Sends `peer`, which newly asked for `group`, a mark per publisher this node knows.
-    pub(crate) fn send_marks(&self, peer: BusId, group: &str) {
-        self.with_group_host(|h| group::node::send_marks(h, peer, group));
     }
 
     /// The groups' and multicasts' timers, on the retry tick: first the publishes that wait

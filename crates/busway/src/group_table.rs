@@ -7,7 +7,7 @@
 use crate::group_forwards::WaitingForwards;
 use crate::handover::Delivered;
 use busway_core::group::repairs::Repairs;
-use busway_core::group::state::{Advert, GroupState, Published};
+use busway_core::group::state::{GroupState, Published};
 use busway_core::group::stream::HeldBudget;
 use busway_core::BusId;
 use bytes::Bytes;
@@ -113,17 +113,13 @@ impl GroupTable {
         fn joined(&self) -> Vec<String>;
         fn wanted_by(&self, name: &str) -> Vec<BusId>;
         fn publish(&self, name: &str, payload: &Bytes, now_ms: u64) -> Published;
-        fn interest(&self, from: BusId, join: bool, name: &str, quota: usize) -> Option<bool>;
         fn set_policy(&self, name: &str, policy: GroupPolicy);
         fn set_lagging(&self, name: &str, peer: BusId, lagging: bool);
         fn owe_mark(&self, peer: BusId, publisher: BusId, name: &str);
         fn peer_gone(&self, peer: BusId);
         fn peer_came(&self, peer: BusId);
-        fn advert_not_sent(&self, advert: &Advert);
         fn name_of(&self, name: &str) -> GroupName;
         fn wants(&self, name: &str) -> bool;
-        fn adverts(&self, peers: &[(BusId, bool)]) -> Vec<Advert>;
-        fn told(&self, advert: &Advert);
     }
 }
 

@@ -16,18 +16,18 @@ use crate::node::Node;
 use crate::shared::Shared;
 use crate::stats::bump;
 use busway_core::frame::SPAN_GROUP_LOG;
-use busway_core::frame::SPAN_MULTICAST;
 use busway_core::frame::SPAN_TAG_MASK;
-use busway_core::frame::{FrameKind, SPAN_INTEREST, SPAN_LEN_MASK, SPAN_PUBLISH, SPAN_REPAIR};
+use busway_core::frame::{FrameKind, SPAN_LEN_MASK};
+use busway_core::group::check_name;
 use busway_core::group::host::Host;
 use busway_core::group::intake::Intake;
 use busway_core::group::log_records::decode_log_records;
+use busway_core::group::reads::is_group_span;
 use busway_core::group::state::Published;
 use busway_core::group::PUBLISH_BACKPRESSURE_BIT;
-use busway_core::group::{check_name, decode_interest};
 use busway_core::group::{decode_group_log, encode_log_answer, GroupLog, LogOffer};
-use busway_core::group::{encode_interest, encode_publish_head, PUBLISH_FIXED_BYTES};
-use busway_core::{group, multicast, BusId};
+use busway_core::group::{encode_publish_head, PUBLISH_FIXED_BYTES};
+use busway_core::{group, BusId};
 use bytes::Bytes;
 use std::time::Duration;
 
@@ -330,21 +330,8 @@ impl Shared {
                 )
             })
             .collect();
-        let ads = self.groups.adverts(&peers);
-        for advert in ads {
-            let Some(peer) = self.peer(advert.peer) else {
-                continue;
-            };
-            let body = encode_interest(advert.join, &advert.name);
-            if peer
-                .push_framed(FrameKind::Interest, &body, &Bytes::new())
-                .is_ok()
-            {
-                self.groups.told(&advert);
-            } else {
-                self.groups.advert_not_sent(&advert);
-            }
-        }
+        let (mut out, mut link) = (self.delivered(), None);
+        group::reads::sync_adverts(&mut self.group_host(&mut out, &mut link), &peers);
     }
 
     /// `from` answered the offer of this node's log of `name` (see `group_log_out`).
@@ -398,105 +385,29 @@ impl Shared {
         }
     }
 
-    /// Takes the INTEREST, PUBLISH and REPAIR messages out of `spans` (messages from `from`
-    /// in `chunk`: a direct peer, or for REPAIR the source end to end): interest is recorded
-    /// (and a peer that newly asks is sent a mark per publisher known), publishes are passed
-    /// on to the peers that asked and handed to this node's inbox in each publisher's order
-    /// (see `handover`: the caller stops reading while the inbox is backlogged); a
-    /// member's gaps are asked to be repaired, and a publisher answers asks.
-    /// True if publishes went to the inbox.
+    /// Takes the group messages out of `spans` (messages from `from` in `chunk`: a direct
+    /// peer, or for REPAIR the source end to end) and acts on them (see
+    /// `busway_core::group::reads`): publishes are handed to this node's inbox in each
+    /// publisher's order (see `handover`: the caller stops reading while the inbox is
+    /// backlogged). A GROUP_LOG answer is taken here; an offer stays for the reader of the
+    /// ring it came on (see `ring_rx`; a socket's reader declines it). True if publishes went
+    /// to the inbox, or wait for room.
     pub(crate) fn sort_out_groups(
         &self,
         from: BusId,
         chunk: &Bytes,
         spans: &mut Vec<(u32, u32)>,
     ) -> bool {
-        let is_group = |tagged: u32| {
-            matches!(
-                tagged & SPAN_TAG_MASK,
-                SPAN_INTEREST | SPAN_PUBLISH | SPAN_REPAIR | SPAN_MULTICAST | SPAN_GROUP_LOG
-            )
-        };
         // Every read of every link passes here: one that carries no group message takes
         // none of the groups' locks.
-        if !spans.iter().any(|&(_, tagged)| is_group(tagged)) {
+        if !spans.iter().any(|&(_, tagged)| is_group_span(tagged)) {
             return false;
         }
-        let mut out = self.delivered();
-        let mut interest_changed = false;
-        let mut newly_asked: Vec<String> = Vec::new();
-        let mut gaps = false;
+        self.take_log_answers(from, chunk, spans);
         let now_ms = self.coarse_ms.load(std::sync::atomic::Ordering::Relaxed);
-        // Who the link may speak for, looked up once per read (see `may_speak_for`).
-        let mut link = None;
-        // Whether this node dialed the link on a hint, looked up once per read.
-        let mut hinted_link: Option<bool> = None;
-        spans.retain(|&(start, tagged)| {
-            if !is_group(tagged) {
-                return true;
-            }
-            let tag = tagged & SPAN_TAG_MASK;
-            let len = tagged & SPAN_LEN_MASK;
-            let body = chunk.slice(start as usize..(start + len) as usize);
-            match tag {
-                SPAN_GROUP_LOG => {
-                    // Checked by `message_spans`. An offer stays for the reader of the ring
-                    // it came on (see `ring_rx`); a socket's reader declines it.
-                    match decode_group_log(&body) {
-                        Ok(GroupLog::Answer {
-                            name,
-                            token,
-                            serial,
-                            accept,
-                        }) => self.log_answered(from, name, (token, serial), accept),
-                        Ok(GroupLog::Offer(_)) => return true,
-                        Err(_) => {}
-                    }
-                }
-                SPAN_INTEREST => {
-                    // Checked by `message_spans`. Not taken on a link this node dialed on a
-                    // hint (see `sync_group_adverts`): the peer hears publishes by the tree.
-                    let hinted = hinted_link
-                        .get_or_insert_with(|| self.peer(from).is_some_and(|p| p.discovered));
-                    if *hinted {
-                        return false;
-                    }
-                    if let Ok(i) = decode_interest(&body) {
-                        if i.join && !self.join_permitted(from, i.name) {
-                            return false;
-                        }
-                        if !i.join {
-                            self.group_logs.forget(i.name, from);
-                        }
-                        let quota = self.interest_quota(from);
-                        match self.groups.interest(from, i.join, i.name, quota) {
-                            None => bump(&self.counters.group_interest_refused),
-                            Some(new) => {
-                                interest_changed = true;
-                                if new {
-                                    newly_asked.push(i.name.to_owned());
-                                }
-                            }
-                        }
-                    }
-                }
-                SPAN_PUBLISH => {
-                    let host = &mut self.group_host(&mut out, &mut link);
-                    let at = (chunk, start, &body);
-                    gaps |= group::publishes::publish_received(host, from, at, now_ms)
-                }
-                SPAN_MULTICAST => {
-                    let host = &mut self.group_host(&mut out, &mut link);
-                    gaps |= multicast::node::received(host, from, chunk, (start, len), now_ms)
-                }
-                _ => {
-                    let host = &mut self.group_host(&mut out, &mut link);
-                    let at = (chunk, start, &body);
-                    gaps |= group::node::repair_received(host, from, at, now_ms)
-                }
-            }
-            false
-        });
+        let (mut out, mut link) = (self.delivered(), None);
+        let host = &mut self.group_host(&mut out, &mut link);
+        let interest_changed = group::reads::read(host, from, chunk, spans, now_ms);
         let (handed, left) = out.finish();
         if interest_changed {
             self.groups_active.notify_waiters();
@@ -504,14 +415,30 @@ impl Shared {
         if interest_changed || left {
             self.sync_group_adverts();
         }
-        for name in newly_asked {
-            self.send_marks(from, &name);
-        }
-        if gaps {
-            self.ask_repairs();
-        }
-        self.pump_repairs();
         handed || self.groups.waiting.any()
+    }
+
+    /// Takes the GROUP_LOG answers out of `spans` (see `log_answered`).
+    fn take_log_answers(&self, from: BusId, chunk: &Bytes, spans: &mut Vec<(u32, u32)>) {
+        spans.retain(|&(start, tagged)| {
+            if tagged & SPAN_TAG_MASK != SPAN_GROUP_LOG {
+                return true;
+            }
+            let body = &chunk[start as usize..(start + (tagged & SPAN_LEN_MASK)) as usize];
+            // Checked by `message_spans`.
+            match decode_group_log(body) {
+                Ok(GroupLog::Answer {
+                    name,
+                    token,
+                    serial,
+                    accept,
+                }) => {
+                    self.log_answered(from, name, (token, serial), accept);
+                    false
+                }
+                _ => true,
+            }
+        });
     }
 
     /// Deliveries to this node's application about to be decided, handed over in the order

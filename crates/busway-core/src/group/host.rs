@@ -39,6 +39,8 @@ pub enum Report {
     /// full link, a frame past the link's limit, a name the upstream does not hold for this
     /// node): those receivers see a gap and ask the source.
     MulticastForwardsDropped(u64),
+    /// An INTEREST past the link's quota of groups, refused (nothing else changes).
+    InterestRefused,
     /// Copies of publishes or multicasts seen already, dropped.
     CopiesDropped(u64),
     /// A PUBLISH from `from` that only a liar sends (`why`): the host closes that link.
@@ -164,6 +166,16 @@ pub trait Host {
     /// Whether this node's application is behind on its group publishes now, and when it
     /// last was (ms), if ever (see `stream::cuts_off`).
     fn app_behind(&self) -> (bool, Option<u64>);
+    /// Whether this node dialed the link to `peer` on a relay's hint (such a link carries no
+    /// group traffic: both ends hear publishes by the tree).
+    fn hinted(&mut self, peer: BusId) -> bool;
+    /// Whether `from` may join `group` here (the node's permissions); the host counts and
+    /// answers a refusal itself.
+    fn join_permitted(&mut self, from: BusId, group: &str) -> bool;
+    /// How many groups the peer `from` may ask for (its quota, charged to whom it stands for).
+    fn interest_quota(&self, from: BusId) -> usize;
+    /// `from` no longer wants `group`: it stops reading this node's log of it, if it did.
+    fn left_log(&mut self, from: BusId, group: &str);
     /// Hands `from`'s publish to `group` (`None`: a multicast) at `span` (start, length) of
     /// `chunk` to the application.
     fn deliver_span(&mut self, from: BusId, group: Option<&str>, chunk: &Bytes, span: (u32, u32));
