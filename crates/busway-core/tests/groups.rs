@@ -37,8 +37,8 @@ use busway_core::group::state::{GroupState, GROUPS_PER_PEER_MAX};
 use busway_core::group::stream::HELD_ENTRY_OVERHEAD_BYTES;
 use busway_core::group::stream::{HeldBudget, GROUP_HELD_BYTES_NODE_MAX};
 use busway_core::group::{
-    decode_publish, encode_mark, encode_publish_head, encode_repair_ask, PUBLISH_BATCH_BIT,
-    PUBLISH_MARK_BIT,
+    decode_publish, decode_repair, encode_mark, encode_publish_head, encode_repair_ask, Repair,
+    PUBLISH_BATCH_BIT, PUBLISH_MARK_BIT,
 };
 use busway_core::multicast::node::split_by_hop;
 use busway_core::multicast::state::MulticastState;
@@ -427,6 +427,9 @@ impl Sim {
         if f.kind == Kind::Publish && decode_publish(&body).is_ok_and(|h| h.batch) {
             self.batches_in += 1;
         }
+        if let (true, Ok(Repair::Copy(copy))) = (e2e, decode_repair(&body)) {
+            assert_eq!(copy.publisher, from, "a copy in its sender's own name");
+        }
         let mut spans = vec![(0, tag | body.len() as u32)];
         let now = self.now;
         let mut host = self.host(to);
@@ -655,8 +658,10 @@ impl Host for SimHost<'_> {
     }
 
     fn send_repair(&mut self, to: BusId, head: &[u8], payload: &Bytes) -> Result<(), Unsent> {
-        // The liar never acknowledges: its way fills after `LIAR_ROOM_FRAMES`.
-        if to == LIAR {
+        // The liar never acknowledges: its way fills after `LIAR_ROOM_FRAMES` of the repairs
+        // it asked for (asks to it, for its own stream, are end-to-end frames like any).
+        let ask = matches!(decode_repair(head), Ok(Repair::Ask { .. }));
+        if to == LIAR && !ask {
             if self.sim.liar_taken >= LIAR_ROOM_FRAMES {
                 return Err(Unsent::Full);
             }
@@ -688,6 +693,10 @@ impl Host for SimHost<'_> {
 
     fn wait_ms(&self, _: BusId) -> u64 {
         GROUP_SLOW_MEMBER_WAIT_MS
+    }
+
+    fn fits(&self, _: BusId, _: usize) -> bool {
+        true
     }
 
     fn takes_batches(&self, _: BusId) -> bool {
@@ -758,6 +767,9 @@ impl Host for SimHost<'_> {
                     .or_default() += missed;
             }
             Report::AskRefused { .. } => self.sim.node(me).refused_asks += 1,
+            Report::GroupRefused { .. } | Report::Unreachable { .. } => {
+                panic!("{me}: the simulation has no permissions and every id a route: {report:?}")
+            }
             Report::CopySent { to } => *self.sim.node(me).copies_sent.entry(to).or_default() += 1,
             Report::GroupGap {
                 publisher,

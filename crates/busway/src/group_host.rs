@@ -134,6 +134,12 @@ impl Host for GroupHost<'_, '_, '_> {
             .map_or(0, |p| self.shared.group_wait_ms(&p))
     }
 
+    fn fits(&self, peer: BusId, len: usize) -> bool {
+        self.shared
+            .peer(peer)
+            .is_some_and(|p| p.frame_body_max().is_none_or(|m| len <= m))
+    }
+
     fn takes_batches(&self, peer: BusId) -> bool {
         self.shared
             .peer(peer)

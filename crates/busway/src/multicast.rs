@@ -124,6 +124,8 @@ impl Node {
         let (split, _) = split_by_hop(shared, numbered.into_iter(), None);
         for (peer, list) in split {
             let Some(peer) = shared.peer(peer) else {
+                // Gone since: those receivers ask for copies once a path is back.
+                bump(&shared.counters.multicast_forwards_dropped);
                 continue;
             };
             let head =

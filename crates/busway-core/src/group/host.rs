@@ -157,6 +157,9 @@ pub trait Host {
     /// How long (ms) a cut-off publish waits for room toward `peer` (a relay's way waits
     /// less than a member's: `GROUP_HOP_WAIT_MS`, `GROUP_SLOW_MEMBER_WAIT_MS`).
     fn wait_ms(&self, peer: BusId) -> u64;
+    /// Whether a frame body of `len` bytes is within what `peer` takes (it closes a link
+    /// over a frame past its stated limit).
+    fn fits(&self, peer: BusId, len: usize) -> bool;
     /// Whether `peer` reads PUBLISH batches (one that does not gets them one by one).
     fn takes_batches(&self, peer: BusId) -> bool;
     /// Whether `publisher`'s `count` publishes to `group` may be taken here (the node's

@@ -129,7 +129,9 @@ pub fn forward_publish<H: Host>(
         }
         return;
     }
-    if !host.may_pass_to(peer, head.publisher) {
+    // Not one past the peer's frame limit (even to wait: it would close the link once it
+    // fits the queue), nor one the upstream does not take in this name.
+    if !host.fits(peer, body.len()) || !host.may_pass_to(peer, head.publisher) {
         forwards_dropped(host, body);
         return;
     }

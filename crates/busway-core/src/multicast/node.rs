@@ -275,7 +275,9 @@ pub fn repair_received<H: Host>(
 /// link; returns those that did not go.
 pub fn send_marks<H: Host>(host: &mut H, marks: Numbered) -> Numbered {
     let (me, incarnation) = host.me();
-    let (split, mut unsent) = split_by_hop(host.routes(), marks.into_iter(), None);
+    // A receiver with no route now is marked again once it has one (see `link_up`).
+    let (split, _) = split_by_hop(host.routes(), marks.into_iter(), None);
+    let mut unsent = Vec::new();
     for (peer, list) in split {
         let head = encode_multicast_head(me, incarnation, true, MULTICAST_HOPS_MAX, &list);
         if host.push(peer, FrameKind::Multicast, &head, &Bytes::new()) != Push::Sent {
