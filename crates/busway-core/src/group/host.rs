@@ -189,3 +189,166 @@ pub trait Host {
     /// Tells the host what happened.
     fn report(&mut self, report: Report);
 }
+
+/// A host for the machines' unit tests: one node, direct links to `peers` and nothing
+/// behind them, every frame and report recorded.
+#[cfg(test)]
+pub(crate) mod fake {
+    use super::*;
+    use crate::group::stream::HeldBudget;
+    use std::sync::Arc;
+
+    /// Direct links only: a frame to a peer goes to it, to anyone else nowhere.
+    pub(crate) struct Direct(pub Vec<BusId>);
+
+    impl Routes for Direct {
+        type Hops = ();
+
+        fn hops(&self) {}
+
+        fn hop(&self, _: &(), dst: BusId, except: Option<BusId>) -> Option<BusId> {
+            (self.0.contains(&dst) && Some(dst) != except).then_some(dst)
+        }
+    }
+
+    pub(crate) struct FakeHost {
+        pub me: BusId,
+        pub routes: Direct,
+        pub groups: GroupState,
+        pub multicasts: MulticastState,
+        pub repairs: Repairs,
+        pub waiting: WaitingForwards,
+        /// The largest frame body the peers take.
+        pub frame_max: usize,
+        /// Frames queued on links: (peer, kind, bytes).
+        pub pushed: Vec<(BusId, FrameKind, Vec<u8>)>,
+        /// REPAIRs sent end to end: (to, bytes).
+        pub repairs_sent: Vec<(BusId, Vec<u8>)>,
+        pub reports: Vec<Report>,
+        pub delivered: Vec<(BusId, Option<String>, Bytes)>,
+    }
+
+    impl FakeHost {
+        pub(crate) fn new(me: u64, peers: &[u64]) -> Self {
+            let held = Arc::new(HeldBudget::default());
+            Self {
+                me: BusId(me),
+                routes: Direct(peers.iter().map(|&p| BusId(p)).collect()),
+                groups: GroupState::new(1 << 20, held.clone()),
+                multicasts: MulticastState::new(1 << 20, held),
+                repairs: Repairs::default(),
+                waiting: WaitingForwards::default(),
+                frame_max: 1 << 20,
+                pushed: Vec::new(),
+                repairs_sent: Vec::new(),
+                reports: Vec::new(),
+                delivered: Vec::new(),
+            }
+        }
+    }
+
+    impl Host for FakeHost {
+        type Routes = Direct;
+
+        fn routes(&self) -> &Direct {
+            &self.routes
+        }
+        fn me(&self) -> (BusId, u64) {
+            (self.me, 1)
+        }
+        fn groups<R>(&mut self, _: fn(&R) -> bool, f: impl FnOnce(&mut GroupState) -> R) -> R {
+            f(&mut self.groups)
+        }
+        fn multicasts<R>(
+            &mut self,
+            _: fn(&R) -> bool,
+            f: impl FnOnce(&mut MulticastState) -> R,
+        ) -> R {
+            f(&mut self.multicasts)
+        }
+        fn repairs<R>(&mut self, f: impl FnOnce(&mut Repairs) -> R) -> R {
+            f(&mut self.repairs)
+        }
+        fn may_pass_to(&self, _: BusId, _: BusId) -> bool {
+            true
+        }
+        fn may_speak_for(&mut self, from: BusId, speaker: BusId, what: &str) -> Result<(), String> {
+            (from == speaker)
+                .then_some(())
+                .ok_or_else(|| format!("{what} of {speaker} from {from}"))
+        }
+        fn push(&mut self, peer: BusId, kind: FrameKind, head: &[u8], payload: &Bytes) -> Push {
+            if !self.routes.0.contains(&peer) || !self.fits(peer, head.len() + payload.len()) {
+                return Push::Gone;
+            }
+            self.pushed.push((peer, kind, [head, payload].concat()));
+            Push::Sent
+        }
+        fn send_repair(&mut self, to: BusId, head: &[u8], payload: &Bytes) -> Result<(), Unsent> {
+            self.repairs_sent.push((to, [head, payload].concat()));
+            Ok(())
+        }
+        fn has_caught_up(&self, _: BusId) -> bool {
+            true
+        }
+        fn forwards_wait_for(&self, peer: BusId) -> bool {
+            self.waiting.waits_for(peer)
+        }
+        fn forwards_lagging(&self, peer: BusId) -> bool {
+            self.waiting.is_lagging(peer)
+        }
+        fn forwards<R>(&mut self, f: impl FnOnce(&mut WaitingForwards) -> R) -> R {
+            f(&mut self.waiting)
+        }
+        fn wait_ms(&self, _: BusId) -> u64 {
+            1_000
+        }
+        fn fits(&self, _: BusId, len: usize) -> bool {
+            len <= self.frame_max
+        }
+        fn takes_batches(&self, _: BusId) -> bool {
+            true
+        }
+        fn publish_permitted(&mut self, _: BusId, _: &str, _: u64, _: u64) -> bool {
+            true
+        }
+        fn hinted(&mut self, _: BusId) -> bool {
+            false
+        }
+        fn join_permitted(&mut self, _: BusId, _: &str) -> bool {
+            true
+        }
+        fn interest_quota(&self, _: BusId) -> usize {
+            16
+        }
+        fn left_log(&mut self, _: BusId, _: &str) {}
+        fn app_behind(&self) -> (bool, Option<u64>) {
+            (false, None)
+        }
+        fn deliver_span(
+            &mut self,
+            from: BusId,
+            group: Option<&str>,
+            chunk: &Bytes,
+            span: (u32, u32),
+        ) {
+            let (start, len) = (span.0 as usize, span.1 as usize);
+            let payload = chunk.slice(start..start + len);
+            self.delivered
+                .push((from, group.map(str::to_owned), payload));
+        }
+        fn deliver_run(&mut self, from: BusId, group: &str, chunk: &Bytes, spans: Vec<(u32, u32)>) {
+            for span in spans {
+                self.deliver_span(from, Some(group), chunk, span);
+            }
+        }
+        fn deliver(&mut self, from: BusId, group: Option<&str>, payloads: Vec<Bytes>) {
+            let group = group.map(str::to_owned);
+            let each = payloads.into_iter().map(|p| (from, group.clone(), p));
+            self.delivered.extend(each);
+        }
+        fn report(&mut self, report: Report) {
+            self.reports.push(report);
+        }
+    }
+}

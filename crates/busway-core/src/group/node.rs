@@ -313,3 +313,33 @@ pub fn tick<H: Host>(host: &mut H, now_ms: u64) {
 fn push_mark<H: Host>(host: &mut H, peer: BusId, body: &[u8]) -> Push {
     host.push(peer, FrameKind::Publish, body, &Bytes::new())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::group::decode_publish;
+    use crate::group::encode_publish_head;
+    use crate::group::host::fake::FakeHost;
+
+    #[test]
+    fn a_peer_that_newly_asks_is_marked_every_stream_known_but_its_own() {
+        // Node 1 publishes to g itself and has seen 7's stream; 7 then asks for g.
+        let mut host = FakeHost::new(1, &[3, 7]);
+        host.groups.publish("g", &Bytes::from_static(b"own"), 0);
+        let mut body = encode_publish_head(BusId(7), 1, 5, "g");
+        body.extend_from_slice(b"x");
+        let body = Bytes::from(body);
+        let head = decode_publish(&body).unwrap();
+        host.groups
+            .take_publish(BusId(1), BusId(7), &body, &head, 0);
+        send_marks(&mut host, BusId(7), "g");
+        let marked: Vec<BusId> = host
+            .pushed
+            .iter()
+            .map(|(_, _, b)| decode_publish(b).unwrap().publisher)
+            .collect();
+        assert_eq!(marked, [BusId(1)], "never 7 in its own name");
+        send_marks(&mut host, BusId(3), "g");
+        assert_eq!(host.pushed.len(), 3, "3 is marked both streams");
+    }
+}

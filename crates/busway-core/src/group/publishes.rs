@@ -166,3 +166,28 @@ pub fn forward_publish<H: Host>(
     let give_up_at = (!head.backpressure).then(|| now_ms + host.wait_ms(peer));
     host.forwards(|w| w.wait(peer, body.clone(), give_up_at));
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::group::encode_publish_head;
+    use crate::group::host::fake::FakeHost;
+
+    #[test]
+    fn a_forward_past_the_peers_frame_limit_is_dropped_not_left_to_wait() {
+        // A publish already waits for 3: the next would wait behind it, but one past 3's
+        // frame limit would close the link once it fits the queue.
+        let mut host = FakeHost::new(1, &[3]);
+        host.frame_max = 100;
+        host.waiting
+            .wait(BusId(3), Bytes::from_static(b"first"), Some(1_000));
+        let mut body = encode_publish_head(BusId(7), 1, 2, "g");
+        body.extend_from_slice(&[0; 200]);
+        let body = Bytes::from(body);
+        let head = decode_publish(&body).unwrap();
+        forward_publish(&mut host, BusId(3), &body, &head, 0);
+        assert_eq!(host.reports, [Report::ForwardsDropped(1)]);
+        let pushed = host.waiting.push(0, |_, _| Push::Sent);
+        assert_eq!(pushed.waits, None, "only the first waited");
+    }
+}

@@ -336,3 +336,44 @@ pub fn skipped<H: Host>(host: &mut H, source: BusId, skipped: Skipped, reason: S
         });
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::group::host::fake::FakeHost;
+    use crate::group::{decode_repair, Repair};
+
+    #[test]
+    fn a_multicast_out_of_hops_is_dropped_and_its_source_told_once_a_second() {
+        let mut host = FakeHost::new(1, &[5, 8]);
+        let mut body = encode_multicast_head(BusId(5), 1, false, 1, &[(BusId(8), 1)]);
+        body.extend_from_slice(b"payload");
+        let chunk = Bytes::from(body);
+        let span = (0, chunk.len() as u32);
+        received(&mut host, BusId(5), &chunk, span, 0);
+        assert!(host.pushed.is_empty(), "not passed on without a hop left");
+        assert_eq!(host.reports, [Report::MulticastForwardsDropped(1)]);
+        let [(to, report)] = &host.repairs_sent[..] else {
+            panic!("one report to the source: {:?}", host.repairs_sent);
+        };
+        assert_eq!(*to, BusId(5));
+        assert!(matches!(
+            decode_repair(report),
+            Ok(Repair::Unreachable {
+                receiver: BusId(8),
+                ..
+            })
+        ));
+        received(&mut host, BusId(5), &chunk, span, 10);
+        assert_eq!(host.repairs_sent.len(), 1, "told once a second at most");
+    }
+
+    #[test]
+    fn tail_marks_do_not_count_a_receiver_with_no_route_as_unsent() {
+        // 9 has no route: it is marked once it has one (`link_up`), not on every tick.
+        let mut host = FakeHost::new(1, &[5]);
+        let marks = vec![(BusId(5), 3), (BusId(9), 4)];
+        assert!(send_marks(&mut host, marks).is_empty());
+        assert_eq!(host.pushed.len(), 1);
+    }
+}
