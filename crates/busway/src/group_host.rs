@@ -348,18 +348,6 @@ impl Shared {
         }
     }
 
-    /// Asks for the copies this node's streams miss (see `group::node::ask_repairs`).
-    pub(crate) fn ask_repairs(&self) {
-        let now_ms = self.coarse_ms.load(Relaxed);
-        self.with_group_host(|h| group::node::ask_repairs(h, now_ms));
-    }
-
-    /// Sends the repairs under way as far as the ways allow (see `group::node::pump_repairs`).
-    pub(crate) fn pump_repairs(&self) {
-        let now_ms = self.coarse_ms.load(Relaxed);
-        self.with_group_host(|h| group::node::pump_repairs(h, now_ms));
-    }
-
     /// The groups' and multicasts' timers, on the retry tick: first the publishes that wait
     /// for room (a ring's reader retries them itself; a socket's link waits for them), then
     /// the machines' own (see `group::node::tick` and `multicast::node::tick`).

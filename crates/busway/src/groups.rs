@@ -19,9 +19,6 @@ use busway_core::frame::SPAN_GROUP_LOG;
 use busway_core::frame::SPAN_TAG_MASK;
 use busway_core::frame::{FrameKind, SPAN_LEN_MASK};
 use busway_core::group::check_name;
-use busway_core::group::host::Host;
-use busway_core::group::intake::Intake;
-use busway_core::group::log_records::decode_log_records;
 use busway_core::group::reads::is_group_span;
 use busway_core::group::state::Published;
 use busway_core::group::PUBLISH_BACKPRESSURE_BIT;
@@ -267,11 +264,9 @@ impl crate::ring_link::GroupMessages for Shared {
         self.groups.wants(name)
     }
 
-    /// Publishes read from the log of `group` that the direct peer `from` offered (their
-    /// bodies at `spans` of `chunk`): each must be a publish (not a mark) of `from` itself to
-    /// `group`, else the error names the first that is not and none is taken. Then as if they
-    /// came by the ring, taken in one go (one look at the group table for the lot): passed
-    /// on, delivered in order, gaps asked for. True if publishes went to the inbox.
+    /// Publishes read from the log of `group` that the direct peer `from` offered (see
+    /// `busway_core::group::publishes::log_read`). True if publishes went to the inbox, or
+    /// wait for room.
     fn sort_out_log(
         &self,
         from: BusId,
@@ -279,32 +274,14 @@ impl crate::ring_link::GroupMessages for Shared {
         chunk: &Bytes,
         spans: &[(u32, u32)],
     ) -> Result<bool, String> {
-        let heads = decode_log_records(chunk, spans, from, group)?;
         let now_ms = self.coarse_ms.load(std::sync::atomic::Ordering::Relaxed);
-        if !self.publish_permitted(from, group, heads.len() as u64, now_ms) {
-            // Its publishes to the group are not taken here, by the log or otherwise.
-            return Ok(false);
-        }
-        let payloads = heads
-            .iter()
-            .zip(spans)
-            .map(|(h, &(start, len))| (start as usize + h.payload_at, len as usize - h.payload_at))
-            .collect();
         let (mut out, mut link) = (self.delivered(), None);
         let host = &mut self.group_host(&mut out, &mut link);
-        let me = self.config.id;
-        let intake = host.groups(Intake::delivers, |s| {
-            s.take_run(me, from, &heads, chunk, payloads, now_ms)
-        });
-        let gap = group::publishes::act_on_intake(host, (chunk, 0), (from, group), intake, now_ms);
+        group::publishes::log_read(host, (from, group), chunk, spans, now_ms)?;
         let (handed, left) = out.finish();
         if left {
             self.sync_group_adverts();
         }
-        if gap {
-            self.ask_repairs();
-        }
-        self.pump_repairs();
         Ok(handed || self.groups.waiting.any())
     }
 }

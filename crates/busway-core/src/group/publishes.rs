@@ -7,7 +7,8 @@
 use super::forwards::Push;
 use super::host::{Host, Report};
 use super::intake::{Handed, Intake};
-use super::node::skipped;
+use super::log_records::decode_log_records;
+use super::node::{ask_repairs, pump_repairs, skipped};
 use super::{decode_publish, split_publish_batch, PublishHead};
 use crate::frame::FrameKind;
 use crate::BusId;
@@ -98,6 +99,39 @@ pub fn act_on_intake<H: Host>(
         }
     }
     intake.gap
+}
+
+/// Publishes read from the log of `group` that the direct peer `from` offered (their bodies
+/// at `spans` of `chunk`): each must be a publish (not a mark) of `from` itself to `group`,
+/// else the error names the first that is not and none is taken. Then as if they came by the
+/// link, taken in one go (one look at the group state for the lot), if permitted: passed on,
+/// handed over in order, gaps asked for, repairs pumped.
+pub fn log_read<H: Host>(
+    host: &mut H,
+    (from, group): (BusId, &str),
+    chunk: &Bytes,
+    spans: &[(u32, u32)],
+    now_ms: u64,
+) -> Result<(), String> {
+    let heads = decode_log_records(chunk, spans, from, group)?;
+    if !host.publish_permitted(from, group, heads.len() as u64, now_ms) {
+        // Its publishes to the group are not taken here, by the log or otherwise.
+        return Ok(());
+    }
+    let payloads = heads
+        .iter()
+        .zip(spans)
+        .map(|(h, &(start, len))| (start as usize + h.payload_at, len as usize - h.payload_at))
+        .collect();
+    let (me, _) = host.me();
+    let intake = host.groups(Intake::delivers, |s| {
+        s.take_run(me, from, &heads, chunk, payloads, now_ms)
+    });
+    if act_on_intake(host, (chunk, 0), (from, group), intake, now_ms) {
+        ask_repairs(host, now_ms);
+    }
+    pump_repairs(host, now_ms);
+    Ok(())
 }
 
 /// The publishes of a PUBLISH `body` (a batch's each) could not be passed on: reported.
