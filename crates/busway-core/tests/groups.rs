@@ -1,15 +1,16 @@
 //! Groups under a seeded simulation: publishers, relays and members of one group on a tree,
 //! their group state the core's own (`group::state::GroupState`, `group::repairs::Repairs`,
 //! the streams inside them) and every frame between them the core's codec, in virtual time.
-//! Multicasts run on the core's own machine (`multicast::node`), as in the runtime; the
-//! groups' glue mirrors what the runtime's `groups.rs`, `group_relay.rs` and
-//! `group_repairs.rs` do with the core's answers.
+//! Every frame is read and every tick run by the core's own machines (`group::reads`,
+//! `group::publishes`, `group::node`, `multicast::node`), each node their host (`SimHost`)
+//! as the runtime's `GroupHost` is: the simulation runs the runtime's decisions.
 //!
 //! The tree: hub relay R1 (1) with publishers P1 (100) and P2 (101), member M3 (30), a lying
 //! member L (66) and relay R2 (2) below it; members M4 (40) and M5 (50) below R2. Publishers
 //! send one publish or a few in a row as one PUBLISH batch. Per seed:
-//! links delay frames (each link stays in order), relays drop forwards at random as a full
-//! queue would (and owe the peer a mark, as the runtime does), R2 may crash mid-stream and
+//! links delay frames (each link stays in order), a relay's way is full for a spell now and
+//! then (its publishes wait, in order), relays drop forwards at random as a way that stayed
+//! full would (and owe the peer a mark, as the runtime does), R2 may crash mid-stream and
 //! come back empty (what was on its links is lost), end-to-end frames (REPAIR) through a
 //! relay that is down are lost, and L lies: a publish, a batch or a mark in P1's name, a
 //! publish in R1's name, asks for `1..2^62` in a loop.

@@ -425,7 +425,7 @@ impl Shared {
     }
 
     /// A link stops reading because the application left `GROUP_INBOX_BYTES_MAX` of group
-    /// publishes unread: a member cut off then fell behind (see `Shared::skipped`).
+    /// publishes unread: a member cut off then fell behind (see `busway_core::group::node::skipped`).
     pub(crate) fn note_app_behind(&self) {
         let now_ms = self.coarse_ms.load(std::sync::atomic::Ordering::Relaxed);
         self.groups.note_app_behind(now_ms);
