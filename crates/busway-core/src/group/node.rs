@@ -81,28 +81,11 @@ pub fn repair_received<H: Host>(
             false
         }
         Repair::Copy(head) => {
-            // A copy in another's name is not taken (`from` may be nodes away: no link to
-            // close for it).
-            if head.publisher != from {
-                host.report(Report::RepairRefused);
-                return false;
-            }
             let payload = || body.slice(head.payload_at..);
-            let got = host.groups(
-                |got: &Option<(Offer, bool)>| matches!(got, Some((Offer::Deliver { .. }, _))),
-                |s| s.repaired(&head, now_ms, payload),
-            );
-            let Some((offer, gap)) = got else {
-                host.report(Report::RepairRefused);
-                return false;
-            };
-            if let Offer::Deliver { then } = offer {
-                let at = head.payload_at as u32;
-                let span = (start + at, body.len() as u32 - at);
-                host.deliver_span(from, Some(head.name), chunk, span);
-                host.deliver(from, Some(head.name), then);
-            }
-            gap
+            let got = (head.publisher == from)
+                .then(|| host.groups(delivers_copy, |s| s.repaired(&head, now_ms, payload)));
+            let at = (chunk, start, body, head.payload_at);
+            copy_taken(host, (from, Some(head.name)), at, got.flatten())
         }
         Repair::Lost {
             incarnation,
@@ -140,6 +123,34 @@ pub fn repair_received<H: Host>(
             false
         }
     }
+}
+
+/// Whether a copy was taken to be delivered (it takes its turn to hand over).
+pub(crate) fn delivers_copy(got: &Option<(Offer, bool)>) -> bool {
+    matches!(got, Some((Offer::Deliver { .. }, _)))
+}
+
+/// What became of a copy `from` sent of its publish to `group` (`None`: a multicast), its
+/// REPAIR `body` at `start` of `chunk` and its payload from `payload_at` of the body: handed
+/// over with what waited behind it, or refused (`None`: no such stream here, or a copy in
+/// another's name, which is not taken: `from` may be nodes away, no link to close for it).
+/// True if a gap is left.
+pub(crate) fn copy_taken<H: Host>(
+    host: &mut H,
+    (from, group): (BusId, Option<&str>),
+    (chunk, start, body, payload_at): (&Bytes, u32, &Bytes, usize),
+    got: Option<(Offer, bool)>,
+) -> bool {
+    let Some((offer, gap)) = got else {
+        host.report(Report::RepairRefused);
+        return false;
+    };
+    if let Offer::Deliver { then } = offer {
+        let at = payload_at as u32;
+        host.deliver_span(from, group, chunk, (start + at, body.len() as u32 - at));
+        host.deliver(from, group, then);
+    }
+    gap
 }
 
 /// The name a REPAIR carries (a group's, or `MULTICAST_STREAM`).

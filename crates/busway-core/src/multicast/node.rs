@@ -10,7 +10,7 @@ use super::{MULTICAST_HOPS_MAX, MULTICAST_RECEIVERS_MAX};
 use crate::frame::FrameKind;
 use crate::group::forwards::Push;
 use crate::group::host::{Host, Report, Routes};
-use crate::group::node::answer_ask;
+use crate::group::node::{answer_ask, copy_taken, delivers_copy};
 use crate::group::stream::{Offer, Skipped};
 use crate::group::{encode_repair_unreachable, Repair, MULTICAST_STREAM};
 use crate::BusId;
@@ -206,27 +206,14 @@ pub fn repair_received<H: Host>(
             false
         }
         Repair::Copy(head) => {
-            // A copy in another's name is not taken (`from` may be nodes away: no link to
-            // close for it).
-            if head.publisher != from {
-                host.report(Report::RepairRefused);
-                return false;
-            }
             let payload = || body.slice(head.payload_at..);
-            let got = host.multicasts(
-                |got: &Option<(Offer, bool)>| matches!(got, Some((Offer::Deliver { .. }, _))),
-                |s| s.repaired(from, head.incarnation, head.number, now_ms, payload),
-            );
-            let Some((offer, gap)) = got else {
-                host.report(Report::RepairRefused);
-                return false;
-            };
-            if let Offer::Deliver { then } = offer {
-                let at = head.payload_at as u32;
-                host.deliver_span(from, None, chunk, (start + at, body.len() as u32 - at));
-                host.deliver(from, None, then);
-            }
-            gap
+            let got = (head.publisher == from).then(|| {
+                host.multicasts(delivers_copy, |s| {
+                    s.repaired(from, head.incarnation, head.number, now_ms, payload)
+                })
+            });
+            let at = (chunk, start, body, head.payload_at);
+            copy_taken(host, (from, None), at, got.flatten())
         }
         Repair::Lost {
             incarnation,
