@@ -483,12 +483,7 @@ impl Sim {
             })
         };
         self.node(id).waiting = waiting;
-        for (peer, body) in pushed.dropped {
-            let head = decode_publish(&body).expect("a frame the core passed on");
-            self.node(id)
-                .state
-                .owe_mark(peer, head.publisher, head.name);
-        }
+        group::publishes::forwards_given_up(&mut self.host(id), &pushed.dropped);
     }
 
     /// The runtime's `group_tick` and `multicast_tick` on one node: the core's own.

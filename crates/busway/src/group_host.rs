@@ -222,6 +222,7 @@ impl Host for GroupHost<'_, '_, '_> {
             Report::ForwardsDropped(n) => {
                 counters.group_forwards_dropped.fetch_add(n, Relaxed);
             }
+            Report::LinkSkipped => bump(&counters.group_links_skipped),
             Report::MulticastLie { from, why } => {
                 bump(&counters.multicasts_refused);
                 shared.refuse_link(from, why);
@@ -339,7 +340,7 @@ impl Shared {
 
     /// Runs `f` with the core's machines on this node for a call of its own: what it delivers
     /// is handed over when it ends, and the peers are told if the node left a group by it.
-    fn with_group_host(&self, f: impl FnOnce(&mut GroupHost<'_, '_, '_>)) {
+    pub(crate) fn with_group_host(&self, f: impl FnOnce(&mut GroupHost<'_, '_, '_>)) {
         let (mut out, mut link) = (self.delivered(), None);
         f(&mut self.group_host(&mut out, &mut link));
         let (_, left) = out.finish();

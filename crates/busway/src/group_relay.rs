@@ -4,10 +4,10 @@
 
 use crate::limits::{GROUP_HOP_WAIT_MS, GROUP_SLOW_MEMBER_WAIT_MS, ROUTED_RETRY_INTERVAL_MS};
 use crate::shared::Shared;
-use crate::stats::bump;
 use busway_core::frame::FrameKind;
 use busway_core::group::decode_publish;
 use busway_core::group::forwards::Push;
+use busway_core::group::publishes;
 use busway_core::BusId;
 use std::sync::Arc;
 use std::time::Duration;
@@ -43,17 +43,8 @@ impl Shared {
                 }
             }
         });
-        for (i, (id, body)) in pushed.dropped.iter().enumerate() {
-            if i == 0 || pushed.dropped[i - 1].0 != *id {
-                // A peer's dropped publishes come together: one skip each.
-                bump(&self.counters.group_links_skipped);
-            }
-            self.forwards_dropped(body);
-            if let Ok(head) = decode_publish(body) {
-                self.groups.owe_mark(*id, head.publisher, head.name);
-            }
-        }
         if !pushed.dropped.is_empty() {
+            self.with_group_host(|h| publishes::forwards_given_up(h, &pushed.dropped));
             tracing::debug!(
                 dropped = pushed.dropped.len(),
                 "a link to members stayed full: its cut-off publishes are dropped until it has room"
@@ -92,10 +83,10 @@ impl Shared {
 
     /// The publishes of a PUBLISH `body` (a batch's each) could not be passed on: counted.
     fn forwards_dropped(&self, body: &[u8]) {
-        let n = decode_publish(body).map_or(1, |h| h.count.max(1));
-        self.counters
-            .group_forwards_dropped
-            .fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+        self.counters.group_forwards_dropped.fetch_add(
+            publishes::publishes_in(body),
+            std::sync::atomic::Ordering::Relaxed,
+        );
     }
 
     /// How long a cut-off publish waits for room toward `peer`: `GROUP_HOP_WAIT_MS` if it

@@ -115,7 +115,6 @@ impl GroupTable {
         fn publish(&self, name: &str, payload: &Bytes, now_ms: u64) -> Published;
         fn set_policy(&self, name: &str, policy: GroupPolicy);
         fn set_lagging(&self, name: &str, peer: BusId, lagging: bool);
-        fn owe_mark(&self, peer: BusId, publisher: BusId, name: &str);
         fn peer_gone(&self, peer: BusId);
         fn peer_came(&self, peer: BusId);
         fn name_of(&self, name: &str) -> GroupName;

@@ -55,6 +55,9 @@ pub enum Report {
     /// `n` publishes could not be passed on to a peer (gone, past its frame limit, a name the
     /// upstream does not hold for this node, a lagging link): its members repair the gap.
     ForwardsDropped(u64),
+    /// A relay gave up on a peer's way that stayed full (its cut-off publishes dropped until
+    /// it has room again).
+    LinkSkipped,
     /// A MULTICAST from `from` that only a liar sends (`why`): the host closes that link.
     MulticastLie { from: BusId, why: String },
     /// A REPAIR taken for nothing (a copy in another's name, a loss or a report of another

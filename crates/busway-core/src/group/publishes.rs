@@ -134,10 +134,30 @@ pub fn log_read<H: Host>(
     Ok(())
 }
 
+/// How many publishes a PUBLISH `body` stands for (a batch's count; one for a single
+/// publish, a mark, or a body that does not decode).
+pub fn publishes_in(body: &[u8]) -> u64 {
+    decode_publish(body).map_or(1, |h| h.count.max(1))
+}
+
 /// The publishes of a PUBLISH `body` (a batch's each) could not be passed on: reported.
 pub fn forwards_dropped<H: Host>(host: &mut H, body: &[u8]) {
-    let n = decode_publish(body).map_or(1, |h| h.count.max(1));
-    host.report(Report::ForwardsDropped(n));
+    host.report(Report::ForwardsDropped(publishes_in(body)));
+}
+
+/// Cut-off publishes a relay gave up on toward peers whose ways stayed full (`dropped`, as
+/// `WaitingForwards::push` left them: a peer's together): each such peer is skipped once and
+/// owed a mark (its members repair the gap), the publishes reported dropped.
+pub fn forwards_given_up<H: Host>(host: &mut H, dropped: &[(BusId, Bytes)]) {
+    for (i, (peer, body)) in dropped.iter().enumerate() {
+        if i == 0 || dropped[i - 1].0 != *peer {
+            host.report(Report::LinkSkipped);
+        }
+        forwards_dropped(host, body);
+        if let Ok(head) = decode_publish(body) {
+            host.groups(|_| false, |s| s.owe_mark(*peer, head.publisher, head.name));
+        }
+    }
 }
 
 /// Passes a publish (or mark) `body` on to the peer `peer`, behind any that wait for it. One

@@ -178,9 +178,9 @@ fn unreachable<H: Host>(
 }
 
 /// A REPAIR about the multicast stream (`MULTICAST_STREAM`) from `from`, end to end, its
-/// body (`repair`, decoded from `body`) at `start` of `chunk`: an ask answered from what this source keeps, a copy or a
-/// loss applied to this receiver's stream, a relay's report of an unreachable receiver
-/// passed to the application; true if a gap is left to ask for.
+/// body (`repair`, decoded from `body`) at `start` of `chunk`: an ask answered from what
+/// this source keeps, a copy or a loss applied to this receiver's stream, a relay's report
+/// of an unreachable receiver passed to the application; true if a gap is left to ask for.
 pub fn repair_received<H: Host>(
     host: &mut H,
     from: BusId,
