@@ -33,6 +33,7 @@
 use busway_core::frame::{FrameKind, SPAN_INTEREST, SPAN_MULTICAST, SPAN_PUBLISH, SPAN_REPAIR};
 use busway_core::group::forwards::{Push, WaitingForwards};
 use busway_core::group::host::{Host, Report, Routes, Unsent};
+use busway_core::group::permissions::GroupPermissions;
 use busway_core::group::repairs::{Repairs, GROUP_REPAIRS_PENDING_MAX, REPAIR_ASK_GAP_MIN_MS};
 use busway_core::group::state::{GroupState, GROUPS_PER_PEER_MAX};
 use busway_core::group::stream::HELD_ENTRY_OVERHEAD_BYTES;
@@ -722,6 +723,10 @@ impl Host for SimHost<'_> {
         Push::Sent
     }
 
+    fn push_own_publish(&mut self, peer: BusId, head: &[u8], payload: &Bytes) -> Push {
+        self.push(peer, FrameKind::Publish, head, payload)
+    }
+
     fn send_repair(&mut self, to: BusId, head: &[u8], payload: &Bytes) -> Result<(), Unsent> {
         // The liar never acknowledges: its way fills after `LIAR_ROOM_FRAMES` of the repairs
         // it asked for (asks to it, for its own stream, are end-to-end frames like any).
@@ -771,16 +776,16 @@ impl Host for SimHost<'_> {
         true
     }
 
-    fn publish_permitted(&mut self, _: BusId, _: &str, _: u64, _: u64) -> bool {
-        true
+    fn permissions(&self) -> Option<&GroupPermissions> {
+        None
+    }
+
+    fn passes_on(&self, _: BusId) -> bool {
+        false
     }
 
     fn hinted(&mut self, _: BusId) -> bool {
         false
-    }
-
-    fn join_permitted(&mut self, _: BusId, _: &str) -> bool {
-        true
     }
 
     fn interest_quota(&self, _: BusId) -> usize {
@@ -835,7 +840,10 @@ impl Host for SimHost<'_> {
                     .or_default() += missed;
             }
             Report::AskRefused { .. } => self.sim.node(me).refused_asks += 1,
-            Report::GroupRefused { .. } | Report::Unreachable { .. } => {
+            Report::GroupRefused { .. }
+            | Report::JoinRefused { .. }
+            | Report::PublishesDenied { .. }
+            | Report::Unreachable { .. } => {
                 panic!("{me}: the simulation has no permissions and every id a route: {report:?}")
             }
             Report::CopySent { to } => *self.sim.node(me).copies_sent.entry(to).or_default() += 1,

@@ -8,6 +8,8 @@
 //!   sleeps.
 //! - [`log`]: a broadcast log, one writer and any number of readers, each at its own pace: a
 //!   group's publishes written once for every member on the host.
+//! - [`announce`]: segments announced to a peer by descriptor, found again without a second
+//!   mapping by a peer in the same process.
 //! - [`pass`]: handing a segment's descriptor to the peer over a Unix socket.
 //!
 //! Why one SPSC ring per direction and not libatbus's one multi-writer ring per receiver: see
@@ -17,6 +19,7 @@
 mod sync;
 mod wait;
 
+pub mod announce;
 #[cfg(not(feature = "loom"))]
 pub mod fuzzing;
 #[cfg(not(feature = "loom"))]

@@ -14,6 +14,7 @@ use crate::stats::bump;
 use busway_core::frame::FrameKind;
 use busway_core::group::forwards::{Push, WaitingForwards};
 use busway_core::group::host::{Host, Report, Routes, Unsent};
+use busway_core::group::permissions::GroupPermissions;
 use busway_core::group::repairs::{AskRefused, Repairs};
 use busway_core::group::state::GroupState;
 use busway_core::multicast::state::MulticastState;
@@ -101,6 +102,24 @@ impl Host for GroupHost<'_, '_, '_> {
         }
     }
 
+    fn push_own_publish(&mut self, peer: BusId, head: &[u8], payload: &Bytes) -> Push {
+        let shared = self.shared;
+        let Some(p) = shared.peer(peer) else {
+            return Push::Gone;
+        };
+        match p.push_publish(head, payload, shared.deferred.looks()) {
+            Ok((_, note)) => {
+                if note {
+                    shared.deferred.note(&p);
+                }
+                Push::Sent
+            }
+            Err(PushError::Full) => Push::Full,
+            // Closed or given up: that peer will not hear it (and forgets its interest).
+            Err(_) => Push::Gone,
+        }
+    }
+
     fn send_repair(&mut self, to: BusId, head: &[u8], payload: &Bytes) -> Result<(), Unsent> {
         match self
             .shared
@@ -146,15 +165,15 @@ impl Host for GroupHost<'_, '_, '_> {
             .is_some_and(|p| p.takes_publish_batches())
     }
 
-    fn publish_permitted(
-        &mut self,
-        publisher: BusId,
-        group: &str,
-        count: u64,
-        now_ms: u64,
-    ) -> bool {
-        self.shared
-            .publish_permitted(publisher, group, count, now_ms)
+    fn permissions(&self) -> Option<&GroupPermissions> {
+        self.shared.config.group_permissions.as_ref()
+    }
+
+    fn passes_on(&self, peer: BusId) -> bool {
+        let shared = self.shared;
+        shared
+            .peer(peer)
+            .is_some_and(|p| shared.passes_groups_on(&p))
     }
 
     fn hinted(&mut self, peer: BusId) -> bool {
@@ -162,10 +181,6 @@ impl Host for GroupHost<'_, '_, '_> {
         *self
             .hinted
             .get_or_insert_with(|| shared.peer(peer).is_some_and(|p| p.discovered))
-    }
-
-    fn join_permitted(&mut self, from: BusId, group: &str) -> bool {
-        self.shared.join_permitted(from, group)
     }
 
     fn interest_quota(&self, from: BusId) -> usize {
@@ -185,15 +200,15 @@ impl Host for GroupHost<'_, '_, '_> {
     }
 
     fn deliver_span(&mut self, from: BusId, group: Option<&str>, chunk: &Bytes, span: (u32, u32)) {
-        self.out.span(from, group, chunk, span);
+        self.out.decided.span(from, group, chunk, span);
     }
 
     fn deliver_run(&mut self, from: BusId, group: &str, chunk: &Bytes, spans: Vec<(u32, u32)>) {
-        self.out.run(from, group, chunk, spans);
+        self.out.decided.run(from, group, chunk, spans);
     }
 
     fn deliver(&mut self, from: BusId, group: Option<&str>, payloads: Vec<Bytes>) {
-        self.out.payloads(from, group, payloads);
+        self.out.decided.payloads(from, group, payloads);
     }
 
     fn report(&mut self, report: Report) {
@@ -226,6 +241,19 @@ impl Host for GroupHost<'_, '_, '_> {
             Report::MulticastLie { from, why } => {
                 bump(&counters.multicasts_refused);
                 shared.refuse_link(from, why);
+            }
+            Report::JoinRefused { member, group, why } => {
+                bump(&counters.group_joins_refused);
+                tracing::debug!(%member, group, %why, "join refused");
+            }
+            Report::PublishesDenied {
+                publisher,
+                group,
+                n,
+                why,
+            } => {
+                counters.publishes_denied.fetch_add(n, Relaxed);
+                tracing::debug!(%publisher, group, %why, "publishes refused");
             }
             Report::RepairRefused => bump(&counters.group_repairs_refused),
             Report::AskRefused { from, stream, why } => {
@@ -340,13 +368,14 @@ impl Shared {
 
     /// Runs `f` with the core's machines on this node for a call of its own: what it delivers
     /// is handed over when it ends, and the peers are told if the node left a group by it.
-    pub(crate) fn with_group_host(&self, f: impl FnOnce(&mut GroupHost<'_, '_, '_>)) {
+    pub(crate) fn with_group_host<R>(&self, f: impl FnOnce(&mut GroupHost<'_, '_, '_>) -> R) -> R {
         let (mut out, mut link) = (self.delivered(), None);
-        f(&mut self.group_host(&mut out, &mut link));
+        let got = f(&mut self.group_host(&mut out, &mut link));
         let (_, left) = out.finish();
         if left {
             self.sync_group_adverts();
         }
+        got
     }
 
     /// The groups' and multicasts' timers, on the retry tick: first the publishes that wait

@@ -3,10 +3,11 @@
 //! logs it accepted and reads them after the ring, handing their publishes to the node as if
 //! they had come by the ring).
 
-use crate::group_log_out::local_log;
+use crate::group_log_out::LOCAL_LOGS;
 use crate::group_table::GroupName;
 use busway_core::group::LogOffer;
 use busway_core::BusId;
+use busway_shm::announce::Announced;
 use busway_shm::log::{Log, LogReader};
 use busway_shm::ring::Binding;
 use busway_shm::Segment;
@@ -43,17 +44,14 @@ pub(crate) fn open(
         writer: from.0,
         reader: 0,
     };
-    let local = (offer.pid == std::process::id())
-        .then(|| local_log(offer.fd, offer.inode))
-        .flatten();
-    let log = match local {
-        Some(log) => {
-            let b = log.binding();
-            if (b.token, b.writer) != (expected.token, expected.writer) {
-                return Err("not the log offered (token or writer differ)".into());
-            }
-            log
-        }
+    let at = Announced {
+        pid: offer.pid,
+        fd: offer.fd,
+        inode: offer.inode,
+    };
+    let log = match LOCAL_LOGS.find(&at, |l| l.binding() == expected, false) {
+        Some(log) => log,
+        // Not this process's, or not the log offered: `Log::open` says which.
         None => Segment::open_read_only_from_process(offer.pid, offer.fd, offer.inode)
             .map_err(|e| e.to_string())
             .and_then(|s| Log::open(s, &expected, limit).map_err(|e| e.to_string()))?,

@@ -21,39 +21,31 @@
 
 use crate::group_table::GroupName;
 use crate::peer::Peer;
+use busway_core::frame::FrameKind;
 use busway_core::group::log_offers::{Answered, LogOffers};
 use busway_core::group::{encode_log_offer, LogOffer};
 use busway_core::BusId;
+use busway_shm::announce::{Announced, InProcess};
 use busway_shm::log::{Log, LogWriter};
 use busway_shm::ring::Binding;
 use busway_shm::Ring;
+use bytes::Bytes;
 use std::collections::HashMap;
-use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 use tokio::sync::Notify;
 
 /// Groups a node keeps a log of at most: each holds up to `shm_ring_bytes` and a descriptor.
 /// Past it, a group's publishes go link by link.
 pub(crate) const GROUP_LOGS_MAX: usize = 64;
 
-/// Logs this process made, by (descriptor, inode): a reader in the same process takes the
-/// log from here instead of mapping `/proc/self/fd` a second time. Weak: a log lives with its
-/// publisher.
-type LocalLogs = Vec<(u32, u64, Weak<Log>)>;
-static LOCAL_LOGS: Mutex<LocalLogs> = Mutex::new(Vec::new());
+/// Logs this process made: a reader in the same process takes the log from here instead of
+/// mapping `/proc/self/fd` a second time. Weak: a log lives with its publisher.
+pub(crate) static LOCAL_LOGS: InProcess<Log> = InProcess::new();
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     // A panic while holding this lock leaves plain data behind; keep going.
     m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// The log this process made as (`fd`, `inode`), if it still exists.
-pub(crate) fn local_log(fd: u32, inode: u64) -> Option<Arc<Log>> {
-    lock(&LOCAL_LOGS)
-        .iter()
-        .find(|(f, n, _)| (*f, *n) == (fd, inode))
-        .and_then(|(_, _, l)| l.upgrade())
 }
 
 /// A peer that reads the log: woken through its link's ring after each publish.
@@ -66,6 +58,8 @@ struct Reader {
 /// One group's log.
 struct GroupLog {
     log: Arc<Log>,
+    /// Where a reader finds it.
+    at: Announced,
     writer: LogWriter,
     token: u64,
     /// The offer made to each peer and its answer, with the ring they were for.
@@ -127,13 +121,28 @@ impl GroupLogs {
         }
     }
 
-    /// The GROUP_LOG offer of `name`'s log to send `peer` (which a publish is about to go
-    /// to by its link) first, if one is due: its link writes into a ring and no offer was
+    /// Sends `peer` (which a publish is about to go to by its link) the GROUP_LOG offer of
+    /// `name`'s log first, if one is due (one that does not fit its queue is made again at a
+    /// later publish): its link writes into a ring and no offer was
     /// made on that ring yet. Makes the log the first time (at most `GROUP_LOGS_MAX`). A peer
     /// that passes the group on (`passes_on`, asked once per ring) is never offered one: a
     /// log does not wait for its reader, and a relay that fell behind would lose the stream
     /// for every member below it; by its link the wait goes back to the publisher.
-    pub(crate) fn offer(
+    pub(crate) fn offer(&self, name: &str, peer: &Peer, passes_on: impl FnOnce() -> bool) {
+        let Some(offer) = self.offer_due(name, peer, passes_on) else {
+            return;
+        };
+        if peer
+            .push_framed(FrameKind::GroupLog, &offer, &Bytes::new())
+            .is_err()
+        {
+            if let Some(Some(g)) = lock(&self.logs).get_mut(name) {
+                g.offers.withdraw(peer.id);
+            }
+        }
+    }
+
+    fn offer_due(
         &self,
         name: &str,
         peer: &Peer,
@@ -168,55 +177,44 @@ impl GroupLogs {
             g.offers.never_on(peer.id, epoch);
             return None;
         }
-        let seg = g.log.segment();
-        let inode = seg.inode().ok()?;
         let serial = g.offers.offer(peer.id, epoch);
         Some(encode_log_offer(&LogOffer {
             name,
             token: g.token,
             serial,
-            pid: std::process::id(),
-            fd: seg.fd().as_raw_fd() as u32,
-            inode,
+            pid: g.at.pid,
+            fd: g.at.fd,
+            inode: g.at.inode,
             capacity: g.log.capacity() as u64,
         }))
     }
 
     fn make(&self, name: &str) -> Option<GroupLog> {
-        let mut bytes = [0u8; 8];
-        if getrandom::getrandom(&mut bytes).is_err() {
-            // Not a secret, only a name unlikely to repeat: the process and an address will do.
-            bytes = (std::process::id() as u64 ^ (self as *const Self as u64)).to_le_bytes();
-        }
-        let token = u64::from_le_bytes(bytes);
+        let token = u64::from_le_bytes(crate::shared::random_bytes());
         let binding = Binding {
             token,
             writer: self.me.0,
             reader: 0,
         };
-        match Log::create("busway-group-log", self.capacity, binding) {
-            Ok((log, writer)) => {
-                let seg = log.segment();
-                if let Ok(inode) = seg.inode() {
-                    let mut local = lock(&LOCAL_LOGS);
-                    local.retain(|(_, _, l)| l.strong_count() > 0);
-                    local.push((seg.fd().as_raw_fd() as u32, inode, Arc::downgrade(&log)));
-                }
-                Some(GroupLog {
-                    log,
-                    writer,
-                    token,
-                    offers: LogOffers::default(),
-                    readers: Vec::new(),
-                    reader_ids: Arc::default(),
-                    wake_due: false,
-                })
-            }
-            Err(e) => {
-                tracing::warn!(group = name, error = %e, "cannot make the group's log: its publishes go link by link");
-                None
-            }
-        }
+        let made = Log::create("busway-group-log", self.capacity, binding)
+            .map_err(|e| e.to_string())
+            .and_then(|(log, writer)| {
+                let at = LOCAL_LOGS.announce(log.segment(), &log);
+                Ok((at.map_err(|e| e.to_string())?, log, writer))
+            });
+        let (at, log, writer) = made
+            .inspect_err(|e| tracing::warn!(group = name, error = %e, "cannot make the group's log: its publishes go link by link"))
+            .ok()?;
+        Some(GroupLog {
+            log,
+            at,
+            writer,
+            token,
+            offers: LogOffers::default(),
+            readers: Vec::new(),
+            reader_ids: Arc::default(),
+            wake_due: false,
+        })
     }
 
     /// `peer` answered offer `serial` of `name`'s log bound to `token` (or, declining, gave
@@ -337,14 +335,6 @@ impl GroupLogs {
         loop {
             self.wake.notified().await;
             self.wake_due();
-        }
-    }
-
-    /// The offer of `name`'s log to `peer` could not be queued: it is made again at a later
-    /// publish.
-    pub(crate) fn withdraw(&self, name: &str, peer: BusId) {
-        if let Some(Some(g)) = lock(&self.logs).get_mut(name) {
-            g.offers.withdraw(peer);
         }
     }
 

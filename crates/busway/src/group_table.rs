@@ -114,25 +114,9 @@ impl GroupTable {
         fn wanted_by(&self, name: &str) -> Vec<BusId>;
         fn publish(&self, name: &str, payload: &Bytes, now_ms: u64) -> Published;
         fn set_policy(&self, name: &str, policy: GroupPolicy);
-        fn set_lagging(&self, name: &str, peer: BusId, lagging: bool);
         fn peer_gone(&self, peer: BusId);
         fn peer_came(&self, peer: BusId);
         fn name_of(&self, name: &str) -> GroupName;
         fn wants(&self, name: &str) -> bool;
-    }
-}
-
-/// When each publisher was last told that its publishes to a group are refused here.
-#[derive(Default)]
-pub(crate) struct RefusalReports {
-    last: Mutex<busway_core::group::permissions::RefusalReports>,
-}
-
-impl RefusalReports {
-    /// Whether to tell `publisher` now (`now_ms`) that its publishes to `group` are refused
-    /// (see `busway_core::group::permissions::RefusalReports::due`).
-    pub(crate) fn due(&self, publisher: BusId, group: &str, now_ms: u64) -> bool {
-        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
-        last.due(publisher, group, now_ms)
     }
 }

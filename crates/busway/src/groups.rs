@@ -19,11 +19,12 @@ use busway_core::frame::SPAN_GROUP_LOG;
 use busway_core::frame::SPAN_TAG_MASK;
 use busway_core::frame::{FrameKind, SPAN_LEN_MASK};
 use busway_core::group::check_name;
+use busway_core::group::publishes::{push_own, OwnPush};
 use busway_core::group::reads::is_group_span;
-use busway_core::group::state::Published;
 use busway_core::group::PUBLISH_BACKPRESSURE_BIT;
 use busway_core::group::{decode_group_log, encode_log_answer, GroupLog, LogOffer};
 use busway_core::group::{encode_publish_head, PUBLISH_FIXED_BYTES};
+use busway_core::turns::Batch;
 use busway_core::{group, BusId};
 use bytes::Bytes;
 use std::time::Duration;
@@ -125,18 +126,18 @@ impl Node {
             return Err(GroupError::Closed);
         }
         let now_ms = shared.coarse_ms.load(std::sync::atomic::Ordering::Relaxed);
-        let Published {
-            number,
-            to,
-            policy,
-            lagging,
-            member,
-        } = shared.groups.publish(group, &payload, now_ms);
+        let published = shared.groups.publish(group, &payload, now_ms);
+        let policy = published.policy;
         let flag = match policy {
             GroupPolicy::Backpressure => PUBLISH_BACKPRESSURE_BIT,
             GroupPolicy::CutOff => 0,
         };
-        let head = encode_publish_head(shared.config.id, shared.incarnation, number | flag, group);
+        let head = encode_publish_head(
+            shared.config.id,
+            shared.incarnation,
+            published.number | flag,
+            group,
+        );
         let mut reached = 0;
         // Once into the group's log for every peer on this host that reads it (never under
         // backpressure: a log does not wait); those it was written for are skipped below.
@@ -152,7 +153,7 @@ impl Node {
             .fetch_add(logged.bytes as u64, std::sync::atomic::Ordering::Relaxed);
         // Both sorted: one walk.
         let mut in_log = in_log.iter().peekable();
-        for id in to {
+        for &id in &published.to {
             while in_log.next_if(|&&r| r < id).is_some() {}
             if in_log.next_if(|&&r| r == id).is_some() {
                 continue;
@@ -161,64 +162,33 @@ impl Node {
                 continue;
             };
             if policy == GroupPolicy::CutOff {
-                if let Some(offer) = shared
+                shared
                     .group_logs
-                    .offer(group, &peer, || shared.passes_groups_on(&peer))
-                {
-                    if peer
-                        .push_framed(FrameKind::GroupLog, &offer, &Bytes::new())
-                        .is_err()
-                    {
-                        // Made again at a later publish.
-                        shared.group_logs.withdraw(group, id);
-                    }
-                }
+                    .offer(group, &peer, || shared.passes_groups_on(&peer));
             }
-            if peer.frame_body_max().is_some_and(|m| len > m) {
-                // The peer closes a link over a frame past its stated limit: it cannot have it.
-                bump(&shared.counters.group_forwards_dropped);
-                continue;
-            }
+            let mut timed_out = false;
             loop {
-                match peer.push_publish(&head, &payload, shared.deferred.looks()) {
-                    Ok((_, note)) => {
-                        if note {
-                            shared.deferred.note(&peer);
-                        }
-                        if lagging.contains(&id) && peer.has_caught_up() {
-                            shared.groups.set_lagging(group, id, false);
-                        }
-                        reached += 1;
-                        break;
+                let at = (group, id);
+                let own = (&head[..], &payload);
+                match shared.with_group_host(|h| push_own(h, at, own, &published, timed_out)) {
+                    OwnPush::Sent => reached += 1,
+                    OwnPush::Wait { len, ms: None } => {
+                        peer.wait_for_room(len).await;
+                        continue;
                     }
-                    Err(crate::peer::PushError::Full) => match policy {
-                        GroupPolicy::Backpressure => peer.wait_for_room(len).await,
-                        GroupPolicy::CutOff => {
-                            let wait = Duration::from_millis(shared.group_wait_ms(&peer));
-                            if lagging.contains(&id)
-                                || tokio::time::timeout(wait, peer.wait_for_room(len))
-                                    .await
-                                    .is_err()
-                            {
-                                // The others keep their rate; the members behind this link
-                                // ask for what they missed, or are told they lost it.
-                                if !lagging.contains(&id) {
-                                    shared.groups.set_lagging(group, id, true);
-                                    bump(&shared.counters.group_links_skipped);
-                                }
-                                bump(&shared.counters.group_forwards_dropped);
-                                break;
-                            }
-                        }
-                    },
-                    // Closed or given up: that peer will not hear it (and forgets its interest).
-                    Err(_) => break,
+                    OwnPush::Wait { len, ms: Some(ms) } => {
+                        let wait = Duration::from_millis(ms);
+                        let room = tokio::time::timeout(wait, peer.wait_for_room(len));
+                        timed_out = room.await.is_err();
+                        continue;
+                    }
+                    OwnPush::Skipped | OwnPush::Gone => {}
                 }
+                break;
             }
         }
-        if member {
-            let name: GroupName = group.into();
-            let batch = MessageBatch::published(shared.config.id, name, payload);
+        if published.member {
+            let batch = MessageBatch::of_payload(shared.config.id, Some(group), payload);
             shared.inbox.deliver(batch).await;
             reached += 1;
         }

@@ -13,11 +13,9 @@
 //! publishes in the channel.
 
 use crate::message::MessageBatch;
-use busway_core::turns::Turns;
-use busway_core::BusId;
-use bytes::Bytes;
+use busway_core::turns::{Decided, Turns};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
 /// The tickets given, and the deliveries that wait for an earlier ticket.
 #[derive(Default)]
@@ -36,23 +34,14 @@ pub(crate) trait Sink {
     fn deliver_reserved(&self, batch: MessageBatch) -> bool;
 }
 
-/// Batches decided under tickets `first..=last`, handed over together.
-struct Segment {
-    first: u64,
-    last: u64,
-    batches: Vec<MessageBatch>,
-}
-
-/// What one read (or one timer tick) delivers to this node's application, in order, as
-/// batches of one source and group (`None` for multicasts): runs of spans in the chunk at
-/// hand share its buffer; messages that waited are batches of their own. Handed over when it
-/// is finished or dropped (so that a ticket taken is never lost, even on a panic).
+/// What one read (or one timer tick) delivers to this node's application, in order (see
+/// `busway_core::turns::Decided`). Handed over when it is finished or dropped (so that a
+/// ticket taken is never lost, even on a panic).
 pub(crate) struct Delivered<'a> {
     handover: &'a Handover,
     inbox: &'a dyn Sink,
-    segments: Vec<Segment>,
-    /// Whether the last batch holds spans of the chunk at hand (only then may it grow).
-    last_is_span: bool,
+    /// The deliveries decided, by ticket.
+    pub(crate) decided: Decided<MessageBatch>,
     /// This node was cut off from a group (it left): its peers must be told.
     pub(crate) left: bool,
 }
@@ -63,101 +52,33 @@ impl<'a> Delivered<'a> {
         Self {
             handover,
             inbox,
-            segments: Vec::new(),
-            last_is_span: false,
+            decided: Decided::default(),
             left: false,
         }
     }
 
     /// Takes the next ticket: what is added from now on goes to the application after what
     /// was decided under earlier tickets. Called under the lock of the state whose decision
-    /// delivers (see the tables' `in_turn!` wrappers), so one stream's tickets follow its
-    /// decisions.
+    /// delivers (see the tables' `with`), so one stream's tickets follow its decisions.
     pub(crate) fn take_turn(&mut self) {
         // Relaxed: the state's lock around this call orders the tickets of its decisions
         // (its release and acquire pair with the next decision's); tickets of different
         // states order no stream together.
-        let ticket = self.handover.tickets.fetch_add(1, Relaxed);
-        match self.segments.last_mut() {
-            // No one took a ticket since this read's last: one segment, and its last batch may grow.
-            Some(s) if s.last + 1 == ticket => s.last = ticket,
-            _ => {
-                self.segments.push(Segment {
-                    first: ticket,
-                    last: ticket,
-                    batches: Vec::new(),
-                });
-                self.last_is_span = false;
-            }
-        }
-    }
-
-    fn batches(&mut self) -> &mut Vec<MessageBatch> {
-        // A delivery is decided under a ticket (see `take_turn`); one without is a bug that
-        // would deliver out of order, so it gets a ticket of its own rather than none.
-        if self.segments.is_empty() {
-            debug_assert!(false, "a delivery decided without a turn");
-            self.take_turn();
-        }
-        &mut self.segments.last_mut().expect("a segment").batches
-    }
-
-    /// The message at `span` of `chunk`, from `src` to `group`, next in its stream.
-    pub(crate) fn span(
-        &mut self,
-        src: BusId,
-        group: Option<&str>,
-        chunk: &Bytes,
-        span: (u32, u32),
-    ) {
-        let grows = self.last_is_span;
-        let batches = self.batches();
-        match batches.last_mut() {
-            Some(b) if grows && b.src() == src && b.group() == group => b.push_span(span),
-            _ => batches.push(match group {
-                Some(g) => MessageBatch::published_in(src, Arc::from(g), chunk.clone(), vec![span]),
-                None => MessageBatch::new(src, chunk.clone(), vec![span]),
-            }),
-        }
-        self.last_is_span = true;
-    }
-
-    /// Publishes of `src` to `group` at `spans` of `chunk`, next in their stream, as one
-    /// batch.
-    pub(crate) fn run(&mut self, src: BusId, group: &str, chunk: &Bytes, spans: Vec<(u32, u32)>) {
-        let batch = MessageBatch::published_in(src, Arc::from(group), chunk.clone(), spans);
-        self.batches().push(batch);
-        self.last_is_span = false;
-    }
-
-    /// Messages of `src` to `group` that waited, each a batch of its own.
-    pub(crate) fn payloads(&mut self, src: BusId, group: Option<&str>, payloads: Vec<Bytes>) {
-        if payloads.is_empty() {
-            return;
-        }
-        let name: Option<Arc<str>> = group.map(Arc::from);
-        let batches = self.batches();
-        for p in payloads {
-            batches.push(match &name {
-                Some(g) => MessageBatch::published(src, g.clone(), p),
-                None => MessageBatch::single(src, p),
-            });
-        }
-        self.last_is_span = false;
+        self.decided
+            .turn(self.handover.tickets.fetch_add(1, Relaxed));
     }
 
     /// Hands the deliveries over (see `Drop`); returns whether there were any (in the
     /// channel now, or counted there while they wait for an earlier turn), and whether this
     /// node left a group meanwhile (`left`).
     pub(crate) fn finish(self) -> (bool, bool) {
-        let any = self.segments.iter().any(|s| !s.batches.is_empty());
-        (any, self.left)
+        (self.decided.any(), self.left)
     }
 }
 
 impl Drop for Delivered<'_> {
     fn drop(&mut self) {
-        if self.segments.is_empty() {
+        if !self.decided.has_turn() {
             return;
         }
         let mut pending = self
@@ -165,7 +86,7 @@ impl Drop for Delivered<'_> {
             .pending
             .lock()
             .unwrap_or_else(|p| p.into_inner());
-        for s in std::mem::take(&mut self.segments) {
+        for s in self.decided.take() {
             self.inbox
                 .reserve(s.batches.iter().map(MessageBatch::footprint).sum());
             pending.ready(s.first, s.last, s.batches, |batch| {
@@ -180,6 +101,9 @@ impl Drop for Delivered<'_> {
 mod tests {
     use super::*;
     use crate::inbox::inbox;
+    use busway_core::BusId;
+    use bytes::Bytes;
+    use std::sync::Arc;
 
     /// The numbers the inbox holds now, in the order it gives them (a payload of other than
     /// 4 bytes read as `u32::MAX`).
@@ -204,7 +128,7 @@ mod tests {
         first.take_turn();
         let mut second = Delivered::new(&handover, &tx);
         second.take_turn();
-        second.payloads(BusId(1), Some("g"), one(2));
+        second.decided.payloads(BusId(1), Some("g"), one(2));
         let (any, _) = second.finish();
         assert!(any);
         // Nothing yet: ticket 0 is still being decided on.
@@ -213,60 +137,19 @@ mod tests {
         let mut big = Delivered::new(&handover, &tx);
         big.take_turn();
         let backlog = crate::inbox::GROUP_INBOX_BYTES_MAX + 1;
-        big.payloads(BusId(1), Some("g"), vec![Bytes::from(vec![0; backlog])]);
+        big.decided
+            .payloads(BusId(1), Some("g"), vec![Bytes::from(vec![0; backlog])]);
         drop(big);
         assert!(tx.group_backlogged(), "a waiting batch holds links back");
         // A turn that delivers nothing still lets the others go.
         let mut empty = Delivered::new(&handover, &tx);
         empty.take_turn();
         drop(empty);
-        first.payloads(BusId(1), Some("g"), one(1));
+        first.decided.payloads(BusId(1), Some("g"), one(1));
         assert_eq!(first.finish(), (true, false));
         let got = numbers(&mut rx);
         assert_eq!(got, [1, 2, u32::MAX]);
         assert!(!tx.group_backlogged(), "taken, it holds nothing back");
-    }
-
-    #[tokio::test]
-    async fn one_read_s_consecutive_tickets_share_a_batch() {
-        let (tx, mut rx) = inbox(1 << 20, 0, Arc::default());
-        let handover = Handover::default();
-        let chunk = Bytes::from_static(&[1, 0, 0, 0, 2, 0, 0, 0]);
-        let mut out = Delivered::new(&handover, &tx);
-        out.take_turn();
-        out.span(BusId(1), Some("g"), &chunk, (0, 4));
-        out.take_turn();
-        out.span(BusId(1), Some("g"), &chunk, (4, 4));
-        assert_eq!(out.segments.len(), 1);
-        assert_eq!(out.segments[0].batches.len(), 1);
-        drop(out);
-        assert_eq!(numbers(&mut rx), [1, 2]);
-    }
-
-    /// One read's tickets on both sides of another's: each goes in its place, the later
-    /// one's own segment handed over when the other's drains to it.
-    #[tokio::test]
-    async fn a_read_s_tickets_around_another_s_go_in_their_places() {
-        let (tx, mut rx) = inbox(1 << 20, 0, Arc::default());
-        let handover = Handover::default();
-        let one = |n: u32| vec![Bytes::copy_from_slice(&n.to_le_bytes())];
-        let (mut a, mut b) = (
-            Delivered::new(&handover, &tx),
-            Delivered::new(&handover, &tx),
-        );
-        a.take_turn();
-        a.payloads(BusId(1), Some("g"), one(0));
-        b.take_turn();
-        b.payloads(BusId(1), Some("g"), one(1));
-        a.take_turn();
-        a.payloads(BusId(1), Some("g"), one(2));
-        assert_eq!(a.segments.len(), 2, "not merged across another's ticket");
-        drop(b);
-        assert!(numbers(&mut rx).is_empty());
-        assert!(!tx.group_backlogged());
-        drop(a);
-        assert_eq!(numbers(&mut rx), [0, 1, 2]);
-        assert!(handover.pending.lock().unwrap().is_idle());
     }
 
     /// Threads decide about one stream in turn under its lock and hand over on their own:
@@ -289,7 +172,7 @@ mod tests {
                             out.take_turn();
                             *next
                         };
-                        out.payloads(
+                        out.decided.payloads(
                             BusId(1),
                             Some("g"),
                             vec![Bytes::copy_from_slice(&n.to_le_bytes())],

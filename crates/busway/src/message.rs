@@ -55,6 +55,28 @@ pub struct MessageBatch {
     group: Option<Arc<str>>,
 }
 
+impl busway_core::turns::Batch for MessageBatch {
+    fn of_spans(src: BusId, group: Option<&str>, chunk: &Bytes, spans: Vec<(u32, u32)>) -> Self {
+        Self {
+            group: group.map(Arc::from),
+            ..Self::new(src, chunk.clone(), spans)
+        }
+    }
+
+    fn of_payload(src: BusId, group: Option<&str>, payload: Bytes) -> Self {
+        let len = payload.len() as u32;
+        Self::of_spans(src, group, &payload, vec![(0, len)])
+    }
+
+    fn is_of(&self, src: BusId, group: Option<&str>) -> bool {
+        self.src == src && self.group() == group
+    }
+
+    fn push_span(&mut self, span: (u32, u32)) {
+        self.spans.push(span);
+    }
+}
+
 impl MessageBatch {
     pub(crate) fn new(src: BusId, buf: Bytes, spans: Vec<(u32, u32)>) -> Self {
         Self {
@@ -64,30 +86,6 @@ impl MessageBatch {
             requests: Vec::new(),
             group: None,
         }
-    }
-
-    /// Publishes from `publisher` to `group`: the messages at `spans` of `buf`.
-    pub(crate) fn published_in(
-        publisher: BusId,
-        group: Arc<str>,
-        buf: Bytes,
-        spans: Vec<(u32, u32)>,
-    ) -> Self {
-        Self {
-            group: Some(group),
-            ..Self::new(publisher, buf, spans)
-        }
-    }
-
-    /// One publish from `publisher` to `group`.
-    pub(crate) fn published(publisher: BusId, group: Arc<str>, payload: Bytes) -> Self {
-        let len = payload.len() as u32;
-        Self::published_in(publisher, group, payload, vec![(0, len)])
-    }
-
-    /// Appends the publish at `span` of the batch's buffer (same publisher, same group).
-    pub(crate) fn push_span(&mut self, span: (u32, u32)) {
-        self.spans.push(span);
     }
 
     /// The group the batch's messages were published to, if they were (all of them were, or

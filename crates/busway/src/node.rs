@@ -255,7 +255,6 @@ impl Node {
             directory: Default::default(),
             warnings: Default::default(),
             registrations: Default::default(),
-            refusal_reports: Default::default(),
             deferred,
             counters,
             loops,

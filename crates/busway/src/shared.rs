@@ -68,8 +68,6 @@ pub(crate) struct Shared {
     pub(crate) warnings: crate::warn_limit::WarnLimiter,
     /// What downstreams registered here, and what this node registered upstream.
     pub(crate) registrations: crate::registration_table::Registrations,
-    /// When refused publishers were last told (see `group_permissions` for the rules).
-    pub(crate) refusal_reports: crate::group_table::RefusalReports,
     /// Peers whose rings hold single sends not yet published.
     pub(crate) deferred: Arc<Deferred>,
     pub(crate) counters: Arc<Counters>,

@@ -13,9 +13,9 @@ use crate::ring_link::RingLink;
 use crate::ring_rx::{take_over_replies, RingReader};
 use crate::shared::Shared;
 use crate::stats::bump;
+use busway_shm::announce::{Announced, InProcess};
 use busway_shm::ring::{Binding, Consumer, Producer, Ring};
 use busway_shm::Segment;
-use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
@@ -47,21 +47,10 @@ pub(crate) struct ShmLink {
     reader: Mutex<Option<Weak<Mutex<RingReader>>>>,
 }
 
-/// Rings this process offered, by (descriptor, inode): a peer in the same process takes its
-/// ring from here instead of opening `/proc/self/fd` (no second mapping, no file system: an
-/// in-process queue). Weak, so that an offer nobody took frees its ring with its link.
-type OfferedRings = Vec<(u32, u64, Weak<Ring>)>;
-static IN_PROCESS_RINGS: Mutex<OfferedRings> = Mutex::new(Vec::new());
-
-/// Takes the ring this process offered as (`fd`, `inode`) if it still exists and is bound as
-/// `expected` says (a ring meant for another reader stays for it).
-fn take_in_process_ring(fd: u32, inode: u64, expected: &Binding) -> Option<Arc<Ring>> {
-    let mut rings = lock(&IN_PROCESS_RINGS);
-    let i = rings.iter().position(|(f, n, r)| {
-        (*f, *n) == (fd, inode) && r.upgrade().is_some_and(|r| r.binding() == *expected)
-    })?;
-    rings.swap_remove(i).2.upgrade()
-}
+/// Rings this process offered: a peer in the same process takes its ring from here instead
+/// of opening `/proc/self/fd` (no second mapping, no file system: an in-process queue). Weak,
+/// so that an offer nobody took frees its ring with its link.
+static IN_PROCESS_RINGS: InProcess<Ring> = InProcess::new();
 
 /// What an OFFER of our ring names.
 pub(crate) struct Offer {
@@ -109,20 +98,16 @@ impl ShmLink {
         };
         let ring =
             Ring::create_bound("busway-link", capacity, binding).map_err(|e| e.to_string())?;
-        let seg = ring.segment();
-        let inode = seg.inode().map_err(|e| e.to_string())?;
+        let at = IN_PROCESS_RINGS
+            .announce(ring.segment(), &ring)
+            .map_err(|e| e.to_string())?;
         let offer = Offer {
-            pid: std::process::id(),
-            fd: seg.fd().as_raw_fd() as u32,
-            inode,
+            pid: at.pid,
+            fd: at.fd,
+            inode: at.inode,
             capacity: capacity as u64,
             token: binding.token,
         };
-        {
-            let mut offered = lock(&IN_PROCESS_RINGS);
-            offered.retain(|(_, _, r)| r.strong_count() > 0);
-            offered.push((seg.fd().as_raw_fd() as u32, inode, Arc::downgrade(&ring)));
-        }
         *lock(&self.outbound) = Some(ring.producer());
         Ok(offer)
     }
@@ -153,8 +138,13 @@ impl ShmLink {
             writer: self.ring.peer.id.0,
             reader: self.shared.config.id.0,
         };
-        let local = (self.shared.config.mem_channels && pid == std::process::id())
-            .then(|| take_in_process_ring(fd, inode, &expected))
+        // A ring meant for another reader stays for it.
+        let at = Announced { pid, fd, inode };
+        let local = self
+            .shared
+            .config
+            .mem_channels
+            .then(|| IN_PROCESS_RINGS.find(&at, |r| r.binding() == expected, true))
             .flatten();
         self.in_process.store(local.is_some(), Relaxed);
         let opened = match local {

@@ -4,6 +4,7 @@
 //! another: both drive the same decisions.
 
 use super::forwards::{Push, WaitingForwards};
+use super::permissions::GroupPermissions;
 use super::repairs::{AskRefused, Repairs};
 use super::state::GroupState;
 use crate::frame::FrameKind;
@@ -60,6 +61,19 @@ pub enum Report {
     LinkSkipped,
     /// A MULTICAST from `from` that only a liar sends (`why`): the host closes that link.
     MulticastLie { from: BusId, why: String },
+    /// `member`'s join of `group` refused here (`why`); it was told.
+    JoinRefused {
+        member: BusId,
+        group: String,
+        why: String,
+    },
+    /// `n` publishes (a mark counts one) of `publisher` to `group` refused here (`why`).
+    PublishesDenied {
+        publisher: BusId,
+        group: String,
+        n: u64,
+        why: String,
+    },
     /// A REPAIR taken for nothing (a copy in another's name, a loss or a report of another
     /// incarnation, a copy for no stream here).
     RepairRefused,
@@ -144,6 +158,9 @@ pub trait Host {
     /// waiting: `Full` if it has no room now, `Gone` if it cannot take it (the peer gone,
     /// the frame past its limit).
     fn push(&mut self, peer: BusId, kind: FrameKind, head: &[u8], payload: &Bytes) -> Push;
+    /// Queues this node's own PUBLISH (`head`, then `payload`) on the link to `peer` as
+    /// [`Host::push`] does (the host may batch it with the publishes before it).
+    fn push_own_publish(&mut self, peer: BusId, head: &[u8], payload: &Bytes) -> Push;
     /// Sends a REPAIR (`head`, then `payload`) to `to` end to end, never waiting.
     fn send_repair(&mut self, to: BusId, head: &[u8], payload: &Bytes) -> Result<(), Unsent>;
     /// Whether the link to `peer` has room again for more than a mark (a lagging link is
@@ -165,19 +182,17 @@ pub trait Host {
     fn fits(&self, peer: BusId, len: usize) -> bool;
     /// Whether `peer` reads PUBLISH batches (one that does not gets them one by one).
     fn takes_batches(&self, peer: BusId) -> bool;
-    /// Whether `publisher`'s `count` publishes to `group` may be taken here (the node's
-    /// permissions); the host counts and answers a refusal itself.
-    fn publish_permitted(&mut self, publisher: BusId, group: &str, count: u64, now_ms: u64)
-        -> bool;
+    /// Who may join and publish to which groups here (`None`: anyone, anything).
+    fn permissions(&self) -> Option<&GroupPermissions>;
+    /// Whether `peer` passes groups on to others (a relay: its upstream, or a downstream
+    /// that registered more ids than its own).
+    fn passes_on(&self, peer: BusId) -> bool;
     /// Whether this node's application is behind on its group publishes now, and when it
     /// last was (ms), if ever (see `stream::cuts_off`).
     fn app_behind(&self) -> (bool, Option<u64>);
     /// Whether this node dialed the link to `peer` on a relay's hint (such a link carries no
     /// group traffic: both ends hear publishes by the tree).
     fn hinted(&mut self, peer: BusId) -> bool;
-    /// Whether `from` may join `group` here (the node's permissions); the host counts and
-    /// answers a refusal itself.
-    fn join_permitted(&mut self, from: BusId, group: &str) -> bool;
     /// How many groups the peer `from` may ask for (its quota, charged to whom it stands for).
     fn interest_quota(&self, from: BusId) -> usize;
     /// `from` no longer wants `group`: it stops reading this node's log of it, if it did.
@@ -229,6 +244,11 @@ pub(crate) mod fake {
         pub repairs_sent: Vec<(BusId, Vec<u8>)>,
         pub reports: Vec<Report>,
         pub delivered: Vec<(BusId, Option<String>, Bytes)>,
+        pub permissions: Option<GroupPermissions>,
+        /// The peers that pass groups on.
+        pub relays: Vec<BusId>,
+        /// The peers whose links are full.
+        pub full: Vec<BusId>,
     }
 
     impl FakeHost {
@@ -246,6 +266,9 @@ pub(crate) mod fake {
                 repairs_sent: Vec::new(),
                 reports: Vec::new(),
                 delivered: Vec::new(),
+                permissions: None,
+                relays: Vec::new(),
+                full: Vec::new(),
             }
         }
     }
@@ -284,8 +307,14 @@ pub(crate) mod fake {
             if !self.routes.0.contains(&peer) || !self.fits(peer, head.len() + payload.len()) {
                 return Push::Gone;
             }
+            if self.full.contains(&peer) {
+                return Push::Full;
+            }
             self.pushed.push((peer, kind, [head, payload].concat()));
             Push::Sent
+        }
+        fn push_own_publish(&mut self, peer: BusId, head: &[u8], payload: &Bytes) -> Push {
+            self.push(peer, FrameKind::Publish, head, payload)
         }
         fn send_repair(&mut self, to: BusId, head: &[u8], payload: &Bytes) -> Result<(), Unsent> {
             self.repairs_sent.push((to, [head, payload].concat()));
@@ -312,14 +341,14 @@ pub(crate) mod fake {
         fn takes_batches(&self, _: BusId) -> bool {
             true
         }
-        fn publish_permitted(&mut self, _: BusId, _: &str, _: u64, _: u64) -> bool {
-            true
+        fn permissions(&self) -> Option<&GroupPermissions> {
+            self.permissions.as_ref()
+        }
+        fn passes_on(&self, peer: BusId) -> bool {
+            self.relays.contains(&peer)
         }
         fn hinted(&mut self, _: BusId) -> bool {
             false
-        }
-        fn join_permitted(&mut self, _: BusId, _: &str) -> bool {
-            true
         }
         fn interest_quota(&self, _: BusId) -> usize {
             16

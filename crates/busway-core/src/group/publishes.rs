@@ -9,6 +9,8 @@ use super::host::{Host, Report};
 use super::intake::{Handed, Intake};
 use super::log_records::decode_log_records;
 use super::node::{ask_repairs, pump_repairs, skipped};
+use super::permissions::publish_permitted;
+use super::state::{GroupPolicy, Published};
 use super::{decode_publish, split_publish_batch, PublishHead};
 use crate::frame::FrameKind;
 use crate::BusId;
@@ -36,7 +38,7 @@ pub fn publish_received<H: Host>(
         host.report(Report::PublishLie { from, why });
         return false;
     }
-    if !host.publish_permitted(head.publisher, head.name, head.count, now_ms) {
+    if !publish_permitted(host, head.publisher, head.name, head.count, now_ms) {
         return false;
     }
     let (me, _) = host.me();
@@ -114,7 +116,7 @@ pub fn log_read<H: Host>(
     now_ms: u64,
 ) -> Result<(), String> {
     let heads = decode_log_records(chunk, spans, from, group)?;
-    if !host.publish_permitted(from, group, heads.len() as u64, now_ms) {
+    if !publish_permitted(host, from, group, heads.len() as u64, now_ms) {
         // Its publishes to the group are not taken here, by the log or otherwise.
         return Ok(());
     }
@@ -221,6 +223,69 @@ pub fn forward_publish<H: Host>(
     host.forwards(|w| w.wait(peer, body.clone(), give_up_at));
 }
 
+/// What became of this node's own publish toward one peer (see [`push_own`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OwnPush {
+    /// Queued on the peer's link.
+    Sent,
+    /// Not for that peer: its link lags, or stayed full past its wait (its members repair
+    /// the gap), or its frame limit is smaller.
+    Skipped,
+    /// The peer is gone (it forgets its interest).
+    Gone,
+    /// The link is full: wait for room for `len` bytes, at most `ms` milliseconds (`None`:
+    /// as long as it takes, under backpressure), then call again.
+    Wait { len: usize, ms: Option<u64> },
+}
+
+/// Pushes this node's publish `(head, payload)` of `group`, numbered as `published` says, to
+/// `peer`, one that asked for the group. A full link is waited for (the caller waits, then
+/// calls again, `timed_out` saying whether the room came): under backpressure as long as
+/// it takes; under cut-off at most the host's `wait_ms` for that peer, then the peer is
+/// skipped, and marked lagging so that later publishes skip it at once while it stays full.
+/// A lagging peer with room again is sent publishes again.
+pub fn push_own<H: Host>(
+    host: &mut H,
+    (group, peer): (&str, BusId),
+    (head, payload): (&[u8], &Bytes),
+    published: &Published,
+    timed_out: bool,
+) -> OwnPush {
+    let len = head.len() + payload.len();
+    if !host.fits(peer, len) {
+        // The peer closes a link over a frame past its stated limit: it cannot have it.
+        host.report(Report::ForwardsDropped(1));
+        return OwnPush::Skipped;
+    }
+    let lagging = published.lagging.contains(&peer);
+    match host.push_own_publish(peer, head, payload) {
+        Push::Sent => {
+            if lagging && host.has_caught_up(peer) {
+                host.groups(|_| false, |s| s.set_lagging(group, peer, false));
+            }
+            OwnPush::Sent
+        }
+        Push::Gone => OwnPush::Gone,
+        Push::Full if published.policy == GroupPolicy::Backpressure => {
+            OwnPush::Wait { len, ms: None }
+        }
+        Push::Full if !lagging && !timed_out => OwnPush::Wait {
+            len,
+            ms: Some(host.wait_ms(peer)),
+        },
+        Push::Full => {
+            // The others keep their rate; the members behind this link ask for what they
+            // missed, or are told they lost it.
+            if !lagging {
+                host.groups(|_| false, |s| s.set_lagging(group, peer, true));
+                host.report(Report::LinkSkipped);
+            }
+            host.report(Report::ForwardsDropped(1));
+            OwnPush::Skipped
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -243,5 +308,57 @@ mod tests {
         assert_eq!(host.reports, [Report::ForwardsDropped(1)]);
         let pushed = host.waiting.push(0, |_, _| Push::Sent);
         assert_eq!(pushed.waits, None, "only the first waited");
+    }
+
+    fn published(policy: GroupPolicy, lagging: &[u64]) -> Published {
+        Published {
+            number: 1,
+            to: vec![BusId(3)],
+            policy,
+            lagging: lagging.iter().map(|&p| BusId(p)).collect(),
+            member: false,
+        }
+    }
+
+    #[test]
+    fn an_own_publish_waits_for_a_full_link_then_skips_it_until_it_has_room() {
+        let mut host = FakeHost::new(1, &[3]);
+        host.full.push(BusId(3));
+        let (head, payload) = (&b"head"[..], Bytes::from_static(b"payload"));
+        let at = ("g", BusId(3));
+        let cut_off = published(GroupPolicy::CutOff, &[]);
+        let wait = push_own(&mut host, at, (head, &payload), &cut_off, false);
+        assert_eq!(
+            wait,
+            OwnPush::Wait {
+                len: 11,
+                ms: Some(1_000)
+            }
+        );
+        let skipped = push_own(&mut host, at, (head, &payload), &cut_off, true);
+        assert_eq!(skipped, OwnPush::Skipped);
+        assert_eq!(
+            host.reports,
+            [Report::LinkSkipped, Report::ForwardsDropped(1)]
+        );
+        // The next publish finds it lagging: skipped at once, not skipped twice.
+        let lagging = host.groups.publish("g", &payload, 0);
+        assert_eq!(lagging.lagging, [BusId(3)], "marked lagging");
+        let next = push_own(&mut host, at, (head, &payload), &lagging, false);
+        assert_eq!(next, OwnPush::Skipped);
+        assert_eq!(host.reports.len(), 3);
+        // Under backpressure it waits as long as it takes.
+        let bp = published(GroupPolicy::Backpressure, &[3]);
+        let wait = push_own(&mut host, at, (head, &payload), &bp, true);
+        assert_eq!(wait, OwnPush::Wait { len: 11, ms: None });
+        // With room again it is sent to, and lags no more.
+        host.full.clear();
+        let sent = push_own(&mut host, at, (head, &payload), &lagging, false);
+        assert_eq!(sent, OwnPush::Sent);
+        assert!(host.groups.publish("g", &payload, 0).lagging.is_empty());
+        // One past the peer's frame limit never goes.
+        host.frame_max = 8;
+        let big = push_own(&mut host, at, (head, &payload), &cut_off, false);
+        assert_eq!(big, OwnPush::Skipped);
     }
 }

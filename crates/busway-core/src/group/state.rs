@@ -213,6 +213,8 @@ pub struct GroupState {
     /// Bytes of recent publishes kept per group for repairs.
     retain_bytes: usize,
     st: State,
+    /// When each publisher refused here was last told so.
+    pub refusals: super::permissions::RefusalReports,
 }
 
 impl GroupState {
@@ -223,6 +225,7 @@ impl GroupState {
             held,
             retain_bytes,
             st: State::default(),
+            refusals: Default::default(),
         }
     }
 
