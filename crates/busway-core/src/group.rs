@@ -12,6 +12,11 @@
 //!   rather than drop it. With `PUBLISH_MARK_BIT` set in `number` it is a *mark*: no payload, it says
 //!   only that the publisher's last publish to the group is `number`, so that a member that
 //!   lost the end of a stream (a relay died with it) sees the gap without a later publish.
+//!   A *gap mark* (a mark with `PUBLISH_BATCH_BIT` too, only toward a peer that advertised
+//!   `caps::GAP_MARKS`) carries `u64 from` as its payload, `1 <= from <= number`: publishes
+//!   `from..=number` were dropped on the way to the receiver (a relay's or the publisher's
+//!   way to it stayed full), so a member whose stream had not begun begins it at `from` and
+//!   asks for them, rather than at the next publish, unaware of what it lost.
 //!   With `PUBLISH_BATCH_BIT` set (only toward a peer that advertised `caps::PUBLISH_BATCH`)
 //!   the payload is one or more entries `u16 length, payload`: publishes numbered `number`,
 //!   `number + 1`, ... in a row, one head and one link message for the lot (a relay passes the
@@ -227,6 +232,8 @@ pub struct PublishHead<'a> {
     pub batch: bool,
     /// How many publishes the body carries: 1, or a batch's entries (0 for a mark).
     pub count: u64,
+    /// A gap mark's first publish dropped on the way (see the module doc).
+    pub gap_from: Option<u64>,
 }
 
 /// A decoded REPAIR body.
@@ -372,7 +379,29 @@ fn decode_publish_as<'a>(body: &'a [u8], what: &str) -> Result<PublishHead<'a>, 
     let rest = &body[PUBLISH_FIXED_BYTES..];
     let name = name_at(rest, len, what)?;
     let payload_at = PUBLISH_FIXED_BYTES + len;
-    if mark && body.len() != payload_at {
+    let gap_from = if mark && batch {
+        let from = body
+            .get(payload_at..)
+            .and_then(|p| <[u8; 8]>::try_from(p).ok())
+            .map(u64::from_le_bytes);
+        match from {
+            Some(from) if (1..=number).contains(&from) => Some(from),
+            Some(from) => {
+                return Err(format!(
+                    "{what} gap mark {number} from {from} (from 1 to the mark's number)"
+                ))
+            }
+            None => {
+                return Err(format!(
+                    "{what} gap mark with {} bytes of payload (its first number, 8)",
+                    body.len() - payload_at
+                ))
+            }
+        }
+    } else {
+        None
+    };
+    if mark && !batch && body.len() != payload_at {
         return Err(format!(
             "{what} mark with {} bytes of payload (a mark has none)",
             body.len() - payload_at
@@ -405,9 +434,6 @@ fn decode_publish_as<'a>(body: &'a [u8], what: &str) -> Result<PublishHead<'a>, 
     } else {
         1
     };
-    if mark && batch {
-        return Err(format!("{what} mark {number} flagged as a batch"));
-    }
     Ok(PublishHead {
         publisher,
         incarnation,
@@ -416,8 +442,9 @@ fn decode_publish_as<'a>(body: &'a [u8], what: &str) -> Result<PublishHead<'a>, 
         payload_at,
         mark,
         backpressure,
-        batch,
+        batch: batch && !mark,
         count,
+        gap_from,
     })
 }
 
@@ -475,6 +502,25 @@ pub fn encode_publish_body(first: &PublishHead, payloads: &[&[u8]]) -> Vec<u8> {
 /// The body of a PUBLISH mark: `publisher`'s last publish to `name` is `number`.
 pub fn encode_mark(publisher: BusId, incarnation: u64, number: u64, name: &str) -> Vec<u8> {
     encode_publish_head(publisher, incarnation, number | PUBLISH_MARK_BIT, name)
+}
+
+/// The body of a PUBLISH gap mark: `publisher`'s publishes to `name` `from..=number` were
+/// dropped on the way (see the module doc).
+pub fn encode_gap_mark(
+    publisher: BusId,
+    incarnation: u64,
+    (from, number): (u64, u64),
+    name: &str,
+) -> Vec<u8> {
+    let word = number | PUBLISH_MARK_BIT | PUBLISH_BATCH_BIT;
+    let mut body = encode_publish_head(publisher, incarnation, word, name);
+    body.extend_from_slice(&from.to_le_bytes());
+    body
+}
+
+/// A gap mark as a plain mark of its number, for a peer that does not read gap marks.
+pub fn as_plain_mark(head: &PublishHead) -> Vec<u8> {
+    encode_mark(head.publisher, head.incarnation, head.number, head.name)
 }
 
 /// The body of a REPAIR ask: send me `publisher incarnation`'s publishes to `name`
@@ -786,6 +832,26 @@ mod tests {
         let empty = encode_publish_head(BusId(7), 9, 1, "");
         assert!(decode_publish(&empty).unwrap_err().contains("0 bytes"));
         assert!(decode_publish(&[0; 5]).unwrap_err().contains("5 bytes"));
+    }
+
+    #[test]
+    fn gap_marks_carry_their_first_number_and_lies_about_it_are_named() {
+        let body = encode_gap_mark(BusId(7), 9, (2, 5), "g");
+        let h = decode_publish(&body).unwrap();
+        assert!(h.mark && !h.batch && h.count == 0);
+        assert_eq!((h.number, h.gap_from), (5, Some(2)));
+        let plain = encode_mark(BusId(7), 9, 5, "g");
+        assert_eq!(decode_publish(&plain).unwrap().gap_from, None);
+        assert_eq!(as_plain_mark(&h), encode_mark(BusId(7), 9, 5, "g"));
+        for (from, why) in [(0, "from 0"), (6, "gap mark 5 from 6")] {
+            let lie = encode_gap_mark(BusId(7), 9, (from, 5), "g");
+            assert!(decode_publish(&lie).unwrap_err().contains(why), "{from}");
+        }
+        let mut short = body.clone();
+        short.pop();
+        assert!(decode_publish(&short)
+            .unwrap_err()
+            .contains("7 bytes of payload"));
     }
 
     #[test]

@@ -77,6 +77,10 @@ pub mod caps {
     /// Understands PUBLISH frames with `group::PUBLISH_BATCH_BIT` (many publishes in a row
     /// in one frame): publishers and relays send batches only to peers with this bit.
     pub const PUBLISH_BATCH: u64 = 1 << 7;
+    /// Understands PUBLISH gap marks (a mark with `group::PUBLISH_BATCH_BIT`, carrying the
+    /// first publish dropped on the way): sent only to peers with this bit, others get a
+    /// plain mark.
+    pub const GAP_MARKS: u64 = 1 << 8;
 }
 
 /// Everything that can be wrong with a handshake. The display text says what and why.

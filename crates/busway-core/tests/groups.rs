@@ -600,8 +600,9 @@ impl SimHost<'_> {
     /// Whether a publish or batch `body` this relay passes on to `peer` is lost, as the
     /// runtime's relay drops one whose way stayed full (it owes the peer a mark): at random,
     /// and toward a member whose application stopped reading past `GROUP_SLOW_MEMBER_WAIT_MS`.
-    /// Never a mark, nor the first of a stream: a member's stream starts at the first publish
-    /// or mark it sees (docs/SEMANTICS.md), so a first one dropped is not seen as a gap.
+    /// Never a mark, nor one that waited. The first publishes of a stream too: the relay owes the peer a gap mark
+    /// from the first it dropped, paid before the stream's next publish to it (or on a tick),
+    /// so a member whose stream had not begun begins it there and asks for them.
     fn relayed_publish_lost(&mut self, peer: BusId, body: &[u8]) -> bool {
         let head = decode_publish(body).expect("a frame the core passed on");
         if head.batch && !self.onward.iter().any(|o| o == body) {
@@ -616,14 +617,17 @@ impl SimHost<'_> {
         let lags = self.sim.nodes[&peer]
             .behind
             .is_some_and(|(from, to)| (from + GROUP_SLOW_MEMBER_WAIT_MS..to).contains(&now));
-        if head.mark || head.publisher == self.me || head.number <= 1 {
+        // Not one that waited: a runtime relay gives those up only together, every cut-off
+        // one waiting for the peer (the core's `forwards`), as `way_full` never makes it.
+        if head.mark || head.publisher == self.me || self.retrying {
             return false;
         }
         if !(lags || self.sim.rng.chance(self.sim.drop_pct)) {
             return false;
         }
         let n = self.sim.node(self.me);
-        n.state.owe_mark(peer, head.publisher, head.name);
+        n.state
+            .owe_mark(peer, head.publisher, head.name, Some(head.number));
         true
     }
 
@@ -774,6 +778,14 @@ impl Host for SimHost<'_> {
 
     fn takes_batches(&self, _: BusId) -> bool {
         true
+    }
+
+    fn takes_gap_marks(&self, _: BusId) -> bool {
+        true
+    }
+
+    fn owes_marks(&self) -> bool {
+        !self.sim.nodes[&self.me].state.owes_none()
     }
 
     fn permissions(&self) -> Option<&GroupPermissions> {

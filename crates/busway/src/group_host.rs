@@ -160,9 +160,17 @@ impl Host for GroupHost<'_, '_, '_> {
     }
 
     fn takes_batches(&self, peer: BusId) -> bool {
-        self.shared
-            .peer(peer)
-            .is_some_and(|p| p.takes_publish_batches())
+        let cap = busway_core::handshake::caps::PUBLISH_BATCH;
+        self.shared.peer(peer).is_some_and(|p| p.has_cap(cap))
+    }
+
+    fn takes_gap_marks(&self, peer: BusId) -> bool {
+        let cap = busway_core::handshake::caps::GAP_MARKS;
+        self.shared.peer(peer).is_some_and(|p| p.has_cap(cap))
+    }
+
+    fn owes_marks(&self) -> bool {
+        self.shared.groups.owes_marks()
     }
 
     fn permissions(&self) -> Option<&GroupPermissions> {

@@ -11,7 +11,7 @@ use busway_core::group::state::{GroupState, Published};
 use busway_core::group::stream::HeldBudget;
 use busway_core::BusId;
 use bytes::Bytes;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 pub use busway_core::group::state::GroupPolicy;
@@ -28,6 +28,9 @@ pub(crate) struct GroupTable {
     /// `Shared::sync_group_adverts`): two at once could each record what the other's look
     /// did not see.
     adverts_turn: Mutex<()>,
+    /// Whether the state may owe a peer a mark (`GroupState::owes_none`), for the look every
+    /// forward makes without the lock: set after each `with`, where marks are owed and paid.
+    owes: AtomicBool,
     /// When (ms on the node's clock) a link last found the application's inbox holding
     /// `GROUP_INBOX_BYTES_MAX` of publishes not taken; `u64::MAX`: never.
     app_behind_ms: AtomicU64,
@@ -57,6 +60,7 @@ impl GroupTable {
             repairs: Mutex::default(),
             waiting: WaitingForwards::default(),
             app_behind_ms: AtomicU64::new(u64::MAX),
+            owes: AtomicBool::new(false),
             adverts_turn: Mutex::default(),
         }
     }
@@ -93,7 +97,16 @@ impl GroupTable {
         if delivers(&got) {
             out.take_turn();
         }
+        // Relaxed: a hint; a forward that reads it stale looks under the lock (true) or
+        // misses a mark owed since by another link's drop, which its tick pays.
+        self.owes.store(!state.owes_none(), Relaxed);
         got
+    }
+
+    /// Whether a peer may be owed a mark (see `owes`).
+    pub(crate) fn owes_marks(&self) -> bool {
+        // Relaxed: see `with`.
+        self.owes.load(Relaxed)
     }
 
     /// Runs `f` on the repairs under way, under their lock alone.

@@ -233,9 +233,9 @@ impl Peer {
         self.lock().intro.capabilities & caps::GROUP_LOGS != 0
     }
 
-    /// Whether the peer reads PUBLISH batches (`caps::PUBLISH_BATCH`).
-    pub(crate) fn takes_publish_batches(&self) -> bool {
-        self.lock().intro.capabilities & caps::PUBLISH_BATCH != 0
+    /// Whether the peer advertised the capability `cap` (one of `caps`).
+    pub(crate) fn has_cap(&self, cap: u64) -> bool {
+        self.lock().intro.capabilities & cap != 0
     }
 
     /// Holds messages back (see `PeerState::held`).

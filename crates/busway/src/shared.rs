@@ -112,8 +112,12 @@ impl Shared {
             random_bytes::<NONCE_LEN>(),
             self.listen_addrs.iter().map(ToString::to_string).collect(),
         );
-        h.capabilities =
-            caps::RELIABLE | caps::RELAY | caps::GROUP_LOGS | caps::REGISTER | caps::PUBLISH_BATCH;
+        h.capabilities = caps::RELIABLE
+            | caps::RELAY
+            | caps::GROUP_LOGS
+            | caps::REGISTER
+            | caps::PUBLISH_BATCH
+            | caps::GAP_MARKS;
         if self.config.direct_links {
             h.capabilities |= caps::DIRECT;
         }

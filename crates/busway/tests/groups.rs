@@ -878,7 +878,8 @@ mod lies {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn false_repairs_and_marks_close_only_their_link_and_foreign_copies_are_refused() {
         use busway_core::group::{
-            encode_mark, encode_repair_ask, encode_repair_copy_head, encode_repair_lost,
+            encode_gap_mark, encode_mark, encode_repair_ask, encode_repair_copy_head,
+            encode_repair_lost,
         };
         let (node, healthy) = pair("tcp4", config(1), config(2)).await;
         let mut events = node.take_events().unwrap();
@@ -905,6 +906,16 @@ mod lies {
         )
         .await;
         assert!(why.contains("a mark has none"), "{why}");
+        // A gap mark whose first publish dropped lies past the mark's own number.
+        let gap = encode_gap_mark(BusId(26), 1, (6, 5), GROUP);
+        let why = raw_peer_says(
+            &node,
+            &mut events,
+            26,
+            &frame_bytes(FrameKind::Publish, &gap),
+        )
+        .await;
+        assert!(why.contains("gap mark 5 from 6"), "{why}");
 
         let ask = encode_repair_ask(1, 0, 4, GROUP);
         let why = raw_peer_says(

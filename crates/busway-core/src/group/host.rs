@@ -182,6 +182,11 @@ pub trait Host {
     fn fits(&self, peer: BusId, len: usize) -> bool;
     /// Whether `peer` reads PUBLISH batches (one that does not gets them one by one).
     fn takes_batches(&self, peer: BusId) -> bool;
+    /// Whether `peer` reads gap marks (one that does not gets a plain mark instead).
+    fn takes_gap_marks(&self, peer: BusId) -> bool;
+    /// Whether the group state may owe a peer a mark (a hint read on every forward, so
+    /// cheap: a look without the state's lock; see `GroupState::owes_none`).
+    fn owes_marks(&self) -> bool;
     /// Who may join and publish to which groups here (`None`: anyone, anything).
     fn permissions(&self) -> Option<&GroupPermissions>;
     /// Whether `peer` passes groups on to others (a relay: its upstream, or a downstream
@@ -340,6 +345,12 @@ pub(crate) mod fake {
         }
         fn takes_batches(&self, _: BusId) -> bool {
             true
+        }
+        fn takes_gap_marks(&self, _: BusId) -> bool {
+            true
+        }
+        fn owes_marks(&self) -> bool {
+            !self.groups.owes_none()
         }
         fn permissions(&self) -> Option<&GroupPermissions> {
             self.permissions.as_ref()

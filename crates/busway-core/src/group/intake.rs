@@ -261,6 +261,7 @@ mod tests {
             backpressure: false,
             batch: false,
             count: 1,
+            gap_from: None,
         }
     }
 

@@ -84,6 +84,7 @@ fn log_record<'a>(body: &[u8], from: BusId, group: &'a str) -> Option<PublishHea
         backpressure: false,
         batch: false,
         count: 1,
+        gap_from: None,
     })
 }
 

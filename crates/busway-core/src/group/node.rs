@@ -11,7 +11,8 @@ use super::host::{Host, Report, Unsent};
 use super::repairs::{AskRefused, RepairJob};
 use super::state::RepairPlan;
 use super::stream::{cuts_off, Offer, Skipped};
-use super::{decode_repair, encode_mark, encode_repair_ask, Repair, MULTICAST_STREAM};
+use super::MULTICAST_STREAM;
+use super::{decode_repair, encode_gap_mark, encode_mark, encode_repair_ask, Repair};
 use super::{encode_repair_copy_head, encode_repair_lost};
 use crate::frame::FrameKind;
 use crate::multicast;
@@ -208,7 +209,7 @@ pub fn send_marks<H: Host>(host: &mut H, peer: BusId, group: &str) {
         }
         let body = encode_mark(publisher, incarnation, number, group);
         if push_mark(host, peer, &body) == Push::Full {
-            host.groups(|_| false, |s| s.owe_mark(peer, publisher, group));
+            host.groups(|_| false, |s| s.owe_mark(peer, publisher, group, None));
         }
     }
 }
@@ -289,23 +290,32 @@ pub fn tick<H: Host>(host: &mut H, now_ms: u64) {
         for peer in to {
             if push_mark(host, peer, &body) == Push::Full {
                 // Sent again, on later ticks, once it fits (the owed marks below).
-                host.groups(|_| false, |s| s.owe_mark(peer, me, &group));
+                host.groups(|_| false, |s| s.owe_mark(peer, me, &group, None));
             }
         }
     }
     let owed = host.groups(|_| false, |s| s.owed_marks(me, incarnation));
-    for (peer, publisher, incarnation, number, group) in owed {
-        if host.forwards_wait_for(peer) {
+    for o in owed {
+        if host.forwards_wait_for(o.peer) {
             // Behind the publishes that wait for that peer, on a later tick.
             continue;
         }
-        let body = encode_mark(publisher, incarnation, number, &group);
+        let body = match o.from {
+            Some(from) if host.takes_gap_marks(o.peer) => {
+                encode_gap_mark(o.publisher, o.incarnation, (from, o.number), &o.group)
+            }
+            _ => encode_mark(o.publisher, o.incarnation, o.number, &o.group),
+        };
         // Paid without a word where it may not go (see `send_marks`).
-        if !host.may_pass_to(peer, publisher) || push_mark(host, peer, &body) != Push::Full {
-            host.groups(|_| false, |s| s.mark_paid(peer, publisher, &group));
+        if !host.may_pass_to(o.peer, o.publisher) || push_mark(host, o.peer, &body) != Push::Full {
+            host.groups(|_| false, |s| s.mark_paid(o.peer, o.publisher, &o.group));
         }
     }
     for (group, number, peer) in host.groups(|_| false, |s| s.lagging()) {
+        if host.groups(|_| false, |s| s.owes(peer, me, &group)) {
+            // Its gap mark goes first (above, on a later tick).
+            continue;
+        }
         let body = encode_mark(me, incarnation, number, &group);
         // Room again (for more than the mark): the next publish goes to it.
         if host.has_caught_up(peer) && push_mark(host, peer, &body) == Push::Sent {

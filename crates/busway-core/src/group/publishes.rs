@@ -11,7 +11,7 @@ use super::log_records::decode_log_records;
 use super::node::{ask_repairs, pump_repairs, skipped};
 use super::permissions::publish_permitted;
 use super::state::{GroupPolicy, Published};
-use super::{decode_publish, split_publish_batch, PublishHead};
+use super::{as_plain_mark, decode_publish, encode_gap_mark, split_publish_batch, PublishHead};
 use crate::frame::FrameKind;
 use crate::BusId;
 use bytes::Bytes;
@@ -157,9 +157,50 @@ pub fn forwards_given_up<H: Host>(host: &mut H, dropped: &[(BusId, Bytes)]) {
         }
         forwards_dropped(host, body);
         if let Ok(head) = decode_publish(body) {
-            host.groups(|_| false, |s| s.owe_mark(*peer, head.publisher, head.name));
+            owe_mark(host, *peer, &head);
         }
     }
+}
+
+/// The mark owed to `peer` of the stream of `head` (a publish or mark about to go to it), if
+/// one is, goes first: a peer that publishes were dropped toward learns where the drop
+/// began before it sees the next (a member whose stream had not begun would begin it after
+/// them, unaware); one owed a plain mark has it in `head` itself. False if the gap mark is
+/// owed again (it could not go).
+fn pay_owed_first<H: Host>(host: &mut H, peer: BusId, head: &PublishHead<'_>, now_ms: u64) -> bool {
+    let (publisher, name) = (head.publisher, head.name);
+    let Some(first) = host.groups(|_| false, |s| s.take_owed(peer, publisher, name)) else {
+        return true;
+    };
+    // Up to the publish before this one (a mark passed on says its own number).
+    let last = head.number - u64::from(!head.mark);
+    let Some(from) = first.filter(|&f| f <= last) else {
+        return true;
+    };
+    let mark = Bytes::from(encode_gap_mark(
+        publisher,
+        head.incarnation,
+        (from, last),
+        name,
+    ));
+    if let Ok(h) = decode_publish(&mark) {
+        forward_publish(host, peer, &mark, &h, now_ms);
+    }
+    !host.groups(|_| false, |s| s.owes(peer, publisher, name))
+}
+
+/// `peer` is owed a mark of the stream of a publish, batch or mark (`head`) that could not
+/// go to it: a gap mark from the first publish dropped.
+fn owe_mark<H: Host>(host: &mut H, peer: BusId, head: &PublishHead<'_>) {
+    let first = if head.mark {
+        head.gap_from
+    } else {
+        Some(head.number)
+    };
+    host.groups(
+        |_| false,
+        |s| s.owe_mark(peer, head.publisher, head.name, first),
+    );
 }
 
 /// Passes a publish (or mark) `body` on to the peer `peer`, behind any that wait for it. One
@@ -175,6 +216,13 @@ pub fn forward_publish<H: Host>(
     head: &PublishHead<'_>,
     now_ms: u64,
 ) {
+    if head.gap_from.is_some() && !host.takes_gap_marks(peer) {
+        let plain = Bytes::from(as_plain_mark(head));
+        if let Ok(h) = decode_publish(&plain) {
+            forward_publish(host, peer, &plain, &h, now_ms);
+        }
+        return;
+    }
     if head.batch && !host.takes_batches(peer) {
         // A peer that does not read batches has them publish by publish.
         for one in split_publish_batch(body, head) {
@@ -188,6 +236,12 @@ pub fn forward_publish<H: Host>(
     // Not one past the peer's frame limit (even to wait: it would close the link once it
     // fits the queue), nor one the upstream does not take in this name.
     if !host.fits(peer, body.len()) || !host.may_pass_to(peer, head.publisher) {
+        forwards_dropped(host, body);
+        return;
+    }
+    if host.owes_marks() && !pay_owed_first(host, peer, head, now_ms) {
+        // Its gap mark could not go: neither may this, which goes into that gap.
+        owe_mark(host, peer, head);
         forwards_dropped(host, body);
         return;
     }
@@ -215,7 +269,7 @@ pub fn forward_publish<H: Host>(
     if lagging {
         // Its members ask the publisher for what they missed, or are told they lost it. It
         // is owed a mark, in case this was the end of the stream.
-        host.groups(|_| false, |s| s.owe_mark(peer, head.publisher, head.name));
+        owe_mark(host, peer, head);
         forwards_dropped(host, body);
         return;
     }
@@ -258,6 +312,21 @@ pub fn push_own<H: Host>(
         return OwnPush::Skipped;
     }
     let lagging = published.lagging.contains(&peer);
+    let (me, incarnation) = host.me();
+    let number = published.number;
+    if published.owed.binary_search(&peer).is_ok() {
+        // What was skipped toward it before goes first (see `GroupState::publish`).
+        match host.groups(|_| false, |s| s.take_owed(peer, me, group)) {
+            Some(Some(from)) if from < number => {
+                let mark = encode_gap_mark(me, incarnation, (from, number - 1), group);
+                if host.push(peer, FrameKind::Publish, &mark, &Bytes::new()) != Push::Sent {
+                    host.groups(|_| false, |s| s.owe_mark(peer, me, group, Some(from)));
+                    return skip(host, (group, peer), number, lagging);
+                }
+            }
+            _ => {}
+        }
+    }
     match host.push_own_publish(peer, head, payload) {
         Push::Sent => {
             if lagging && host.has_caught_up(peer) {
@@ -273,17 +342,33 @@ pub fn push_own<H: Host>(
             len,
             ms: Some(host.wait_ms(peer)),
         },
-        Push::Full => {
-            // The others keep their rate; the members behind this link ask for what they
-            // missed, or are told they lost it.
-            if !lagging {
-                host.groups(|_| false, |s| s.set_lagging(group, peer, true));
-                host.report(Report::LinkSkipped);
-            }
-            host.report(Report::ForwardsDropped(1));
-            OwnPush::Skipped
-        }
+        Push::Full => skip(host, (group, peer), number, lagging),
     }
+}
+
+/// This node's publish `number` to `group` is not for `peer`, whose link stayed full: the
+/// others keep their rate; the members behind that link ask for what they missed, or are
+/// told they lost it. The link lags from now on, and is owed a gap mark from its first
+/// publish skipped, sent before the next that goes to it (or on a tick).
+fn skip<H: Host>(
+    host: &mut H,
+    (group, peer): (&str, BusId),
+    number: u64,
+    lagging: bool,
+) -> OwnPush {
+    let (me, _) = host.me();
+    host.groups(
+        |_| false,
+        |s| {
+            s.set_lagging(group, peer, true);
+            s.owe_mark(peer, me, group, Some(number));
+        },
+    );
+    if !lagging {
+        host.report(Report::LinkSkipped);
+    }
+    host.report(Report::ForwardsDropped(1));
+    OwnPush::Skipped
 }
 
 #[cfg(test)]
@@ -317,6 +402,7 @@ mod tests {
             policy,
             lagging: lagging.iter().map(|&p| BusId(p)).collect(),
             member: false,
+            owed: Vec::new(),
         }
     }
 
@@ -360,5 +446,69 @@ mod tests {
         host.frame_max = 8;
         let big = push_own(&mut host, at, (head, &payload), &cut_off, false);
         assert_eq!(big, OwnPush::Skipped);
+    }
+
+    #[test]
+    fn a_peer_owed_a_gap_mark_has_it_before_the_stream_s_next_publish() {
+        let mut host = FakeHost::new(1, &[3]);
+        host.groups.interest(BusId(3), true, "g", 16);
+        let body = |n: u64| {
+            let mut b = encode_publish_head(BusId(7), 1, n, "g");
+            b.push(n as u8);
+            Bytes::from(b)
+        };
+        // 1 and 2 dropped toward 3 (its way full and lagging).
+        host.waiting.wait(BusId(3), body(1), Some(0));
+        let pushed = host.waiting.push(0, |_, _| Push::Full);
+        forwards_given_up(&mut host, &pushed.dropped);
+        host.full.push(BusId(3));
+        let two = body(2);
+        forward_publish(&mut host, BusId(3), &two, &decode_publish(&two).unwrap(), 0);
+        host.full.clear();
+        assert!(host.groups.owes(BusId(3), BusId(7), "g"));
+        let three = body(3);
+        forward_publish(
+            &mut host,
+            BusId(3),
+            &three,
+            &decode_publish(&three).unwrap(),
+            0,
+        );
+        let sent: Vec<_> = host.pushed.iter().map(|(_, _, b)| b.clone()).collect();
+        assert_eq!(sent.len(), 2, "the gap mark, then 3");
+        let mark = decode_publish(&sent[0]).unwrap();
+        assert_eq!(
+            (mark.gap_from, mark.number),
+            (Some(1), 2),
+            "from the first dropped"
+        );
+        assert_eq!(sent[1], three);
+        assert!(host.groups.owes_none(), "paid");
+    }
+
+    #[test]
+    fn an_own_publish_skipped_is_told_by_a_gap_mark_before_the_next_that_goes() {
+        let mut host = FakeHost::new(1, &[3]);
+        host.groups.interest(BusId(3), true, "g", 16);
+        let payload = Bytes::from_static(b"p");
+        let push = |host: &mut FakeHost, timed_out: bool| {
+            let published = host.groups.publish("g", &payload, 0);
+            let head = encode_publish_head(BusId(1), 1, published.number, "g");
+            push_own(
+                host,
+                ("g", BusId(3)),
+                (&head, &payload),
+                &published,
+                timed_out,
+            )
+        };
+        host.full.push(BusId(3));
+        assert_eq!(push(&mut host, true), OwnPush::Skipped);
+        assert_eq!(push(&mut host, false), OwnPush::Skipped, "lagging");
+        host.full.clear();
+        assert_eq!(push(&mut host, false), OwnPush::Sent);
+        let mark = decode_publish(&host.pushed[0].2).unwrap();
+        assert_eq!((mark.gap_from, mark.number), (Some(1), 2));
+        assert_eq!(decode_publish(&host.pushed[1].2).unwrap().number, 3);
     }
 }

@@ -121,11 +121,13 @@ struct State {
     policies: HashMap<GroupName, GroupPolicy>,
     /// (peer, group) whose link this publisher found full past `GROUP_SLOW_MEMBER_WAIT_MS`.
     lagging: HashSet<(BusId, GroupName)>,
-    /// (peer, publisher, group): a publish or mark of another node this node could not pass
-    /// on to the peer (its link was full), or a mark of this node's own that did not fit. The peer is owed a mark of where that stream
-    /// stands, sent once it fits: else a member behind it that lost the end of a stream
-    /// would never learn it (see [`GroupTable::owed_marks`]).
-    owed: HashSet<(BusId, BusId, GroupName)>,
+    /// (peer, publisher, group): a publish or mark this node could not pass on to the peer
+    /// (its link was full), or a mark of this node's own that did not fit. The peer is owed a
+    /// mark of where that stream stands, sent once it fits, or before that stream's next
+    /// publish to it: else a member behind it that lost the end of a stream would never
+    /// learn it (see [`GroupState::owed_marks`]). With the first publish dropped, if any: the
+    /// mark is a gap mark from it, so that a member whose stream had not begun begins it there.
+    owed: HashMap<(BusId, BusId, GroupName), Option<u64>>,
 }
 
 /// What to do with a publish or mark received from a peer (see [`GroupTable::received`]).
@@ -169,6 +171,9 @@ pub struct Published {
     pub lagging: Vec<BusId>,
     /// This node is a member: its own inbox gets the publish too.
     pub member: bool,
+    /// Peers that may be owed a mark of this group (a gap mark of this node's publishes
+    /// skipped toward them goes before this one: see `publishes::push_own`), sorted.
+    pub owed: Vec<BusId>,
 }
 
 /// A member's ask for a repair: `publisher` (its `incarnation`), `group`, one gap
@@ -194,6 +199,19 @@ pub struct RepairPlan {
 /// followed by a mark, and the members behind that peer learn of the gap at the stream's next
 /// publish or mark.
 pub const OWED_MARKS_MAX: usize = 4_096;
+
+/// A mark owed to a peer (see [`GroupState::owed_marks`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OwedMark {
+    pub peer: BusId,
+    pub publisher: BusId,
+    pub incarnation: u64,
+    /// The last number this node saw of the stream (publish or mark), or published.
+    pub number: u64,
+    pub group: GroupName,
+    /// The first publish dropped on the way to the peer, if any (a gap mark from it).
+    pub from: Option<u64>,
+}
 
 /// One change of what this node tells a peer it wants.
 #[derive(Debug, PartialEq, Eq)]
@@ -310,12 +328,21 @@ impl GroupState {
                 .map(|(peer, _)| *peer)
                 .collect()
         };
+        let mut owed: Vec<BusId> = st
+            .owed
+            .keys()
+            .filter(|(_, _, g)| &**g == name)
+            .map(|k| k.0)
+            .collect();
+        owed.sort_unstable();
+        owed.dedup();
         Published {
             number,
             to,
             policy,
             lagging,
             member: st.joined.contains(name),
+            owed,
         }
     }
 
@@ -466,10 +493,11 @@ impl GroupState {
         let mut offer = None;
         let mut gap = false;
         if member {
-            let start = if head.mark {
-                head.number + 1
-            } else {
-                head.number
+            // A gap mark: publishes from `gap_from` on were dropped on the way here.
+            let start = match (head.mark, head.gap_from) {
+                (true, Some(from)) => from,
+                (true, None) => head.number + 1,
+                (false, _) => head.number,
             };
             let stream = source.stream.get_or_insert_with(|| {
                 Stream::starting_at(head.incarnation, start).within(&self.held)
@@ -737,23 +765,43 @@ impl GroupState {
     }
 
     /// A publish or mark of `publisher` to `name` could not be passed on to `peer` (its link
-    /// was full): `peer` is owed a mark (within `OWED_MARKS_MAX`).
-    pub fn owe_mark(&mut self, peer: BusId, publisher: BusId, name: &str) {
+    /// was full), `first` the publish dropped (the earliest counts; `None`: a mark): `peer`
+    /// is owed a mark (within `OWED_MARKS_MAX`).
+    pub fn owe_mark(&mut self, peer: BusId, publisher: BusId, name: &str, first: Option<u64>) {
         let st = &mut self.st;
-        if st.owed.len() < OWED_MARKS_MAX {
-            st.owed.insert((peer, publisher, name.into()));
+        let key = (peer, publisher, GroupName::from(name));
+        if let Some(owed) = st.owed.get_mut(&key) {
+            *owed = match (*owed, first) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+        } else if st.owed.len() < OWED_MARKS_MAX {
+            st.owed.insert(key, first);
         }
     }
 
+    /// Whether no mark is owed to anyone.
+    pub fn owes_none(&self) -> bool {
+        self.st.owed.is_empty()
+    }
+
+    /// Whether a mark is owed to `peer` of `publisher`'s stream to `name`.
+    pub fn owes(&self, peer: BusId, publisher: BusId, name: &str) -> bool {
+        !self.st.owed.is_empty() && self.st.owed.contains_key(&(peer, publisher, name.into()))
+    }
+
+    /// Takes the mark owed to `peer` of `publisher`'s stream to `name`, if one is: its first
+    /// publish dropped, if any (the caller sends it before the stream's next publish).
+    pub fn take_owed(&mut self, peer: BusId, publisher: BusId, name: &str) -> Option<Option<u64>> {
+        if self.st.owed.is_empty() {
+            return None;
+        }
+        self.st.owed.remove(&(peer, publisher, name.into()))
+    }
+
     /// The marks owed (see [`GroupState::owe_mark`]; this node `me`, now `incarnation`, may
-    /// owe marks of its own publishes too): peer, publisher, its incarnation, the last number
-    /// this node saw of it (publish or mark) or published, group. Call
-    /// [`GroupState::mark_paid`] for each one sent.
-    pub fn owed_marks(
-        &mut self,
-        me: BusId,
-        incarnation: u64,
-    ) -> Vec<(BusId, BusId, u64, u64, GroupName)> {
+    /// owe marks of its own publishes too). Call [`GroupState::mark_paid`] for each one sent.
+    pub fn owed_marks(&mut self, me: BusId, incarnation: u64) -> Vec<OwedMark> {
         let st = &mut self.st;
         if st.owed.is_empty() {
             return Vec::new();
@@ -768,12 +816,19 @@ impl GroupState {
         };
         // A stream forgotten meanwhile has nothing to mark.
         st.owed
-            .retain(|(_, publisher, g)| stands(*publisher, g).is_some());
+            .retain(|(_, publisher, g), _| stands(*publisher, g).is_some());
         st.owed
             .iter()
-            .filter_map(|(peer, publisher, g)| {
-                let (inc, number) = stands(*publisher, g)?;
-                Some((*peer, *publisher, inc, number, g.clone()))
+            .filter_map(|((peer, publisher, g), from)| {
+                let (incarnation, number) = stands(*publisher, g)?;
+                Some(OwedMark {
+                    peer: *peer,
+                    publisher: *publisher,
+                    incarnation,
+                    number,
+                    group: g.clone(),
+                    from: from.filter(|&f| f <= number),
+                })
             })
             .collect()
     }
@@ -787,7 +842,7 @@ impl GroupState {
     /// what it was told are forgotten.
     pub fn peer_gone(&mut self, peer: BusId) {
         let st = &mut self.st;
-        st.owed.retain(|(p, _, _)| *p != peer);
+        st.owed.retain(|(p, _, _), _| *p != peer);
         // What others were told because of its interest is looked at again.
         let dirty = &mut st.dirty;
         st.wanted_by.retain(|g, v| {
@@ -918,6 +973,7 @@ mod tests {
             backpressure: false,
             batch: false,
             count: 1,
+            gap_from: None,
         }
     }
 
@@ -1115,6 +1171,32 @@ mod tests {
     }
 
     #[test]
+    fn a_gap_mark_begins_a_new_stream_at_the_first_publish_dropped_on_the_way() {
+        let mut t = table();
+        t.join("g").unwrap();
+        let gap = PublishHead {
+            gap_from: Some(1),
+            ..mark(7, 1, 3)
+        };
+        assert!(got(&mut t, 1, &gap).unwrap().gap, "1 to 3 are missing");
+        let asks = t.asks(0);
+        assert_eq!((asks[0].from, asks[0].to), (1, 4), "from the first dropped");
+        // A plain mark begins a new stream after it: nothing before it was for this member.
+        got(&mut t, 1, &mark(8, 1, 3)).unwrap();
+        assert!(t.asks(0).iter().all(|a| a.publisher != BusId(8)));
+        // On a stream begun, a gap mark is a mark: what it holds stays.
+        let (repaired, _) = t.repaired(&head(7, 1, 1), 0, Bytes::new).unwrap();
+        assert_eq!(repaired, Offer::Deliver { then: vec![] });
+        let again = PublishHead {
+            gap_from: Some(1),
+            ..mark(7, 1, 3)
+        };
+        assert!(got(&mut t, 1, &again).unwrap().gap);
+        let asks = t.asks(super::super::stream::GROUP_REASK_MS);
+        assert_eq!((asks[0].from, asks[0].to), (2, 4), "1 is here");
+    }
+
+    #[test]
     fn marks_pass_each_node_once_and_reveal_a_lost_tail() {
         let mut t = table();
         t.join("g").unwrap();
@@ -1152,33 +1234,53 @@ mod tests {
         let mut t = table();
         t.interest(BusId(5), true, "g", GROUPS_PER_PEER_MAX);
         got(&mut t, 1, &head(7, 1, 3)).unwrap();
-        t.owe_mark(BusId(5), BusId(7), "g");
+        t.owe_mark(BusId(5), BusId(7), "g", None);
         got(&mut t, 1, &mark(7, 1, 4)).unwrap();
+        let owed = |publisher: u64, number: u64, from: Option<u64>| OwedMark {
+            peer: BusId(5),
+            publisher: BusId(publisher),
+            incarnation: 1,
+            number,
+            group: "g".into(),
+            from,
+        };
         assert_eq!(
             t.owed_marks(BusId(9), 1),
-            vec![(BusId(5), BusId(7), 1, 4, "g".into())],
+            vec![owed(7, 4, None)],
             "where the stream stands now"
         );
+        t.owe_mark(BusId(5), BusId(7), "g", Some(4));
+        t.owe_mark(BusId(5), BusId(7), "g", Some(2));
+        t.owe_mark(BusId(5), BusId(7), "g", None);
+        assert_eq!(
+            t.owed_marks(BusId(9), 1),
+            vec![owed(7, 4, Some(2))],
+            "a gap mark from the first publish dropped"
+        );
+        assert!(t.owes(BusId(5), BusId(7), "g"));
+        assert_eq!(t.take_owed(BusId(5), BusId(7), "g"), Some(Some(2)));
+        assert!(!t.owes(BusId(5), BusId(7), "g"));
+        t.owe_mark(BusId(5), BusId(7), "g", None);
         t.mark_paid(BusId(5), BusId(7), &"g".into());
         assert_eq!(t.owed_marks(BusId(9), 1), vec![]);
-        t.owe_mark(BusId(5), BusId(7), "g");
+        t.owe_mark(BusId(5), BusId(7), "g", None);
         t.peer_gone(BusId(5));
         assert_eq!(
             t.owed_marks(BusId(9), 1),
             vec![],
             "a peer gone is owed nothing"
         );
-        t.owe_mark(BusId(5), BusId(8), "g");
+        t.owe_mark(BusId(5), BusId(8), "g", Some(1));
         assert_eq!(
             t.owed_marks(BusId(9), 1),
             vec![],
             "a stream never seen has nothing to mark"
         );
         t.publish("g", &Bytes::from_static(b"p"), 0);
-        t.owe_mark(BusId(5), BusId(9), "g");
+        t.owe_mark(BusId(5), BusId(9), "g", None);
         assert_eq!(
             t.owed_marks(BusId(9), 1),
-            vec![(BusId(5), BusId(9), 1, 1, "g".into())],
+            vec![owed(9, 1, None)],
             "its own tail mark that did not fit"
         );
     }
