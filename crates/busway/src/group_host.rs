@@ -7,7 +7,7 @@
 use crate::event::Event;
 use crate::handover::Delivered;
 use crate::node::SendError;
-use crate::peer::PushError;
+use crate::peer::{Peer, PushError};
 use crate::routing::Hops;
 use crate::shared::Shared;
 use crate::stats::bump;
@@ -20,7 +20,9 @@ use busway_core::group::state::GroupState;
 use busway_core::multicast::state::MulticastState;
 use busway_core::{group, multicast, BusId};
 use bytes::Bytes;
+use std::borrow::Cow;
 use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
 
 /// One read's or one timer's view of the node, for the core's machines; its deliveries go
 /// into `out`.
@@ -31,6 +33,18 @@ pub(crate) struct GroupHost<'s, 'b, 'd> {
     link: &'b mut Option<busway_core::relay::Sources>,
     /// Whether this node dialed the link being read on a hint, looked up once per read.
     hinted: Option<bool>,
+    /// The peer the caller holds already (a publish's, one per link): not looked up again.
+    at_hand: Option<&'b Arc<Peer>>,
+}
+
+impl GroupHost<'_, '_, '_> {
+    /// The peer `id`: the one at hand, or looked up.
+    fn peer(&self, id: BusId) -> Option<Cow<'_, Arc<Peer>>> {
+        match self.at_hand {
+            Some(p) if p.id == id => Some(Cow::Borrowed(p)),
+            _ => self.shared.peer(id).map(Cow::Owned),
+        }
+    }
 }
 
 impl Routes for Shared {
@@ -86,7 +100,7 @@ impl Host for GroupHost<'_, '_, '_> {
     }
 
     fn push(&mut self, peer: BusId, kind: FrameKind, head: &[u8], payload: &Bytes) -> Push {
-        let Some(p) = self.shared.peer(peer) else {
+        let Some(p) = self.peer(peer) else {
             return Push::Gone;
         };
         // The peer closes a link over a frame past its stated limit.
@@ -104,7 +118,7 @@ impl Host for GroupHost<'_, '_, '_> {
 
     fn push_own_publish(&mut self, peer: BusId, head: &[u8], payload: &Bytes) -> Push {
         let shared = self.shared;
-        let Some(p) = shared.peer(peer) else {
+        let Some(p) = self.peer(peer) else {
             return Push::Gone;
         };
         match p.push_publish(head, payload, shared.deferred.looks()) {
@@ -132,7 +146,7 @@ impl Host for GroupHost<'_, '_, '_> {
     }
 
     fn has_caught_up(&self, peer: BusId) -> bool {
-        self.shared.peer(peer).is_some_and(|p| p.has_caught_up())
+        self.peer(peer).is_some_and(|p| p.has_caught_up())
     }
 
     fn forwards_wait_for(&self, peer: BusId) -> bool {
@@ -148,25 +162,22 @@ impl Host for GroupHost<'_, '_, '_> {
     }
 
     fn wait_ms(&self, peer: BusId) -> u64 {
-        self.shared
-            .peer(peer)
-            .map_or(0, |p| self.shared.group_wait_ms(&p))
+        self.peer(peer).map_or(0, |p| self.shared.group_wait_ms(&p))
     }
 
     fn fits(&self, peer: BusId, len: usize) -> bool {
-        self.shared
-            .peer(peer)
+        self.peer(peer)
             .is_some_and(|p| p.frame_body_max().is_none_or(|m| len <= m))
     }
 
     fn takes_batches(&self, peer: BusId) -> bool {
         let cap = busway_core::handshake::caps::PUBLISH_BATCH;
-        self.shared.peer(peer).is_some_and(|p| p.has_cap(cap))
+        self.peer(peer).is_some_and(|p| p.has_cap(cap))
     }
 
     fn takes_gap_marks(&self, peer: BusId) -> bool {
         let cap = busway_core::handshake::caps::GAP_MARKS;
-        self.shared.peer(peer).is_some_and(|p| p.has_cap(cap))
+        self.peer(peer).is_some_and(|p| p.has_cap(cap))
     }
 
     fn owes_marks(&self) -> bool {
@@ -178,17 +189,15 @@ impl Host for GroupHost<'_, '_, '_> {
     }
 
     fn passes_on(&self, peer: BusId) -> bool {
-        let shared = self.shared;
-        shared
-            .peer(peer)
-            .is_some_and(|p| shared.passes_groups_on(&p))
+        self.peer(peer)
+            .is_some_and(|p| self.shared.passes_groups_on(&p))
     }
 
     fn hinted(&mut self, peer: BusId) -> bool {
-        let shared = self.shared;
-        *self
-            .hinted
-            .get_or_insert_with(|| shared.peer(peer).is_some_and(|p| p.discovered))
+        if self.hinted.is_none() {
+            self.hinted = Some(self.peer(peer).is_some_and(|p| p.discovered));
+        }
+        self.hinted == Some(true)
     }
 
     fn interest_quota(&self, from: BusId) -> usize {
@@ -371,6 +380,7 @@ impl Shared {
             out,
             link,
             hinted: None,
+            at_hand: None,
         }
     }
 
@@ -381,6 +391,22 @@ impl Shared {
         let got = f(&mut self.group_host(&mut out, &mut link));
         let (_, left) = out.finish();
         if left {
+            self.sync_group_adverts();
+        }
+        got
+    }
+
+    /// [`Shared::with_group_host`] for a call about `peer`, which the caller holds already.
+    pub(crate) fn with_group_host_at<R>(
+        &self,
+        peer: &Arc<Peer>,
+        f: impl FnOnce(&mut GroupHost<'_, '_, '_>) -> R,
+    ) -> R {
+        let (mut out, mut link) = (self.delivered(), None);
+        let mut host = self.group_host(&mut out, &mut link);
+        host.at_hand = Some(peer);
+        let got = f(&mut host);
+        if out.finish().1 {
             self.sync_group_adverts();
         }
         got

@@ -19,7 +19,7 @@ use busway_core::frame::SPAN_GROUP_LOG;
 use busway_core::frame::SPAN_TAG_MASK;
 use busway_core::frame::{FrameKind, SPAN_LEN_MASK};
 use busway_core::group::check_name;
-use busway_core::group::publishes::{push_own, OwnPush};
+use busway_core::group::publishes::{plain_push, push_own, OwnPush};
 use busway_core::group::reads::is_group_span;
 use busway_core::group::PUBLISH_BACKPRESSURE_BIT;
 use busway_core::group::{decode_group_log, encode_log_answer, GroupLog, LogOffer};
@@ -166,11 +166,24 @@ impl Node {
                     .group_logs
                     .offer(group, &peer, || shared.passes_groups_on(&peer));
             }
+            // The common case costs one push; whatever else `push_own` decides.
+            let fits = peer.frame_body_max().is_none_or(|m| len <= m);
+            if plain_push(&published, id, fits) {
+                if let Ok((_, note)) = peer.push_publish(&head, &payload, shared.deferred.looks()) {
+                    if note {
+                        shared.deferred.note(&peer);
+                    }
+                    reached += 1;
+                    continue;
+                }
+            }
             let mut timed_out = false;
             loop {
                 let at = (group, id);
                 let own = (&head[..], &payload);
-                match shared.with_group_host(|h| push_own(h, at, own, &published, timed_out)) {
+                match shared
+                    .with_group_host_at(&peer, |h| push_own(h, at, own, &published, timed_out))
+                {
                     OwnPush::Sent => reached += 1,
                     OwnPush::Wait { len, ms: None } => {
                         peer.wait_for_room(len).await;

@@ -292,6 +292,14 @@ pub enum OwnPush {
     Wait { len: usize, ms: Option<u64> },
 }
 
+/// Whether this node's publish, numbered as `published` says, may go to `peer` by a plain
+/// push with nothing to decide first: no mark owed to the peer, its link not lagging, the
+/// frame within its limit (`fits`). The host's fast path: a plain push that does not go, and
+/// every other case, is [`push_own`]'s.
+pub fn plain_push(published: &Published, peer: BusId, fits: bool) -> bool {
+    fits && !published.lagging.contains(&peer) && published.owed.binary_search(&peer).is_err()
+}
+
 /// Pushes this node's publish `(head, payload)` of `group`, numbered as `published` says, to
 /// `peer`, one that asked for the group. A full link is waited for (the caller waits, then
 /// calls again, `timed_out` saying whether the room came): under backpressure as long as
