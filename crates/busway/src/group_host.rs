@@ -84,7 +84,7 @@ impl Host for GroupHost<'_, '_, '_> {
         delivers: fn(&R) -> bool,
         f: impl FnOnce(&mut MulticastState) -> R,
     ) -> R {
-        self.shared.multicasts.with(delivers, f, self.out)
+        self.shared.multicasts.with(delivers, f, self.out, |_| {})
     }
 
     fn repairs<R>(&mut self, f: impl FnOnce(&mut Repairs) -> R) -> R {

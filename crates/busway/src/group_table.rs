@@ -1,16 +1,14 @@
 //! A node's group state under its locks: the rules are busway-core's
 //! (`busway_core::group::state` for membership, interest, numbering, retention and the streams
 //! seen; `busway_core::group::repairs` for the repairs under way); this module holds them
-//! behind mutexes for the I/O threads, each call under its lock alone. A call that delivers
-//! to this node's application takes its turn to hand over under that lock (see `handover`).
+//! behind mutexes for the I/O threads, each call under its lock alone (`handover::InTurn`: a
+//! call that delivers to this node's application takes its turn to hand over under it).
 
 use crate::group_forwards::WaitingForwards;
-use crate::handover::Delivered;
+use crate::handover::{Delivered, InTurn};
 use busway_core::group::repairs::Repairs;
-use busway_core::group::state::{GroupState, Published};
+use busway_core::group::state::GroupState;
 use busway_core::group::stream::HeldBudget;
-use busway_core::BusId;
-use bytes::Bytes;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -19,7 +17,7 @@ pub(crate) use busway_core::group::state::{GroupName, GROUPS_PER_LINK_MAX, GROUP
 
 /// A node's group state, behind its locks.
 pub(crate) struct GroupTable {
-    state: Mutex<GroupState>,
+    state: InTurn<GroupState>,
     /// Repairs under way, oldest first (`GROUP_REPAIRS_PENDING_MAX`).
     repairs: Mutex<Repairs>,
     /// Publishes a relay passes on that wait for room toward a peer (see `group_forwards`).
@@ -40,23 +38,11 @@ fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Wrappers that take the state's lock for one call of the core's method of the same name
-/// (see `GroupState` for what each does): a caller never holds it across its own work.
-macro_rules! under_lock {
-    ($(fn $name:ident(&self $(, $arg:ident: $ty:ty)*) $(-> $ret:ty)?;)*) => {
-        $(
-            pub(crate) fn $name(&self $(, $arg: $ty)*) $(-> $ret)? {
-                locked(&self.state).$name($($arg),*)
-            }
-        )*
-    };
-}
-
 impl GroupTable {
     /// A table that keeps up to `retain_bytes` of recent publishes per group for repairs.
     pub(crate) fn new(retain_bytes: usize, held: Arc<HeldBudget>) -> Self {
         Self {
-            state: Mutex::new(GroupState::new(retain_bytes, held)),
+            state: InTurn::new(GroupState::new(retain_bytes, held)),
             repairs: Mutex::default(),
             waiting: WaitingForwards::default(),
             app_behind_ms: AtomicU64::new(u64::MAX),
@@ -84,23 +70,23 @@ impl GroupTable {
         (at != u64::MAX).then_some(at)
     }
 
-    /// Runs `f` on the state under its lock; if `delivers` holds for its answer, takes the
-    /// turn to hand over under it (see `Delivered::take_turn`).
+    /// The state, for a call that delivers nothing (see `InTurn::lock`).
+    pub(crate) fn lock(&self) -> MutexGuard<'_, GroupState> {
+        self.state.lock()
+    }
+
+    /// Runs `f` on the state under its lock, taking the turn to hand over if `delivers`
+    /// (see `InTurn::with`); the hint of marks owed is set after.
     pub(crate) fn with<R>(
         &self,
         delivers: fn(&R) -> bool,
         f: impl FnOnce(&mut GroupState) -> R,
         out: &mut Delivered<'_>,
     ) -> R {
-        let mut state = locked(&self.state);
-        let got = f(&mut state);
-        if delivers(&got) {
-            out.take_turn();
-        }
         // Relaxed: a hint; a forward that reads it stale looks under the lock (true) or
         // misses a mark owed since by another link's drop, which its tick pays.
-        self.owes.store(!state.owes_none(), Relaxed);
-        got
+        let after = |s: &GroupState| self.owes.store(!s.owes_none(), Relaxed);
+        self.state.with(delivers, f, out, after)
     }
 
     /// Whether a peer may be owed a mark (see `owes`).
@@ -117,19 +103,5 @@ impl GroupTable {
     /// Whether repairs are under way.
     pub(crate) fn has_repairs(&self) -> bool {
         !locked(&self.repairs).is_empty()
-    }
-
-    under_lock! {
-        fn join(&self, name: &str) -> Result<bool, String>;
-        fn leave(&self, name: &str) -> bool;
-        fn is_idle(&self) -> bool;
-        fn joined(&self) -> Vec<String>;
-        fn wanted_by(&self, name: &str) -> Vec<BusId>;
-        fn publish(&self, name: &str, payload: &Bytes, now_ms: u64) -> Published;
-        fn set_policy(&self, name: &str, policy: GroupPolicy);
-        fn peer_gone(&self, peer: BusId);
-        fn peer_came(&self, peer: BusId);
-        fn name_of(&self, name: &str) -> GroupName;
-        fn wants(&self, name: &str) -> bool;
     }
 }

@@ -15,14 +15,12 @@ use crate::message::MessageBatch;
 use crate::node::Node;
 use crate::shared::Shared;
 use crate::stats::bump;
-use busway_core::frame::SPAN_GROUP_LOG;
-use busway_core::frame::SPAN_TAG_MASK;
-use busway_core::frame::{FrameKind, SPAN_LEN_MASK};
+use busway_core::frame::FrameKind;
 use busway_core::group::check_name;
 use busway_core::group::publishes::{plain_push, push_own, OwnPush};
-use busway_core::group::reads::is_group_span;
+use busway_core::group::reads::{is_group_span, take_log_frames};
 use busway_core::group::PUBLISH_BACKPRESSURE_BIT;
-use busway_core::group::{decode_group_log, encode_log_answer, GroupLog, LogOffer};
+use busway_core::group::{encode_log_answer, GroupLog};
 use busway_core::group::{encode_publish_head, PUBLISH_FIXED_BYTES};
 use busway_core::turns::Batch;
 use busway_core::{group, BusId};
@@ -63,12 +61,8 @@ impl Node {
     /// group twice is joining it once.
     pub fn join(&self, group: &str) -> Result<(), GroupError> {
         check_name(group).map_err(GroupError::BadName)?;
-        if self
-            .shared()
-            .groups
-            .join(group)
-            .map_err(GroupError::BadName)?
-        {
+        let joined = self.shared().groups.lock().join(group);
+        if joined.map_err(GroupError::BadName)? {
             self.shared().groups_active.notify_waiters();
             self.shared().sync_group_adverts();
         }
@@ -78,7 +72,7 @@ impl Node {
     /// Leaves `group`: its publishes stop coming once the peers have read this node's
     /// INTEREST (a few may still be in flight).
     pub fn leave(&self, group: &str) {
-        if self.shared().groups.leave(group) {
+        if self.shared().groups.lock().leave(group) {
             self.shared().sync_group_adverts();
         }
     }
@@ -88,18 +82,18 @@ impl Node {
     /// too far behind is cut off) or [`GroupPolicy::Backpressure`] (the group moves at its
     /// slowest linked member).
     pub fn set_group_policy(&self, group: &str, policy: GroupPolicy) {
-        self.shared().groups.set_policy(group, policy);
+        self.shared().groups.lock().set_policy(group, policy);
     }
 
     /// The groups this node joined, sorted.
     pub fn groups(&self) -> Vec<String> {
-        self.shared().groups.joined()
+        self.shared().groups.lock().joined()
     }
 
     /// The peers this node sends `group`'s publishes to (those that asked for them, for
     /// themselves or for nodes behind them), sorted.
     pub fn group_links(&self, group: &str) -> Vec<BusId> {
-        self.shared().groups.wanted_by(group)
+        self.shared().groups.lock().wanted_by(group)
     }
 
     /// Publishes `payload` to every member of `group`: one PUBLISH per link that leads to a
@@ -126,7 +120,7 @@ impl Node {
             return Err(GroupError::Closed);
         }
         let now_ms = shared.coarse_ms.load(std::sync::atomic::Ordering::Relaxed);
-        let published = shared.groups.publish(group, &payload, now_ms);
+        let published = shared.groups.lock().publish(group, &payload, now_ms);
         let policy = published.policy;
         let flag = match policy {
             GroupPolicy::Backpressure => PUBLISH_BACKPRESSURE_BIT,
@@ -236,15 +230,15 @@ impl crate::ring_link::GroupMessages for Shared {
         if !self.config.group_logs {
             return Err("group logs are off on this node (NodeConfig::group_logs)".into());
         }
-        if !self.groups.wants(offer.name) {
+        if !self.groups.lock().wants(offer.name) {
             return Err("this node does not want the group".into());
         }
-        let group = self.groups.name_of(offer.name);
+        let group = self.groups.lock().name_of(offer.name);
         crate::group_log_in::open(from, offer, group, self.config.shm_ring_bytes)
     }
 
     fn wants_group(&self, name: &str) -> bool {
-        self.groups.wants(name)
+        self.groups.lock().wants(name)
     }
 
     /// Publishes read from the log of `group` that the direct peer `from` offered (see
@@ -294,17 +288,6 @@ impl Shared {
         group::reads::sync_adverts(&mut self.group_host(&mut out, &mut link), &peers);
     }
 
-    /// `from` answered the offer of this node's log of `name` (see `group_log_out`).
-    fn log_answered(&self, from: BusId, name: &str, offer: (u64, u64), accept: bool) {
-        let Some(peer) = self.peer(from) else {
-            return;
-        };
-        // The log's own account of its readers decides what goes by link (see `publish`).
-        if self.group_logs.answered(name, &peer, offer, accept) {
-            bump(&self.counters.group_logs_accepted);
-        }
-    }
-
     /// Declines the GROUP_LOG offers left in `spans` (read from a socket, not a ring: a log
     /// is read beside the ring of the link it was offered on).
     pub(crate) fn decline_log_offers(
@@ -313,24 +296,13 @@ impl Shared {
         chunk: &Bytes,
         spans: &mut Vec<(u32, u32)>,
     ) {
-        spans.retain(|&(start, tagged)| {
-            if tagged & SPAN_TAG_MASK != SPAN_GROUP_LOG {
-                return true;
+        let peer = self.peer(from);
+        take_log_frames(chunk, spans, |frame| {
+            if let (GroupLog::Offer(o), Some(peer)) = (frame, &peer) {
+                let answer = encode_log_answer(o.name, o.token, o.serial, false);
+                let _ = peer.push_framed(FrameKind::GroupLog, &answer, &Bytes::new());
             }
-            let body = &chunk[start as usize..(start + (tagged & SPAN_LEN_MASK)) as usize];
-            if let Ok(GroupLog::Offer(LogOffer {
-                name,
-                token,
-                serial,
-                ..
-            })) = decode_group_log(body)
-            {
-                if let Some(peer) = self.peer(from) {
-                    let answer = encode_log_answer(name, token, serial, false);
-                    let _ = peer.push_framed(FrameKind::GroupLog, &answer, &Bytes::new());
-                }
-            }
-            false
+            true
         });
     }
 
@@ -339,7 +311,7 @@ impl Shared {
     pub(crate) fn group_peer_gone(&self, peer: BusId, path: Path) {
         if path == Path::Direct {
             self.group_logs.forget_peer(peer);
-            self.groups.peer_gone(peer);
+            self.groups.lock().peer_gone(peer);
             self.groups.waiting.peer_gone(peer);
             self.sync_group_adverts();
         }
@@ -378,26 +350,26 @@ impl Shared {
         handed || self.groups.waiting.any()
     }
 
-    /// Takes the GROUP_LOG answers out of `spans` (see `log_answered`).
+    /// Takes the GROUP_LOG answers out of `spans`: `from` answered the offer of this node's
+    /// log of a group (see `group_log_out`).
     fn take_log_answers(&self, from: BusId, chunk: &Bytes, spans: &mut Vec<(u32, u32)>) {
-        spans.retain(|&(start, tagged)| {
-            if tagged & SPAN_TAG_MASK != SPAN_GROUP_LOG {
-                return true;
+        let peer = self.peer(from);
+        take_log_frames(chunk, spans, |frame| {
+            let GroupLog::Answer {
+                name,
+                token,
+                serial,
+                accept,
+            } = frame
+            else {
+                return false;
+            };
+            // The log's own account of its readers decides what goes by link (see `publish`).
+            let answered = |p| self.group_logs.answered(name, p, (token, serial), accept);
+            if peer.as_ref().is_some_and(answered) {
+                bump(&self.counters.group_logs_accepted);
             }
-            let body = &chunk[start as usize..(start + (tagged & SPAN_LEN_MASK)) as usize];
-            // Checked by `message_spans`.
-            match decode_group_log(body) {
-                Ok(GroupLog::Answer {
-                    name,
-                    token,
-                    serial,
-                    accept,
-                }) => {
-                    self.log_answered(from, name, (token, serial), accept);
-                    false
-                }
-                _ => true,
-            }
+            true
         });
     }
 

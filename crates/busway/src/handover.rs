@@ -15,7 +15,7 @@
 use crate::message::MessageBatch;
 use busway_core::turns::{Decided, Turns};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard};
 
 /// The tickets given, and the deliveries that wait for an earlier ticket.
 #[derive(Default)]
@@ -32,6 +32,45 @@ pub(crate) trait Sink {
     fn reserve(&self, bytes: usize);
     /// Hands `batch`, its footprint reserved, to the application now; false if it is gone.
     fn deliver_reserved(&self, batch: MessageBatch) -> bool;
+}
+
+/// A state of busway-core's behind its lock (`GroupState`, `MulticastState`): each call
+/// takes the lock for itself alone, and one that delivers to this node's application takes
+/// its turn to hand over under it (see [`Delivered::take_turn`]).
+pub(crate) struct InTurn<T> {
+    state: Mutex<T>,
+}
+
+impl<T> InTurn<T> {
+    pub(crate) fn new(state: T) -> Self {
+        Self {
+            state: Mutex::new(state),
+        }
+    }
+
+    /// The state, for a call that delivers nothing.
+    pub(crate) fn lock(&self) -> MutexGuard<'_, T> {
+        // A panic while holding this lock leaves plain data behind; keep going.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Runs `f` on the state under its lock; if `delivers` holds for its answer, takes the
+    /// turn to hand over under it. `after` looks at the state before the lock goes.
+    pub(crate) fn with<R>(
+        &self,
+        delivers: fn(&R) -> bool,
+        f: impl FnOnce(&mut T) -> R,
+        out: &mut Delivered<'_>,
+        after: impl FnOnce(&T),
+    ) -> R {
+        let mut state = self.lock();
+        let got = f(&mut state);
+        if delivers(&got) {
+            out.take_turn();
+        }
+        after(&state);
+        got
+    }
 }
 
 /// What one read (or one timer tick) delivers to this node's application, in order (see

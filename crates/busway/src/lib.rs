@@ -51,7 +51,6 @@ pub mod limits;
 mod link;
 mod message;
 mod multicast;
-mod multicast_table;
 mod node;
 mod outgoing;
 mod peer;

@@ -118,7 +118,10 @@ impl Node {
             return Err(MulticastError::NoRoute(unrouted));
         }
         let now_ms = shared.coarse_ms.load(std::sync::atomic::Ordering::Relaxed);
-        let numbered = shared.multicasts.number(&receivers, &payload, now_ms);
+        let numbered = shared
+            .multicasts
+            .lock()
+            .number(&receivers, &payload, now_ms);
         let mut reached = 0;
         // Checked above: every receiver had a route (one lost since asks once it is back).
         let (split, _) = split_by_hop(shared, numbered.into_iter(), None);

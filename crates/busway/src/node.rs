@@ -21,6 +21,7 @@ use crate::routing::Route;
 use crate::shared::{random_bytes, Shared};
 use crate::stats::{Counters, Stats};
 use crate::transport;
+use busway_core::multicast::state::MulticastState;
 use busway_core::BusId;
 use bytes::Bytes;
 use std::fmt;
@@ -251,7 +252,7 @@ impl Node {
             group_logs: Arc::new(crate::group_log_out::GroupLogs::new(id, group_log_bytes)),
             groups_active: Default::default(),
             handover: Default::default(),
-            multicasts: crate::multicast_table::MulticastTable::new(group_retain_bytes, held),
+            multicasts: crate::handover::InTurn::new(MulticastState::new(group_retain_bytes, held)),
             directory: Default::default(),
             warnings: Default::default(),
             registrations: Default::default(),

@@ -551,8 +551,8 @@ impl Shared {
                 self.forget_idle(now);
             }
             self.registrations_tick();
-            let multicasts = !self.multicasts.is_idle();
-            if !self.groups.is_idle() || self.groups.has_repairs() || multicasts {
+            let multicasts = !self.multicasts.lock().is_idle();
+            if !self.groups.lock().is_idle() || self.groups.has_repairs() || multicasts {
                 // Interest that did not fit a peer's queue when it changed.
                 self.sync_group_adverts();
                 self.group_tick(now);

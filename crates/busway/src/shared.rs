@@ -61,7 +61,7 @@ pub(crate) struct Shared {
     pub(crate) group_logs: Arc<crate::group_log_out::GroupLogs>,
     /// This node's multicasts (numbers, what it keeps for repairs) and the streams of
     /// multicasts to it.
-    pub(crate) multicasts: crate::multicast_table::MulticastTable,
+    pub(crate) multicasts: crate::handover::InTurn<busway_core::multicast::state::MulticastState>,
     /// What etcd says of the other nodes (`NodeConfig::etcd`), and this node's session there.
     pub(crate) directory: crate::directory::Directory,
     /// Repeated warnings about connections, held back per host (`warn_limit`).
@@ -307,7 +307,7 @@ impl Shared {
         }
         // A new peer (or a new incarnation) learns what this node wants through it, and the
         // receivers of this node's multicasts behind it where their streams stand.
-        self.groups.peer_came(peer.id);
+        self.groups.lock().peer_came(peer.id);
         self.sync_group_adverts();
         self.multicast_link_up(peer.id);
         self.peers.notify_changed();

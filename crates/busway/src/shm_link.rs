@@ -229,12 +229,12 @@ impl ShmLink {
         let mut last_polls = 0;
         loop {
             let calls = &self.shared.calls;
-            if calls.len() == 0 && self.shared.groups.is_idle() {
+            if calls.len() == 0 && self.shared.groups.lock().is_idle() {
                 let idle = Duration::from_millis(RING_IDLE_WATCH_MS);
                 let active = self.shared.groups_active.notified();
                 tokio::pin!(active);
                 active.as_mut().enable();
-                if !self.shared.groups.is_idle() {
+                if !self.shared.groups.lock().is_idle() {
                     continue;
                 }
                 // Woken early by a call, or by the node's first part in a group (an accept of

@@ -11,6 +11,7 @@ use super::publishes::publish_received;
 use super::{decode_interest, encode_interest};
 use crate::frame::{FrameKind, SPAN_GROUP_LOG, SPAN_INTEREST, SPAN_LEN_MASK, SPAN_MULTICAST};
 use crate::frame::{SPAN_PUBLISH, SPAN_REPAIR, SPAN_TAG_MASK};
+use crate::group::{decode_group_log, GroupLog};
 use crate::multicast;
 use crate::BusId;
 use bytes::Bytes;
@@ -111,4 +112,19 @@ pub fn sync_adverts<H: Host>(host: &mut H, peers: &[(BusId, bool)]) {
             Push::Gone => {}
         }
     }
+}
+/// Takes the GROUP_LOG frames that `take` wants out of a read's `spans` (their bodies in
+/// `chunk`); the others stay, as does one that does not decode (the reader checked it).
+pub fn take_log_frames<'a>(
+    chunk: &'a [u8],
+    spans: &mut Vec<(u32, u32)>,
+    mut take: impl FnMut(GroupLog<'a>) -> bool,
+) {
+    spans.retain(|&(start, tagged)| {
+        if tagged & SPAN_TAG_MASK != SPAN_GROUP_LOG {
+            return true;
+        }
+        let body = &chunk[start as usize..(start + (tagged & SPAN_LEN_MASK)) as usize];
+        decode_group_log(body).map_or(true, |frame| !take(frame))
+    });
 }
