@@ -2597,30 +2597,46 @@ fn the_three_tier_example_of_the_operators_guide_runs() {
     let docs = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/three-tier");
     let dir = std::env::temp_dir().join(format!("busway-three-tier-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let ports: Vec<String> = (0..3).map(|_| free_port().to_string()).collect();
-    for entry in std::fs::read_dir(&docs).unwrap() {
-        let path = entry.unwrap().path();
-        let mut text = std::fs::read_to_string(&path).unwrap();
-        for (i, port) in ports.iter().enumerate() {
-            text = text.replace(&format!("127.0.0.1:700{i}"), &format!("127.0.0.1:{port}"));
-        }
-        std::fs::write(dir.join(path.file_name().unwrap()), text).unwrap();
-    }
     let file = |name: &str| dir.join(name).to_str().unwrap().to_owned();
-    let started = |p: &mut Proc| {
+    // A node that cannot start says why on stderr; one whose port another test's socket took
+    // since `free_port` (an outgoing connection's ephemeral port, say) is started again on
+    // fresh ports, at most three times.
+    let started = |mut p: Proc| -> Result<Proc, String> {
         let mut out = BufReader::new(p.0.stdout.take().unwrap());
         let mut line = String::new();
         out.read_line(&mut line).unwrap();
-        assert!(line.starts_with("listening on"), "{line}");
+        if line.starts_with("listening on") {
+            return Ok(p);
+        }
+        let mut why = String::new();
+        let _ = p.0.stderr.take().unwrap().read_to_string(&mut why);
+        Err(format!("{line}{why}"))
     };
-    let mut hub = spawn(&["node", "-c", &file("hub.toml")]);
-    started(&mut hub);
-    let mut relays = Vec::new();
-    for name in ["relay-lobbies.toml", "relay-battles.toml"] {
-        let mut r = spawn(&["node", "-c", &file(name)]);
-        started(&mut r);
-        relays.push(r);
-    }
+    let mut tries = 0;
+    let (hub, relays) = loop {
+        tries += 1;
+        let ports: Vec<String> = (0..3).map(|_| free_port().to_string()).collect();
+        for entry in std::fs::read_dir(&docs).unwrap() {
+            let path = entry.unwrap().path();
+            let mut text = std::fs::read_to_string(&path).unwrap();
+            for (i, port) in ports.iter().enumerate() {
+                text = text.replace(&format!("127.0.0.1:700{i}"), &format!("127.0.0.1:{port}"));
+            }
+            std::fs::write(dir.join(path.file_name().unwrap()), text).unwrap();
+        }
+        let up = ["hub.toml", "relay-lobbies.toml", "relay-battles.toml"]
+            .iter()
+            .map(|name| started(spawn(&["node", "-c", &file(name)])))
+            .collect::<Result<Vec<Proc>, String>>();
+        match up {
+            Ok(mut nodes) => {
+                let hub = nodes.remove(0);
+                break (hub, nodes);
+            }
+            Err(why) if why.contains("in use") && tries < 3 => continue,
+            Err(why) => panic!("a node of the example did not start: {why}"),
+        }
+    };
     let mut battle = spawn(&[
         "listen",
         "-c",

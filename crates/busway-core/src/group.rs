@@ -52,6 +52,7 @@ pub mod log_offers;
 pub mod log_records;
 pub mod node;
 pub mod permissions;
+pub mod permitted;
 pub mod publishes;
 pub mod reads;
 pub mod repairs;

@@ -17,7 +17,7 @@
 //!
 //! Publishes to a group (see `groups`) take another way in: each node decides the order of a
 //! publisher's stream in one place (a gap holds later publishes until its repair comes, by
-//! whichever link), and hands the batches over in that order (`handover`), without waiting
+//! whichever link), and hands the batches over in that order (`group::handover`), without waiting
 //! for permits (`InboxSender::deliver_reserved`). They count against `GROUP_INBOX_BYTES_MAX`
 //! instead: past it, links stop reading (socket links wait for room, ring readers leave their
 //! rings unread) until the application takes them.
@@ -169,9 +169,9 @@ pub(crate) fn inbox(
     )
 }
 
-impl crate::handover::Sink for InboxSender {
+impl crate::group::handover::Sink for InboxSender {
     /// Counts `bytes` of group publishes decided for the application, sent or not yet (see
-    /// `handover`: ones that wait for an earlier turn count too, so links stop reading for
+    /// `group::handover`: ones that wait for an earlier turn count too, so links stop reading for
     /// them as for those in the channel).
     fn reserve(&self, bytes: usize) {
         self.groups.bytes.fetch_add(bytes, Relaxed);
@@ -179,7 +179,7 @@ impl crate::handover::Sink for InboxSender {
 
     /// Hands group publishes, their `footprint` reserved, to the application now, in the
     /// order given (callers hand over in the order their streams were decided, see
-    /// `handover`); false if the inbox is gone.
+    /// `group::handover`); false if the inbox is gone.
     fn deliver_reserved(&self, batch: MessageBatch) -> bool {
         let bytes = batch.footprint();
         let sent = self.tx.send(Delivery::Group { batch, bytes }).is_ok();

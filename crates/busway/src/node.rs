@@ -7,7 +7,7 @@ use crate::connector::{accept_loop, dial_loop};
 use crate::deferred::Deferred;
 use crate::event::{Event, Path};
 use crate::event_queue::EventQueue;
-use crate::group_table::GroupTable;
+use crate::group::table::GroupTable;
 use crate::hints::Hints;
 use crate::inbox::{inbox, Inbox};
 use crate::io_loops::IoLoops;
@@ -249,10 +249,13 @@ impl Node {
             inbox: inbox_tx,
             calls: Arc::new(CallTable::new(counters.clone(), CALLS_PENDING_MAX)),
             groups: GroupTable::new(group_retain_bytes, held.clone()),
-            group_logs: Arc::new(crate::group_log_out::GroupLogs::new(id, group_log_bytes)),
+            group_logs: Arc::new(crate::group::log_out::GroupLogs::new(id, group_log_bytes)),
             groups_active: Default::default(),
             handover: Default::default(),
-            multicasts: crate::handover::InTurn::new(MulticastState::new(group_retain_bytes, held)),
+            multicasts: crate::group::handover::InTurn::new(MulticastState::new(
+                group_retain_bytes,
+                held,
+            )),
             directory: Default::default(),
             warnings: Default::default(),
             registrations: Default::default(),

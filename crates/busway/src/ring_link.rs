@@ -32,12 +32,12 @@ pub(crate) trait GroupMessages: Send + Sync {
     fn backlogged(&self, ring_peer: BusId) -> bool;
 
     /// Opens the log of a group the direct peer `from` offered on its ring (see
-    /// `group_log_in`), or says why not.
+    /// `group::log_in`), or says why not.
     fn open_log(
         &self,
         from: BusId,
         offer: &busway_core::group::LogOffer<'_>,
-    ) -> Result<crate::group_log_in::AttachedLog, String>;
+    ) -> Result<crate::group::log_in::AttachedLog, String>;
 
     /// Whether this node still wants the group's publishes (else its log is let go).
     fn wants_group(&self, name: &str) -> bool;
@@ -47,7 +47,7 @@ pub(crate) trait GroupMessages: Send + Sync {
     fn sort_out_log(
         &self,
         from: BusId,
-        group: &crate::group_table::GroupName,
+        group: &crate::group::table::GroupName,
         chunk: &Bytes,
         spans: &[(u32, u32)],
     ) -> Result<bool, String>;

@@ -7,7 +7,7 @@
 //! CALL or REPLY frames (their kinds, lengths and batch entries checked); anything else ends
 //! the link with a reason (the node and its other links go on).
 
-use crate::group_log_in::{AttachedLog, LogWatches};
+use crate::group::log_in::{AttachedLog, LogWatches};
 use crate::limits::{
     GROUP_LOG_READ_BYTES_MAX, RING_ACK_EVERY_BYTES, RING_READ_RECORDS_MAX, RING_STASH_BYTES_MAX,
     RING_WAIT_POLL_MS,
@@ -78,10 +78,10 @@ pub(crate) struct RingReader {
     stash_bytes: usize,
     /// Looks by the inbox, counted; the link task compares them between its own looks.
     inbox_polls: u64,
-    /// A read handed group publishes to the inbox (or to their turn there, `handover`) or
+    /// A read handed group publishes to the inbox (or to their turn there, `group::handover`) or
     /// left forwards waiting: see whether the node is backlogged before the next read.
     groups_handed: bool,
-    /// The peer's logs of groups this node accepted (see `group_log_in`), read after the ring.
+    /// The peer's logs of groups this node accepted (see `group::log_in`), read after the ring.
     logs: Vec<AttachedLog>,
     /// Whether each of `logs` has something to read, for the waiter thread.
     watches: LogWatches,

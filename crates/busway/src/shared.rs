@@ -12,7 +12,7 @@ use crate::deferred::Deferred;
 use crate::dial::Dial;
 use crate::event::{DownReason, Event, Path};
 use crate::event_queue::EventQueue;
-use crate::group_table::GroupTable;
+use crate::group::table::GroupTable;
 use crate::hints::Hints;
 use crate::inbox::InboxSender;
 use crate::io_loops::IoLoops;
@@ -53,15 +53,16 @@ pub(crate) struct Shared {
     pub(crate) groups: GroupTable,
     /// Hands what links decide for the application's group streams to the inbox in the
     /// order decided.
-    pub(crate) handover: crate::handover::Handover,
+    pub(crate) handover: crate::group::handover::Handover,
     /// Notified when this node starts taking part in groups (it joins, or a peer asks for a
     /// group): links with rings stop looking at them only every `RING_IDLE_WATCH_MS`.
     pub(crate) groups_active: tokio::sync::Notify,
     /// This node's logs of the groups it publishes to, for peers on its host.
-    pub(crate) group_logs: Arc<crate::group_log_out::GroupLogs>,
+    pub(crate) group_logs: Arc<crate::group::log_out::GroupLogs>,
     /// This node's multicasts (numbers, what it keeps for repairs) and the streams of
     /// multicasts to it.
-    pub(crate) multicasts: crate::handover::InTurn<busway_core::multicast::state::MulticastState>,
+    pub(crate) multicasts:
+        crate::group::handover::InTurn<busway_core::multicast::state::MulticastState>,
     /// What etcd says of the other nodes (`NodeConfig::etcd`), and this node's session there.
     pub(crate) directory: crate::directory::Directory,
     /// Repeated warnings about connections, held back per host (`warn_limit`).

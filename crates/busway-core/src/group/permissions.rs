@@ -7,11 +7,8 @@
 //! the runtime's `Event::GroupRefused`); nothing else changes. With TLS the ids are those the peers'
 //! certificates name (a link may not speak for others, see `relay::Sources`).
 
-use super::host::{Host, Report};
-use crate::frame::FrameKind;
-use crate::group::{check_name, encode_repair_refused};
+use crate::group::check_name;
 use crate::BusId;
-use bytes::Bytes;
 use std::collections::HashMap;
 
 /// Rules a node may hold at most.
@@ -160,55 +157,6 @@ impl RefusalReports {
     }
 }
 
-/// Whether the member `from` may join `name` at the host (its permissions); if not, it is
-/// reported and told why (a REPAIR refused). Interest from a node that passes groups on (a
-/// relay, for its members) is its own rules' business, and always taken.
-pub fn join_permitted<H: Host>(host: &mut H, from: BusId, name: &str) -> bool {
-    let Some(Err(why)) = host.permissions().map(|r| r.may_join(from, name)) else {
-        return true;
-    };
-    if host.passes_on(from) {
-        return true;
-    }
-    let body = encode_repair_refused(false, name, &why);
-    // Full or gone: the member is told at its next ask.
-    let _ = host.push(from, FrameKind::Repair, &body, &Bytes::new());
-    host.report(Report::JoinRefused {
-        member: from,
-        group: name.into(),
-        why,
-    });
-    false
-}
-
-/// Whether `count` publishes (0: a mark) of `publisher` to `group` may be taken at the host
-/// (its permissions); if not, they are reported, and the publisher is told why at most once
-/// per `PUBLISH_REFUSAL_REPORT_INTERVAL_MS` per group (a mark alone tells nothing).
-pub fn publish_permitted<H: Host>(
-    host: &mut H,
-    publisher: BusId,
-    group: &str,
-    count: u64,
-    now_ms: u64,
-) -> bool {
-    let Some(Err(why)) = host.permissions().map(|r| r.may_publish(publisher, group)) else {
-        return true;
-    };
-    let tell = count > 0 && host.groups(|_| false, |s| s.refusals.due(publisher, group, now_ms));
-    if tell {
-        let body = encode_repair_refused(true, group, &why);
-        // Told again at a later publish.
-        let _ = host.send_repair(publisher, &body, &Bytes::new());
-    }
-    host.report(Report::PublishesDenied {
-        publisher,
-        group: group.into(),
-        n: count.max(1),
-        why,
-    });
-    false
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -261,56 +209,5 @@ mod tests {
         assert!(!r.due(BusId(1), "g", 999));
         assert!(r.due(BusId(1), "h", 999), "per group");
         assert!(r.due(BusId(1), "g", 1_000));
-    }
-
-    /// Rules that let ids 1..=9 join and publish to `open.*` alone.
-    fn host_with_rules() -> crate::group::host::fake::FakeHost {
-        let mut host = crate::group::host::fake::FakeHost::new(1, &[5, 20]);
-        host.permissions = Some(GroupPermissions {
-            rules: vec![rule(1, 9, &["open.*"], &["open.*"])],
-        });
-        host
-    }
-
-    #[test]
-    fn a_refused_join_is_reported_and_told_and_a_relay_s_is_taken() {
-        let mut host = host_with_rules();
-        assert!(join_permitted(&mut host, BusId(5), "open.a"));
-        assert!(host.pushed.is_empty() && host.reports.is_empty());
-        assert!(!join_permitted(&mut host, BusId(5), "closed"));
-        assert!(matches!(
-            &host.reports[..],
-            [Report::JoinRefused {
-                member: BusId(5),
-                ..
-            }]
-        ));
-        let (to, kind, _) = &host.pushed[0];
-        assert_eq!((*to, *kind), (BusId(5), FrameKind::Repair), "told why");
-        // A relay asks for its members: their joins are its own rules' business.
-        host.relays.push(BusId(20));
-        assert!(join_permitted(&mut host, BusId(20), "closed"));
-    }
-
-    #[test]
-    fn refused_publishes_are_reported_each_and_told_once_a_second() {
-        let mut host = host_with_rules();
-        assert!(publish_permitted(&mut host, BusId(5), "open.a", 3, 0));
-        assert!(!publish_permitted(&mut host, BusId(5), "closed", 3, 0));
-        assert!(!publish_permitted(&mut host, BusId(5), "closed", 2, 10));
-        // A mark is refused too, and counted one, and tells nothing.
-        assert!(!publish_permitted(&mut host, BusId(5), "closed", 0, 2_000));
-        let denied: Vec<u64> = host
-            .reports
-            .iter()
-            .map(|r| match r {
-                Report::PublishesDenied { n, .. } => *n,
-                other => panic!("{other:?}"),
-            })
-            .collect();
-        assert_eq!(denied, [3, 2, 1]);
-        assert_eq!(host.repairs_sent.len(), 1, "told once within the interval");
-        assert!(!publish_permitted(&mut host, BusId(5), "closed", 1, 2_000));
-        assert_eq!(host.repairs_sent.len(), 2, "told again after it");
     }
 }

@@ -9,7 +9,7 @@ use super::host::{Host, Report};
 use super::intake::{Handed, Intake};
 use super::log_records::decode_log_records;
 use super::node::{ask_repairs, pump_repairs, skipped};
-use super::permissions::publish_permitted;
+use super::permitted::publish_permitted;
 use super::state::{GroupPolicy, Published};
 use super::{as_plain_mark, decode_publish, encode_gap_mark, split_publish_batch, PublishHead};
 use crate::frame::FrameKind;

@@ -84,7 +84,7 @@ fn interest<H: Host>(host: &mut H, from: BusId, body: &[u8]) -> Option<Option<St
     }
     // Checked by the frame's reader.
     let i = decode_interest(body).ok()?;
-    if i.join && !super::permissions::join_permitted(host, from, i.name) {
+    if i.join && !super::permitted::join_permitted(host, from, i.name) {
         return None;
     }
     if !i.join {

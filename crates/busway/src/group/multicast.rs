@@ -1,6 +1,6 @@
 //! Multicast: `Node::multicast` to an explicit list of receivers (see `busway_core::multicast`
 //! for the frame, `busway_core::multicast::node` for what a node does with the MULTICASTs its
-//! peers send, and `group_host` for the runtime's side of that).
+//! peers send, and `group::host` for the runtime's side of that).
 //!
 //! The source numbers the multicast per receiver, splits the receivers by the link that leads
 //! to each (its unicast route) and writes one MULTICAST per link naming the receivers behind

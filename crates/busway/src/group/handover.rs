@@ -86,7 +86,7 @@ pub(crate) struct Delivered<'a> {
 }
 
 impl<'a> Delivered<'a> {
-    /// Nothing yet, to be handed to `inbox` in `handover`'s order.
+    /// Nothing yet, to be handed to `inbox` in `group::handover`'s order.
     pub(crate) fn new(handover: &'a Handover, inbox: &'a dyn Sink) -> Self {
         Self {
             handover,

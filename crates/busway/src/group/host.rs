@@ -1,11 +1,11 @@
 //! The runtime as the host of the core's group and multicast machines
 //! (`busway_core::group::node`, `busway_core::multicast::node`): their state under this
 //! node's locks, their frames on its links, their deliveries handed over in the order decided
-//! (`handover`), and what they report turned into counters, logs and events. Also the calls
+//! (`group::handover`), and what they report turned into counters, logs and events. Also the calls
 //! the rest of the runtime makes into those machines (a REPAIR read, a link up, the timers).
 
 use crate::event::Event;
-use crate::handover::Delivered;
+use crate::group::handover::Delivered;
 use crate::node::SendError;
 use crate::peer::{Peer, PushError};
 use crate::routing::Hops;

@@ -1,6 +1,6 @@
 //! Groups: `Node::join`, `Node::leave` and `Node::publish`, and what a node does with the
 //! INTEREST and PUBLISH messages its peers send (see `busway_core::group` for the frames and
-//! `group_table` for the state and the rules).
+//! `group::table` for the state and the rules).
 //!
 //! A publish is framed once per link: the publisher sends one PUBLISH to each peer that asked
 //! for the group, sharing the payload; a node that receives one hands it to its application
@@ -9,8 +9,8 @@
 //! other: numbered, acknowledged, and resent over a link that drops and comes back.
 
 use crate::event::Path;
-use crate::group_table::{GroupName, GroupPolicy};
-use crate::handover::Delivered;
+use crate::group::handover::Delivered;
+use crate::group::table::{GroupName, GroupPolicy};
 use crate::message::MessageBatch;
 use crate::node::Node;
 use crate::shared::Shared;
@@ -226,7 +226,7 @@ impl crate::ring_link::GroupMessages for Shared {
         &self,
         from: BusId,
         offer: &busway_core::group::LogOffer<'_>,
-    ) -> Result<crate::group_log_in::AttachedLog, String> {
+    ) -> Result<crate::group::log_in::AttachedLog, String> {
         if !self.config.group_logs {
             return Err("group logs are off on this node (NodeConfig::group_logs)".into());
         }
@@ -234,7 +234,7 @@ impl crate::ring_link::GroupMessages for Shared {
             return Err("this node does not want the group".into());
         }
         let group = self.groups.lock().name_of(offer.name);
-        crate::group_log_in::open(from, offer, group, self.config.shm_ring_bytes)
+        crate::group::log_in::open(from, offer, group, self.config.shm_ring_bytes)
     }
 
     fn wants_group(&self, name: &str) -> bool {
@@ -264,7 +264,7 @@ impl crate::ring_link::GroupMessages for Shared {
 }
 
 impl Shared {
-    /// Tells each peer what this node now wants through it (see `group_table`); a change
+    /// Tells each peer what this node now wants through it (see `group::table`); a change
     /// that does not fit a peer's queue is told on a later call (the retry tick calls this).
     pub(crate) fn sync_group_adverts(&self) {
         let _turn = self.groups.adverts_turn();
@@ -320,7 +320,7 @@ impl Shared {
     /// Takes the group messages out of `spans` (messages from `from` in `chunk`: a direct
     /// peer, or for REPAIR the source end to end) and acts on them (see
     /// `busway_core::group::reads`): publishes are handed to this node's inbox in each
-    /// publisher's order (see `handover`: the caller stops reading while the inbox is
+    /// publisher's order (see `group::handover`: the caller stops reading while the inbox is
     /// backlogged). A GROUP_LOG answer is taken here; an offer stays for the reader of the
     /// ring it came on (see `ring_rx`; a socket's reader declines it). True if publishes went
     /// to the inbox, or wait for room.
@@ -351,7 +351,7 @@ impl Shared {
     }
 
     /// Takes the GROUP_LOG answers out of `spans`: `from` answered the offer of this node's
-    /// log of a group (see `group_log_out`).
+    /// log of a group (see `group::log_out`).
     fn take_log_answers(&self, from: BusId, chunk: &Bytes, spans: &mut Vec<(u32, u32)>) {
         let peer = self.peer(from);
         take_log_frames(chunk, spans, |frame| {
@@ -374,7 +374,7 @@ impl Shared {
     }
 
     /// Deliveries to this node's application about to be decided, handed over in the order
-    /// decided (see `handover`).
+    /// decided (see `group::handover`).
     pub(crate) fn delivered(&self) -> Delivered<'_> {
         Delivered::new(&self.handover, &self.inbox)
     }

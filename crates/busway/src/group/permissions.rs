@@ -12,7 +12,7 @@ impl Shared {
     /// So one downstream below a relay that asks for its whole quota leaves the relay room to
     /// ask for what its other downstreams want (issue #26, item 4).
     pub(crate) fn interest_quota(&self, from: BusId) -> usize {
-        use crate::group_table::{GROUPS_PER_LINK_MAX, GROUPS_PER_PEER_MAX};
+        use crate::group::table::{GROUPS_PER_LINK_MAX, GROUPS_PER_PEER_MAX};
         if self.upstream_id() == Some(from) {
             return GROUPS_PER_LINK_MAX;
         }

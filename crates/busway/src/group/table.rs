@@ -1,11 +1,11 @@
 //! A node's group state under its locks: the rules are busway-core's
 //! (`busway_core::group::state` for membership, interest, numbering, retention and the streams
 //! seen; `busway_core::group::repairs` for the repairs under way); this module holds them
-//! behind mutexes for the I/O threads, each call under its lock alone (`handover::InTurn`: a
+//! behind mutexes for the I/O threads, each call under its lock alone (`group::handover::InTurn`: a
 //! call that delivers to this node's application takes its turn to hand over under it).
 
-use crate::group_forwards::WaitingForwards;
-use crate::handover::{Delivered, InTurn};
+use crate::group::forwards::WaitingForwards;
+use crate::group::handover::{Delivered, InTurn};
 use busway_core::group::repairs::Repairs;
 use busway_core::group::state::GroupState;
 use busway_core::group::stream::HeldBudget;
@@ -20,7 +20,7 @@ pub(crate) struct GroupTable {
     state: InTurn<GroupState>,
     /// Repairs under way, oldest first (`GROUP_REPAIRS_PENDING_MAX`).
     repairs: Mutex<Repairs>,
-    /// Publishes a relay passes on that wait for room toward a peer (see `group_forwards`).
+    /// Publishes a relay passes on that wait for room toward a peer (see `group::forwards`).
     pub(crate) waiting: WaitingForwards,
     /// Held from a look at what each peer is to be told to the record of what was (see
     /// `Shared::sync_group_adverts`): two at once could each record what the other's look

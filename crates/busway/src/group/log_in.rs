@@ -1,10 +1,10 @@
-//! A member's side of a publisher's group log (see `group_log_out`): opening the log a peer
+//! A member's side of a publisher's group log (see `group::log_out`): opening the log a peer
 //! offers, and reading it beside that peer's ring (the ring's reader in `ring_rx` holds the
 //! logs it accepted and reads them after the ring, handing their publishes to the node as if
 //! they had come by the ring).
 
-use crate::group_log_out::LOCAL_LOGS;
-use crate::group_table::GroupName;
+use crate::group::log_out::LOCAL_LOGS;
+use crate::group::table::GroupName;
 use busway_core::group::LogOffer;
 use busway_core::BusId;
 use busway_shm::announce::Announced;

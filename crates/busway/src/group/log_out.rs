@@ -19,7 +19,7 @@
 //! Only groups under `GroupPolicy::CutOff` are logged: the log never waits for a reader,
 //! while under backpressure the publisher must wait for its slowest member.
 
-use crate::group_table::GroupName;
+use crate::group::table::GroupName;
 use crate::peer::Peer;
 use busway_core::frame::FrameKind;
 use busway_core::group::log_offers::{Answered, LogOffers};
@@ -190,7 +190,12 @@ impl GroupLogs {
     }
 
     fn make(&self, name: &str) -> Option<GroupLog> {
-        let token = u64::from_le_bytes(crate::shared::random_bytes());
+        let mut bytes = [0u8; 8];
+        if getrandom::getrandom(&mut bytes).is_err() {
+            // Not a secret, only a name unlikely to repeat: the process and an address will do.
+            bytes = (std::process::id() as u64 ^ (self as *const Self as u64)).to_le_bytes();
+        }
+        let token = u64::from_le_bytes(bytes);
         let binding = Binding {
             token,
             writer: self.me.0,
