@@ -386,7 +386,7 @@ pub fn group_bodies(data: &[u8]) {
     for state in [&mut member, &mut relay] {
         for _copy in 0..2 {
             if head.batch {
-                let _ = state.received_run(me, from, &heads, 0, payload);
+                let _ = state.received_run(me, from, &heads, 0, payload, false);
             } else {
                 let _ = state.received(me, from, &head, 0, || payload(0));
             }

@@ -254,6 +254,8 @@ pub(crate) mod fake {
         pub relays: Vec<BusId>,
         /// The peers whose links are full.
         pub full: Vec<BusId>,
+        /// The peers read gap marks (`caps::GAP_MARKS`).
+        pub gap_marks: bool,
     }
 
     impl FakeHost {
@@ -274,6 +276,7 @@ pub(crate) mod fake {
                 permissions: None,
                 relays: Vec::new(),
                 full: Vec::new(),
+                gap_marks: true,
             }
         }
     }
@@ -347,7 +350,7 @@ pub(crate) mod fake {
             true
         }
         fn takes_gap_marks(&self, _: BusId) -> bool {
-            true
+            self.gap_marks
         }
         fn owes_marks(&self) -> bool {
             !self.groups.owes_none()

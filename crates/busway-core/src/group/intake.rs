@@ -42,6 +42,9 @@ pub struct Intake {
     pub copies: u64,
     /// Publishes nobody here wants (no member, nobody to pass them on to), dropped.
     pub unwanted: u64,
+    /// Publishes a gap mark named dropped on the way before where the member's stream began:
+    /// they never come (the member is told).
+    pub lost_before: u64,
 }
 
 impl Intake {
@@ -59,6 +62,7 @@ impl Intake {
             return;
         };
         self.unwanted += u64::from(fresh.unwanted);
+        self.lost_before += fresh.lost_before;
         if fresh.ended.is_some() {
             self.ended = fresh.ended;
         }
@@ -162,7 +166,7 @@ impl GroupState {
             let (at, len) = spans[i];
             buf.slice(at..at + len)
         };
-        match self.received_run(me, from, heads, now_ms, payload) {
+        match self.received_run(me, from, heads, now_ms, payload, whole.is_none()) {
             Run::Whole {
                 forward_to,
                 delivered,
@@ -372,5 +376,21 @@ mod tests {
         let got = take(&mut member, publish_body(&first(1), &publishes(1, 8)));
         assert!(got.handed.is_empty());
         assert_eq!(got.copies, 8);
+    }
+
+    /// A log's records can overtake what their publisher queued on the link before them:
+    /// they never begin a member's stream; the link does, and what the log brought first is
+    /// a gap the member asks for.
+    #[test]
+    fn a_group_log_s_records_do_not_begin_a_member_s_stream() {
+        let mut member = GroupState::new(1 << 20, Default::default());
+        member.join(G).unwrap();
+        let early = log_run(&mut member, &[2, 3], 10);
+        assert!(early.handed.is_empty() && !early.gap);
+        let one = publish_body(&first(1), &publishes(1, 1));
+        let by_link = take(&mut member, one);
+        assert_eq!(by_link.handed.len(), 1, "the link's first begins it");
+        let later = log_run(&mut member, &[4], 10);
+        assert!(later.handed.is_empty() && later.gap, "2 and 3 are asked for");
     }
 }

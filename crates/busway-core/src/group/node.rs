@@ -207,6 +207,10 @@ pub fn send_marks<H: Host>(host: &mut H, peer: BusId, group: &str) {
         if publisher == peer || !host.may_pass_to(peer, publisher) {
             continue;
         }
+        // One owed a gap mark of that stream has it first (on a tick).
+        if host.groups(|_| false, |s| s.owes(peer, publisher, group)) {
+            continue;
+        }
         let body = encode_mark(publisher, incarnation, number, group);
         if push_mark(host, peer, &body) == Push::Full {
             host.groups(|_| false, |s| s.owe_mark(peer, publisher, group, None));
@@ -280,20 +284,11 @@ fn send_repair<H: Host>(host: &mut H, job: &mut RepairJob) -> Result<(), Unsent>
     Ok(())
 }
 
-/// The groups' timers, at `now_ms`: tail marks of publishes gone quiet and to lagging
-/// links, marks owed, asks not sent yet, repairs waiting for room, and gaps given up on
+/// The groups' timers, at `now_ms`: marks owed, tail marks of publishes gone quiet and to
+/// lagging links, asks not sent yet, repairs waiting for room, and gaps given up on
 /// (what waited behind them is delivered). The multicasts' are `multicast::node::tick`.
 pub fn tick<H: Host>(host: &mut H, now_ms: u64) {
     let (me, incarnation) = host.me();
-    for (group, number, to) in host.groups(|_| false, |s| s.tail_marks(now_ms)) {
-        let body = encode_mark(me, incarnation, number, &group);
-        for peer in to {
-            if push_mark(host, peer, &body) == Push::Full {
-                // Sent again, on later ticks, once it fits (the owed marks below).
-                host.groups(|_| false, |s| s.owe_mark(peer, me, &group, None));
-            }
-        }
-    }
     let owed = host.groups(|_| false, |s| s.owed_marks(me, incarnation));
     for o in owed {
         if host.forwards_wait_for(o.peer) {
@@ -309,6 +304,20 @@ pub fn tick<H: Host>(host: &mut H, now_ms: u64) {
         // Paid without a word where it may not go (see `send_marks`).
         if !host.may_pass_to(o.peer, o.publisher) || push_mark(host, o.peer, &body) != Push::Full {
             host.groups(|_| false, |s| s.mark_paid(o.peer, o.publisher, &o.group));
+        }
+    }
+    for (group, number, to) in host.groups(|_| false, |s| s.tail_marks(now_ms)) {
+        let body = encode_mark(me, incarnation, number, &group);
+        for peer in to {
+            // A peer owed a gap mark of this stream has it first (above, or on a later tick):
+            // a plain mark ahead of it would begin a new stream after what was dropped.
+            if host.groups(|_| false, |s| s.owes(peer, me, &group)) {
+                continue;
+            }
+            if push_mark(host, peer, &body) == Push::Full {
+                // Sent again, on later ticks, once it fits (the owed marks above).
+                host.groups(|_| false, |s| s.owe_mark(peer, me, &group, None));
+            }
         }
     }
     for (group, number, peer) in host.groups(|_| false, |s| s.lagging()) {

@@ -158,10 +158,11 @@ impl RefusalReports {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn rule(lo: u64, hi: u64, join: &[&str], publish: &[&str]) -> GroupRule {
+    /// A rule for ids `lo..=hi` that may join `join` and publish to `publish`.
+    pub(crate) fn rule(lo: u64, hi: u64, join: &[&str], publish: &[&str]) -> GroupRule {
         GroupRule {
             ids: (BusId(lo), BusId(hi)),
             join: join.iter().map(|s| s.to_string()).collect(),

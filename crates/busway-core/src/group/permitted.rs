@@ -60,15 +60,8 @@ pub fn publish_permitted<H: Host>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::group::permissions::{GroupPermissions, GroupRule};
-
-    fn rule(lo: u64, hi: u64, join: &[&str], publish: &[&str]) -> GroupRule {
-        GroupRule {
-            ids: (BusId(lo), BusId(hi)),
-            join: join.iter().map(|s| s.to_string()).collect(),
-            publish: publish.iter().map(|s| s.to_string()).collect(),
-        }
-    }
+    use crate::group::permissions::tests::rule;
+    use crate::group::permissions::GroupPermissions;
 
     /// Rules that let ids 1..=9 join and publish to `open.*` alone.
     fn host_with_rules() -> crate::group::host::fake::FakeHost {

@@ -11,7 +11,9 @@ use super::log_records::decode_log_records;
 use super::node::{ask_repairs, pump_repairs, skipped};
 use super::permitted::publish_permitted;
 use super::state::{GroupPolicy, Published};
-use super::{as_plain_mark, decode_publish, encode_gap_mark, split_publish_batch, PublishHead};
+use super::stream::Skipped;
+use super::{as_plain_mark, decode_publish, encode_gap_mark, encode_mark};
+use super::{split_publish_batch, PublishHead};
 use crate::frame::FrameKind;
 use crate::BusId;
 use bytes::Bytes;
@@ -80,6 +82,14 @@ pub fn act_on_intake<H: Host>(
         for peer in onward.to {
             forward_publish(host, peer, &onward.body, &head, now_ms);
         }
+    }
+    if intake.lost_before > 0 {
+        let lost = Skipped {
+            missed: intake.lost_before,
+            ..Skipped::default()
+        };
+        let why = "publishes dropped on the way to this member (a full link) before a later one began its stream".to_owned();
+        skipped(host, (publisher, group), lost, (why, false), now_ms);
     }
     if let Some(ended) = intake.ended {
         let why = format!(
@@ -250,7 +260,10 @@ pub fn forward_publish<H: Host>(
     // publishes do: its cut-off ones were dropped), a mark never does: it may be of one of
     // those streams (a mark does not say its stream's policy), and ahead of them it would
     // show a gap that is not there.
-    if !host.forwards_wait_for(peer) || (lagging && !head.mark) {
+    // A gap mark goes with them: drops happen under cut-off only, so it is of a cut-off
+    // stream, whose publishes waiting for this peer were dropped with the one it tells of.
+    let passes = !head.mark || head.gap_from.is_some();
+    if !host.forwards_wait_for(peer) || (lagging && passes) {
         match host.push(peer, FrameKind::Publish, &[], body) {
             Push::Sent => {
                 // A look at the way only if it lags.
@@ -326,7 +339,11 @@ pub fn push_own<H: Host>(
         // What was skipped toward it before goes first (see `GroupState::publish`).
         match host.groups(|_| false, |s| s.take_owed(peer, me, group)) {
             Some(Some(from)) if from < number => {
-                let mark = encode_gap_mark(me, incarnation, (from, number - 1), group);
+                let mark = if host.takes_gap_marks(peer) {
+                    encode_gap_mark(me, incarnation, (from, number - 1), group)
+                } else {
+                    encode_mark(me, incarnation, number - 1, group)
+                };
                 if host.push(peer, FrameKind::Publish, &mark, &Bytes::new()) != Push::Sent {
                     host.groups(|_| false, |s| s.owe_mark(peer, me, group, Some(from)));
                     return skip(host, (group, peer), number, lagging);
@@ -518,5 +535,51 @@ mod tests {
         let mark = decode_publish(&host.pushed[0].2).unwrap();
         assert_eq!((mark.gap_from, mark.number), (Some(1), 2));
         assert_eq!(decode_publish(&host.pushed[1].2).unwrap().number, 3);
+        // A peer that does not read gap marks gets a plain mark in its place.
+        host.gap_marks = false;
+        host.full.push(BusId(3));
+        assert_eq!(push(&mut host, true), OwnPush::Skipped);
+        host.full.clear();
+        host.pushed.clear();
+        assert_eq!(push(&mut host, false), OwnPush::Sent);
+        let mark = decode_publish(&host.pushed[0].2).unwrap();
+        assert_eq!((mark.mark, mark.gap_from, mark.number), (true, None, 4));
+    }
+
+    #[test]
+    fn a_gap_mark_that_comes_after_a_later_publish_began_the_stream_is_told_as_a_loss() {
+        let mut host = FakeHost::new(1, &[3]);
+        host.groups.join("g").unwrap();
+        let take = |host: &mut FakeHost, body: Vec<u8>| {
+            let body = Bytes::from(body);
+            publish_received(host, BusId(3), (&body, 0, &body), 0)
+        };
+        let mut five = encode_publish_head(BusId(3), 1, 5, "g");
+        five.push(5);
+        take(&mut host, five);
+        assert_eq!(host.delivered.len(), 1, "5 began the stream");
+        // 3 and 4 were dropped on the way, and the gap mark telling so came after 5.
+        take(&mut host, encode_gap_mark(BusId(3), 1, (3, 4), "g"));
+        let gaps: Vec<u64> = host
+            .reports
+            .iter()
+            .filter_map(|r| match r {
+                Report::GroupGap {
+                    missed,
+                    cut_off: false,
+                    ..
+                } => Some(*missed),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(gaps, [2], "told, not cut off");
+        take(&mut host, encode_gap_mark(BusId(3), 1, (3, 5), "g"));
+        assert_eq!(host.reports.len(), 1, "once");
+        // A stream begun at a plain mark (where it stood when this member joined) lost
+        // nothing before it: a late gap mark from an earlier membership tells nothing.
+        host.groups.join("h").unwrap();
+        take(&mut host, crate::group::encode_mark(BusId(3), 1, 10, "h"));
+        take(&mut host, encode_gap_mark(BusId(3), 1, (3, 9), "h"));
+        assert_eq!(host.reports.len(), 1);
     }
 }

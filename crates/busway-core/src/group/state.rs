@@ -144,6 +144,9 @@ pub struct Fresh {
     pub gap: bool,
     /// Nobody here wants it (no member, nobody to pass it on to).
     pub unwanted: bool,
+    /// A gap mark named publishes dropped on the way before where the member's stream
+    /// began: this many can no longer come (see `Stream::dropped_before`).
+    pub lost_before: u64,
 }
 
 /// What became of publishes received in a row (see [`GroupState::received_run`]).
@@ -363,6 +366,11 @@ impl GroupState {
                     st.wanted_by.remove(name);
                 }
             }
+            // Nothing of the group is owed to a peer that no longer wants it: a gap mark
+            // paid after it asks again would tell its new stream of a loss from the old.
+            if !st.owed.is_empty() {
+                st.owed.retain(|(p, _, g), _| !(*p == from && &**g == name));
+            }
             return Some(false);
         }
         if st
@@ -492,6 +500,7 @@ impl GroupState {
         *last = (*last).max(head.number);
         let mut offer = None;
         let mut gap = false;
+        let mut lost_before = 0;
         if member {
             // A gap mark: publishes from `gap_from` on were dropped on the way here.
             let start = match (head.mark, head.gap_from) {
@@ -500,10 +509,16 @@ impl GroupState {
                 (false, _) => head.number,
             };
             let stream = source.stream.get_or_insert_with(|| {
-                Stream::starting_at(head.incarnation, start).within(&self.held)
+                let new = Stream::starting_at(head.incarnation, start).within(&self.held);
+                match (head.mark, head.gap_from) {
+                    (true, None) => new.begun_at_mark(),
+                    _ => new,
+                }
             });
             if head.mark {
                 stream.mark(head.number, now_ms);
+                let dropped = |from| stream.dropped_before(from, head.number);
+                lost_before = head.gap_from.map_or(0, dropped);
             } else {
                 offer = Some(stream.offer(head.number, now_ms, payload));
             }
@@ -532,13 +547,18 @@ impl GroupState {
             offer,
             ended,
             gap,
+            lost_before,
         })
     }
 
     /// [`GroupState::received`] for publishes of one publisher to one group, not marks (a
     /// PUBLISH batch, or a group log's records; the caller checked that): one look-up of the
     /// stream for the lot, and in the common case (all new, and next for a member) one answer
-    /// for the lot. `payload(i)` makes the payload of `heads[i]` if it must wait.
+    /// for the lot. `payload(i)` makes the payload of `heads[i]` if it must wait. Records of
+    /// a group log (`from_log`) never begin a member's stream: they can overtake the
+    /// publishes its publisher queued on the link before them (see `group_log_out` in the
+    /// runtime), so the stream begins at what comes by link, and what the log brought before
+    /// that is a gap it asks for.
     pub fn received_run(
         &mut self,
         me: BusId,
@@ -546,6 +566,7 @@ impl GroupState {
         heads: &[PublishHead],
         now_ms: u64,
         payload: impl Fn(usize) -> Bytes,
+        from_log: bool,
     ) -> Run {
         let Some(first) = heads.first() else {
             return Run::Each(Vec::new());
@@ -600,7 +621,7 @@ impl GroupState {
             source.highest = source.highest.max(head.number);
             let mut offer = None;
             let mut gap = false;
-            if member {
+            if member && !(from_log && source.stream.is_none()) {
                 let stream = source.stream.get_or_insert_with(|| {
                     Stream::starting_at(head.incarnation, head.number).within(&self.held)
                 });
@@ -623,6 +644,7 @@ impl GroupState {
                 offer,
                 ended,
                 gap,
+                lost_before: 0,
             }));
         }
         Run::Each(out)
@@ -1134,6 +1156,7 @@ mod tests {
                 ended: None,
                 gap: false,
                 unwanted: false,
+                lost_before: 0,
             }
         );
         assert_eq!(got(&mut t, 2, &head(7, 1, 1)), None, "a copy");

@@ -136,6 +136,11 @@ pub struct Stream {
     pub incarnation: u64,
     /// The number of the next publish the application gets.
     next: u64,
+    /// The first number of the stream: the member gets nothing before it.
+    began: u64,
+    /// It began at a plain mark (where the stream stood when the member joined, or was told
+    /// so): nothing before it was for this member.
+    began_at_mark: bool,
     /// The highest number known to exist (received, held, or named by a mark).
     known: u64,
     held: BTreeMap<u64, Bytes>,
@@ -164,6 +169,8 @@ impl Stream {
         Self {
             incarnation,
             next: number,
+            began: number,
+            began_at_mark: false,
             known: number.saturating_sub(1),
             held: BTreeMap::new(),
             held_bytes: 0,
@@ -268,6 +275,26 @@ impl Stream {
         self.known = self.known.max(self.next - 1);
         self.moved_on(now_ms);
         true
+    }
+
+    /// The stream began at a plain mark (see `began_at_mark`).
+    pub fn begun_at_mark(mut self) -> Self {
+        self.began_at_mark = true;
+        self
+    }
+
+    /// A gap mark says publishes `from..=last` were dropped on the way to this member: those
+    /// before where the stream began can no longer come in order (a later publish began it
+    /// first). How many: they count as missed, once (the stream's start moves back to
+    /// `from`). None if the stream began at a plain mark: what came before it was not for
+    /// this member (it joined there).
+    pub fn dropped_before(&mut self, from: u64, last: u64) -> u64 {
+        if self.began_at_mark || from >= self.began {
+            return 0;
+        }
+        let missed = self.began.min(last.saturating_add(1)).saturating_sub(from);
+        self.began = from;
+        missed
     }
 
     /// A mark: the publisher's last publish is `number`.

@@ -155,7 +155,9 @@ impl Node {
             let Some(peer) = shared.peer(id) else {
                 continue;
             };
-            if policy == GroupPolicy::CutOff {
+            // Not to a peer that may be owed a gap mark of this group: it goes by the link
+            // first (`push_own`), and the log's records could overtake it.
+            if policy == GroupPolicy::CutOff && published.owed.binary_search(&id).is_err() {
                 shared
                     .group_logs
                     .offer(group, &peer, || shared.passes_groups_on(&peer));

@@ -310,31 +310,26 @@ impl Host for GroupHost<'_, '_, '_> {
                 publisher,
                 missed,
                 reason,
-                cut_off: true,
+                cut_off,
                 left,
             } => {
-                tracing::warn!(%publisher, group, missed, %reason, "cut off from the group: its application fell behind");
                 self.out.left |= left;
-                shared.emit(Event::GroupCutOff {
-                    group,
-                    publisher,
-                    missed,
-                    reason,
-                });
-            }
-            Report::GroupGap {
-                group,
-                publisher,
-                missed,
-                reason,
-                ..
-            } => {
-                tracing::warn!(%publisher, group, missed, %reason, "publishes lost");
-                shared.emit(Event::GroupGap {
-                    group,
-                    publisher,
-                    missed,
-                    reason,
+                shared.emit(if cut_off {
+                    tracing::warn!(%publisher, group, missed, %reason, "cut off from the group: its application fell behind");
+                    Event::GroupCutOff {
+                        group,
+                        publisher,
+                        missed,
+                        reason,
+                    }
+                } else {
+                    tracing::warn!(%publisher, group, missed, %reason, "publishes lost");
+                    Event::GroupGap {
+                        group,
+                        publisher,
+                        missed,
+                        reason,
+                    }
                 });
             }
             Report::MulticastGap {
