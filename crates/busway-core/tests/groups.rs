@@ -469,8 +469,9 @@ impl Sim {
     }
 
     /// The runtime's `push_blocked_forwards`: the publishes waiting for room go in order as
-    /// far as the ways take them; a cut-off one past its wait is dropped and its peer owed a
-    /// mark (its members repair the gap).
+    /// far as the ways take them, each after the gap mark owed of its stream (`push_paying`);
+    /// a cut-off one past its wait is dropped and its peer owed a gap mark (`given_up`: its
+    /// members repair the gap).
     fn push_waiting(&mut self, id: BusId) {
         let now = self.now;
         let mut waiting = std::mem::take(&mut self.node(id).waiting);
@@ -478,13 +479,18 @@ impl Sim {
             let mut host = self.host(id);
             host.retrying = true;
             waiting.push(now, |peer, body| {
-                let push = host.push(peer, FrameKind::Publish, &[], body);
+                let head = decode_publish(body).expect("a frame the core queued");
+                let push = group::publishes::push_paying(&mut host, peer, body, &head);
                 host.sim.waited += u64::from(push == Push::Sent);
                 push
             })
         };
         self.node(id).waiting = waiting;
-        group::publishes::forwards_given_up(&mut self.host(id), &pushed.dropped);
+        let host = &mut self.host(id);
+        for (peer, body) in &pushed.dropped {
+            group::publishes::given_up(host, *peer, body);
+        }
+        group::publishes::forwards_given_up(host, &pushed.dropped);
     }
 
     /// The runtime's `group_tick` and `multicast_tick` on one node: the core's own.

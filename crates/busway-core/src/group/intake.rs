@@ -391,6 +391,9 @@ mod tests {
         let by_link = take(&mut member, one);
         assert_eq!(by_link.handed.len(), 1, "the link's first begins it");
         let later = log_run(&mut member, &[4], 10);
-        assert!(later.handed.is_empty() && later.gap, "2 and 3 are asked for");
+        assert!(
+            later.handed.is_empty() && later.gap,
+            "2 and 3 are asked for"
+        );
     }
 }

@@ -158,45 +158,57 @@ pub fn forwards_dropped<H: Host>(host: &mut H, body: &[u8]) {
 }
 
 /// Cut-off publishes a relay gave up on toward peers whose ways stayed full (`dropped`, as
-/// `WaitingForwards::push` left them: a peer's together): each such peer is skipped once and
-/// owed a mark (its members repair the gap), the publishes reported dropped.
+/// `WaitingForwards::push` left them: a peer's together, each owed its gap mark already by
+/// [`given_up`]): each such peer is reported skipped once, the publishes dropped.
 pub fn forwards_given_up<H: Host>(host: &mut H, dropped: &[(BusId, Bytes)]) {
     for (i, (peer, body)) in dropped.iter().enumerate() {
         if i == 0 || dropped[i - 1].0 != *peer {
             host.report(Report::LinkSkipped);
         }
         forwards_dropped(host, body);
-        if let Ok(head) = decode_publish(body) {
-            owe_mark(host, *peer, &head);
-        }
     }
 }
 
-/// The mark owed to `peer` of the stream of `head` (a publish or mark about to go to it), if
-/// one is, goes first: a peer that publishes were dropped toward learns where the drop
+/// Pushes a publish or mark `body` (of `head`) to `peer`, the mark owed to `peer` of its
+/// stream first, if one is: a peer that publishes were dropped toward learns where the drop
 /// began before it sees the next (a member whose stream had not begun would begin it after
-/// them, unaware); one owed a plain mark has it in `head` itself. False if the gap mark is
-/// owed again (it could not go).
-fn pay_owed_first<H: Host>(host: &mut H, peer: BusId, head: &PublishHead<'_>, now_ms: u64) -> bool {
+/// them, unaware); one owed a plain mark has it in `head` itself. `Full` if either finds no
+/// room (the gap mark is owed again; the caller drops or queues the publish).
+pub fn push_paying<H: Host>(
+    host: &mut H,
+    peer: BusId,
+    body: &Bytes,
+    head: &PublishHead<'_>,
+) -> Push {
     let (publisher, name) = (head.publisher, head.name);
-    let Some(first) = host.groups(|_| false, |s| s.take_owed(peer, publisher, name)) else {
-        return true;
-    };
-    // Up to the publish before this one (a mark passed on says its own number).
-    let last = head.number - u64::from(!head.mark);
-    let Some(from) = first.filter(|&f| f <= last) else {
-        return true;
-    };
-    let mark = Bytes::from(encode_gap_mark(
-        publisher,
-        head.incarnation,
-        (from, last),
-        name,
-    ));
-    if let Ok(h) = decode_publish(&mark) {
-        forward_publish(host, peer, &mark, &h, now_ms);
+    let owed = host.owes_marks() && host.groups(|_| false, |s| s.owes(peer, publisher, name));
+    if owed {
+        let first = host.groups(|_| false, |s| s.take_owed(peer, publisher, name));
+        // Up to the publish before this one (a mark passed on says its own number).
+        let last = head.number - u64::from(!head.mark);
+        if let Some(from) = first.flatten().filter(|&f| f <= last) {
+            let mark = if host.takes_gap_marks(peer) {
+                encode_gap_mark(publisher, head.incarnation, (from, last), name)
+            } else {
+                encode_mark(publisher, head.incarnation, last, name)
+            };
+            let pushed = host.push(peer, FrameKind::Publish, &mark, &Bytes::new());
+            if pushed != Push::Sent {
+                host.groups(|_| false, |s| s.owe_mark(peer, publisher, name, Some(from)));
+                return pushed;
+            }
+        }
     }
-    !host.groups(|_| false, |s| s.owes(peer, publisher, name))
+    host.push(peer, FrameKind::Publish, &[], body)
+}
+
+/// A cut-off publish (or mark) `body` that waited for room toward `peer` was given up on:
+/// the peer is owed a gap mark from it. The host calls this before any later publish of
+/// that stream may go to the peer (the runtime: under the lock of the publishes waiting).
+pub fn given_up<H: Host>(host: &mut H, peer: BusId, body: &[u8]) {
+    if let Ok(head) = decode_publish(body) {
+        owe_mark(host, peer, &head);
+    }
 }
 
 /// `peer` is owed a mark of the stream of a publish, batch or mark (`head`) that could not
@@ -249,12 +261,6 @@ pub fn forward_publish<H: Host>(
         forwards_dropped(host, body);
         return;
     }
-    if host.owes_marks() && !pay_owed_first(host, peer, head, now_ms) {
-        // Its gap mark could not go: neither may this, which goes into that gap.
-        owe_mark(host, peer, head);
-        forwards_dropped(host, body);
-        return;
-    }
     let lagging = !head.backpressure && host.forwards_lagging(peer);
     // A lagging peer's cut-off publishes go past what waits for it (only backpressure
     // publishes do: its cut-off ones were dropped), a mark never does: it may be of one of
@@ -264,7 +270,7 @@ pub fn forward_publish<H: Host>(
     // stream, whose publishes waiting for this peer were dropped with the one it tells of.
     let passes = !head.mark || head.gap_from.is_some();
     if !host.forwards_wait_for(peer) || (lagging && passes) {
-        match host.push(peer, FrameKind::Publish, &[], body) {
+        match push_paying(host, peer, body, head) {
             Push::Sent => {
                 // A look at the way only if it lags.
                 if lagging && host.has_caught_up(peer) {
@@ -485,6 +491,9 @@ mod tests {
         // 1 and 2 dropped toward 3 (its way full and lagging).
         host.waiting.wait(BusId(3), body(1), Some(0));
         let pushed = host.waiting.push(0, |_, _| Push::Full);
+        for (peer, body) in &pushed.dropped {
+            given_up(&mut host, *peer, body);
+        }
         forwards_given_up(&mut host, &pushed.dropped);
         host.full.push(BusId(3));
         let two = body(2);

@@ -63,10 +63,19 @@ impl WaitingForwards {
     }
 
     /// Pushes the waiting publishes in order with `push` (see `WaitingForwards::push` in the
-    /// core).
-    pub(crate) fn push(&self, now_ms: u64, push: impl FnMut(BusId, &Bytes) -> Push) -> Pushed {
+    /// core), and calls `given_up` for each cut-off one dropped, before the lock goes: no
+    /// other link sees that peer lagging before what it is owed is known.
+    pub(crate) fn push(
+        &self,
+        now_ms: u64,
+        push: impl FnMut(BusId, &Bytes) -> Push,
+        mut given_up: impl FnMut(BusId, &Bytes),
+    ) -> Pushed {
         let mut st = self.lock();
         let out = st.push(now_ms, push);
+        for (peer, body) in &out.dropped {
+            given_up(*peer, body);
+        }
         self.hint(&st);
         out
     }

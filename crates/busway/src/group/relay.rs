@@ -4,11 +4,11 @@
 
 use crate::limits::{GROUP_HOP_WAIT_MS, GROUP_SLOW_MEMBER_WAIT_MS, ROUTED_RETRY_INTERVAL_MS};
 use crate::shared::Shared;
-use busway_core::frame::FrameKind;
 use busway_core::group::decode_publish;
 use busway_core::group::forwards::Push;
 use busway_core::group::publishes;
 use busway_core::BusId;
+use bytes::Bytes;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -21,28 +21,29 @@ impl Shared {
     ) -> Option<(Arc<crate::peer::Peer>, usize, Option<u64>)> {
         let now_ms = self.coarse_ms.load(std::sync::atomic::Ordering::Relaxed);
         let upstream = self.upstream_id();
-        let pushed = self.groups.waiting.push(now_ms, |id, body| {
+        let push = |id: BusId, body: &Bytes| {
+            let Ok(head) = decode_publish(body) else {
+                self.forwards_dropped(body);
+                return Push::Gone;
+            };
             // A forward that waited may no longer go up: its publisher's range was taken back
             // meanwhile (see `forward_publish`).
-            if Some(id) == upstream
-                && decode_publish(body).is_ok_and(|h| !self.may_pass_to(id, h.publisher))
-            {
+            if Some(id) == upstream && !self.may_pass_to(id, head.publisher) {
                 self.forwards_dropped(body);
                 return Push::Gone;
             }
-            match self
-                .peer(id)
-                .map(|p| p.push_framed(FrameKind::Publish, &[], body))
-            {
-                Some(Err(crate::peer::PushError::Full)) => Push::Full,
-                Some(Ok(_)) => Push::Sent,
+            // The gap mark owed to that peer of its stream first (`push_paying`).
+            let pushed = self.with_group_host(|h| publishes::push_paying(h, id, body, &head));
+            if pushed == Push::Gone {
                 // Gone: that peer will not hear it.
-                _ => {
-                    self.forwards_dropped(body);
-                    Push::Gone
-                }
+                self.forwards_dropped(body);
             }
-        });
+            pushed
+        };
+        let given_up = |id, body: &Bytes| {
+            self.with_group_host(|h| publishes::given_up(h, id, body));
+        };
+        let pushed = self.groups.waiting.push(now_ms, push, given_up);
         if !pushed.dropped.is_empty() {
             self.with_group_host(|h| publishes::forwards_given_up(h, &pushed.dropped));
             tracing::debug!(
