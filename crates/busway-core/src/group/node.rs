@@ -295,12 +295,8 @@ pub fn tick<H: Host>(host: &mut H, now_ms: u64) {
             // Behind the publishes that wait for that peer, on a later tick.
             continue;
         }
-        let body = match o.from {
-            Some(from) if host.takes_gap_marks(o.peer) => {
-                encode_gap_mark(o.publisher, o.incarnation, (from, o.number), &o.group)
-            }
-            _ => encode_mark(o.publisher, o.incarnation, o.number, &o.group),
-        };
+        let stream = (o.publisher, o.incarnation, &*o.group);
+        let body = mark_toward(host, o.peer, stream, (o.from, o.number));
         // Paid without a word where it may not go (see `send_marks`).
         if !host.may_pass_to(o.peer, o.publisher) || push_mark(host, o.peer, &body) != Push::Full {
             host.groups(|_| false, |s| s.mark_paid(o.peer, o.publisher, &o.group));
@@ -336,6 +332,23 @@ pub fn tick<H: Host>(host: &mut H, now_ms: u64) {
     let overdue = host.groups(|v: &Vec<_>| !v.is_empty(), |s| s.overdue(now_ms));
     for (publisher, group, lost, why) in overdue {
         skipped(host, (publisher, &group), lost, (why, true), now_ms);
+    }
+}
+
+/// The mark for `peer` of the stream `(publisher, incarnation, name)` up to `last`: a gap
+/// mark from `from` if publishes were dropped toward it and it reads gap marks, else a
+/// plain mark.
+pub(crate) fn mark_toward<H: Host>(
+    host: &H,
+    peer: BusId,
+    (publisher, incarnation, name): (BusId, u64, &str),
+    (from, last): (Option<u64>, u64),
+) -> Vec<u8> {
+    match from {
+        Some(from) if host.takes_gap_marks(peer) => {
+            encode_gap_mark(publisher, incarnation, (from, last), name)
+        }
+        _ => encode_mark(publisher, incarnation, last, name),
     }
 }
 

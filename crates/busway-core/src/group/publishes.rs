@@ -8,11 +8,11 @@ use super::forwards::Push;
 use super::host::{Host, Report};
 use super::intake::{Handed, Intake};
 use super::log_records::decode_log_records;
-use super::node::{ask_repairs, pump_repairs, skipped};
+use super::node::{ask_repairs, mark_toward, pump_repairs, skipped};
 use super::permitted::publish_permitted;
 use super::state::{GroupPolicy, Published};
 use super::stream::Skipped;
-use super::{as_plain_mark, decode_publish, encode_gap_mark, encode_mark};
+use super::{as_plain_mark, decode_publish};
 use super::{split_publish_batch, PublishHead};
 use crate::frame::FrameKind;
 use crate::BusId;
@@ -180,26 +180,43 @@ pub fn push_paying<H: Host>(
     body: &Bytes,
     head: &PublishHead<'_>,
 ) -> Push {
-    let (publisher, name) = (head.publisher, head.name);
-    let owed = host.owes_marks() && host.groups(|_| false, |s| s.owes(peer, publisher, name));
-    if owed {
-        let first = host.groups(|_| false, |s| s.take_owed(peer, publisher, name));
+    if host.owes_marks() {
         // Up to the publish before this one (a mark passed on says its own number).
         let last = head.number - u64::from(!head.mark);
-        if let Some(from) = first.flatten().filter(|&f| f <= last) {
-            let mark = if host.takes_gap_marks(peer) {
-                encode_gap_mark(publisher, head.incarnation, (from, last), name)
-            } else {
-                encode_mark(publisher, head.incarnation, last, name)
-            };
-            let pushed = host.push(peer, FrameKind::Publish, &mark, &Bytes::new());
-            if pushed != Push::Sent {
-                host.groups(|_| false, |s| s.owe_mark(peer, publisher, name, Some(from)));
-                return pushed;
-            }
+        let stream = (head.publisher, head.incarnation, head.name);
+        let paid = pay_owed(host, peer, stream, last);
+        if paid != Push::Sent {
+            return paid;
         }
     }
     host.push(peer, FrameKind::Publish, &[], body)
+}
+
+/// Sends `peer` the mark owed to it of the stream `(publisher, incarnation, name)`, if one
+/// is, up to `last` (a gap mark from the first publish dropped, see [`mark_toward`]).
+/// `Sent` if nothing was owed or it went, else what its push found (it is owed again).
+fn pay_owed<H: Host>(
+    host: &mut H,
+    peer: BusId,
+    (publisher, incarnation, name): (BusId, u64, &str),
+    last: u64,
+) -> Push {
+    let first = host.groups(|_| false, |s| s.take_owed(peer, publisher, name));
+    let Some(from) = first.flatten().filter(|&f| f <= last) else {
+        // Nothing owed, or a plain mark: the publish that follows says as much.
+        return Push::Sent;
+    };
+    let mark = mark_toward(
+        host,
+        peer,
+        (publisher, incarnation, name),
+        (Some(from), last),
+    );
+    let pushed = host.push(peer, FrameKind::Publish, &mark, &Bytes::new());
+    if pushed != Push::Sent {
+        host.groups(|_| false, |s| s.owe_mark(peer, publisher, name, Some(from)));
+    }
+    pushed
 }
 
 /// A cut-off publish (or mark) `body` that waited for room toward `peer` was given up on:
@@ -341,22 +358,11 @@ pub fn push_own<H: Host>(
     let lagging = published.lagging.contains(&peer);
     let (me, incarnation) = host.me();
     let number = published.number;
-    if published.owed.binary_search(&peer).is_ok() {
-        // What was skipped toward it before goes first (see `GroupState::publish`).
-        match host.groups(|_| false, |s| s.take_owed(peer, me, group)) {
-            Some(Some(from)) if from < number => {
-                let mark = if host.takes_gap_marks(peer) {
-                    encode_gap_mark(me, incarnation, (from, number - 1), group)
-                } else {
-                    encode_mark(me, incarnation, number - 1, group)
-                };
-                if host.push(peer, FrameKind::Publish, &mark, &Bytes::new()) != Push::Sent {
-                    host.groups(|_| false, |s| s.owe_mark(peer, me, group, Some(from)));
-                    return skip(host, (group, peer), number, lagging);
-                }
-            }
-            _ => {}
-        }
+    // What was skipped toward it before goes first (see `GroupState::publish`).
+    if published.owed.binary_search(&peer).is_ok()
+        && pay_owed(host, peer, (me, incarnation, group), number - 1) != Push::Sent
+    {
+        return skip(host, (group, peer), number, lagging);
     }
     match host.push_own_publish(peer, head, payload) {
         Push::Sent => {
@@ -405,8 +411,8 @@ fn skip<H: Host>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::group::encode_publish_head;
     use crate::group::host::fake::FakeHost;
+    use crate::group::{encode_gap_mark, encode_publish_head};
 
     #[test]
     fn a_forward_past_the_peers_frame_limit_is_dropped_not_left_to_wait() {

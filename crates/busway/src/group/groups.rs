@@ -164,14 +164,11 @@ impl Node {
             }
             // The common case costs one push; whatever else `push_own` decides.
             let fits = peer.frame_body_max().is_none_or(|m| len <= m);
-            if plain_push(&published, id, fits) {
-                if let Ok((_, note)) = peer.push_publish(&head, &payload, shared.deferred.looks()) {
-                    if note {
-                        shared.deferred.note(&peer);
-                    }
-                    reached += 1;
-                    continue;
-                }
+            if plain_push(&published, id, fits)
+                && shared.push_own_publish(&peer, &head, &payload).is_ok()
+            {
+                reached += 1;
+                continue;
             }
             let mut timed_out = false;
             loop {

@@ -117,17 +117,11 @@ impl Host for GroupHost<'_, '_, '_> {
     }
 
     fn push_own_publish(&mut self, peer: BusId, head: &[u8], payload: &Bytes) -> Push {
-        let shared = self.shared;
         let Some(p) = self.peer(peer) else {
             return Push::Gone;
         };
-        match p.push_publish(head, payload, shared.deferred.looks()) {
-            Ok((_, note)) => {
-                if note {
-                    shared.deferred.note(&p);
-                }
-                Push::Sent
-            }
+        match self.shared.push_own_publish(&p, head, payload) {
+            Ok(()) => Push::Sent,
             Err(PushError::Full) => Push::Full,
             // Closed or given up: that peer will not hear it (and forgets its interest).
             Err(_) => Push::Gone,
@@ -405,6 +399,21 @@ impl Shared {
             self.sync_group_adverts();
         }
         got
+    }
+
+    /// Queues this node's own publish (`head`, then `payload`) for `peer` (see
+    /// `Peer::push_publish`), and notes the peer when its ring publication waits.
+    pub(crate) fn push_own_publish(
+        &self,
+        peer: &Arc<Peer>,
+        head: &[u8],
+        payload: &Bytes,
+    ) -> Result<(), PushError> {
+        let (_, note) = peer.push_publish(head, payload, self.deferred.looks())?;
+        if note {
+            self.deferred.note(peer);
+        }
+        Ok(())
     }
 
     /// The groups' and multicasts' timers, on the retry tick: first the publishes that wait
