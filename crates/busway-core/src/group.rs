@@ -45,9 +45,11 @@
 //! (`MULTICAST_STREAM`) names the stream of the source's multicasts to the member (see the
 //! MULTICAST frame): numbered per receiver, asked for, copied and lost like a group's.
 
+pub mod calls;
 pub mod forwards;
 pub mod host;
 pub mod intake;
+pub mod locked;
 pub mod log_offers;
 pub mod log_records;
 pub mod node;

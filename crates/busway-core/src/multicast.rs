@@ -21,6 +21,7 @@
 //! relay lost; it asks the source for copies with REPAIR (see [`crate::group`], the stream
 //! named `MULTICAST_STREAM`). All numbers are little-endian.
 
+pub mod calls;
 pub mod node;
 pub mod state;
 

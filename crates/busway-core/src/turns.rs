@@ -5,13 +5,20 @@
 //! one stream follow its decisions. What each thread then decided is handed over here as a
 //! segment of consecutive tickets: a segment whose first ticket is next goes at once, with
 //! the segments that waited for it; one whose turn has not come waits. No thread waits for
-//! another: the one whose turn it is hands over what others left. Sans-IO: the runtime's
-//! `handover` gives the tickets, builds each read's [`Decided`] and holds a `Turns` behind a
-//! lock, handing what comes out to the inbox.
+//! another: the one whose turn it is hands over what others left.
+//!
+//! [`Handover`] gives the tickets and holds the `Turns` behind a lock held only to pass
+//! finished batches to the host's [`Sink`] (the runtime's inbox), never while a thread
+//! decides; [`InTurn`] holds a state whose calls take their ticket under its lock; a read's
+//! [`Delivered`] collects what it decided and hands it over when it ends. Batches that wait
+//! for their turn count in the sink from the moment they wait ([`Sink::reserve`]), so a host
+//! that stops reading for a backlog stops for them too.
 
 use crate::BusId;
 use bytes::Bytes;
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Mutex, MutexGuard};
 
 /// The next ticket to hand over, and the segments that wait for it.
 #[derive(Debug)]
@@ -73,6 +80,135 @@ pub trait Batch: Sized {
     fn is_of(&self, src: BusId, group: Option<&str>) -> bool;
     /// Appends the message at `span` of the batch's buffer.
     fn push_span(&mut self, span: (u32, u32));
+    /// The bytes it holds the host to, as its sink counts them ([`Sink::reserve`]).
+    fn footprint(&self) -> usize;
+}
+
+/// Where handed-over batches go (the runtime's inbox).
+pub trait Sink<B> {
+    /// Counts `bytes` (batches' footprints) as the application's to read from now, handed
+    /// over or waiting for their turn: they hold the host's links back alike.
+    fn reserve(&self, bytes: usize);
+    /// Hands `batch`, its footprint reserved, to the application now; false if it is gone.
+    fn deliver_reserved(&self, batch: B) -> bool;
+}
+
+/// The tickets given, and the deliveries that wait for an earlier ticket.
+pub struct Handover<B> {
+    /// The next ticket to give.
+    tickets: AtomicU64,
+    pending: Mutex<Turns<B>>,
+}
+
+impl<B> Default for Handover<B> {
+    fn default() -> Self {
+        Self {
+            tickets: AtomicU64::new(0),
+            pending: Mutex::default(),
+        }
+    }
+}
+
+fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding one of these locks leaves plain data behind; keep going.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A state behind its lock (the groups' and the multicasts'): each call takes the lock for
+/// itself alone, and one that delivers takes its turn to hand over under it (see
+/// [`Delivered::take_turn`]).
+pub struct InTurn<T> {
+    state: Mutex<T>,
+}
+
+impl<T> InTurn<T> {
+    /// `state` behind its lock.
+    pub fn new(state: T) -> Self {
+        Self {
+            state: Mutex::new(state),
+        }
+    }
+
+    /// The state, for a call that delivers nothing.
+    pub fn lock(&self) -> MutexGuard<'_, T> {
+        locked(&self.state)
+    }
+
+    /// Runs `f` on the state under its lock; if `delivers` holds for its answer, takes the
+    /// turn to hand over under it. `after` looks at the state before the lock goes.
+    pub fn with<R, B: Batch>(
+        &self,
+        delivers: fn(&R) -> bool,
+        f: impl FnOnce(&mut T) -> R,
+        out: &mut Delivered<'_, B>,
+        after: impl FnOnce(&T),
+    ) -> R {
+        let mut state = self.lock();
+        let got = f(&mut state);
+        if delivers(&got) {
+            out.take_turn();
+        }
+        after(&state);
+        got
+    }
+}
+
+/// What one read (or one timer tick) delivers to the application, in order (see
+/// [`Decided`]). Handed over when it is finished or dropped, so a ticket taken is never lost,
+/// even on a panic.
+pub struct Delivered<'a, B: Batch> {
+    handover: &'a Handover<B>,
+    sink: &'a dyn Sink<B>,
+    /// The deliveries decided, by ticket.
+    pub decided: Decided<B>,
+    /// This node was cut off from a group (it left): its peers must be told.
+    pub left: bool,
+}
+
+impl<'a, B: Batch> Delivered<'a, B> {
+    /// Nothing yet, to be handed to `sink` in `handover`'s order.
+    pub fn new(handover: &'a Handover<B>, sink: &'a dyn Sink<B>) -> Self {
+        Self {
+            handover,
+            sink,
+            decided: Decided::default(),
+            left: false,
+        }
+    }
+
+    /// Takes the next ticket: what is added from now on goes to the application after what
+    /// was decided under earlier tickets. Called under the lock of the state whose decision
+    /// delivers ([`InTurn::with`]), so one stream's tickets follow its decisions.
+    pub fn take_turn(&mut self) {
+        // Relaxed: the state's lock around this call orders the tickets of its decisions
+        // (its release and acquire pair with the next decision's); tickets of different
+        // states order no stream together.
+        let ticket = self.handover.tickets.fetch_add(1, Relaxed);
+        self.decided.turn(ticket);
+    }
+
+    /// Hands the deliveries over (see `Drop`); returns whether there were any (in the sink
+    /// now, or counted there while they wait for an earlier turn), and whether this node
+    /// left a group meanwhile (`left`).
+    pub fn finish(self) -> (bool, bool) {
+        (self.decided.any(), self.left)
+    }
+}
+
+impl<B: Batch> Drop for Delivered<'_, B> {
+    fn drop(&mut self) {
+        if !self.decided.has_turn() {
+            return;
+        }
+        let mut pending = locked(&self.handover.pending);
+        for s in self.decided.take() {
+            self.sink.reserve(s.batches.iter().map(B::footprint).sum());
+            pending.ready(s.first, s.last, s.batches, |batch| {
+                // False: the application dropped its inbox, nobody is left to read them.
+                let _ = self.sink.deliver_reserved(batch);
+            });
+        }
+    }
 }
 
 /// Batches decided under tickets `first..=last`, handed over together.
@@ -109,7 +245,8 @@ impl<B: Batch> Decided<B> {
     /// What is added from now on was decided under `ticket` (the next one the host gave).
     pub fn turn(&mut self, ticket: u64) {
         match self.segments.last_mut() {
-            // No one took a ticket since this read's last: one segment, and its last batch may grow.
+            // No one took a ticket since this read's last: one segment, and its last batch
+            // may grow.
             Some(s) if s.last + 1 == ticket => s.last = ticket,
             _ => {
                 self.segments.push(Segment {
@@ -220,6 +357,87 @@ mod tests {
         fn push_span(&mut self, span: (u32, u32)) {
             self.1.push(span.0);
         }
+        fn footprint(&self) -> usize {
+            self.1.len()
+        }
+    }
+
+    /// A sink that keeps what it is handed, and counts what is reserved.
+    #[derive(Default)]
+    struct Kept {
+        reserved: AtomicU64,
+        got: Mutex<Vec<u32>>,
+    }
+
+    impl Sink<Numbers> for Kept {
+        fn reserve(&self, bytes: usize) {
+            self.reserved.fetch_add(bytes as u64, Relaxed);
+        }
+        fn deliver_reserved(&self, batch: Numbers) -> bool {
+            locked(&self.got).extend(batch.1);
+            true
+        }
+    }
+
+    impl Kept {
+        fn take(&self) -> Vec<u32> {
+            std::mem::take(&mut locked(&self.got))
+        }
+    }
+
+    #[test]
+    fn later_tickets_wait_for_an_earlier_one_and_go_with_it() {
+        let (sink, handover) = (Kept::default(), Handover::default());
+        let one = |n: u8| vec![Bytes::copy_from_slice(&[n])];
+        let mut first = Delivered::new(&handover, &sink);
+        first.take_turn();
+        let mut second = Delivered::new(&handover, &sink);
+        second.take_turn();
+        second.decided.payloads(BusId(1), Some("g"), one(2));
+        assert_eq!(second.finish(), (true, false));
+        assert!(sink.take().is_empty(), "ticket 0 is still being decided on");
+        assert_eq!(
+            sink.reserved.load(Relaxed),
+            1,
+            "what waits counts in the sink as what it holds"
+        );
+        // A turn that delivers nothing still lets the others go.
+        let mut empty = Delivered::new(&handover, &sink);
+        empty.take_turn();
+        drop(empty);
+        first.decided.payloads(BusId(1), Some("g"), one(1));
+        assert_eq!(first.finish(), (true, false));
+        assert_eq!(sink.take(), [1, 2]);
+        assert!(locked(&handover.pending).is_idle());
+    }
+
+    /// Threads decide about one stream in turn under its lock and hand over on their own:
+    /// the sink gets the stream in the order decided.
+    #[test]
+    fn a_stream_decided_on_many_threads_is_delivered_in_order() {
+        const THREADS: u32 = 4;
+        const EACH: u32 = 500;
+        let (sink, handover) = (Kept::default(), Handover::default());
+        let stream = InTurn::new(0u32);
+        std::thread::scope(|s| {
+            for _ in 0..THREADS {
+                s.spawn(|| {
+                    for _ in 0..EACH {
+                        let mut out = Delivered::new(&handover, &sink);
+                        let next = |n: &mut u32| {
+                            *n += 1;
+                            *n
+                        };
+                        let n = stream.with(|_| true, next, &mut out, |_| {});
+                        let spans = vec![(n, 0)];
+                        out.decided.run(BusId(1), "g", &Bytes::new(), spans);
+                    }
+                });
+            }
+        });
+        let want: Vec<u32> = (1..=THREADS * EACH).collect();
+        assert_eq!(sink.take(), want);
+        assert!(locked(&handover.pending).is_idle());
     }
 
     fn handed(turns: &mut Turns<Numbers>, decided: &mut Decided<Numbers>) -> Vec<Numbers> {

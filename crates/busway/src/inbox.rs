@@ -17,10 +17,10 @@
 //!
 //! Publishes to a group (see `groups`) take another way in: each node decides the order of a
 //! publisher's stream in one place (a gap holds later publishes until its repair comes, by
-//! whichever link), and hands the batches over in that order (`group::handover`), without waiting
-//! for permits (`InboxSender::deliver_reserved`). They count against `GROUP_INBOX_BYTES_MAX`
-//! instead: past it, links stop reading (socket links wait for room, ring readers leave their
-//! rings unread) until the application takes them.
+//! whichever link), and hands the batches over in that order (`busway_core::turns`), without
+//! waiting for permits (`InboxSender::deliver_reserved`). They count against
+//! `GROUP_INBOX_BYTES_MAX` instead: past it, links stop reading (socket links wait for room,
+//! ring readers leave their rings unread) until the application takes them.
 
 use crate::deferred::Deferred;
 use crate::message::{Message, MessageBatch};
@@ -169,17 +169,17 @@ pub(crate) fn inbox(
     )
 }
 
-impl crate::group::handover::Sink for InboxSender {
+impl busway_core::turns::Sink<MessageBatch> for InboxSender {
     /// Counts `bytes` of group publishes decided for the application, sent or not yet (see
-    /// `group::handover`: ones that wait for an earlier turn count too, so links stop reading for
-    /// them as for those in the channel).
+    /// `busway_core::turns`: ones that wait for an earlier turn count too, so links stop
+    /// reading for them as for those in the channel).
     fn reserve(&self, bytes: usize) {
         self.groups.bytes.fetch_add(bytes, Relaxed);
     }
 
     /// Hands group publishes, their `footprint` reserved, to the application now, in the
     /// order given (callers hand over in the order their streams were decided, see
-    /// `group::handover`); false if the inbox is gone.
+    /// `busway_core::turns`); false if the inbox is gone.
     fn deliver_reserved(&self, batch: MessageBatch) -> bool {
         let bytes = batch.footprint();
         let sent = self.tx.send(Delivery::Group { batch, bytes }).is_ok();
@@ -471,6 +471,21 @@ mod tests {
     use super::*;
     use busway_core::BusId;
     use bytes::Bytes;
+
+    /// Group publishes that wait for their turn (`busway_core::turns`) hold links back as
+    /// those in the channel do, from their reservation until the application takes them.
+    #[tokio::test]
+    async fn reserved_group_bytes_hold_links_back_until_taken() {
+        use busway_core::turns::Sink;
+        let (tx, mut rx) = inbox(1 << 30, 0, Arc::default());
+        let batch = MessageBatch::single(BusId(1), Bytes::from(vec![0; GROUP_INBOX_BYTES_MAX + 1]));
+        tx.reserve(batch.footprint());
+        assert!(tx.group_backlogged(), "reserved, not sent yet");
+        assert!(tx.deliver_reserved(batch));
+        assert!(tx.group_backlogged(), "sent, not taken");
+        assert!(rx.try_recv_batch().is_some());
+        assert!(!tx.group_backlogged(), "taken");
+    }
 
     #[tokio::test]
     async fn recv_and_recv_batch_see_every_message_once_in_order() {

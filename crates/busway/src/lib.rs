@@ -67,6 +67,7 @@ pub use busway_core::group::permissions::{
     GroupPermissions, GroupRule, GROUP_RULES_MAX, GROUP_RULE_PATTERNS_MAX,
     PUBLISH_REFUSAL_REPORT_INTERVAL_MS,
 };
+pub use busway_core::group::state::GroupPolicy;
 pub use busway_core::handshake::Secret;
 pub use busway_core::BusId;
 pub use call_table::{CallError, Reply};
@@ -78,7 +79,6 @@ pub use etcd_config::{EtcdConfig, DEFAULT_ETCD_LEASE_TTL_SECS, DEFAULT_ETCD_PREF
 pub use event::{DownReason, Event, Path};
 pub use group::groups::GroupError;
 pub use group::multicast::MulticastError;
-pub use group::table::GroupPolicy;
 pub use inbox::Inbox;
 pub use message::{Message, MessageBatch};
 pub use node::{Events, Node, PeerInfo, RelayedInfo, SendError, StartError};

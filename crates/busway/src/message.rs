@@ -75,6 +75,10 @@ impl busway_core::turns::Batch for MessageBatch {
     fn push_span(&mut self, span: (u32, u32)) {
         self.spans.push(span);
     }
+
+    fn footprint(&self) -> usize {
+        MessageBatch::footprint(self)
+    }
 }
 
 impl MessageBatch {

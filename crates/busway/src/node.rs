@@ -7,7 +7,6 @@ use crate::connector::{accept_loop, dial_loop};
 use crate::deferred::Deferred;
 use crate::event::{Event, Path};
 use crate::event_queue::EventQueue;
-use crate::group::table::GroupTable;
 use crate::hints::Hints;
 use crate::inbox::{inbox, Inbox};
 use crate::io_loops::IoLoops;
@@ -21,6 +20,7 @@ use crate::routing::Route;
 use crate::shared::{random_bytes, Shared};
 use crate::stats::{Counters, Stats};
 use crate::transport;
+use busway_core::group::locked::GroupTable;
 use busway_core::multicast::state::MulticastState;
 use busway_core::BusId;
 use bytes::Bytes;
@@ -252,7 +252,7 @@ impl Node {
             group_logs: Arc::new(crate::group::log_out::GroupLogs::new(id, group_log_bytes)),
             groups_active: Default::default(),
             handover: Default::default(),
-            multicasts: crate::group::handover::InTurn::new(MulticastState::new(
+            multicasts: busway_core::turns::InTurn::new(MulticastState::new(
                 group_retain_bytes,
                 held,
             )),

@@ -47,7 +47,7 @@ pub(crate) trait GroupMessages: Send + Sync {
     fn sort_out_log(
         &self,
         from: BusId,
-        group: &crate::group::table::GroupName,
+        group: &busway_core::group::state::GroupName,
         chunk: &Bytes,
         spans: &[(u32, u32)],
     ) -> Result<bool, String>;

@@ -78,7 +78,7 @@ pub(crate) struct RingReader {
     stash_bytes: usize,
     /// Looks by the inbox, counted; the link task compares them between its own looks.
     inbox_polls: u64,
-    /// A read handed group publishes to the inbox (or to their turn there, `group::handover`) or
+    /// A read handed group publishes to the inbox (or to their turn there, `busway_core::turns`) or
     /// left forwards waiting: see whether the node is backlogged before the next read.
     groups_handed: bool,
     /// The peer's logs of groups this node accepted (see `group::log_in`), read after the ring.

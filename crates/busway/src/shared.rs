@@ -12,7 +12,6 @@ use crate::deferred::Deferred;
 use crate::dial::Dial;
 use crate::event::{DownReason, Event, Path};
 use crate::event_queue::EventQueue;
-use crate::group::table::GroupTable;
 use crate::hints::Hints;
 use crate::inbox::InboxSender;
 use crate::io_loops::IoLoops;
@@ -20,6 +19,7 @@ use crate::peer::Peer;
 use crate::peer_table::{Attached, PeerTable};
 use crate::relayed_table::RelayedTable;
 use crate::stats::{bump, Counters};
+use busway_core::group::locked::GroupTable;
 use busway_core::handshake::{caps, local_hello, Established, Hello, NonceCache, NONCE_LEN};
 use busway_core::link::Now;
 use busway_core::BusId;
@@ -53,7 +53,7 @@ pub(crate) struct Shared {
     pub(crate) groups: GroupTable,
     /// Hands what links decide for the application's group streams to the inbox in the
     /// order decided.
-    pub(crate) handover: crate::group::handover::Handover,
+    pub(crate) handover: busway_core::turns::Handover<crate::message::MessageBatch>,
     /// Notified when this node starts taking part in groups (it joins, or a peer asks for a
     /// group): links with rings stop looking at them only every `RING_IDLE_WATCH_MS`.
     pub(crate) groups_active: tokio::sync::Notify,
@@ -62,7 +62,7 @@ pub(crate) struct Shared {
     /// This node's multicasts (numbers, what it keeps for repairs) and the streams of
     /// multicasts to it.
     pub(crate) multicasts:
-        crate::group::handover::InTurn<busway_core::multicast::state::MulticastState>,
+        busway_core::turns::InTurn<busway_core::multicast::state::MulticastState>,
     /// What etcd says of the other nodes (`NodeConfig::etcd`), and this node's session there.
     pub(crate) directory: crate::directory::Directory,
     /// Repeated warnings about connections, held back per host (`warn_limit`).

@@ -1,12 +1,33 @@
 //! What a node does with a join or a publish its permissions (`permissions`) refuse: the
 //! refusal reported to the host and answered to the sender with the reason (a REPAIR
 //! refused), once a second per publisher and group for publishes; nothing else changes.
+//! And how many groups a peer may ask for, charged to whom it stands for.
 
 use super::host::{Host, Report};
+use super::state::{GROUPS_PER_LINK_MAX, GROUPS_PER_PEER_MAX};
 use crate::frame::FrameKind;
 use crate::group::encode_repair_refused;
 use crate::BusId;
 use bytes::Bytes;
+
+/// How many groups a peer may ask for: `GROUPS_PER_PEER_MAX` for each node it stands for
+/// (itself, or each id of the range it `declared` in its HELLO; and each of the ranges it
+/// `registered` since), up to `GROUPS_PER_LINK_MAX`; this node's `upstream`, which asks for
+/// the rest of the bus, that much. So one downstream below a relay that asks for its whole
+/// quota leaves the relay room to ask for what its other downstreams want.
+pub fn interest_quota(
+    upstream: bool,
+    declared: Option<(BusId, BusId)>,
+    registered: usize,
+) -> usize {
+    if upstream {
+        return GROUPS_PER_LINK_MAX;
+    }
+    let declared = declared.map_or(1, |(lo, hi)| hi.0.saturating_sub(lo.0).saturating_add(1));
+    let nodes = declared.saturating_add(registered as u64);
+    let quota = nodes.saturating_mul(GROUPS_PER_PEER_MAX as u64);
+    quota.min(GROUPS_PER_LINK_MAX as u64) as usize
+}
 
 /// Whether the member `from` may join `name` at the host (its permissions); if not, it is
 /// reported and told why (a REPAIR refused). Interest from a node that passes groups on (a
@@ -59,6 +80,22 @@ pub fn publish_permitted<H: Host>(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_quota_is_charged_to_the_nodes_a_peer_stands_for() {
+        use super::{interest_quota, GROUPS_PER_LINK_MAX as LINK, GROUPS_PER_PEER_MAX as PEER};
+        assert_eq!(interest_quota(false, None, 0), PEER);
+        assert_eq!(interest_quota(false, None, 2), 3 * PEER);
+        assert_eq!(
+            interest_quota(false, Some((BusId(10), BusId(12))), 0),
+            3 * PEER
+        );
+        assert_eq!(
+            interest_quota(false, Some((BusId(0), BusId(u64::MAX))), 9),
+            LINK
+        );
+        assert_eq!(interest_quota(true, None, 0), LINK);
+    }
+
     use super::*;
     use crate::group::permissions::tests::rule;
     use crate::group::permissions::GroupPermissions;

@@ -1,6 +1,6 @@
 //! Groups: `Node::join`, `Node::leave` and `Node::publish`, and what a node does with the
 //! INTEREST and PUBLISH messages its peers send (see `busway_core::group` for the frames and
-//! `group::table` for the state and the rules).
+//! `busway_core::group::locked` for the state behind its locks).
 //!
 //! A publish is framed once per link: the publisher sends one PUBLISH to each peer that asked
 //! for the group, sharing the payload; a node that receives one hands it to its application
@@ -9,49 +9,26 @@
 //! other: numbered, acknowledged, and resent over a link that drops and comes back.
 
 use crate::event::Path;
-use crate::group::handover::Delivered;
-use crate::group::table::{GroupName, GroupPolicy};
+use crate::group::Delivered;
 use crate::message::MessageBatch;
 use crate::node::Node;
 use crate::shared::Shared;
 use crate::stats::bump;
 use busway_core::frame::FrameKind;
+use busway_core::group::calls::check_publish;
 use busway_core::group::check_name;
+use busway_core::group::encode_publish_head;
 use busway_core::group::publishes::{plain_push, push_own, OwnPush};
 use busway_core::group::reads::{is_group_span, take_log_frames};
+use busway_core::group::state::{GroupName, GroupPolicy};
 use busway_core::group::PUBLISH_BACKPRESSURE_BIT;
 use busway_core::group::{encode_log_answer, GroupLog};
-use busway_core::group::{encode_publish_head, PUBLISH_FIXED_BYTES};
 use busway_core::turns::Batch;
 use busway_core::{group, BusId};
 use bytes::Bytes;
 use std::time::Duration;
 
-/// Why a group call failed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum GroupError {
-    /// The name is empty, too long, or the node joined too many groups; the text says which.
-    BadName(String),
-    /// The payload and the PUBLISH head do not fit one frame.
-    TooLarge { len: usize, max: usize },
-    /// The node is shutting down.
-    Closed,
-}
-
-impl std::fmt::Display for GroupError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            GroupError::BadName(why) => write!(f, "{why}"),
-            GroupError::TooLarge { len, max } => write!(
-                f,
-                "a publish of {len} bytes to this group does not fit a frame (at most {max})"
-            ),
-            GroupError::Closed => write!(f, "the node is shutting down"),
-        }
-    }
-}
-
-impl std::error::Error for GroupError {}
+pub use busway_core::group::calls::GroupError;
 
 impl Node {
     /// Joins `group`: from the moment each peer has read this node's INTEREST, publishes to
@@ -106,16 +83,8 @@ impl Node {
     /// `docs/SEMANTICS.md`). Returns how many places it went to (links, and this node's
     /// inbox): 0 when no member is known, which is counted in `Stats::publishes_unheard`.
     pub async fn publish(&self, group: &str, payload: Bytes) -> Result<usize, GroupError> {
-        check_name(group).map_err(GroupError::BadName)?;
         let shared = self.shared();
-        let max = shared.config.frame_body_max;
-        let len = PUBLISH_FIXED_BYTES + group.len() + payload.len();
-        if len > max {
-            return Err(GroupError::TooLarge {
-                len: payload.len(),
-                max: max - PUBLISH_FIXED_BYTES - group.len(),
-            });
-        }
+        let len = check_publish(group, payload.len(), shared.config.frame_body_max)?;
         if shared.is_shutting_down() {
             return Err(GroupError::Closed);
         }
@@ -174,9 +143,9 @@ impl Node {
             loop {
                 let at = (group, id);
                 let own = (&head[..], &payload);
-                match shared
-                    .with_group_host_at(&peer, |h| push_own(h, at, own, &published, timed_out))
-                {
+                let push =
+                    shared.group_call(Some(&peer), |h| push_own(h, at, own, &published, timed_out));
+                match push.0 {
                     OwnPush::Sent => reached += 1,
                     OwnPush::Wait { len, ms: None } => {
                         peer.wait_for_room(len).await;
@@ -251,20 +220,18 @@ impl crate::ring_link::GroupMessages for Shared {
         spans: &[(u32, u32)],
     ) -> Result<bool, String> {
         let now_ms = self.coarse_ms.load(std::sync::atomic::Ordering::Relaxed);
-        let (mut out, mut link) = (self.delivered(), None);
-        let host = &mut self.group_host(&mut out, &mut link);
-        group::publishes::log_read(host, (from, group), chunk, spans, now_ms)?;
-        let (handed, left) = out.finish();
-        if left {
-            self.sync_group_adverts();
-        }
+        let (read, handed) = self.group_call(None, |h| {
+            group::publishes::log_read(h, (from, group), chunk, spans, now_ms)
+        });
+        read?;
         Ok(handed || self.groups.waiting.any())
     }
 }
 
 impl Shared {
-    /// Tells each peer what this node now wants through it (see `group::table`); a change
-    /// that does not fit a peer's queue is told on a later call (the retry tick calls this).
+    /// Tells each peer what this node now wants through it (see
+    /// `busway_core::group::reads::sync_adverts`); a change that does not fit a peer's queue
+    /// is told on a later call (the retry tick calls this).
     pub(crate) fn sync_group_adverts(&self) {
         let _turn = self.groups.adverts_turn();
         let upstream = self.upstream_id();
@@ -283,8 +250,9 @@ impl Shared {
                 )
             })
             .collect();
-        let (mut out, mut link) = (self.delivered(), None);
-        group::reads::sync_adverts(&mut self.group_host(&mut out, &mut link), &peers);
+        // Not `group_call`: a call that left a group would come back here, under the turn.
+        let (_, _, left) = self.group_decide(None, |h| group::reads::sync_adverts(h, &peers));
+        debug_assert!(!left, "telling the peers leaves no group");
     }
 
     /// Declines the GROUP_LOG offers left in `spans` (read from a socket, not a ring: a log
@@ -319,7 +287,7 @@ impl Shared {
     /// Takes the group messages out of `spans` (messages from `from` in `chunk`: a direct
     /// peer, or for REPAIR the source end to end) and acts on them (see
     /// `busway_core::group::reads`): publishes are handed to this node's inbox in each
-    /// publisher's order (see `group::handover`: the caller stops reading while the inbox is
+    /// publisher's order (see `busway_core::turns`: the caller stops reading while the inbox is
     /// backlogged). A GROUP_LOG answer is taken here; an offer stays for the reader of the
     /// ring it came on (see `ring_rx`; a socket's reader declines it). True if publishes went
     /// to the inbox, or wait for room.
@@ -336,10 +304,8 @@ impl Shared {
         }
         self.take_log_answers(from, chunk, spans);
         let now_ms = self.coarse_ms.load(std::sync::atomic::Ordering::Relaxed);
-        let (mut out, mut link) = (self.delivered(), None);
-        let host = &mut self.group_host(&mut out, &mut link);
-        let interest_changed = group::reads::read(host, from, chunk, spans, now_ms);
-        let (handed, left) = out.finish();
+        let (interest_changed, handed, left) =
+            self.group_decide(None, |h| group::reads::read(h, from, chunk, spans, now_ms));
         if interest_changed {
             self.groups_active.notify_waiters();
         }
@@ -373,7 +339,7 @@ impl Shared {
     }
 
     /// Deliveries to this node's application about to be decided, handed over in the order
-    /// decided (see `group::handover`).
+    /// decided (see `busway_core::turns`).
     pub(crate) fn delivered(&self) -> Delivered<'_> {
         Delivered::new(&self.handover, &self.inbox)
     }

@@ -1,11 +1,12 @@
 //! The runtime as the host of the core's group and multicast machines
 //! (`busway_core::group::node`, `busway_core::multicast::node`): their state under this
-//! node's locks, their frames on its links, their deliveries handed over in the order decided
-//! (`group::handover`), and what they report turned into counters, logs and events. Also the calls
-//! the rest of the runtime makes into those machines (a REPAIR read, a link up, the timers).
+//! node's locks, their frames on its links, their deliveries handed over in the order
+//! decided (`busway_core::turns`), and what they report turned into counters, logs and
+//! events. Also the calls the rest of the runtime makes into those machines (a REPAIR read, a
+//! link up, the timers).
 
 use crate::event::Event;
-use crate::group::handover::Delivered;
+use crate::group::Delivered;
 use crate::node::SendError;
 use crate::peer::{Peer, PushError};
 use crate::routing::Hops;
@@ -357,48 +358,44 @@ impl Host for GroupHost<'_, '_, '_> {
 }
 
 impl Shared {
-    /// The core's machines on this node for one call, their deliveries into `out`; `link`
-    /// caches, for one read, who its link may speak for.
-    pub(crate) fn group_host<'b, 'd>(
+    /// Runs `f` with the core's machines on this node for one call (a read, a timer, a call
+    /// of the application's; about `at_hand`, a peer the caller holds already): what it
+    /// delivers is handed over when it ends. Returns `f`'s answer, whether it delivered (or
+    /// left deliveries waiting for their turn), and whether the node left a group by it (its
+    /// peers are to be told: `sync_group_adverts`).
+    pub(crate) fn group_decide<R>(
         &self,
-        out: &'b mut Delivered<'d>,
-        link: &'b mut Option<busway_core::relay::Sources>,
-    ) -> GroupHost<'_, 'b, 'd> {
-        GroupHost {
+        at_hand: Option<&Arc<Peer>>,
+        f: impl FnOnce(&mut GroupHost<'_, '_, '_>) -> R,
+    ) -> (R, bool, bool) {
+        let (mut out, mut link) = (self.delivered(), None);
+        let got = f(&mut GroupHost {
             shared: self,
-            out,
-            link,
+            out: &mut out,
+            link: &mut link,
             hinted: None,
-            at_hand: None,
-        }
+            at_hand,
+        });
+        let (handed, left) = out.finish();
+        (got, handed, left)
     }
 
-    /// Runs `f` with the core's machines on this node for a call of its own: what it delivers
-    /// is handed over when it ends, and the peers are told if the node left a group by it.
-    pub(crate) fn with_group_host<R>(&self, f: impl FnOnce(&mut GroupHost<'_, '_, '_>) -> R) -> R {
-        let (mut out, mut link) = (self.delivered(), None);
-        let got = f(&mut self.group_host(&mut out, &mut link));
-        let (_, left) = out.finish();
+    /// [`Shared::group_decide`], the peers told at once if the node left a group.
+    pub(crate) fn group_call<R>(
+        &self,
+        at_hand: Option<&Arc<Peer>>,
+        f: impl FnOnce(&mut GroupHost<'_, '_, '_>) -> R,
+    ) -> (R, bool) {
+        let (got, handed, left) = self.group_decide(at_hand, f);
         if left {
             self.sync_group_adverts();
         }
-        got
+        (got, handed)
     }
 
-    /// [`Shared::with_group_host`] for a call about `peer`, which the caller holds already.
-    pub(crate) fn with_group_host_at<R>(
-        &self,
-        peer: &Arc<Peer>,
-        f: impl FnOnce(&mut GroupHost<'_, '_, '_>) -> R,
-    ) -> R {
-        let (mut out, mut link) = (self.delivered(), None);
-        let mut host = self.group_host(&mut out, &mut link);
-        host.at_hand = Some(peer);
-        let got = f(&mut host);
-        if out.finish().1 {
-            self.sync_group_adverts();
-        }
-        got
+    /// [`Shared::group_call`] about no peer in particular, for its answer alone.
+    pub(crate) fn with_group_host<R>(&self, f: impl FnOnce(&mut GroupHost<'_, '_, '_>) -> R) -> R {
+        self.group_call(None, f).0
     }
 
     /// Queues this node's own publish (`head`, then `payload`) for `peer` (see

@@ -4,7 +4,7 @@
 //! they had come by the ring).
 
 use crate::group::log_out::LOCAL_LOGS;
-use crate::group::table::GroupName;
+use busway_core::group::state::GroupName;
 use busway_core::group::LogOffer;
 use busway_core::BusId;
 use busway_shm::announce::Announced;

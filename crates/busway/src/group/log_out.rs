@@ -19,10 +19,10 @@
 //! Only groups under `GroupPolicy::CutOff` are logged: the log never waits for a reader,
 //! while under backpressure the publisher must wait for its slowest member.
 
-use crate::group::table::GroupName;
 use crate::peer::Peer;
 use busway_core::frame::FrameKind;
 use busway_core::group::log_offers::{Answered, LogOffers};
+use busway_core::group::state::GroupName;
 use busway_core::group::{encode_log_offer, LogOffer};
 use busway_core::BusId;
 use busway_shm::announce::{Announced, InProcess};
@@ -49,11 +49,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 /// A peer that reads the log: woken through its link's ring after each publish.
-struct Reader {
-    peer: Arc<Peer>,
-    epoch: u64,
-    ring: Arc<Ring>,
-}
+type Reader = (Arc<Peer>, Arc<Ring>);
 
 /// One group's log.
 struct GroupLog {
@@ -62,28 +58,10 @@ struct GroupLog {
     at: Announced,
     writer: LogWriter,
     token: u64,
-    /// The offer made to each peer and its answer, with the ring they were for.
-    offers: LogOffers,
-    readers: Vec<Reader>,
-    /// The ids of `readers`, sorted, as `append` hands them out (made again when they change).
-    reader_ids: Arc<Vec<BusId>>,
+    /// The offer made to each peer and its answer, with the ring they were for; the readers.
+    offers: LogOffers<Reader>,
     /// Written since its readers were last woken.
     wake_due: bool,
-}
-
-impl GroupLog {
-    fn readers_changed(&mut self) {
-        let mut ids: Vec<BusId> = self.readers.iter().map(|r| r.peer.id).collect();
-        ids.sort_unstable();
-        self.reader_ids = Arc::new(ids);
-    }
-
-    fn drop_reader(&mut self, peer: BusId) {
-        if self.readers.iter().any(|r| r.peer.id == peer) {
-            self.readers.retain(|r| r.peer.id != peer);
-            self.readers_changed();
-        }
-    }
 }
 
 /// What [`GroupLogs::append`] did.
@@ -216,8 +194,6 @@ impl GroupLogs {
             writer,
             token,
             offers: LogOffers::default(),
-            readers: Vec::new(),
-            reader_ids: Arc::default(),
             wake_due: false,
         })
     }
@@ -242,31 +218,11 @@ impl GroupLogs {
         }
         let epoch = peer.ring_epoch();
         // The ring the offer was made on, looked at once, as the accept takes.
-        let mut ring = None;
-        let alive = || {
-            ring = peer.outbound_ring().filter(|(e, _)| *e == epoch);
-            ring.is_some()
+        let ring = || {
+            let ring = peer.outbound_ring().filter(|(e, _)| *e == epoch);
+            ring.map(|(_, ring)| (peer.clone(), ring))
         };
-        match g.offers.answered(peer.id, serial, epoch, accept, alive) {
-            Answered::Reads => {
-                let Some((_, ring)) = ring else {
-                    return false;
-                };
-                g.readers.retain(|r| r.peer.id != peer.id);
-                g.readers.push(Reader {
-                    peer: peer.clone(),
-                    epoch,
-                    ring,
-                });
-                g.readers_changed();
-                true
-            }
-            Answered::Declined => {
-                g.drop_reader(peer.id);
-                false
-            }
-            Answered::Nothing => false,
-        }
+        g.offers.answered(peer.id, serial, epoch, accept, ring) == Answered::Reads
     }
 
     /// Writes one publish (`head` then `payload`) into `name`'s log if anyone reads it. Its
@@ -278,26 +234,10 @@ impl GroupLogs {
         let Some(Some(g)) = logs.get_mut(name) else {
             return Appended::default();
         };
-        if g.readers.is_empty() {
-            return Appended::default();
-        }
         // Readers whose ring ended read nothing more: by their link again, and a new offer.
-        let before = g.readers.len();
-        let mut gone = Vec::new();
-        g.readers.retain(|r| {
-            let alive = r.peer.ring_epoch() == r.epoch;
-            if !alive {
-                gone.push(r.peer.id);
-            }
-            alive
-        });
-        if g.readers.len() != before {
-            for &id in &gone {
-                g.offers.forget(id);
-            }
-            g.readers_changed();
-        }
-        if g.readers.is_empty() || g.writer.push_parts(&[head, payload]).is_err() {
+        if !g.offers.keep_readers(|(p, _)| p.ring_epoch())
+            || g.writer.push_parts(&[head, payload]).is_err()
+        {
             // No reader left, or larger than half the log: link by link, to readers too
             // (they stay readers).
             return Appended::default();
@@ -310,7 +250,7 @@ impl GroupLogs {
             self.wake.notify_one();
         }
         Appended {
-            written_for: Some(g.reader_ids.clone()),
+            written_for: Some(g.offers.reader_ids().clone()),
             bytes: busway_shm::ring::RECORD_HEADER_BYTES
                 + (head.len() + payload.len()).next_multiple_of(8),
         }
@@ -327,9 +267,7 @@ impl GroupLogs {
         }
         for g in lock(&self.logs).values_mut().flatten() {
             if std::mem::take(&mut g.wake_due) {
-                for r in &g.readers {
-                    r.ring.wake_reader();
-                }
+                g.offers.readers().for_each(|(_, ring)| ring.wake_reader());
             }
         }
     }
@@ -349,7 +287,6 @@ impl GroupLogs {
         let mut logs = lock(&self.logs);
         if let Some(Some(g)) = logs.get_mut(name) {
             g.offers.forget(peer);
-            g.drop_reader(peer);
             if g.offers.is_empty() {
                 // Nobody reads it, was offered it or declined it: its memory and descriptor
                 // go (a later asker gets a new log).
@@ -365,7 +302,6 @@ impl GroupLogs {
                 return true;
             };
             g.offers.forget(peer);
-            g.drop_reader(peer);
             !g.offers.is_empty()
         });
     }

@@ -15,49 +15,14 @@ use crate::peer::PushError;
 use crate::routing::Hops;
 use crate::stats::bump;
 use busway_core::frame::FrameKind;
+use busway_core::multicast::calls::receivers;
 use busway_core::multicast::encode_multicast_head;
 use busway_core::multicast::node::split_by_hop;
-use busway_core::multicast::{MULTICAST_FIXED_BYTES, MULTICAST_HOPS_MAX};
-use busway_core::multicast::{MULTICAST_RECEIVERS_MAX, MULTICAST_RECEIVER_BYTES};
+use busway_core::multicast::MULTICAST_HOPS_MAX;
 use busway_core::BusId;
 use bytes::Bytes;
 
-/// Why a multicast failed; nothing was sent.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum MulticastError {
-    /// The list of receivers is empty.
-    NoReceivers,
-    /// More receivers than `MULTICAST_RECEIVERS_MAX` (after duplicates are removed).
-    TooMany { count: usize, max: usize },
-    /// The payload and a frame's head naming every receiver do not fit one frame.
-    TooLarge { len: usize, max: usize },
-    /// This node has no route to these receivers (never linked, no relay to ask).
-    NoRoute(Vec<BusId>),
-    /// The node is shutting down.
-    Closed,
-}
-
-impl std::fmt::Display for MulticastError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::NoReceivers => write!(f, "a multicast needs at least one receiver"),
-            Self::TooMany { count, max } => {
-                write!(f, "a multicast to {count} receivers (at most {max})")
-            }
-            Self::TooLarge { len, max } => write!(
-                f,
-                "a multicast of {len} bytes to this many receivers does not fit a frame (at most {max})"
-            ),
-            Self::NoRoute(ids) => {
-                let ids: Vec<String> = ids.iter().map(|id| id.to_string()).collect();
-                write!(f, "no route to bus ids {}", ids.join(", "))
-            }
-            Self::Closed => write!(f, "the node is shutting down"),
-        }
-    }
-}
-
-impl std::error::Error for MulticastError {}
+pub use busway_core::multicast::calls::MulticastError;
 
 impl Node {
     /// Sends `payload` to each of `to` (duplicates count once; this node's own id delivers
@@ -74,28 +39,8 @@ impl Node {
     pub async fn multicast(&self, to: &[BusId], payload: Bytes) -> Result<usize, MulticastError> {
         let shared = self.shared();
         let me = shared.config.id;
-        let mut receivers: Vec<BusId> = to.to_vec();
-        receivers.sort_unstable();
-        receivers.dedup();
-        if receivers.is_empty() {
-            return Err(MulticastError::NoReceivers);
-        }
-        if receivers.len() > MULTICAST_RECEIVERS_MAX {
-            return Err(MulticastError::TooMany {
-                count: receivers.len(),
-                max: MULTICAST_RECEIVERS_MAX,
-            });
-        }
-        let to_me = receivers.binary_search(&me).is_ok();
-        receivers.retain(|&id| id != me);
-        let head_max = MULTICAST_FIXED_BYTES + MULTICAST_RECEIVER_BYTES * receivers.len();
-        let max = shared.config.frame_body_max;
-        if head_max + payload.len() > max {
-            return Err(MulticastError::TooLarge {
-                len: payload.len(),
-                max: max.saturating_sub(head_max),
-            });
-        }
+        let frame_max = shared.config.frame_body_max;
+        let (receivers, to_me) = receivers(to, me, payload.len(), frame_max)?;
         if shared.is_shutting_down() {
             return Err(MulticastError::Closed);
         }

@@ -3,27 +3,16 @@
 //! `busway_core::group::permissions`, over `NodeConfig::group_permissions`).
 
 use crate::shared::Shared;
+use busway_core::group::permitted::interest_quota;
 use busway_core::BusId;
 
 impl Shared {
-    /// How many groups the peer `from` may ask for: `GROUPS_PER_PEER_MAX` for each node it
-    /// stands for (itself, the ids of its HELLO range, each range it registered since), up to
-    /// `GROUPS_PER_LINK_MAX`; the upstream, which asks for the rest of the bus, that much.
-    /// So one downstream below a relay that asks for its whole quota leaves the relay room to
-    /// ask for what its other downstreams want (issue #26, item 4).
+    /// How many groups the peer `from` may ask for (see
+    /// `busway_core::group::permitted::interest_quota`).
     pub(crate) fn interest_quota(&self, from: BusId) -> usize {
-        use crate::group::table::{GROUPS_PER_LINK_MAX, GROUPS_PER_PEER_MAX};
-        if self.upstream_id() == Some(from) {
-            return GROUPS_PER_LINK_MAX;
-        }
-        let declared = self
-            .peer(from)
-            .and_then(|p| p.neighbor().serves)
-            .map_or(1, |(lo, hi)| hi.0.saturating_sub(lo.0).saturating_add(1));
-        let registered = self.registrations.below().ranges_held_by(from) as u64;
-        let nodes = declared.saturating_add(registered);
-        let quota = nodes.saturating_mul(GROUPS_PER_PEER_MAX as u64);
-        quota.min(GROUPS_PER_LINK_MAX as u64) as usize
+        let declared = self.peer(from).and_then(|p| p.neighbor().serves);
+        let registered = self.registrations.below().ranges_held_by(from);
+        interest_quota(self.upstream_id() == Some(from), declared, registered)
     }
 
     /// Whether `peer` passes groups on to others: this node's upstream, or a downstream that
