@@ -119,8 +119,11 @@ pub const RING_RECORD_PARTS_MAX: usize = 64;
 /// `RING_RECORD_BYTES_MAX`): bounds a batch at 1 MiB.
 pub const RING_READ_RECORDS_MAX: usize = 16;
 /// Bytes one read of a peer's group log copies out at most (at least one record of any size
-/// is read): the publishes of one batch for the node.
-pub const GROUP_LOG_READ_BYTES_MAX: usize = 256 << 10;
+/// is read): the publishes of one batch for the node. Small enough that the read's copy, its
+/// record heads and its spans stay in the core's caches: at 256 KiB a member that fell behind
+/// copied and decoded a quarter of a MiB per read, and 100 members on one thread delivered
+/// 20-35 % fewer publishes per second (`bench --broadcast`, docs/BENCHMARKS.md).
+pub const GROUP_LOG_READ_BYTES_MAX: usize = 32 << 10;
 /// Bytes of ring messages delivered after which the receiver acknowledges at once; below it,
 /// it acknowledges `RING_ACK_DELAY_MS` after the first unacknowledged read. Well below the
 /// default send queue, so a sender never waits on a late acknowledgement.
