@@ -28,16 +28,24 @@ pub const REFUSE_REASON_LEN_MAX: usize = 256;
 /// One CHANNEL message.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Channel {
+    /// The sender offers the ring it will write toward the receiver.
     Offer {
+        /// The sender's process id, for opening the ring as `/proc/PID/fd/FD`.
         pid: u32,
+        /// The ring's file descriptor number in the sender's process.
         fd: u32,
+        /// The ring file's inode number, which the receiver checks on the file it opened.
         inode: u64,
+        /// How many bytes of data the ring holds.
         capacity: u64,
         /// A random number the offerer wrote in the ring's header and tells only this peer.
         token: u64,
     },
+    /// The receiver mapped the offered ring.
     Accept,
+    /// The receiver could not map the ring, with the reason as UTF-8; data stays on the socket.
     Refuse(String),
+    /// The sender's last data on the socket: what follows is in the ring.
     Switch,
 }
 

@@ -42,7 +42,9 @@ impl CloseCode {
 /// The body of a CLOSE frame: `u16 LE code`, then the reason as UTF-8.
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub struct Close {
+    /// Why the link is being closed.
     pub code: CloseCode,
+    /// Free text for the peer's log, at most [`CLOSE_REASON_LEN_MAX`] bytes on the wire.
     pub reason: String,
 }
 

@@ -19,6 +19,7 @@ use std::ops::Range;
 /// What an acknowledgement or a gap report changed.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Verdict {
+    /// The destination did not restart (or this is the first incarnation heard of).
     Nothing,
     /// The destination restarted: these messages to its previous incarnation (given) are lost.
     Restarted(Range<u64>, u64),
@@ -27,6 +28,7 @@ pub enum Verdict {
 /// What the sender should do at a tick.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Check {
+    /// Nothing to do: nothing is held, things move, or a retry was written recently.
     Idle,
     /// Write everything held again.
     Retry,
@@ -84,6 +86,8 @@ fn relayed_outbox(limit_bytes: usize, first_seq: u64) -> Outbox {
 }
 
 impl Departures {
+    /// Departures that hold at most `limit_bytes` of frames, waiting for an acknowledgement
+    /// from `now_ms` (milliseconds).
     pub fn new(limit_bytes: usize, now_ms: u64) -> Self {
         Self {
             outbox: relayed_outbox(limit_bytes, 0),
@@ -141,6 +145,7 @@ impl Departures {
         true
     }
 
+    /// The outbox of the messages held for the destination.
     pub fn outbox(&self) -> &Outbox {
         &self.outbox
     }
@@ -155,6 +160,8 @@ impl Departures {
         self.dead
     }
 
+    /// The destination's incarnation, learned from its acknowledgements; `None` before the
+    /// first.
     pub fn incarnation(&self) -> Option<u64> {
         self.incarnation
     }

@@ -121,7 +121,9 @@ impl FrameKind {
 /// A whole, checked frame. `body` shares the receive buffer: no copy was made.
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub struct Frame {
+    /// What the frame is.
     pub kind: FrameKind,
+    /// The body after the 8-byte header, checked.
     pub body: Bytes,
 }
 
@@ -130,27 +132,43 @@ pub struct Frame {
 /// and the connection must be closed.
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub enum DecodeError {
+    /// The header names a kind this version does not define.
     UnknownKind {
+        /// The kind byte the header carries.
         kind: u8,
+        /// Where the frame starts, in bytes from the start of the stream.
         offset: u64,
     },
+    /// The header declares a body longer than this decoder accepts.
     BodyTooLong {
+        /// The kind byte the header carries.
         kind: u8,
+        /// The body length the header declares, in bytes.
         len: usize,
+        /// The longest body this decoder accepts, in bytes.
         max: usize,
+        /// Where the frame starts, in bytes from the start of the stream.
         offset: u64,
     },
+    /// The body does not hash to the check the header holds.
     ChecksumMismatch {
+        /// The kind byte the header carries.
         kind: u8,
+        /// The check the header holds.
         expected: u32,
+        /// The check the body hashes to.
         actual: u32,
+        /// Where the frame starts, in bytes from the start of the stream.
         offset: u64,
     },
     /// A ROUTED frame's content (everything after its route) does not match the check its
     /// route prefix holds.
     ContentCheckMismatch {
+        /// The check the route prefix holds.
         expected: u32,
+        /// The check the content hashes to.
         actual: u32,
+        /// Where the frame starts, in bytes from the start of the stream.
         offset: u64,
     },
 }

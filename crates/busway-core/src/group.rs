@@ -120,12 +120,19 @@ pub const LOG_DECLINE: u8 = 3;
 /// `serial` names this offer (an answer echoes it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LogOffer<'a> {
+    /// The group's name.
     pub name: &'a str,
+    /// The number the log's header is bound to, which names the log.
     pub token: u64,
+    /// Names this offer; the answer echoes it.
     pub serial: u64,
+    /// The id of the process that holds the log.
     pub pid: u32,
+    /// The log's file descriptor number in that process.
     pub fd: u32,
+    /// The log file's inode number, which the reader checks on the file it opened.
     pub inode: u64,
+    /// How many bytes of data the log holds.
     pub capacity: u64,
 }
 
@@ -137,9 +144,13 @@ pub enum GroupLog<'a> {
     /// The log offered with `token` in offer `serial` is read from now on (`accept`), or it
     /// is not.
     Answer {
+        /// The group's name.
         name: &'a str,
+        /// The token of the log answered about.
         token: u64,
+        /// The serial of the offer answered.
         serial: u64,
+        /// The peer reads the log from now on (`LOG_ACCEPT`), or does not (`LOG_DECLINE`).
         accept: bool,
     },
 }
@@ -214,17 +225,24 @@ pub fn decode_group_log(body: &[u8]) -> Result<GroupLog<'_>, String> {
 /// A decoded INTEREST body.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Interest<'a> {
+    /// The sender now wants the group's publishes (`INTEREST_JOIN`), or no longer does.
     pub join: bool,
+    /// The group's name.
     pub name: &'a str,
 }
 
 /// A decoded PUBLISH head; the payload is the body from `payload_at` on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PublishHead<'a> {
+    /// The publisher's bus id.
     pub publisher: BusId,
+    /// The publisher's incarnation.
     pub incarnation: u64,
+    /// The publish's number (a batch's first, a mark's last publish), without the flag bits.
     pub number: u64,
+    /// The group's name.
     pub name: &'a str,
+    /// Where the payload starts in the body, in bytes.
     pub payload_at: usize,
     /// A mark: no payload; the publisher's last publish to the group is `number`.
     pub mark: bool,
@@ -246,33 +264,48 @@ pub enum Repair<'a> {
     /// `incarnation`): one gap, not everything after it, so that a member with several gaps
     /// is not sent what it holds.
     Ask {
+        /// The publisher's incarnation the member asks of.
         incarnation: u64,
+        /// The first publish asked for.
         from: u64,
+        /// The publish after the last one asked for (the range excludes it).
         to: u64,
+        /// The group's name, or `MULTICAST_STREAM` for the source's multicasts.
         name: &'a str,
     },
     /// A copy of one publish; its head's `payload_at` counts from the REPAIR body's start.
     Copy(PublishHead<'a>),
     /// Publishes `from..to` of `incarnation` to `name` are no longer held.
     Lost {
+        /// The publisher's incarnation whose publishes are lost.
         incarnation: u64,
+        /// The first publish lost.
         from: u64,
+        /// The publish after the last one lost (the range excludes it).
         to: u64,
+        /// The group's name, or `MULTICAST_STREAM` for the source's multicasts.
         name: &'a str,
     },
     /// A relay had no way on toward `receiver` for multicast `number` of the source's
     /// `incarnation`, and says why.
     Unreachable {
+        /// The multicast source's incarnation.
         incarnation: u64,
+        /// The receiver the relay has no way on toward.
         receiver: BusId,
+        /// The multicast's number in the source's stream to that receiver.
         number: u64,
+        /// Why, as UTF-8 (at most `UNREACHABLE_REASON_BYTES_MAX` bytes).
         reason: &'a str,
     },
     /// The sender refused this node's join of `name` (`publish` false) or its publishes to
     /// `name` (`publish` true), and says why.
     Refused {
+        /// The refusal is of the node's publishes (true) or of its join (false).
         publish: bool,
+        /// The group's name.
         name: &'a str,
+        /// Why, as UTF-8 (at most `UNREACHABLE_REASON_BYTES_MAX` bytes).
         reason: &'a str,
     },
 }

@@ -86,26 +86,46 @@ pub mod caps {
 /// Everything that can be wrong with a handshake. The display text says what and why.
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub enum HandshakeError {
+    /// A HELLO or AUTH body that cannot be read; the text says what is wrong.
     Malformed(String),
+    /// A frame the handshake does not expect in its current state.
     UnexpectedFrame {
+        /// The frame's kind.
         kind: FrameKind,
+        /// What the handshake was doing, e.g. "waiting for AUTH".
         state: &'static str,
     },
+    /// The two sides' protocol version ranges do not overlap.
     VersionMismatch {
+        /// The oldest and newest versions this side speaks.
         ours: (u16, u16),
+        /// The oldest and newest versions the peer speaks.
         theirs: (u16, u16),
     },
+    /// The node connected to itself (same bus id and incarnation).
     SelfConnection,
+    /// Another node (another incarnation) claims this node's own bus id.
     SameBusId(BusId),
+    /// The peer requires a shared secret but this node has none configured.
     PeerRequiresSecret,
+    /// This node requires a shared secret but the peer has none configured.
     PeerHasNoSecret,
+    /// The peer's HELLO timestamp is too far from this node's clock.
     StaleTimestamp {
+        /// The peer's timestamp minus this node's clock, in milliseconds.
         skew_ms: i128,
+        /// The largest difference allowed, in milliseconds.
         max_ms: u64,
     },
+    /// The peer's nonce was seen in a proven handshake still within its lifetime, or is
+    /// this side's own.
     ReplayedNonce,
+    /// The replay cache holds [`NONCE_CACHE_LEN_MAX`] nonces: new handshakes are refused
+    /// until old entries expire.
     ReplayCacheFull,
+    /// The peer's AUTH proof is missing or does not match the shared secret.
     BadProof,
+    /// The peer sent CLOSE during the handshake; the text is its code and reason.
     ClosedByPeer(String),
 }
 
@@ -155,19 +175,25 @@ fn malformed(what: impl Into<String>) -> HandshakeError {
 /// A node's introduction. Sent once per side per connection.
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub struct Hello {
+    /// The oldest protocol version the sender speaks.
     pub version_min: u16,
+    /// The newest protocol version the sender speaks.
     pub version_max: u16,
     /// The sender has a shared secret and requires proofs.
     pub auth: bool,
+    /// The sender's bus id.
     pub bus_id: BusId,
     /// Random per process start: tells a restarted node from the one before.
     pub incarnation: u64,
     /// The sender's wall clock, milliseconds since the Unix epoch.
     pub timestamp_ms: u64,
+    /// Random per handshake, so that a proof cannot be replayed on another connection.
     pub nonce: [u8; NONCE_LEN],
+    /// Addresses where the sender accepts connections (at most [`LISTEN_ADDRS_MAX`]).
     pub listen_addrs: Vec<String>,
     /// Identity of the sender's host (for the shared-memory channel); empty if unknown.
     pub host_id: Vec<u8>,
+    /// The [`caps`] bits the sender advertises.
     pub capabilities: u64,
     /// Set when the sender registers as the receiver's downstream: the first and last bus id
     /// of the ids it serves (its own and those of its own downstreams).
@@ -350,10 +376,13 @@ pub struct Auth {
     pub next_send_seq: u64,
     /// Sequence number this side expects next from the peer (a cumulative acknowledgement).
     pub next_expected_seq: u64,
+    /// HMAC-SHA256 proof of the shared secret over both HELLO bodies and these sequence
+    /// numbers; `None` without a shared secret.
     pub proof: Option<[u8; PROOF_LEN]>,
 }
 
 impl Auth {
+    /// The AUTH body: both sequence numbers, then the proof's length and the proof.
     pub fn encode(&self) -> Vec<u8> {
         let mut b = Vec::with_capacity(17 + PROOF_LEN);
         b.extend_from_slice(&self.next_send_seq.to_le_bytes());
@@ -368,6 +397,7 @@ impl Auth {
         b
     }
 
+    /// Reads an AUTH body; the error says what is wrong.
     pub fn decode(body: &[u8]) -> Result<Self, HandshakeError> {
         let mut r = Reader { buf: body };
         let next_send_seq = r.u64("next_send_seq")?;
@@ -441,7 +471,9 @@ impl Secret {
 /// reflected back to its sender.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Role {
+    /// This side opened the connection.
     Dialer,
+    /// This side accepted the connection.
     Listener,
 }
 
@@ -528,7 +560,9 @@ pub enum Step {
 /// The result of a successful handshake.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Established {
+    /// The peer's HELLO, checked.
     pub peer: Hello,
+    /// The peer's AUTH, its proof verified: where the peer resumes its sequence numbers.
     pub peer_auth: Auth,
     /// What this side announced.
     pub own_auth: Auth,

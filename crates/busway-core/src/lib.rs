@@ -18,6 +18,8 @@
 //! - [`take_order`]: the order in which an application takes batches from a channel and rings.
 //! - [`fuzzing`]: entry points shared by the fuzz targets and the property tests.
 
+#![deny(missing_docs)]
+
 pub mod cert_ids;
 pub mod channel;
 pub mod control;

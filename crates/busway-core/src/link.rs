@@ -82,7 +82,12 @@ pub enum LinkState {
     /// HELLO and AUTH are being exchanged.
     Handshaking,
     /// Authenticated; messages flow. `out` is where ours go, `inbound` where the peer's come.
-    Up { out: Carrier, inbound: Carrier },
+    Up {
+        /// What carries our messages to the peer.
+        out: Carrier,
+        /// What carries the peer's messages to us.
+        inbound: Carrier,
+    },
     /// The peer sent CLOSE: nothing after it is taken; the driver sends what is queued, then
     /// its own CLOSE (our own closing is the driver's: it writes CLOSE after its queue).
     Draining,
@@ -111,7 +116,10 @@ pub enum LinkError {
     /// The handshake failed (bad HELLO or AUTH, wrong secret, replay, version).
     Handshake(HandshakeError),
     /// The handshake did not finish in time.
-    HandshakeTimeout { ms: u64 },
+    HandshakeTimeout {
+        /// The time allowed for the handshake, in milliseconds.
+        ms: u64,
+    },
     /// The handshake succeeded but this link may not go on (wrong id on a hinted dial, a
     /// shared-memory-only link to a peer that cannot share memory).
     Refused(String),
@@ -121,8 +129,11 @@ pub enum LinkError {
     Protocol(String),
     /// Nothing was received for too long.
     Silent {
+        /// How long nothing was received, in milliseconds.
         silent_ms: u64,
+        /// The heartbeat interval, in milliseconds.
         interval_ms: u64,
+        /// How many heartbeat intervals without a byte end the link.
         misses: u64,
     },
 }
@@ -161,9 +172,13 @@ pub enum LinkEvent {
     OfferRing,
     /// The peer offers its ring: open it and call [`Link::ring_opened`].
     OpenRing {
+        /// The peer's process id, for opening the ring as `/proc/PID/fd/FD`.
         pid: u32,
+        /// The ring's file descriptor number in the peer's process.
         fd: u32,
+        /// The ring file's inode number, to check on the file opened.
         inode: u64,
+        /// How many bytes of data the ring holds.
         capacity: u64,
         /// Must be in the ring's header (with the peer as writer, us as reader).
         token: u64,

@@ -47,12 +47,16 @@ pub const MULTICAST_NUMBER_MAX: u64 = (1 << 62) - 1;
 /// A decoded MULTICAST head; the payload is the body from `payload_at` on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MulticastHead<'a> {
+    /// The source's bus id.
     pub source: BusId,
+    /// The source's incarnation.
     pub incarnation: u64,
     /// A mark: no payload; each receiver's number is the source's last multicast to it.
     pub mark: bool,
+    /// How many more links it may cross (at most [`MULTICAST_HOPS_MAX`]).
     pub hops_left: u8,
     receivers: &'a [u8],
+    /// Where the payload starts in the body, in bytes.
     pub payload_at: usize,
 }
 

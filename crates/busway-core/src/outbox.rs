@@ -60,7 +60,9 @@ const _: () = assert!(PUBLISH_BATCH_BODY_BYTES_MAX <= BODY_LEN_CEILING);
 /// A peer's acknowledgement that cannot be right.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AckError {
+    /// The number the peer says it expects next (it claims every message below it).
     pub acked: u64,
+    /// One past the last message written to the link.
     pub written_end: u64,
 }
 

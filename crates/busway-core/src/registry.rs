@@ -43,12 +43,25 @@ pub type IdRange = (BusId, BusId);
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum RegisterOp {
     /// The asker serves `range` (through a downstream of its own); `version` numbers the op.
-    Add { version: u64, range: IdRange },
+    Add {
+        /// The op's number, given by the asker.
+        version: u64,
+        /// The ids the asker serves, both ends included.
+        range: IdRange,
+    },
     /// The asker no longer serves `range`.
-    Remove { version: u64, range: IdRange },
+    Remove {
+        /// The op's number, given by the asker.
+        version: u64,
+        /// The ids the asker no longer serves, both ends included.
+        range: IdRange,
+    },
     /// The answer to op `version`: `None` if done, else why it was refused.
     Answer {
+        /// The number of the op answered.
         version: u64,
+        /// `None` if the op was done, else why it was refused (at most
+        /// [`REGISTER_REASON_BYTES_MAX`] bytes).
         refused: Option<String>,
     },
 }

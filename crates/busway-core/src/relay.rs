@@ -9,6 +9,7 @@ use crate::routed::{FailReason, RoutedHeader, ROUTE_LEN_MAX};
 /// What routing needs to know about one neighbor.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Neighbor {
+    /// The neighbor's bus id.
     pub id: BusId,
     /// Whether a link to it is up now.
     pub up: bool,
@@ -186,6 +187,7 @@ pub struct RelayView<'a> {
     /// unknown destination down rather than unknown (its downstreams may not have registered
     /// again yet).
     pub uptime_ms: u64,
+    /// How long after its start, in milliseconds, an unknown destination is called down.
     pub grace_ms: u64,
     /// What its downstreams registered beyond their HELLO's ranges.
     pub registry: &'a Registry,
@@ -194,6 +196,7 @@ pub struct RelayView<'a> {
 /// Why a relay does not pass a frame on.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Refusal {
+    /// Why, as the FAIL frame's reason code.
     pub reason: FailReason,
     /// Names the relay and the destination, for the FAIL's text.
     pub text: String,

@@ -53,8 +53,12 @@ pub const FAIL_TEXT_LEN_MAX: usize = 256;
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 #[repr(u8)]
 pub enum RoutedType {
+    /// Messages from the source: DATA or DATA_BATCH frames, numbered from `seq`.
     Data = 0,
+    /// The destination has every message below `seq`; no inner part.
     Ack = 1,
+    /// A relay or the destination could not take messages from `seq` on: a reason, the bus id
+    /// they were for and a text.
     Fail = 2,
     /// From a relay to a source: the destination it relays to can be dialed directly here.
     Hint = 3,
@@ -117,16 +121,24 @@ impl fmt::Display for FailReason {
 /// The fixed fields and route of a ROUTED frame.
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub struct RoutedHeader {
+    /// What the frame carries.
     pub kind: RoutedType,
+    /// How many more relays it may pass.
     pub ttl: u8,
+    /// The node that sent it.
     pub src: BusId,
+    /// The sender's incarnation.
     pub src_incarnation: u64,
+    /// The node it is for.
     pub dst: BusId,
+    /// DATA: the number of its first message; ACK: the next number expected; FAIL: the first
+    /// number of the messages concerned.
     pub seq: u64,
     /// DATA: every message numbered below `seq` is settled at the source (acknowledged, or
     /// given up and reported there): a destination that lacks some takes this frame on rather
     /// than report a gap the source could never fill.
     pub settled: bool,
+    /// The bus ids of the relays it passed, in order (at most [`ROUTE_LEN_MAX`]).
     pub route: Vec<BusId>,
 }
 
@@ -139,6 +151,7 @@ impl RoutedHeader {
         ROUTED_FIXED_LEN + 8 * self.route.len()
     }
 
+    /// Always false: a header always has its fixed fields (the pair of [`RoutedHeader::len`]).
     pub fn is_empty(&self) -> bool {
         false
     }

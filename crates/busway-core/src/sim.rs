@@ -9,10 +9,12 @@ use crate::FrameKind;
 pub struct SimRng(u64);
 
 impl SimRng {
+    /// A generator whose sequence is fixed by `seed` (any seed, 0 included).
     pub fn new(seed: u64) -> Self {
         Self(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
     }
 
+    /// The next number of the sequence, uniform over all `u64`s.
     #[allow(clippy::should_implement_trait)]
     pub fn next(&mut self) -> u64 {
         self.0 ^= self.0 >> 12;

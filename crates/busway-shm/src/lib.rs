@@ -16,6 +16,8 @@
 //! `docs/SHM.md`. In short, a link already has exactly one writer and one reader per direction,
 //! and SPSC needs no compare-and-swap on the hot path and no lock a dead writer could hold.
 
+#![deny(missing_docs)]
+
 mod sync;
 mod wait;
 

@@ -171,6 +171,7 @@ impl Log {
         &self.segment
     }
 
+    /// Bytes of records the log holds at most.
     pub fn capacity(&self) -> usize {
         self.capacity
     }
@@ -316,6 +317,7 @@ impl LogWriter {
         self.log.header().tail.0.store(self.tail, Release);
     }
 
+    /// The log it writes or reads.
     pub fn log(&self) -> &Arc<Log> {
         &self.log
     }
@@ -370,6 +372,7 @@ impl LogReader {
         self.log.header().tail.0.load(Acquire) > self.at.load(Relaxed)
     }
 
+    /// The log it writes or reads.
     pub fn log(&self) -> &Arc<Log> {
         &self.log
     }

@@ -77,7 +77,12 @@ pub enum RingError {
     /// The segment does not hold a ring (bad magic or sizes); the text says what.
     Invalid(String),
     /// A payload larger than half the ring.
-    TooLarge { len: usize, max: usize },
+    TooLarge {
+        /// The payload's length, in bytes.
+        len: usize,
+        /// The largest payload the ring takes, in bytes.
+        max: usize,
+    },
     /// Mapping the segment failed.
     Io(String),
 }
@@ -104,7 +109,9 @@ impl std::error::Error for RingError {}
 /// after it (the consumer stops; the link is closed).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Corrupt {
+    /// Where the record starts, in bytes from the ring's first write.
     pub at: u64,
+    /// What is wrong with it.
     pub why: String,
 }
 
@@ -122,8 +129,11 @@ impl std::error::Error for Corrupt {}
 /// else, nor our own ring toward it, by naming its descriptor.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Binding {
+    /// The random token the creator tells only the intended reader.
     pub token: u64,
+    /// The writer's bus id.
     pub writer: u64,
+    /// The reader's bus id (0: any reader the writer offers it to, as a group log's).
     pub reader: u64,
 }
 
@@ -519,6 +529,7 @@ impl Ring {
         self.memory.segment()
     }
 
+    /// Bytes of records the ring holds at most.
     pub fn capacity(&self) -> usize {
         self.capacity
     }
@@ -795,6 +806,7 @@ impl Producer {
         self.ring.close(CLOSED_BY_PRODUCER);
     }
 
+    /// The ring it writes or reads.
     pub fn ring(&self) -> &Arc<Ring> {
         &self.ring
     }
@@ -943,6 +955,7 @@ impl Consumer {
         self.ring.close(CLOSED_BY_CONSUMER);
     }
 
+    /// The ring it writes or reads.
     pub fn ring(&self) -> &Arc<Ring> {
         &self.ring
     }

@@ -138,10 +138,12 @@ impl Segment {
         self.file.as_fd()
     }
 
+    /// Bytes mapped.
     pub fn len(&self) -> usize {
         self.map.len()
     }
 
+    /// Whether nothing is mapped.
     pub fn is_empty(&self) -> bool {
         self.map.len() == 0
     }

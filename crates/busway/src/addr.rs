@@ -11,7 +11,9 @@ use std::str::FromStr;
 /// Where a node listens or dials.
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]
 pub enum Addr {
+    /// A TCP address (`tcp://HOST:PORT`).
     Tcp(SocketAddr),
+    /// A Unix socket's path (`unix:///PATH`).
     Unix(PathBuf),
     /// A shared-memory link to the node of this host listening under this name.
     Shm(String),

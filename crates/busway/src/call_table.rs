@@ -33,15 +33,31 @@ pub struct Reply {
 pub enum CallError {
     /// The request could not be queued (no route, too large, shutting down, ...).
     Send(String),
-    /// No reply within the call's timeout, in milliseconds.
-    Timeout { after_ms: u64 },
+    /// No reply within the call's timeout.
+    Timeout {
+        /// The timeout, in milliseconds.
+        after_ms: u64,
+    },
     /// busway gave up on the request or its reply: the peer was given up (down past its
     /// deadline), restarted (a new incarnation), or the request was undeliverable.
-    Failed { peer: BusId, reason: String },
+    Failed {
+        /// The callee.
+        peer: BusId,
+        /// Why busway gave up.
+        reason: String,
+    },
     /// The request arrived but nothing answered it (dropped unanswered, or no inbox).
-    NoHandler { peer: BusId, reason: String },
+    NoHandler {
+        /// The callee.
+        peer: BusId,
+        /// What became of the request there.
+        reason: String,
+    },
     /// `CALLS_PENDING_MAX` calls are pending and the caller chose not to wait.
-    TooManyPending { max: usize },
+    TooManyPending {
+        /// `CALLS_PENDING_MAX`.
+        max: usize,
+    },
     /// The node is shutting down.
     Closed,
 }

@@ -20,6 +20,7 @@ pub enum IoThreads {
 /// A node's configuration. Start from [`NodeConfig::new`] and change what you need.
 #[derive(Clone, Debug)]
 pub struct NodeConfig {
+    /// This node's bus id: unique on the bus.
     pub id: BusId,
     /// Addresses to listen on (port 0 picks a free port; see `Node::listen_addrs`).
     pub listen: Vec<Addr>,
@@ -65,6 +66,7 @@ pub struct NodeConfig {
     pub shm_ring_bytes: usize,
     /// Shared secret every peer must prove; `None` admits any busway peer.
     pub secret: Option<Secret>,
+    /// Which threads run the links' I/O (see [`IoThreads`]).
     pub io_threads: IoThreads,
     /// Largest frame body accepted or sent, in bytes.
     pub frame_body_max: usize,
@@ -75,6 +77,7 @@ pub struct NodeConfig {
     /// Most connections open at once (accepted and dialed); past it, accepted connections are
     /// refused with a CLOSE that says why (`Event::Rejected`, `Stats::connections_refused`).
     pub connections_max: usize,
+    /// Time a new connection has to complete the handshake, in milliseconds.
     pub handshake_timeout_ms: u64,
     /// Time a closing link waits for the peer to read everything and close, in milliseconds.
     pub linger_ms: u64,
@@ -155,21 +158,25 @@ impl NodeConfig {
         }
     }
 
+    /// Adds an address to listen on ([`NodeConfig::listen`]).
     pub fn listen(mut self, addr: Addr) -> Self {
         self.listen.push(addr);
         self
     }
 
+    /// Adds an address to dial and keep dialing ([`NodeConfig::connect`]).
     pub fn connect(mut self, addr: Addr) -> Self {
         self.connect.push(addr);
         self
     }
 
+    /// Sets [`NodeConfig::upstream`].
     pub fn upstream(mut self, addr: Addr) -> Self {
         self.upstream = Some(addr);
         self
     }
 
+    /// Sets [`NodeConfig::secret`].
     pub fn secret(mut self, secret: Secret) -> Self {
         self.secret = Some(secret);
         self
@@ -181,6 +188,7 @@ impl NodeConfig {
         self
     }
 
+    /// Sets [`NodeConfig::io_threads`].
     pub fn io_threads(mut self, io: IoThreads) -> Self {
         self.io_threads = io;
         self

@@ -10,7 +10,9 @@ use std::sync::Mutex;
 /// A node as its registration in etcd names it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DiscoveredNode {
+    /// Its bus id.
     pub id: BusId,
+    /// Its incarnation (a new one each time the node starts).
     pub incarnation: u64,
     /// Where it listens.
     pub addrs: Vec<String>,

@@ -66,16 +66,22 @@ impl fmt::Display for Path {
 pub enum Event {
     /// A peer completed the handshake.
     PeerUp {
+        /// The peer's bus id.
         peer: BusId,
+        /// The peer's incarnation (a new one each time its node starts).
         incarnation: u64,
+        /// The peer's address as this node sees it (`mem://`, `unix://`, `tcp://`).
         addr: String,
     },
     /// A peer's link went down. `unacked` messages to it are kept: they are written again
     /// when a link to the same incarnation is back, or reported `Undeliverable` at the
     /// deadline (`peer_dead_after_ms`).
     PeerDown {
+        /// The peer's bus id.
         peer: BusId,
+        /// Why the link went down.
         reason: DownReason,
+        /// Messages sent to the peer and not acknowledged yet, kept for the next link.
         unacked: u64,
     },
     /// busway gave up on messages `seqs` (numbers as returned by `send`) to `peer`: they were
@@ -85,17 +91,32 @@ pub enum Event {
     /// with a waiting report that it continues; a node that shuts down or is dropped reports
     /// what it still held.
     Undeliverable {
+        /// The destination's bus id.
         peer: BusId,
+        /// The numbers of the messages given up on, as `send` returned them.
         seqs: std::ops::Range<u64>,
+        /// Why busway gave up.
         reason: String,
+        /// The numbering `seqs` belong to: the direct link's, or the relayed path's.
         path: Path,
+        /// The incarnation of the peer they were numbered for, if busway learned it.
         incarnation: Option<u64>,
     },
     /// A connection was refused before or during the handshake (bad handshake, failed
     /// authentication, duplicate id); `addr` is the remote address.
-    Rejected { addr: String, reason: String },
+    Rejected {
+        /// The remote address.
+        addr: String,
+        /// Why the connection was refused.
+        reason: String,
+    },
     /// A dial attempt failed; busway keeps retrying with backoff.
-    DialFailed { addr: String, reason: String },
+    DialFailed {
+        /// The address dialed.
+        addr: String,
+        /// Why the attempt failed.
+        reason: String,
+    },
     /// Publishes of `publisher` to `group`, a group this node joined, never reached it:
     /// `missed` of them, and `reason` says why: lost on the way (a relay that died or fell
     /// behind, and no repair came within `GROUP_REPAIR_WAIT_MS` or the publisher no longer
@@ -103,9 +124,13 @@ pub enum Event {
     /// came). What came after the gap was delivered first. This node stays in the group: it
     /// kept up, so the loss is not its own (compare [`Event::GroupCutOff`]).
     GroupGap {
+        /// The group.
         group: String,
+        /// The publisher whose publishes were lost.
         publisher: BusId,
+        /// How many publishes were lost.
         missed: u64,
+        /// Why they were lost.
         reason: String,
     },
     /// This node was cut off from `group`: its application fell behind (it left
@@ -115,9 +140,13 @@ pub enum Event {
     /// (`Node::join` again to take part from now on). What it got after the gap was
     /// delivered first.
     GroupCutOff {
+        /// The group this node left.
         group: String,
+        /// The publisher whose publishes it lost.
         publisher: BusId,
+        /// How many publishes it lost.
         missed: u64,
+        /// Why they could not be had.
         reason: String,
     },
     /// Bus id `by` refused this node's join of `group` (`publish` false: no publishes of it
@@ -125,9 +154,13 @@ pub enum Event {
     /// nor delivers them), by its group permissions; `reason` says which rule. A refused
     /// publisher hears it at most once a second per group and refusing node.
     GroupRefused {
+        /// The group.
         group: String,
+        /// The node that refused.
         by: BusId,
+        /// True for refused publishes, false for a refused join.
         publish: bool,
+        /// The rule that refused.
         reason: String,
     },
     /// `missed` multicasts of `source` to this node never reached it: the source no longer
@@ -135,17 +168,24 @@ pub enum Event {
     /// copy came in time, or the source restarted before they came. What came after them was
     /// delivered; `reason` says what happened.
     MulticastGap {
+        /// The node that multicast them.
         source: BusId,
+        /// How many multicasts were lost.
         missed: u64,
+        /// Why they were lost.
         reason: String,
     },
     /// The relay `relay` could not pass this node's multicast `number` on toward `receiver`
     /// (`reason`: no route there, or out of hops), and drops what comes for it until it can;
     /// reported at most once a second per relay, receiver and source.
     MulticastUnreachable {
+        /// The receiver the relay could not reach.
         receiver: BusId,
+        /// This node's number of the multicast, to that receiver.
         number: u64,
+        /// The relay that could not pass it on.
         relay: BusId,
+        /// Why not: no route, or out of hops.
         reason: String,
     },
 }

@@ -408,18 +408,38 @@ impl Inbox {
     /// The next message; `None` once the node is gone and everything was read.
     pub async fn recv(&mut self) -> Option<Message> {
         loop {
-            if let Some((batch, next)) = &mut self.current {
-                if *next < batch.len() {
-                    *next += 1;
-                    // The request (if it is one) moves to the message: answered or dropped
-                    // by the application, not kept alive by the rest of the batch.
-                    return Some(batch.take_message(*next - 1));
-                }
-                self.current = None;
+            if let Some(m) = self.next_of_current() {
+                return Some(m);
             }
             let batch = self.next_batch().await?;
             self.current = Some((batch, 0));
         }
+    }
+
+    /// The next message if one is ready now (`None`: none is, or the node is gone and
+    /// everything was read). Does the same work `recv` does before it would wait.
+    pub fn try_recv(&mut self) -> Option<Message> {
+        loop {
+            if let Some(m) = self.next_of_current() {
+                return Some(m);
+            }
+            self.deferred.publish_all();
+            let batch = self.poll_ready().ok().flatten()?;
+            self.current = Some((batch, 0));
+        }
+    }
+
+    /// The next message of the batch being read, if any is left.
+    fn next_of_current(&mut self) -> Option<Message> {
+        let (batch, next) = self.current.as_mut()?;
+        if *next < batch.len() {
+            *next += 1;
+            // The request (if it is one) moves to the message: answered or dropped by the
+            // application, not kept alive by the rest of the batch.
+            return Some(batch.take_message(*next - 1));
+        }
+        self.current = None;
+        None
     }
 
     /// The next batch of messages (all from one sender, in order); `None` once the node is gone
@@ -485,6 +505,19 @@ mod tests {
         assert!(tx.group_backlogged(), "sent, not taken");
         assert!(rx.try_recv_batch().is_some());
         assert!(!tx.group_backlogged(), "taken");
+    }
+
+    #[tokio::test]
+    async fn try_recv_takes_what_is_ready_one_message_at_a_time() {
+        let (tx, mut rx) = inbox(1 << 20, 0, Arc::default());
+        assert!(rx.try_recv().is_none(), "nothing yet");
+        let buf = Bytes::from_static(b"aabbb");
+        assert!(tx.try_deliver(MessageBatch::new(BusId(9), buf, vec![(0, 2), (2, 3)])));
+        let got: Vec<Bytes> = std::iter::from_fn(|| rx.try_recv().map(|m| m.payload)).collect();
+        assert_eq!(got, [&b"aa"[..], &b"bbb"[..]]);
+        assert!(rx.try_recv().is_none(), "all taken");
+        drop(tx);
+        assert!(rx.try_recv().is_none(), "gone");
     }
 
     #[tokio::test]

@@ -17,6 +17,8 @@
 //! # Ok(()) }
 //! ```
 
+#![deny(missing_docs)]
+
 mod addr;
 mod admission;
 mod backoff;

@@ -30,8 +30,9 @@ pub const WRITEV_SEGMENTS_MAX: usize = 64;
 pub const DEFAULT_HANDSHAKE_TIMEOUT_MS: u64 = 5_000;
 /// Default time a closing link waits for the peer to finish, in milliseconds.
 pub const DEFAULT_LINGER_MS: u64 = 30_000;
-/// Default first delay, and largest delay, between two dial attempts, in milliseconds.
+/// Default first delay between two dial attempts, in milliseconds.
 pub const DIAL_BACKOFF_MIN_MS: u64 = 50;
+/// Default largest delay between two dial attempts, in milliseconds.
 pub const DIAL_BACKOFF_MAX_MS: u64 = 5_000;
 /// Default interval between two PINGs on an idle or busy link, in milliseconds.
 pub const DEFAULT_HEARTBEAT_INTERVAL_MS: u64 = 1_000;

@@ -124,10 +124,12 @@ impl MessageBatch {
         self.src
     }
 
+    /// How many messages the batch holds.
     pub fn len(&self) -> usize {
         self.spans.len()
     }
 
+    /// Whether the batch holds no message.
     pub fn is_empty(&self) -> bool {
         self.spans.is_empty()
     }

@@ -45,7 +45,12 @@ pub enum SendError {
     /// The peer's send queue holds its byte limit (`try_send` only).
     Full(BusId),
     /// The payload is over the node's `frame_body_max`.
-    TooLarge { len: usize, max: usize },
+    TooLarge {
+        /// The payload's length, in bytes.
+        len: usize,
+        /// The longest payload a send takes, in bytes.
+        max: usize,
+    },
     /// The node is shutting down.
     Closed(BusId),
 }
@@ -72,8 +77,16 @@ impl std::error::Error for SendError {}
 /// Why a node could not start.
 #[derive(Debug)]
 pub enum StartError {
+    /// The configuration is not one a node can run with; the text says what and where.
     Config(String),
-    Bind { addr: Addr, source: std::io::Error },
+    /// A listen address could not be bound.
+    Bind {
+        /// The address.
+        addr: Addr,
+        /// Why not.
+        source: std::io::Error,
+    },
+    /// Another system call failed while the node started.
     Io(std::io::Error),
 }
 
@@ -92,7 +105,9 @@ impl std::error::Error for StartError {}
 /// What a node knows about one connected peer.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PeerInfo {
+    /// The peer's bus id.
     pub id: BusId,
+    /// The peer's incarnation (a new one each time its node starts).
     pub incarnation: u64,
     /// The remote address of the link.
     pub addr: String,
@@ -100,8 +115,9 @@ pub struct PeerInfo {
     pub listen_addrs: Vec<String>,
     /// Whether a link to it is up now.
     pub up: bool,
-    /// Messages sent and not yet acknowledged, and the bytes they hold.
+    /// Messages sent and not yet acknowledged.
     pub unacked_msgs: u64,
+    /// The bytes those messages hold.
     pub unacked_bytes: usize,
     /// Messages ever sent to it (link messages: a PUBLISH batch counts once).
     pub msgs_sent: u64,
@@ -113,8 +129,9 @@ pub struct PeerInfo {
     pub bytes_sent: u64,
     /// Last measured round trip in microseconds (0: none yet).
     pub rtt_us: u64,
-    /// Messages and payload bytes received from it over its direct link, ever.
+    /// Messages received from it over its direct link, ever.
     pub msgs_received: u64,
+    /// Payload bytes received from it over its direct link, ever.
     pub bytes_received: u64,
     /// Times a link to it came back after the first (same incarnation).
     pub reconnects: u64,
@@ -123,11 +140,15 @@ pub struct PeerInfo {
 /// What a node knows about a destination it reaches through relays.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RelayedInfo {
+    /// The destination's bus id.
     pub id: BusId,
     /// The destination's incarnation, once it acknowledged something.
     pub incarnation: Option<u64>,
+    /// Messages sent to it and not acknowledged end to end yet.
     pub unacked_msgs: u64,
+    /// The bytes those messages hold.
     pub unacked_bytes: usize,
+    /// Messages ever sent to it through relays.
     pub msgs_sent: u64,
 }
 
@@ -310,6 +331,7 @@ impl Node {
         &self.owner.shared
     }
 
+    /// This node's bus id.
     pub fn id(&self) -> BusId {
         self.shared().config.id
     }

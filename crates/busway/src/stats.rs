@@ -69,15 +69,19 @@ pub struct Stats {
     pub auth_failures: u64,
     /// Links closed because the peer sent invalid frames (all kinds below included).
     pub protocol_errors: u64,
+    /// Of those, frames whose checksum failed.
     pub checksum_failures: u64,
+    /// Of those, frames over this node's frame limit.
     pub oversize_frames: u64,
-    /// Messages and payload bytes received.
+    /// Messages received.
     pub msgs_in: u64,
+    /// Payload bytes received.
     pub bytes_in: u64,
     /// Links closed because the peer went silent.
     pub heartbeat_timeouts: u64,
-    /// ROUTED frames this node passed on as a relay, and those it refused for a full queue.
+    /// ROUTED frames this node passed on as a relay.
     pub relayed: u64,
+    /// ROUTED frames it refused to pass on for a full queue.
     pub relay_congested: u64,
     /// Messages queued for sending to peers.
     pub msgs_out: u64,

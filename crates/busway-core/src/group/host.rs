@@ -45,12 +45,20 @@ pub enum Report {
     /// Copies of publishes or multicasts seen already, dropped.
     CopiesDropped(u64),
     /// A PUBLISH from `from` that only a liar sends (`why`): the host closes that link.
-    PublishLie { from: BusId, why: String },
+    PublishLie {
+        /// The peer the PUBLISH came from.
+        from: BusId,
+        /// What is wrong with it.
+        why: String,
+    },
     /// `n` publishes of `publisher` to `group`, which nobody here wants (no member, no peer
     /// that asked), dropped.
     Unwanted {
+        /// The publisher of the dropped publishes.
         publisher: BusId,
+        /// The group's name.
         group: String,
+        /// How many publishes were dropped.
         n: u64,
     },
     /// `n` publishes could not be passed on to a peer (gone, past its frame limit, a name the
@@ -60,18 +68,30 @@ pub enum Report {
     /// it has room again).
     LinkSkipped,
     /// A MULTICAST from `from` that only a liar sends (`why`): the host closes that link.
-    MulticastLie { from: BusId, why: String },
+    MulticastLie {
+        /// The peer the MULTICAST came from.
+        from: BusId,
+        /// What is wrong with it.
+        why: String,
+    },
     /// `member`'s join of `group` refused here (`why`); it was told.
     JoinRefused {
+        /// The node whose join was refused.
         member: BusId,
+        /// The group's name.
         group: String,
+        /// Why it was refused.
         why: String,
     },
     /// `n` publishes (a mark counts one) of `publisher` to `group` refused here (`why`).
     PublishesDenied {
+        /// The publisher whose publishes were refused.
         publisher: BusId,
+        /// The group's name.
         group: String,
+        /// How many publishes were refused (a mark counts one).
         n: u64,
+        /// Why they were refused.
         why: String,
     },
     /// A REPAIR taken for nothing (a copy in another's name, a loss or a report of another
@@ -79,50 +99,75 @@ pub enum Report {
     RepairRefused,
     /// `from`'s ask for copies of `stream` refused (the member asks again or gives up).
     AskRefused {
+        /// The member that asked.
         from: BusId,
+        /// The group's name, or `MULTICAST_STREAM` for this node's multicasts.
         stream: String,
+        /// Why the ask was refused.
         why: AskRefused,
     },
     /// An ask for copies went to a publisher or source.
     RepairAsked,
     /// A copy went to `to`, a member that asked.
-    CopySent { to: BusId },
+    CopySent {
+        /// The member the copy went to.
+        to: BusId,
+    },
     /// A repair for `member` was dropped: its way failed for good (`why`).
     RepairDropped {
+        /// The member the repair was for.
         member: BusId,
+        /// The group's name, or `MULTICAST_STREAM` for this node's multicasts.
         stream: String,
+        /// Why its way failed.
         why: String,
     },
     /// `by` refused this node's joins or publishes (`publish`) to `group`: the application
     /// is told.
     GroupRefused {
+        /// The group's name.
         group: String,
+        /// The node that refused.
         by: BusId,
+        /// The refusal is of this node's publishes (true) or of its join (false).
         publish: bool,
+        /// Why, as the refusing node says.
         reason: String,
     },
     /// `missed` publishes of `publisher` to `group` never come (`reason`); the member stays
     /// in the group (`cut_off` false), or its application fell behind and it was cut off.
     GroupGap {
+        /// The group's name.
         group: String,
+        /// The publisher whose publishes never come.
         publisher: BusId,
+        /// How many publishes never come.
         missed: u64,
+        /// Why they never come.
         reason: String,
+        /// The member's application fell behind and the member was cut off.
         cut_off: bool,
         /// It left the group by this (its peers are to be told).
         left: bool,
     },
     /// `missed` multicasts of `source` never come (`reason`): the application is told.
     MulticastGap {
+        /// The multicasts' source.
         source: BusId,
+        /// How many multicasts never come.
         missed: u64,
+        /// Why they never come.
         reason: String,
     },
     /// `relay` could not pass a multicast on to `receiver`: the application is told.
     Unreachable {
+        /// The receiver the relay had no way on toward.
         receiver: BusId,
+        /// The multicast's number in this node's stream to `receiver`.
         number: u64,
+        /// The relay that reported it.
         relay: BusId,
+        /// Why, as the relay says.
         reason: String,
     },
 }

@@ -16,6 +16,7 @@ use bytes::Bytes;
 pub struct Onward {
     /// The peers that asked for it (never its publisher nor the peer it came from).
     pub to: Vec<BusId>,
+    /// The PUBLISH body to send them.
     pub body: Bytes,
 }
 
@@ -32,9 +33,11 @@ pub enum Handed {
 /// tell the application of `ended`, hand it `handed`.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Intake {
+    /// The PUBLISH bodies to pass on, each to its peers.
     pub onward: Vec<Onward>,
     /// The publisher restarted: what its old stream held and what it never got.
     pub ended: Option<Skipped>,
+    /// Publishes for this node's application, in their stream's order.
     pub handed: Vec<Handed>,
     /// A gap is open in this member's stream: ask for it.
     pub gap: bool,

@@ -325,7 +325,12 @@ pub enum OwnPush {
     Gone,
     /// The link is full: wait for room for `len` bytes, at most `ms` milliseconds (`None`:
     /// as long as it takes, under backpressure), then call again.
-    Wait { len: usize, ms: Option<u64> },
+    Wait {
+        /// Bytes of room to wait for.
+        len: usize,
+        /// Most milliseconds to wait; `None` waits as long as it takes.
+        ms: Option<u64>,
+    },
 }
 
 /// Whether this node's publish, numbered as `published` says, may go to `peer` by a plain

@@ -155,9 +155,13 @@ pub enum Run {
     /// `forward_to` as they came, hand them to the application as they are if `delivered`.
     /// `gap`: one is known to be missing after them. `unwanted`: nobody here wants them.
     Whole {
+        /// Peers to pass them on to, as they came.
         forward_to: Vec<BusId>,
+        /// This node is a member: hand them to the application as they are.
         delivered: bool,
+        /// One is known to be missing after them: ask the publisher.
         gap: bool,
+        /// Nobody here wants them (no member, nobody to pass them on to).
         unwanted: bool,
     },
     /// What became of each, in order.
@@ -166,9 +170,11 @@ pub enum Run {
 
 /// One publish of this node, numbered (see [`GroupTable::publish`]).
 pub struct Published {
+    /// The publish's number in this node's stream to the group.
     pub number: u64,
     /// The peers that asked for the group, sorted.
     pub to: Vec<BusId>,
+    /// What this node does when a link toward members stays full.
     pub policy: GroupPolicy,
     /// Those of `to` whose link fell behind (skipped while full under `CutOff`).
     pub lagging: Vec<BusId>,
@@ -183,18 +189,24 @@ pub struct Published {
 /// `from..to`.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Ask {
+    /// The publisher to ask.
     pub publisher: BusId,
+    /// The publisher's incarnation the gap is in.
     pub incarnation: u64,
+    /// The group's name.
     pub group: GroupName,
     /// The gap asked for: `from..to`.
     pub from: u64,
+    /// The publish after the gap's last (the range excludes it).
     pub to: u64,
 }
 
 /// How a publisher answers an ask: what it no longer holds, then copies of the rest.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct RepairPlan {
+    /// The publishes `(from, to)`, `to` excluded, no longer held (to report as lost), if any.
     pub lost: Option<(u64, u64)>,
+    /// The publishes still held, as (number, payload), oldest first: to send as copies.
     pub copies: Vec<(u64, Bytes)>,
 }
 
@@ -206,11 +218,15 @@ pub const OWED_MARKS_MAX: usize = 4_096;
 /// A mark owed to a peer (see [`GroupState::owed_marks`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OwedMark {
+    /// The peer owed the mark.
     pub peer: BusId,
+    /// The stream's publisher (this node, for its own publishes).
     pub publisher: BusId,
+    /// The publisher's incarnation.
     pub incarnation: u64,
     /// The last number this node saw of the stream (publish or mark), or published.
     pub number: u64,
+    /// The group's name.
     pub group: GroupName,
     /// The first publish dropped on the way to the peer, if any (a gap mark from it).
     pub from: Option<u64>,
@@ -219,8 +235,11 @@ pub struct OwedMark {
 /// One change of what this node tells a peer it wants.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Advert {
+    /// The peer to tell.
     pub peer: BusId,
+    /// This node now wants the group's publishes through the peer, or no longer does.
     pub join: bool,
+    /// The group's name.
     pub name: GroupName,
 }
 

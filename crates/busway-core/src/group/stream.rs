@@ -102,7 +102,10 @@ struct Asked {
 #[derive(Debug, PartialEq, Eq)]
 pub enum Offer {
     /// The next one: hand it to the application, then `then` (publishes that waited for it).
-    Deliver { then: Vec<Bytes> },
+    Deliver {
+        /// Publishes that waited for it, in order: hand them over after it.
+        then: Vec<Bytes>,
+    },
     /// It came early: held until the gap before it closes.
     Held,
     /// It came early, and holding it would pass `GROUP_HELD_BYTES_MAX`: not held; the gap is
@@ -116,7 +119,9 @@ pub enum Offer {
 /// Publishes handed over after a gap was skipped, and how many were skipped.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Skipped {
+    /// How many publishes were skipped: they never come.
     pub missed: u64,
+    /// The publishes that waited behind the gap, in order: hand them to the application.
     pub deliver: Vec<Bytes>,
     /// When (node clock, ms) the gap skipped was first seen, or the stream last moved past
     /// the front of a gap before it (never earlier than it opened); `None` if none was open.
@@ -133,6 +138,7 @@ impl Drop for Stream {
 /// One publisher incarnation's stream to one group, as a member sees it.
 #[derive(Debug)]
 pub struct Stream {
+    /// The publisher's incarnation this stream is of.
     pub incarnation: u64,
     /// The number of the next publish the application gets.
     next: u64,

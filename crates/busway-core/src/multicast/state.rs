@@ -75,6 +75,7 @@ struct State {
 /// What became of a multicast (or mark) received for this node.
 #[derive(Debug, Default)]
 pub struct Arrived {
+    /// What became of the multicast in the source's stream to this node; `None` for a mark.
     pub offer: Option<Offer>,
     /// The source restarted: what its previous stream still held, and what it never got.
     pub ended: Option<Skipped>,
