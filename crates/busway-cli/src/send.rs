@@ -5,25 +5,14 @@ use crate::verify::SEQ_LEN;
 use busway::BusId;
 use bytes::{BufMut, Bytes, BytesMut};
 use clap::Args;
-use std::collections::BTreeMap;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-/// How long `send` waits for the destination to acknowledge everything, in seconds.
+/// How long `send` waits for the destination to acknowledge everything (and, for a group or
+/// multicast, for members to have asked for what they lost: `Node::drain`), in seconds.
 const FLUSH_WAIT_SECS: u64 = 60;
 /// How long `send` waits for each event still on its way once the node is shut down.
 const EVENTS_DRAIN_WAIT: Duration = Duration::from_millis(100);
-/// How long a publisher stays after its last publish was acknowledged with no member asking
-/// for copies, before it exits: its tail mark goes out `GROUP_TAIL_MARK_MS` after the last
-/// publish, and a member behind a relay that died with the end of the stream asks once it
-/// is back below the restarted relay (under load that reconnect can take over a second).
-const GROUP_QUIET_MS: u64 = 2_000;
-/// How long a publisher waits, before it exits, for links to members that went away (their
-/// relay died) to come back, in seconds.
-const GROUP_LINKS_BACK_SECS: u64 = 10;
-/// How often it looks whether they did.
-const GROUP_LINKS_POLL: Duration = Duration::from_millis(10);
-
 #[derive(Args, Debug)]
 pub(crate) struct SendArgs {
     #[command(flatten)]
@@ -122,13 +111,8 @@ pub(crate) async fn run(args: SendArgs) -> Result<ExitCode, String> {
         }
     };
     // Exit only once the destination has everything (a relay may die meanwhile: what it lost
-    // is written again).
-    let mut flushed = result.is_ok() && node.flush(Duration::from_secs(FLUSH_WAIT_SECS)).await;
-    match (flushed, &target) {
-        (true, Target::Group(group)) => flushed = serve_repairs(&node, Some(group)).await,
-        (true, Target::Multicast(_)) => flushed = serve_repairs(&node, None).await,
-        _ => {}
-    }
+    // is written again), and members had the time to ask for what they lost.
+    let flushed = result.is_ok() && node.drain(Duration::from_secs(FLUSH_WAIT_SECS)).await;
     let copies = node.stats().group_copies_sent;
     node.shutdown().await;
     // "Acknowledged" includes given up: say which messages were, and why.
@@ -173,87 +157,6 @@ pub(crate) async fn run(args: SendArgs) -> Result<ExitCode, String> {
         sent as f64 / secs.max(1e-9)
     );
     Ok(ExitCode::SUCCESS)
-}
-
-/// A publisher's (or a multicast source's: `group` `None`) last duty: copies for members
-/// (receivers) that lost publishes with a relay. Returns once for `GROUP_QUIET_MS` no copy
-/// was sent and the links that lead to members did not change
-/// (a relay that died and came back asks for the group again once its members are back: they
-/// learn then what they lost, and ask), and what was sent is acknowledged; false if that did
-/// not happen within `FLUSH_WAIT_SECS`. While links to members may yet come back (see
-/// `links_pending`), it waits for them up to `GROUP_LINKS_BACK_SECS`: only then can the
-/// members behind them learn what they lost.
-async fn serve_repairs(node: &busway::Node, group: Option<&str>) -> bool {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(FLUSH_WAIT_SECS);
-    let links_back_by = tokio::time::Instant::now() + Duration::from_secs(GROUP_LINKS_BACK_SECS);
-    let moment = || (node.stats().group_copies_sent, links_up(node, group));
-    // The peers that led to members, with the incarnation they had then.
-    let mut led = BTreeMap::new();
-    loop {
-        let up = links_up(node, group);
-        let peers = node.peers();
-        for &(id, _) in &up {
-            if let Some(p) = peers.iter().find(|p| p.id == id) {
-                led.insert(id, p.incarnation);
-            }
-        }
-        if links_pending(node, &up, &led) && tokio::time::Instant::now() < links_back_by {
-            // Polled: interest arrives as messages, not events.
-            tokio::time::sleep(GROUP_LINKS_POLL).await;
-            continue;
-        }
-        if tokio::time::Instant::now() >= deadline {
-            return false;
-        }
-        let before = moment();
-        // A linger, not a synchronization: members ask within it if they miss anything.
-        tokio::time::sleep(Duration::from_millis(GROUP_QUIET_MS)).await;
-        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-        if !node.flush(left).await {
-            return false;
-        }
-        if moment() == before {
-            return true;
-        }
-    }
-}
-
-/// The links that lead to members of `group` (none for a multicast: its receivers ask the
-/// source end to end), each with whether it is up.
-fn links_up(node: &busway::Node, group: Option<&str>) -> Vec<(BusId, bool)> {
-    let Some(group) = group else {
-        return Vec::new();
-    };
-    let peers = node.peers();
-    node.group_links(group)
-        .into_iter()
-        .map(|id| (id, peers.iter().any(|p| p.id == id && p.up)))
-        .collect()
-}
-
-/// Whether links to members may yet come back: one is down (its peer may reconnect: what it
-/// asked for is kept meanwhile), a peer that led to members is up again but has not asked
-/// again (a relay that restarted, a new incarnation, forgot its members' interest, and they
-/// are not back below it yet; the same incarnation that no longer asks lost its members:
-/// they left, or finished), or the upstream led to members and is down (a relay that shut down: it is
-/// dialed again, and its members are back below it after it). A member that shut down is
-/// gone at once, and not waited for.
-fn links_pending(node: &busway::Node, up: &[(BusId, bool)], led: &BTreeMap<BusId, u64>) -> bool {
-    if up.iter().any(|&(_, up)| !up) {
-        return true;
-    }
-    let peers = node.peers();
-    let is_up = |id: BusId| peers.iter().any(|p| p.id == id && p.up);
-    if node
-        .upstream_id()
-        .is_some_and(|u| led.contains_key(&u) && !is_up(u))
-    {
-        return true;
-    }
-    peers.iter().any(|p| {
-        let restarted = led.get(&p.id).is_some_and(|&i| i != p.incarnation);
-        p.up && restarted && !up.iter().any(|&(id, _)| id == p.id)
-    })
 }
 
 /// Where `send` sends.

@@ -51,6 +51,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             );
         }
     }
+    // Before the game server goes: its publishes acknowledged, and the lobbies given the time
+    // to ask for any a relay lost (`Node::drain`, `DRAIN_QUIET_MS`).
+    if !game.drain(Duration::from_secs(10)).await {
+        return Err("the game server's publishes did not settle".into());
+    }
     for n in lobbies.into_iter().chain([game, hub]) {
         n.shutdown().await;
     }

@@ -33,6 +33,7 @@ mod direct;
 mod directory;
 #[cfg(feature = "etcd")]
 mod discovery;
+mod drain;
 mod etcd_config;
 mod event;
 mod event_queue;

@@ -30,6 +30,18 @@ pub const WRITEV_SEGMENTS_MAX: usize = 64;
 pub const DEFAULT_HANDSHAKE_TIMEOUT_MS: u64 = 5_000;
 /// Default time a closing link waits for the peer to finish, in milliseconds.
 pub const DEFAULT_LINGER_MS: u64 = 30_000;
+/// How long `Node::drain` waits with no member asking a publisher for copies (and the links
+/// to members as they were) before it calls the publisher's work done, in milliseconds: a
+/// member that lost publishes with a relay learns it from the next publish or from the tail
+/// mark that follows the last (`GROUP_TAIL_MARK_MS`), and asks at once.
+pub const DRAIN_QUIET_MS: u64 = 2_000;
+/// How long `Node::drain` waits at most for links to members to come back (a relay that
+/// restarts, an upstream redialed) before its quiet period, in milliseconds: only once such
+/// a link is back can the members behind it learn what they lost.
+pub const DRAIN_LINKS_BACK_MS: u64 = 10_000;
+/// How often `Node::drain` looks at the links to members while it waits for them, in
+/// milliseconds.
+pub(crate) const DRAIN_LINKS_POLL_MS: u64 = 10;
 /// Default first delay between two dial attempts, in milliseconds.
 pub const DIAL_BACKOFF_MIN_MS: u64 = 50;
 /// Default largest delay between two dial attempts, in milliseconds.

@@ -91,6 +91,32 @@ async fn publishes_reach_a_member_over_every_transport_once_in_order() {
     }
 }
 
+/// `Node::drain`: a publisher's drain returns once its publishes are acknowledged and no
+/// member asked for copies for `DRAIN_QUIET_MS`; a timeout shorter than that fails; a node
+/// that published nothing drains as it flushes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_publisher_drains_once_its_members_have_had_their_time() {
+    use busway::limits::DRAIN_QUIET_MS;
+    let (a, b) = pair("tcp4", config(1), config(2)).await;
+    let mut inbox = b.take_inbox().unwrap();
+    b.join(GROUP).unwrap();
+    until_linked(&a, &[2]).await;
+    for i in 0..1_000 {
+        a.publish(GROUP, numbered(i)).await.unwrap();
+    }
+    let started = std::time::Instant::now();
+    assert!(a.drain(WAIT).await, "drained");
+    assert!(started.elapsed() >= std::time::Duration::from_millis(DRAIN_QUIET_MS));
+    assert_eq!(a.peers()[0].unacked_msgs, 0, "acknowledged");
+    expect_publishes(&mut inbox, BusId(1), 1_000, "tcp4").await;
+    let short = std::time::Duration::from_millis(DRAIN_QUIET_MS / 2);
+    assert!(!a.drain(short).await, "too short for the quiet period");
+    b.send(a.id(), Bytes::from_static(b"plain")).await.unwrap();
+    assert!(b.drain(WAIT).await, "a sender of plain messages drains");
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_relay_fans_out_to_its_members_only_and_two_levels_deep() {
     // top (100) <- mid (101) <- deep member 4; members 2 and 3 and a bystander 5 below top;

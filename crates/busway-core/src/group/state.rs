@@ -313,6 +313,13 @@ impl GroupState {
         v
     }
 
+    /// The groups this node published to, sorted.
+    pub fn published_groups(&self) -> Vec<String> {
+        let mut v: Vec<String> = self.st.published.keys().map(|g| g.to_string()).collect();
+        v.sort();
+        v
+    }
+
     /// The peers that asked for `name`'s publishes, sorted.
     pub fn wanted_by(&self, name: &str) -> Vec<BusId> {
         let mut v = self.st.wanted_by.get(name).cloned().unwrap_or_default();

@@ -119,6 +119,11 @@ impl MulticastState {
         st.receivers.is_empty() && st.streams.is_empty()
     }
 
+    /// Whether this node made a multicast (and may be asked for copies of it).
+    pub fn made_any(&self) -> bool {
+        !self.st.receivers.is_empty()
+    }
+
     /// Numbers one multicast of `payload` to `to` (distinct, not this node) and keeps it.
     pub fn number(&mut self, to: &[BusId], payload: &Bytes, now_ms: u64) -> Vec<(BusId, u64)> {
         let st = &mut self.st;
