@@ -46,6 +46,7 @@ pub const RECORD_HEADER_BYTES: usize = 8;
 /// Smallest data area, in bytes.
 #[cfg(not(feature = "loom"))]
 pub const RING_CAPACITY_MIN: usize = 4096;
+/// Smallest data area, in bytes (small under loom, whose models explore every interleaving).
 #[cfg(feature = "loom")]
 pub const RING_CAPACITY_MIN: usize = 32;
 /// Largest data area, in bytes.

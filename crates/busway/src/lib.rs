@@ -19,6 +19,11 @@
 
 #![deny(missing_docs)]
 
+/// The README's library example, compiled and run as a doc test (`cargo test --doc`).
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeDoctests;
+
 mod addr;
 mod admission;
 mod backoff;
