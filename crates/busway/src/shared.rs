@@ -81,6 +81,9 @@ pub(crate) struct Shared {
     /// a relayed destination was last sent to). Relaxed: a time stamp, publishing nothing.
     pub(crate) coarse_ms: AtomicU64,
     pub(crate) shutting_down: AtomicBool,
+    /// The sequence number of this node's next message to itself: its own numbering, from 0,
+    /// as a link's to a peer.
+    pub(crate) next_seq_to_self: std::sync::atomic::AtomicU64,
     pub(crate) shutdown_tx: watch::Sender<bool>,
 }
 

@@ -4,6 +4,7 @@
 mod common;
 
 use busway::{BusId, Event};
+use bytes::Bytes;
 use common::*;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
@@ -224,4 +225,23 @@ async fn a_receiver_killed_for_good_gets_exactly_the_unacknowledged_messages_rep
         "nothing is held after the report"
     );
     a.shutdown().await;
+}
+
+/// A message to this node's own id is numbered in its own sequence from 0, as a message to a
+/// peer is in that pair's: `send`, `try_send` and `send_batch` go on from each other.
+#[tokio::test]
+async fn messages_to_oneself_are_numbered_as_messages_to_a_peer() {
+    let node = start(config(1)).await;
+    let mut inbox = node.take_inbox().unwrap();
+    let me = node.id();
+    assert_eq!(node.send(me, Bytes::from_static(b"a")).await.unwrap(), 0);
+    assert_eq!(node.try_send(me, Bytes::from_static(b"b")).unwrap(), 1);
+    let batch = node.send_batch(me, &[&b"c"[..], b"d"]).await.unwrap();
+    assert_eq!(batch, 2..4);
+    assert_eq!(node.send(me, Bytes::from_static(b"e")).await.unwrap(), 4);
+    for want in [b"a", b"b", b"c", b"d", b"e"] {
+        let m = next_message(&mut inbox).await;
+        assert_eq!((m.src, &m.payload[..]), (me, &want[..]));
+    }
+    node.shutdown().await;
 }
