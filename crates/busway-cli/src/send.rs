@@ -24,9 +24,10 @@ pub(crate) struct SendArgs {
         conflicts_with_all = ["group", "multicast"]
     )]
     to: Option<BusId>,
-    /// Multicast to these bus ids instead (comma-separated: each gets every message, one
-    /// frame per link whatever the number of receivers behind it).
-    #[arg(long, value_delimiter = ',', num_args = 1.., conflicts_with = "group")]
+    /// Multicast to these bus ids instead (comma-separated, `--multicast 5,9`: each gets every
+    /// message, one frame per link whatever the number of receivers behind it). One value per
+    /// flag, so that the text after it stays the text.
+    #[arg(long, value_delimiter = ',', conflicts_with = "group")]
     multicast: Vec<BusId>,
     /// Publish to this group instead (every member gets each message; waits until a member
     /// is known).

@@ -221,6 +221,46 @@ fn text_is_printed_with_its_source() {
     assert_eq!(stdout.trim(), "3: hello bus");
 }
 
+/// The README's line: `send --multicast 5,9 "to these two"` sends the text to both (the list
+/// took the text as a third id before, and the send failed).
+#[test]
+fn a_multicast_text_reaches_each_receiver_as_the_readme_writes_it() {
+    let receiver = |id: &str| {
+        let args = [
+            "listen",
+            "--id",
+            id,
+            "--listen",
+            "tcp://127.0.0.1:0",
+            "--count",
+            "1",
+        ];
+        listener(&args)
+    };
+    let ((l5, addr5, out5), (l9, addr9, out9)) = (receiver("5"), receiver("9"));
+    let (ok, _, _, err) = finish(
+        spawn(&[
+            "send",
+            "--id",
+            "11",
+            "--connect",
+            &addr5,
+            "--connect",
+            &addr9,
+            "--multicast",
+            "5,9",
+            "to these two",
+        ]),
+        None,
+    );
+    assert!(ok, "{err}");
+    for (l, out) in [(l5, out5), (l9, out9)] {
+        let (ok, _, stdout, err) = finish(l, Some(out));
+        assert!(ok, "{err}");
+        assert_eq!(stdout.trim(), "11: to these two");
+    }
+}
+
 #[test]
 fn call_prints_the_reply_of_listen_echo_and_fails_with_the_reason() {
     let (l, addr, out) = listener(&[
