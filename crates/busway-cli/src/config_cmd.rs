@@ -27,6 +27,15 @@ pub(crate) fn run(cmd: ConfigCmd) -> Result<ExitCode, String> {
         }
         ConfigCmd::Check { file } => {
             let c = busway::NodeConfig::from_toml_file(&file)?;
+            // `node -c FILE` refuses a file without one unless `--id` gives it.
+            if c.id == busway::BusId(0) {
+                return Err(format!(
+                    "{}: no bus id: add `id = N` to the file, or give it when the node starts \
+                     (`busway node -c {} --id N`)",
+                    file.display(),
+                    file.display()
+                ));
+            }
             let listen: Vec<String> = c.listen.iter().map(ToString::to_string).collect();
             println!(
                 "{}: ok (bus id {}, listening on [{}], {} connect address(es), upstream {})",

@@ -1578,6 +1578,20 @@ fn a_node_runs_from_a_config_file_flags_override_it_and_a_typo_is_refused_with_i
             "{cmd:?}: {err}"
         );
     }
+    // A file with no id: `config check` says what `node -c` refuses, and how to give one.
+    let no_id = dir.join("no_id.toml");
+    std::fs::write(&no_id, "listen = [\"tcp://127.0.0.1:0\"]\n").unwrap();
+    let no_id = no_id.to_str().unwrap();
+    for (cmd, says) in [
+        (vec!["config", "check", no_id], "no bus id: add `id = N`"),
+        (vec!["node", "-c", no_id], "give this node's bus id"),
+    ] {
+        let (ok, code, _, err) = finish(spawn(&cmd), None);
+        assert!(
+            !ok && code == Some(1) && err.contains(says),
+            "{cmd:?}: {err}"
+        );
+    }
     // The example parses as it is.
     let example = dir.join("example.toml");
     let (ok, _, text, _) = finish(spawn(&["config", "example"]), None);

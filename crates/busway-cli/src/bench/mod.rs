@@ -112,10 +112,10 @@ pub(crate) struct BenchArgs {
     /// side (at least one). Without it, `--io` decides (current: 0, dedicated: 1).
     #[arg(long, value_delimiter = ',')]
     io_threads: Vec<usize>,
-    /// One publisher, `--receivers` members of a group instead of one-way messages (issue
-    /// #13): deliveries/s, ns per delivery and the most bytes one link carried per publish,
-    /// over mem, shm, tcp4 and relay4 (of `--transports`), beside the same fan-out done with
-    /// one unicast send per member in the same run.
+    /// One publisher, `--receivers` members of a group instead of one-way messages:
+    /// deliveries/s, ns per delivery and the most bytes one link carried per publish, over
+    /// mem, shm, tcp4 and relay4 (of `--transports`), beside the same fan-out done with one
+    /// unicast send per member in the same run.
     #[arg(long)]
     broadcast: bool,
     /// Members per `--broadcast` row, comma-separated.
