@@ -109,7 +109,8 @@ impl<B> Default for Handover<B> {
     }
 }
 
-fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+/// `m`'s guard, poisoned or not.
+pub(crate) fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic while holding one of these locks leaves plain data behind; keep going.
     m.lock().unwrap_or_else(|p| p.into_inner())
 }

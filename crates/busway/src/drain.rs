@@ -3,9 +3,10 @@
 //! its multicasts) given the time to ask it for what a link or relay lost.
 
 use crate::limits::{DRAIN_LINKS_BACK_MS, DRAIN_LINKS_POLL_MS, DRAIN_QUIET_MS};
-use crate::node::Node;
+use crate::node::{Node, PeerInfo};
 use busway_core::BusId;
 use std::collections::BTreeMap;
+use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -33,22 +34,25 @@ impl Node {
             return true;
         }
         let links_back_by = Instant::now() + Duration::from_millis(DRAIN_LINKS_BACK_MS);
+        let copies_sent = || self.shared().counters.group_copies_sent.load(Relaxed);
         let moment = || {
             (
-                self.stats().group_copies_sent,
-                self.links_to_members(&groups),
+                copies_sent(),
+                links_to_members(self, &groups, &self.peers()),
             )
         };
         // The peers that led to members, with the incarnation they had then.
         let mut led = BTreeMap::new();
         loop {
-            let up = self.links_to_members(&groups);
-            for p in self.peers() {
+            let peers = self.peers();
+            let up = links_to_members(self, &groups, &peers);
+            for p in &peers {
                 if up.iter().any(|&(id, _)| id == p.id) {
                     led.insert(p.id, p.incarnation);
                 }
             }
-            if self.links_pending(&up, &led) && Instant::now() < links_back_by {
+            let pending = links_pending(self.upstream_id(), &peers, &up, &led);
+            if pending && Instant::now() < links_back_by {
                 // Polled: interest arrives as messages, not events.
                 tokio::time::sleep(Duration::from_millis(DRAIN_LINKS_POLL_MS)).await;
                 continue;
@@ -71,37 +75,37 @@ impl Node {
             }
         }
     }
+}
 
-    /// The peers this node sends `groups`' publishes to, sorted, each with whether a link to
-    /// it is up.
-    fn links_to_members(&self, groups: &[String]) -> Vec<(BusId, bool)> {
-        let peers = self.peers();
-        let mut ids: Vec<BusId> = groups.iter().flat_map(|g| self.group_links(g)).collect();
-        ids.sort_unstable();
-        ids.dedup();
-        let up = |id: BusId| peers.iter().any(|p| p.id == id && p.up);
-        ids.into_iter().map(|id| (id, up(id))).collect()
-    }
+/// The peers `node` sends `groups`' publishes to, sorted, each with whether a link to it is
+/// up (among `peers`, one look at the node's peers).
+fn links_to_members(node: &Node, groups: &[String], peers: &[PeerInfo]) -> Vec<(BusId, bool)> {
+    let mut ids: Vec<BusId> = groups.iter().flat_map(|g| node.group_links(g)).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    let up = |id: BusId| peers.iter().any(|p| p.id == id && p.up);
+    ids.into_iter().map(|id| (id, up(id))).collect()
+}
 
-    /// Whether links to members may yet come back: one is down (its peer may reconnect: what
-    /// it asked for is kept meanwhile), a peer that led to members (`led`, with its
-    /// incarnation then) is up again as a new incarnation that has not asked again, or the
-    /// upstream led to members and is down (it is dialed again).
-    fn links_pending(&self, up: &[(BusId, bool)], led: &BTreeMap<BusId, u64>) -> bool {
-        if up.iter().any(|&(_, up)| !up) {
-            return true;
-        }
-        let peers = self.peers();
-        let is_up = |id: BusId| peers.iter().any(|p| p.id == id && p.up);
-        if self
-            .upstream_id()
-            .is_some_and(|u| led.contains_key(&u) && !is_up(u))
-        {
-            return true;
-        }
-        peers.iter().any(|p| {
-            let restarted = led.get(&p.id).is_some_and(|&i| i != p.incarnation);
-            p.up && restarted && !up.iter().any(|&(id, _)| id == p.id)
-        })
+/// Whether links to members may yet come back: one is down (its peer may reconnect: what it
+/// asked for is kept meanwhile), a peer that led to members (`led`, with its incarnation
+/// then) is up again as a new incarnation that has not asked again, or the `upstream` led to
+/// members and is down (it is dialed again).
+fn links_pending(
+    upstream: Option<BusId>,
+    peers: &[PeerInfo],
+    up: &[(BusId, bool)],
+    led: &BTreeMap<BusId, u64>,
+) -> bool {
+    if up.iter().any(|&(_, up)| !up) {
+        return true;
     }
+    let is_up = |id: BusId| peers.iter().any(|p| p.id == id && p.up);
+    if upstream.is_some_and(|u| led.contains_key(&u) && !is_up(u)) {
+        return true;
+    }
+    peers.iter().any(|p| {
+        let restarted = led.get(&p.id).is_some_and(|&i| i != p.incarnation);
+        p.up && restarted && !up.iter().any(|&(id, _)| id == p.id)
+    })
 }

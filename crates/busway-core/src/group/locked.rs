@@ -8,16 +8,11 @@ use super::forwards::{Push, Pushed, WaitingForwards};
 use super::repairs::Repairs;
 use super::state::GroupState;
 use super::stream::HeldBudget;
-use crate::turns::{Batch, Delivered, InTurn};
+use crate::turns::{locked, Batch, Delivered, InTurn};
 use crate::BusId;
 use bytes::Bytes;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard};
-
-fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // A panic while holding one of these locks leaves plain data behind; keep going.
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
 
 /// A node's group state, behind its locks.
 pub struct GroupTable {

@@ -198,10 +198,13 @@ impl crate::ring_link::GroupMessages for Shared {
         if !self.config.group_logs {
             return Err("group logs are off on this node (NodeConfig::group_logs)".into());
         }
-        if !self.groups.lock().wants(offer.name) {
-            return Err("this node does not want the group".into());
-        }
-        let group = self.groups.lock().name_of(offer.name);
+        let group = {
+            let groups = self.groups.lock();
+            if !groups.wants(offer.name) {
+                return Err("this node does not want the group".into());
+            }
+            groups.name_of(offer.name)
+        };
         crate::group::log_in::open(from, offer, group, self.config.shm_ring_bytes)
     }
 
