@@ -5,20 +5,20 @@
 //! costs.
 
 use crate::addr::Addr;
-use crate::admission::Admission;
-use crate::call_table::CallTable;
-use crate::config::NodeConfig;
-use crate::deferred::Deferred;
-use crate::dial::Dial;
-use crate::event::{DownReason, Event, Path};
-use crate::event_queue::EventQueue;
-use crate::hints::Hints;
-use crate::inbox::InboxSender;
-use crate::io_loops::IoLoops;
+use crate::link::admission::Admission;
+use crate::link::dial::Dial;
+use crate::link::io_loops::IoLoops;
+use crate::node::config::NodeConfig;
+use crate::node::event::{DownReason, Event, Path};
+use crate::node::event_queue::EventQueue;
+use crate::node::inbox::InboxSender;
+use crate::node::stats::{bump, Counters};
+use crate::peer::deferred::Deferred;
+use crate::peer::table::{Attached, PeerTable};
 use crate::peer::Peer;
-use crate::peer_table::{Attached, PeerTable};
-use crate::relayed_table::RelayedTable;
-use crate::stats::{bump, Counters};
+use crate::route::hints::Hints;
+use crate::route::relayed_table::RelayedTable;
+use crate::rpc::call_table::CallTable;
 use busway_core::group::locked::GroupTable;
 use busway_core::handshake::{caps, local_hello, Established, Hello, NonceCache, NONCE_LEN};
 use busway_core::link::Now;
@@ -53,7 +53,7 @@ pub(crate) struct Shared {
     pub(crate) groups: GroupTable,
     /// Hands what links decide for the application's group streams to the inbox in the
     /// order decided.
-    pub(crate) handover: busway_core::turns::Handover<crate::message::MessageBatch>,
+    pub(crate) handover: busway_core::turns::Handover<crate::node::message::MessageBatch>,
     /// Notified when this node starts taking part in groups (it joins, or a peer asks for a
     /// group): links with rings stop looking at them only every `RING_IDLE_WATCH_MS`.
     pub(crate) groups_active: tokio::sync::Notify,
@@ -64,11 +64,11 @@ pub(crate) struct Shared {
     pub(crate) multicasts:
         busway_core::turns::InTurn<busway_core::multicast::state::MulticastState>,
     /// What etcd says of the other nodes (`NodeConfig::etcd`), and this node's session there.
-    pub(crate) directory: crate::directory::Directory,
+    pub(crate) directory: crate::discovery::directory::Directory,
     /// Repeated warnings about connections, held back per host (`warn_limit`).
-    pub(crate) warnings: crate::warn_limit::WarnLimiter,
+    pub(crate) warnings: crate::link::warn_limit::WarnLimiter,
     /// What downstreams registered here, and what this node registered upstream.
-    pub(crate) registrations: crate::registration_table::Registrations,
+    pub(crate) registrations: crate::route::registration_table::Registrations,
     /// Peers whose rings hold single sends not yet published.
     pub(crate) deferred: Arc<Deferred>,
     pub(crate) counters: Arc<Counters>,
@@ -199,7 +199,7 @@ impl Shared {
     /// `WARN_WINDOW_MS` per host and kind, with how many were held back since
     /// (`warn_limit`); counters and events see every one.
     pub(crate) fn warn_repeated(&self, what: &'static str, remote: &str, why: &str) {
-        let key = format!("{what} {}", crate::warn_limit::host_of(remote));
+        let key = format!("{what} {}", crate::link::warn_limit::host_of(remote));
         if let Some(held_back) = self.warnings.admit(&key, self.clock_ms()) {
             tracing::warn!(%remote, %why, held_back, "{what}");
         }

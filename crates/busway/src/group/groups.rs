@@ -8,12 +8,12 @@
 //! relay fans out to the members linked to it. Each PUBLISH is a message of its pair like any
 //! other: numbered, acknowledged, and resent over a link that drops and comes back.
 
-use crate::event::Path;
 use crate::group::Delivered;
-use crate::message::MessageBatch;
+use crate::node::event::Path;
+use crate::node::message::MessageBatch;
+use crate::node::stats::bump;
 use crate::node::Node;
 use crate::shared::Shared;
-use crate::stats::bump;
 use busway_core::frame::FrameKind;
 use busway_core::group::calls::check_publish;
 use busway_core::group::check_name;
@@ -174,7 +174,7 @@ impl Node {
     }
 }
 
-impl crate::ring_link::GroupMessages for Shared {
+impl crate::peer::ring_link::GroupMessages for Shared {
     fn sort_out(&self, from: BusId, chunk: &Bytes, spans: &mut Vec<(u32, u32)>) -> bool {
         self.sort_out_groups(from, chunk, spans)
     }

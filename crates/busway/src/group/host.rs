@@ -5,13 +5,13 @@
 //! events. Also the calls the rest of the runtime makes into those machines (a REPAIR read, a
 //! link up, the timers).
 
-use crate::event::Event;
 use crate::group::Delivered;
+use crate::node::event::Event;
+use crate::node::stats::bump;
 use crate::node::SendError;
 use crate::peer::{Peer, PushError};
-use crate::routing::Hops;
+use crate::route::Hops;
 use crate::shared::Shared;
-use crate::stats::bump;
 use busway_core::frame::FrameKind;
 use busway_core::group::forwards::{Push, WaitingForwards};
 use busway_core::group::host::{Host, Report, Routes, Unsent};

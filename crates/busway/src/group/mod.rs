@@ -30,4 +30,5 @@ pub(crate) mod relay;
 
 /// What one read or timer delivers to this node's application, handed to the inbox in the
 /// order decided (see `busway_core::turns`).
-pub(crate) type Delivered<'a> = busway_core::turns::Delivered<'a, crate::message::MessageBatch>;
+pub(crate) type Delivered<'a> =
+    busway_core::turns::Delivered<'a, crate::node::message::MessageBatch>;

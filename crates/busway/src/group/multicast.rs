@@ -10,10 +10,10 @@
 //! what a relay loses (it died, or a link's queue was full) the receiver sees as a gap in its
 //! numbers and asks the source to repair, as a group member does.
 
+use crate::node::stats::bump;
 use crate::node::Node;
 use crate::peer::PushError;
-use crate::routing::Hops;
-use crate::stats::bump;
+use crate::route::Hops;
 use busway_core::frame::FrameKind;
 use busway_core::multicast::calls::receivers;
 use busway_core::multicast::encode_multicast_head;
@@ -100,7 +100,7 @@ impl Node {
             }
         }
         if to_me {
-            let batch = crate::message::MessageBatch::single(me, payload);
+            let batch = crate::node::message::MessageBatch::single(me, payload);
             shared.inbox.deliver(batch).await;
             reached += 1;
         }

@@ -1,9 +1,9 @@
 //! What the three parts of a link task (handshake and timers, reader, writer) share: the lock
 //! around the link's state machine, and how its verdicts become a `DownReason`.
 
-use crate::event::DownReason;
+use crate::node::event::DownReason;
+use crate::node::stats::bump;
 use crate::shared::Shared;
-use crate::stats::bump;
 use busway_core::link::{Link, LinkError};
 use busway_core::{BusId, DecodeError};
 use std::sync::{Mutex, MutexGuard};

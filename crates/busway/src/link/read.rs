@@ -2,17 +2,17 @@
 //! reports, and hands the messages of each read to the inbox as one batch cut out of the read.
 
 use super::machine::{down_reason, lock};
-use crate::event::DownReason;
 use crate::limits::{
     IDLE_READ_BYTES, READ_CHUNK_FIRST_BYTES, READ_CHUNK_MAX_BYTES, READ_CHUNK_MIN_BYTES,
 };
-use crate::message::MessageBatch;
+use crate::node::event::DownReason;
+use crate::node::message::MessageBatch;
+use crate::node::stats::bump;
+use crate::peer::ring_rx::InboundRing;
+use crate::peer::shm_link::ShmLink;
 use crate::peer::Peer;
-use crate::ring_rx::InboundRing;
-use crate::routing::inner_spans;
+use crate::route::inner_spans;
 use crate::shared::Shared;
-use crate::shm_link::ShmLink;
-use crate::stats::bump;
 use busway_core::control::{ack_frame, Close};
 use busway_core::frame::SPAN_LEN_MASK;
 use busway_core::link::{Link, LinkError, LinkEvent, Spans};

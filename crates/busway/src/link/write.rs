@@ -3,9 +3,9 @@
 
 use super::machine::lock;
 use crate::limits::{WRITEV_SEGMENTS_MAX, WRITE_BATCH_IDLE_PARTS};
+use crate::peer::ring_tx::{wait_for_room, Flush, RingWriter};
+use crate::peer::shm_link::ShmLink;
 use crate::peer::{Peer, Take};
-use crate::ring_tx::{wait_for_room, Flush, RingWriter};
-use crate::shm_link::ShmLink;
 use busway_core::channel::Channel;
 use busway_core::control::{ack_frame, Close, CloseCode};
 use busway_core::link::Link;

@@ -3,7 +3,7 @@
 //! link ends.
 
 use super::Peer;
-use crate::ring_tx::{Flush, RingWriter};
+use crate::peer::ring_tx::{Flush, RingWriter};
 use busway_shm::Ring;
 use busway_shm::RingError;
 use std::sync::atomic::Ordering::Relaxed;

@@ -10,9 +10,9 @@
 //! `REGISTER_RETRY_MS`, and closes no link.
 
 use crate::limits::{FORWARD_WAIT_MS, REGISTER_WAIT_MS};
+use crate::node::stats::bump;
 use crate::peer::Peer;
 use crate::shared::Shared;
-use crate::stats::bump;
 use busway_core::frame::{frame_bytes, FrameKind};
 use busway_core::handshake::caps;
 use busway_core::registry::{Answered, Gate, IdRange, RegisterOp};

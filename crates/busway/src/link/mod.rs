@@ -1,3 +1,21 @@
+//! The link part: connections, from the socket to the protocol machine and back.
+//!
+//! **Owns**: the transports (TCP, TLS, Unix; `transport`, `tls`), the listeners' accept loops
+//! and the dial loops with their backoff (`connector`, `backoff`, `dial`), the limits on
+//! connections and handshakes (`admission`), the held-back warnings about them
+//! (`warn_limit`), the I/O loops every link runs on (`io_loops`), and each connection's task
+//! (this module, `read`, `write`, `machine`).
+//!
+//! **Runs on**: the node's I/O loops (threads each running a single-threaded tokio runtime);
+//! one task per connection owns both halves of its socket.
+//!
+//! **May call**: the peer part (attach a link to its `Peer`, take its queued frames, ring
+//! negotiation), the route part (relayed frames, registrations, hints), the inbox's sender and
+//! the node's events and counters, through `Shared`. It decides nothing of the protocol:
+//! busway-core's `link::Link` does.
+//!
+//! # One connection
+//!
 //! One connection's life, driven by its protocol state machine ([`busway_core::link::Link`]):
 //! handshake, then a reader, a writer and the machine's timers, then teardown.
 //!
@@ -11,21 +29,30 @@
 //! `async fn` keeps each argument twice in its future (as passed, and moved into its body),
 //! and an idle connection's memory is mostly these nested futures.
 
+pub(crate) mod admission;
+pub(crate) mod backoff;
+pub(crate) mod connector;
+pub(crate) mod dial;
+pub(crate) mod io_loops;
+pub(crate) mod tls;
+pub(crate) mod transport;
+pub(crate) mod warn_limit;
+
 mod machine;
 mod read;
 #[cfg(test)]
 mod tests;
 mod write;
 
-use crate::admission::Handshaking;
-use crate::dial::{Dial, Outcome};
-use crate::event::{DownReason, Event};
 use crate::limits::{HEARTBEAT_MISSES_MAX, READ_CHUNK_FIRST_BYTES};
+use crate::link::admission::Handshaking;
+use crate::link::dial::{Dial, Outcome};
+use crate::link::transport::{StdStream, Stream};
+use crate::node::event::{DownReason, Event};
+use crate::node::stats::bump;
+use crate::peer::shm_link::ShmLink;
 use crate::peer::Peer;
 use crate::shared::Shared;
-use crate::shm_link::ShmLink;
-use crate::stats::bump;
-use crate::transport::{StdStream, Stream};
 use busway_core::cert_ids::CertIds;
 use busway_core::control::{ack_frame, Close, CloseCode};
 use busway_core::handshake::{Established, HandshakeError};

@@ -1,3 +1,20 @@
+//! The peer part: the node's direct neighbors and what it keeps for each.
+//!
+//! **Owns**: the table of peers (`table`: one [`Peer`] per bus id, which is the upstream, the
+//! wake-up on a change), each peer's outbox and its ring writer (this module, `ring`,
+//! `ring_tx`), the rings' negotiation and the state a link shares with the reader of its
+//! peer's ring (`shm_link`, `ring_link`), that reader (`ring_rx`), and the peers whose rings
+//! hold sends not yet published (`deferred`).
+//!
+//! **Runs on**: the application's threads (pushes, waits for room, the ring reader inside the
+//! inbox) and the I/O loop of the one link attached to a peer at a time (its writer takes,
+//! its reader acknowledges). Every peer has its own lock; none is held across peers.
+//!
+//! **May call**: the inbox's sender and the node's counters; the ring reader hands what it
+//! reads to the group and rpc parts' sorting, as a socket's reader does.
+//!
+//! # One peer
+//!
 //! What a node keeps about one peer: its outbox (messages queued, written and not yet
 //! acknowledged), where its incoming numbering stands, and the link it is reached by, if any.
 //!
@@ -6,8 +23,15 @@
 //! Shared by the application (any thread: `push_*`, `wait_for_room`) and the one link attached
 //! at a time (its writer: `take`; its reader: `delivered`, `ack`).
 
+pub(crate) mod deferred;
+pub(crate) mod ring_link;
+pub(crate) mod ring_rx;
+pub(crate) mod ring_tx;
+pub(crate) mod shm_link;
+pub(crate) mod table;
+
 use crate::limits::{COPY_PAYLOAD_BYTES_MAX, RING_DEFER_BYTES_MAX};
-use crate::ring_tx::{Flush, RingWriter};
+use crate::peer::ring_tx::{Flush, RingWriter};
 use busway_core::frame::FrameKind;
 use busway_core::group::forwards::CAUGHT_UP_ROOM_BYTES;
 use busway_core::handshake::{caps, Established, Hello};

@@ -3,7 +3,7 @@
 //! Each dedicated loop is one thread running a single-threaded tokio runtime; a link is spawned
 //! onto one loop and stays there. Other threads reach a loop only by spawning onto its handle.
 
-use crate::config::IoThreads;
+use crate::node::config::IoThreads;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::Mutex;
 use tokio::runtime::Handle;

@@ -6,9 +6,9 @@
 //! its peer restarted, dead or unknown). A reply that finds no call (it came after the end) is
 //! dropped and counted, never given to another call: ids are never reused by a node.
 
-use crate::event::Path;
-use crate::request::{Replier, Request};
-use crate::stats::{bump, Counters};
+use crate::node::event::Path;
+use crate::node::stats::{bump, Counters};
+use crate::rpc::request::{Replier, Request};
 use busway_core::frame::{
     CALL_HEADER_LEN, REPLY_HEADER_LEN, REPLY_OK, SPAN_CALL, SPAN_LEN_MASK, SPAN_REPLY,
 };

@@ -4,7 +4,7 @@
 //! next hops. This module owns those; `routing` decides with them.
 
 use crate::id_hash::IdHashState;
-use crate::remote::Remote;
+use crate::route::remote::Remote;
 use busway_core::e2e::Arrivals;
 use busway_core::routed::RoutedHeader;
 use busway_core::BusId;

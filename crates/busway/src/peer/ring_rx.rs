@@ -12,9 +12,9 @@ use crate::limits::{
     GROUP_LOG_READ_BYTES_MAX, RING_ACK_EVERY_BYTES, RING_READ_RECORDS_MAX, RING_STASH_BYTES_MAX,
     RING_WAIT_POLL_MS,
 };
-use crate::message::MessageBatch;
-use crate::ring_link::RingLink;
-use crate::stats::bump;
+use crate::node::message::MessageBatch;
+use crate::node::stats::bump;
+use crate::peer::ring_link::RingLink;
 use busway_core::control::ack_frame;
 use busway_core::frame::{
     message_spans, FrameKind, HEADER_LEN, SPAN_GROUP_LOG, SPAN_LEN_MASK, SPAN_TAG_MASK,

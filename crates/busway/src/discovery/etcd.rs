@@ -8,17 +8,17 @@
 //! etcd is back. A node killed without a word disappears from the others' view when its
 //! lease expires; `Node::shutdown` revokes it at once.
 
-use crate::backoff::Backoff;
+use crate::link::backoff::Backoff;
 use crate::shared::Shared;
 use busway_core::BusId;
 use etcd_client::{Client, ConnectOptions, EventType, GetOptions, PutOptions, WatchOptions};
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use crate::directory::DiscoveredNode;
+use crate::discovery::directory::DiscoveredNode;
 use std::time::Duration;
 
-use crate::etcd_config::EtcdConfig;
+use crate::discovery::etcd_config::EtcdConfig;
 
 /// Longest a connection to etcd, or one request, may take, in milliseconds.
 const ETCD_REQUEST_TIMEOUT_MS: u64 = 3_000;

@@ -10,12 +10,12 @@
 //! goes back through relays (a later hint may bring the direct link back).
 
 use crate::addr::Addr;
-use crate::backoff::Backoff;
-use crate::dial::{Dial, Outcome};
 use crate::link;
+use crate::link::backoff::Backoff;
+use crate::link::dial::{Dial, Outcome};
+use crate::link::transport;
 use crate::peer::Peer;
 use crate::shared::Shared;
-use crate::transport;
 use busway_core::BusId;
 use std::sync::Arc;
 

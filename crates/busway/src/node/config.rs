@@ -104,7 +104,7 @@ pub struct NodeConfig {
     /// which must name its bus id (and its `subtree`), its key, and the authorities peers'
     /// certificates must come from. `None`: no `tls://` address may be configured, and hinted
     /// ones are not dialed.
-    pub tls: Option<crate::tls::TlsConfig>,
+    pub tls: Option<crate::link::tls::TlsConfig>,
     /// Bytes of its recent publishes a publisher keeps per group (payloads, plus 64 bytes
     /// each), to send copies to a member that lost some (a relay died with them); a member
     /// that asks for older ones is told they are lost (`Event::GroupGap`). Default
@@ -112,7 +112,7 @@ pub struct NodeConfig {
     pub group_retain_bytes: usize,
     /// Discovery through etcd: this node registers there and finds the nodes it has no link
     /// or route to there (see `EtcdConfig`). `None` (the default): static addresses only.
-    pub etcd: Option<crate::etcd_config::EtcdConfig>,
+    pub etcd: Option<crate::discovery::etcd_config::EtcdConfig>,
     /// Who may join and publish to which groups at this node (see `GroupPermissions`):
     /// `None`, the default, lets everyone (as before); with rules, a join or publish no rule
     /// allows is refused with the reason, which the sender's application gets as
@@ -183,7 +183,7 @@ impl NodeConfig {
     }
 
     /// Sets [`NodeConfig::tls`].
-    pub fn tls(mut self, tls: crate::tls::TlsConfig) -> Self {
+    pub fn tls(mut self, tls: crate::link::tls::TlsConfig) -> Self {
         self.tls = Some(tls);
         self
     }

@@ -1,6 +1,6 @@
 //! What the application receives: messages, in batches that share one buffer.
 
-use crate::request::{ReplyError, Request};
+use crate::rpc::request::{ReplyError, Request};
 use busway_core::frame::{CALL_HEADER_LEN, REPLY_HEADER_LEN, SPAN_CALL, SPAN_LEN_MASK, SPAN_REPLY};
 use busway_core::BusId;
 use bytes::Bytes;

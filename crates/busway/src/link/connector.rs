@@ -2,12 +2,12 @@
 //! loop (redialed with backoff), each handing its connections to `link`.
 
 use crate::addr::Addr;
-use crate::backoff::Backoff;
-use crate::dial::{Dial, Outcome};
-use crate::event::Event;
 use crate::link;
+use crate::link::backoff::Backoff;
+use crate::link::dial::{Dial, Outcome};
+use crate::link::transport::{self, StdListener};
+use crate::node::event::Event;
 use crate::shared::Shared;
-use crate::transport::{self, StdListener};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,3 +1,19 @@
+//! The route part: where a message for a bus id goes, and the traffic through relays.
+//!
+//! **Owns**: the relayed destinations and sources (`relayed_table`, `remote`), the queuing of
+//! a message on its way (`outgoing`), the registrations along the tree (`registrations`,
+//! `registration_table`), and the on-demand direct links (`hints`, `direct`); the pump and
+//! retry tasks (this module).
+//!
+//! **Runs on**: the application's threads (sends), the links' I/O loops (relayed frames,
+//! end-to-end control), and the pump and retry tasks on an I/O loop.
+//!
+//! **May call**: the peer part's queues and table, the discovery part's look-up of an id with
+//! no route, the link part's dialer (a direct link), and the node's events and counters.
+//! The rules (next hop, TTL, end-to-end numbering, when to hint) are busway-core's.
+//!
+//! # Routing
+//!
 //! Routes through relays: which neighbor takes a message for a destination, what a relay does
 //! with a ROUTED frame that is not for it, and the end-to-end numbering of relayed messages.
 //!
@@ -7,14 +23,22 @@
 //! are ROUTED traffic too: a relay sends them here, and a source queues what it hears for
 //! `direct`, which dials (and calls back into nothing here but `release_if_drained`).
 
+pub(crate) mod direct;
+pub(crate) mod hints;
+pub(crate) mod outgoing;
+pub(crate) mod registration_table;
+pub(crate) mod registrations;
+pub(crate) mod relayed_table;
+pub(crate) mod remote;
+
 use crate::addr::Addr;
-use crate::event::Path;
 use crate::limits::{
     FORGET_SWEEP_INTERVAL_MS, FORWARD_QUEUE_BYTES_MAX, FORWARD_WAIT_MS, ROUTED_RESEND_AFTER_MS,
     ROUTED_RETRY_INTERVAL_MS,
 };
+use crate::node::event::Path;
 use crate::peer::Peer;
-use crate::remote::Remote;
+use crate::route::remote::Remote;
 use crate::shared::Shared;
 use busway_core::e2e::{Check, FailOutcome, Verdict};
 use busway_core::frame::{FrameDecoder, FrameKind, BODY_LEN_CEILING, HEADER_LEN};
@@ -627,7 +651,7 @@ fn dialable(addr: &str, seen_at: &str) -> Option<String> {
 }
 
 fn bumped_congestion(shared: &Shared) {
-    crate::stats::bump(&shared.counters.relay_congested);
+    crate::node::stats::bump(&shared.counters.relay_congested);
 }
 
 /// The messages inside a ROUTED DATA frame's inner part, as (offset from the inner part's

@@ -1,25 +1,48 @@
+//! The node part: the public handle and what the application sees of a node.
+//!
+//! **Owns**: [`Node`] (start, send, receive, call, join, flush, drain, shutdown; `drain`), its
+//! configuration and the config file (`config`, `config_file`), the inbox and the messages it
+//! yields (`inbox`, `message`), the events and their queue (`event`, `event_queue`), and the
+//! counters (`stats`).
+//!
+//! **Runs on**: the application's threads and tasks; the inbox also reads peers' rings there.
+//! At start it builds `Shared` and spawns the other parts' tasks on the I/O loops.
+//!
+//! **May call**: every other part, through `Shared`: it is the top of the runtime.
+//!
+//! # The handle
+//!
 //! The public face of busway: a node with a bus id that sends to and receives from peers.
 
+pub(crate) mod config;
+pub(crate) mod config_file;
+pub(crate) mod drain;
+pub(crate) mod event;
+pub(crate) mod event_queue;
+pub(crate) mod inbox;
+pub(crate) mod message;
+pub(crate) mod stats;
+
 use crate::addr::Addr;
-use crate::call_table::CallTable;
-use crate::config::NodeConfig;
-use crate::connector::{accept_loop, dial_loop};
-use crate::deferred::Deferred;
-use crate::event::{Event, Path};
-use crate::event_queue::EventQueue;
-use crate::hints::Hints;
-use crate::inbox::{inbox, Inbox};
-use crate::io_loops::IoLoops;
 use crate::limits::CALLS_PENDING_MAX;
 use crate::limits::REROUTES_MAX;
-use crate::message::MessageBatch;
+use crate::link::connector::{accept_loop, dial_loop};
+use crate::link::io_loops::IoLoops;
+use crate::link::transport;
+use crate::node::config::NodeConfig;
+use crate::node::event::{Event, Path};
+use crate::node::event_queue::EventQueue;
+use crate::node::inbox::{inbox, Inbox};
+use crate::node::message::MessageBatch;
+use crate::node::stats::{Counters, Stats};
+use crate::peer::deferred::Deferred;
+use crate::peer::table::PeerTable;
 use crate::peer::PushError;
-use crate::peer_table::PeerTable;
-use crate::relayed_table::RelayedTable;
-use crate::routing::Route;
+use crate::route::hints::Hints;
+use crate::route::relayed_table::RelayedTable;
+use crate::route::Route;
+use crate::rpc::call_table::CallTable;
 use crate::shared::{random_bytes, Shared};
-use crate::stats::{Counters, Stats};
-use crate::transport;
 use busway_core::group::locked::GroupTable;
 use busway_core::multicast::state::MulticastState;
 use busway_core::BusId;
@@ -240,7 +263,7 @@ impl Node {
         let loops = IoLoops::start(config.io_threads, &format!("busway-{}", config.id))
             .map_err(StartError::Io)?;
         let events = Arc::new(EventQueue::new());
-        let admission = crate::admission::Admission::new(config.connections_max);
+        let admission = crate::link::admission::Admission::new(config.connections_max);
         let deferred = Arc::<Deferred>::default();
         let (inbox_tx, inbox_rx) =
             inbox(config.inbox_bytes_max, config.shm_spins, deferred.clone());
@@ -258,7 +281,7 @@ impl Node {
         let id = config.id;
         let shared = Arc::new(Shared {
             incarnation: u64::from_le_bytes(random_bytes::<8>()),
-            host_id: crate::shm_link::host_identity(),
+            host_id: crate::peer::shm_link::host_identity(),
             config,
             listen_addrs,
             peers: PeerTable::default(),
@@ -290,7 +313,7 @@ impl Node {
             next_seq_to_self: Default::default(),
             shutdown_tx,
         });
-        let replier: Arc<dyn crate::request::Replier> = shared.clone();
+        let replier: Arc<dyn crate::rpc::request::Replier> = shared.clone();
         shared.calls.set_replier(Arc::downgrade(&replier));
         for l in listeners {
             let shared2 = shared.clone();
@@ -548,7 +571,7 @@ impl Node {
     /// What this node knows from etcd (`NodeConfig::etcd`): whether its session is up, how
     /// often it registered, the last error, and the nodes registered there; `None` without
     /// etcd.
-    pub fn discovery(&self) -> Option<crate::directory::DiscoveryInfo> {
+    pub fn discovery(&self) -> Option<crate::discovery::directory::DiscoveryInfo> {
         let shared = self.shared();
         shared.config.etcd.as_ref()?;
         Some(shared.directory.info())

@@ -1,12 +1,28 @@
+//! The rpc part: calls and their replies.
+//!
+//! **Owns**: the calls this node made and waits on (`call_table`), and a received request
+//! with its one answer (`request`).
+//!
+//! **Runs on**: the application's tasks (`Node::call`, `Request::reply`) and wherever messages
+//! are delivered (a link's reader, the ring reader), which sort replies out to their callers.
+//!
+//! **May call**: the route part's queuing (a CALL or REPLY is a message on its path) and the
+//! node's counters.
+//!
+//! # Request/reply
+//!
 //! Request/reply: `Node::call` sends a CALL and waits for its REPLY; a received request is
 //! answered through the node (`Replier`). Requests and replies are messages like any other on
 //! their path: numbered, in order with plain sends of the same pair, held and resent across a
 //! dropped link, reported when given up.
 
-use crate::call_table::{reply_head, CallError, Reply};
-use crate::message::MessageBatch;
+pub(crate) mod call_table;
+pub(crate) mod request;
+
+use crate::node::message::MessageBatch;
 use crate::node::Node;
-use crate::request::{Replier, ReplyError, ReplyFuture};
+use crate::rpc::call_table::{reply_head, CallError, Reply};
+use crate::rpc::request::{Replier, ReplyError, ReplyFuture};
 use crate::shared::Shared;
 use busway_core::frame::{FrameKind, CALL_HEADER_LEN, REPLY_HEADER_LEN, SPAN_CALL};
 use busway_core::BusId;

@@ -22,9 +22,9 @@
 //! `GROUP_INBOX_BYTES_MAX` instead: past it, links stop reading (socket links wait for room,
 //! ring readers leave their rings unread) until the application takes them.
 
-use crate::deferred::Deferred;
-use crate::message::{Message, MessageBatch};
-use crate::ring_rx::{InboundRing, Polled, WakeInbox};
+use crate::node::message::{Message, MessageBatch};
+use crate::peer::deferred::Deferred;
+use crate::peer::ring_rx::{InboundRing, Polled, WakeInbox};
 use busway_core::take_order::{Sources, TakeOrder};
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;

@@ -8,11 +8,11 @@
 //! its link: what it held unacknowledged is written again on the next link, like anything else.
 
 use crate::limits::{RING_IDLE_WATCH_MS, RING_REPLY_WATCH_MS};
+use crate::node::stats::bump;
+use crate::peer::ring_link::RingLink;
+use crate::peer::ring_rx::{take_over_replies, RingReader};
 use crate::peer::Peer;
-use crate::ring_link::RingLink;
-use crate::ring_rx::{take_over_replies, RingReader};
 use crate::shared::Shared;
-use crate::stats::bump;
 use busway_shm::announce::{Announced, InProcess};
 use busway_shm::ring::{Binding, Consumer, Producer, Ring};
 use busway_shm::Segment;
@@ -74,7 +74,7 @@ impl ShmLink {
             shared.counters.clone(),
             shared.calls.clone(),
             shared.config.frame_body_max,
-            Arc::downgrade(&shared) as Weak<dyn crate::ring_link::GroupMessages>,
+            Arc::downgrade(&shared) as Weak<dyn crate::peer::ring_link::GroupMessages>,
         );
         Self {
             shared,

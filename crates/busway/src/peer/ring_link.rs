@@ -2,10 +2,10 @@
 //! the link still stands, why the ring could not be read, acknowledgements due, and whether
 //! the ring was read out. Knows nothing of the node: the reader needs no more than this.
 
-use crate::call_table::CallTable;
 use crate::limits::{RING_ACK_DELAY_MS, RING_DRAIN_POLL_MS};
+use crate::node::stats::Counters;
 use crate::peer::Peer;
-use crate::stats::Counters;
+use crate::rpc::call_table::CallTable;
 use busway_core::control::ack_frame;
 use busway_core::BusId;
 use busway_shm::ring::ReadWaiter;

@@ -1,11 +1,11 @@
 //! Where a message to a bus id goes, and queuing it there: shared by `Node`'s sends and by
 //! calls (their requests and replies).
 
-use crate::event::Path;
 use crate::limits::{REROUTES_MAX, ROUTED_OVERHEAD_BYTES_MAX};
+use crate::node::event::Path;
 use crate::node::SendError;
 use crate::peer::PushError;
-use crate::routing::Route;
+use crate::route::Route;
 use crate::shared::Shared;
 use busway_core::frame::FrameKind;
 use busway_core::BusId;
@@ -123,7 +123,7 @@ impl Shared {
         match self.route_for(dst, len) {
             #[cfg(feature = "etcd")]
             Err(SendError::NoRoute(_)) if self.discover(dst) => {
-                let wait = Duration::from_millis(crate::discovery::DISCOVERED_DIAL_WAIT_MS);
+                let wait = Duration::from_millis(crate::discovery::etcd::DISCOVERED_DIAL_WAIT_MS);
                 self.wait_for_peer(dst, wait).await;
                 self.route_for(dst, len)
             }
@@ -140,7 +140,7 @@ impl Shared {
             .copied()
             .filter(|&id| self.discover(id))
             .collect();
-        let wait = Duration::from_millis(crate::discovery::DISCOVERED_DIAL_WAIT_MS);
+        let wait = Duration::from_millis(crate::discovery::etcd::DISCOVERED_DIAL_WAIT_MS);
         let deadline = tokio::time::Instant::now() + wait;
         for &id in &dialed {
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());

@@ -5,7 +5,7 @@
 //! example (`busway config example` prints it), every key at its default.
 
 use crate::addr::Addr;
-use crate::config::{IoThreads, NodeConfig};
+use crate::node::config::{IoThreads, NodeConfig};
 use busway_core::handshake::Secret;
 use busway_core::BusId;
 use serde::Deserialize;
@@ -174,14 +174,14 @@ impl NodeConfig {
             let at = line_of(text, tls.span().start);
             let t = tls.get_ref();
             c.tls = Some(
-                crate::tls::TlsConfig::from_pem_files(&t.cert, &t.key, &t.ca)
+                crate::link::tls::TlsConfig::from_pem_files(&t.cert, &t.key, &t.ca)
                     .map_err(|e| format!("[tls] at line {at}: {e}"))?,
             );
         }
         if let Some(etcd) = &f.etcd {
             let at = line_of(text, etcd.span().start);
             let t = etcd.get_ref();
-            let mut e = crate::etcd_config::EtcdConfig::new(t.endpoints.clone());
+            let mut e = crate::discovery::etcd_config::EtcdConfig::new(t.endpoints.clone());
             if let Some(p) = &t.prefix {
                 e.prefix = p.clone();
             }
@@ -403,7 +403,7 @@ mod tests {
     }
 
     /// The commented example, `busway config example`.
-    const EXAMPLE: &str = include_str!("../../../docs/busway.toml");
+    const EXAMPLE: &str = include_str!("../../../../docs/busway.toml");
 
     #[test]
     fn the_example_file_parses_and_states_the_defaults() {

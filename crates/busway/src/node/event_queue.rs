@@ -15,8 +15,8 @@
 //!
 //! Shared by the node (any thread pushes) and the application's [`crate::Events`] (one reader).
 
-use crate::event::Event;
 use crate::limits::EVENT_QUEUE_LEN_MAX;
+use crate::node::event::Event;
 use std::collections::VecDeque;
 use std::sync::{Mutex, MutexGuard};
 use tokio::sync::Notify;
@@ -157,7 +157,7 @@ fn merge_into_waiting(events: &mut VecDeque<(Event, bool)>, report: &Event) -> b
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::Path;
+    use crate::node::event::Path;
     use busway_core::BusId;
 
     fn lost(peer: u64, seqs: std::ops::Range<u64>, reason: &str) -> Event {
