@@ -206,6 +206,35 @@ pub fn peer_bodies(data: &[u8]) {
     }
 }
 
+/// One end of the fuzzed link: bus id `id`, on the same host as its peer when `mode` is odd
+/// (id 1 always says host "h").
+fn fuzzed_link_end(role: Role, id: u64, mode: u8, now: crate::link::Now) -> crate::link::Link {
+    use crate::handshake::caps;
+    use crate::link::{Link, LinkConfig};
+    let config = LinkConfig {
+        role,
+        secret: None,
+        clock_skew_max_ms: 30_000,
+        handshake_timeout_ms: 1_000,
+        frame_body_max: 1 << 16,
+        heartbeat_interval_ms: 100,
+        heartbeat_misses_max: 3,
+        shm: true,
+        ring_required: false,
+        expect_peer: None,
+        peer_cert_ids: None,
+        remote: "fuzz://peer".into(),
+    };
+    let mut hello = local_hello(BusId(id), id, 1_000_000, [id as u8; NONCE_LEN], vec![]);
+    hello.capabilities = caps::SHM_BOUND;
+    hello.host_id = if mode & 1 == 1 || id == 1 {
+        b"h".to_vec()
+    } else {
+        b"other".to_vec()
+    };
+    Link::new(config, hello, Default::default(), now)
+}
+
 /// Feeds arbitrary frames, each with a valid check so that it reaches the rules behind it, to
 /// an up link's state machine (sharing a host with its peer when the first byte is odd, so that
 /// CHANNEL frames are allowed). Each frame is a kind byte, a u16 LE body length and the body,
@@ -213,8 +242,7 @@ pub fn peer_bodies(data: &[u8]) {
 /// panic; message places must lie inside the input; nothing
 /// is taken once the link is lost or the peer closed it.
 pub fn link(data: &[u8]) {
-    use crate::handshake::caps;
-    use crate::link::{Link, LinkConfig, LinkEvent, Now, Spans};
+    use crate::link::{LinkEvent, Now, Spans};
     let Some((&mode, rest)) = data.split_first() else {
         return;
     };
@@ -222,31 +250,10 @@ pub fn link(data: &[u8]) {
         mono_us: 0,
         wall_ms: 1_000_000,
     };
-    let end = |role, id: u64| {
-        let config = LinkConfig {
-            role,
-            secret: None,
-            clock_skew_max_ms: 30_000,
-            handshake_timeout_ms: 1_000,
-            frame_body_max: 1 << 16,
-            heartbeat_interval_ms: 100,
-            heartbeat_misses_max: 3,
-            shm: true,
-            ring_required: false,
-            expect_peer: None,
-            peer_cert_ids: None,
-            remote: "fuzz://peer".into(),
-        };
-        let mut hello = local_hello(BusId(id), id, 1_000_000, [id as u8; NONCE_LEN], vec![]);
-        hello.capabilities = caps::SHM_BOUND;
-        hello.host_id = if mode & 1 == 1 || id == 1 {
-            b"h".to_vec()
-        } else {
-            b"other".to_vec()
-        };
-        Link::new(config, hello, Default::default(), now)
-    };
-    let (mut a, mut b) = (end(Role::Dialer, 1), end(Role::Listener, 2));
+    let (mut a, mut b) = (
+        fuzzed_link_end(Role::Dialer, 1, mode, now),
+        fuzzed_link_end(Role::Listener, 2, mode, now),
+    );
     // The handshake, over two in-memory pipes.
     let (mut to_a, mut to_b) = (Vec::new(), Vec::new());
     let mut spans = Spans::new();
@@ -301,6 +308,39 @@ pub fn link(data: &[u8]) {
     }
 }
 
+/// The publishes of a PUBLISH `body` with head `head` (number, payload offset, length), each
+/// checked to lie inside the body and numbered on from the head's; a batch's single PUBLISH
+/// bodies checked to decode to the same publishes.
+fn publishes_checked(body: &[u8], head: &crate::group::PublishHead) -> Vec<(u64, usize, usize)> {
+    use crate::group::{decode_publish, for_each_publish, split_publish_batch};
+    let mut parts = Vec::new();
+    if !head.mark {
+        for_each_publish(body, head, |number, at, len| {
+            assert!(at + len <= body.len(), "a payload outside the body");
+            parts.push((number, at, len));
+        });
+        assert_eq!(
+            parts.len() as u64,
+            head.count,
+            "as many publishes as it says"
+        );
+        assert!(parts.iter().zip(head.number..).all(|(p, n)| p.0 == n));
+    }
+    if head.batch {
+        let singles = split_publish_batch(body, head);
+        assert_eq!(singles.len(), parts.len());
+        for (one, &(number, at, len)) in singles.iter().zip(&parts) {
+            let h = decode_publish(one).expect("a part of a batch decodes");
+            assert_eq!(
+                (h.number, h.batch, h.publisher),
+                (number, false, head.publisher)
+            );
+            assert_eq!(&one[h.payload_at..], &body[at..at + len]);
+        }
+    }
+    parts
+}
+
 /// What a peer can send of groups, the first byte saying which: an INTEREST, REPAIR or
 /// PUBLISH body (one publish, a batch or a mark), or a read of its group log. Must never panic. A PUBLISH that decodes is
 /// read publish by publish (each inside the body, numbered on from the head's, as many as it
@@ -308,8 +348,7 @@ pub fn link(data: &[u8]) {
 /// the logic behind takes it: a member's and a relay's group state, as it came and a second
 /// time (a copy).
 pub fn group_bodies(data: &[u8]) {
-    use crate::group::{decode_interest, decode_publish, decode_repair};
-    use crate::group::{for_each_publish, split_publish_batch, state::GroupState};
+    use crate::group::{decode_interest, decode_publish, decode_repair, state::GroupState};
     let Some((&which, body)) = data.split_first() else {
         return;
     };
@@ -339,31 +378,7 @@ pub fn group_bodies(data: &[u8]) {
     let Ok(head) = decode_publish(body) else {
         return;
     };
-    let mut parts = Vec::new();
-    if !head.mark {
-        for_each_publish(body, &head, |number, at, len| {
-            assert!(at + len <= body.len(), "a payload outside the body");
-            parts.push((number, at, len));
-        });
-        assert_eq!(
-            parts.len() as u64,
-            head.count,
-            "as many publishes as it says"
-        );
-        assert!(parts.iter().zip(head.number..).all(|(p, n)| p.0 == n));
-    }
-    if head.batch {
-        let singles = split_publish_batch(body, &head);
-        assert_eq!(singles.len(), parts.len());
-        for (one, &(number, at, len)) in singles.iter().zip(&parts) {
-            let h = decode_publish(one).expect("a part of a batch decodes");
-            assert_eq!(
-                (h.number, h.batch, h.publisher),
-                (number, false, head.publisher)
-            );
-            assert_eq!(&one[h.payload_at..], &body[at..at + len]);
-        }
-    }
+    let parts = publishes_checked(body, &head);
     let heads: Vec<_> = parts
         .iter()
         .map(|&(number, at, _)| crate::group::PublishHead {

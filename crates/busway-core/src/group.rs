@@ -416,24 +416,7 @@ fn decode_publish_as<'a>(body: &'a [u8], what: &str) -> Result<PublishHead<'a>, 
     let name = name_at(rest, len, what)?;
     let payload_at = PUBLISH_FIXED_BYTES + len;
     let gap_from = if mark && batch {
-        let from = body
-            .get(payload_at..)
-            .and_then(|p| <[u8; 8]>::try_from(p).ok())
-            .map(u64::from_le_bytes);
-        match from {
-            Some(from) if (1..=number).contains(&from) => Some(from),
-            Some(from) => {
-                return Err(format!(
-                    "{what} gap mark {number} from {from} (from 1 to the mark's number)"
-                ))
-            }
-            None => {
-                return Err(format!(
-                    "{what} gap mark with {} bytes of payload (its first number, 8)",
-                    body.len() - payload_at
-                ))
-            }
-        }
+        Some(gap_mark_from(body, payload_at, number, what)?)
     } else {
         None
     };
@@ -446,27 +429,7 @@ fn decode_publish_as<'a>(body: &'a [u8], what: &str) -> Result<PublishHead<'a>, 
     let count = if mark {
         0
     } else if batch {
-        if body.len() > PUBLISH_BATCH_BODY_BYTES_MAX {
-            return Err(format!(
-                "{what} batch of {} bytes (at most {PUBLISH_BATCH_BODY_BYTES_MAX})",
-                body.len()
-            ));
-        }
-        let mut count = 0u64;
-        crate::entries::for_each_entry(&body[payload_at..], what, |_, _| count += 1)?;
-        if count == 0 || count > PUBLISH_BATCH_COUNT_MAX {
-            return Err(format!(
-                "{what} batch {number} of {count} publishes (1 to {PUBLISH_BATCH_COUNT_MAX})"
-            ));
-        }
-        // Below the flag bits whatever the count: a batch cannot wrap a stream's numbers.
-        if number + count > PUBLISH_BATCH_BIT {
-            return Err(format!(
-                "{what} batch of {count} from number {number} runs past the largest number ({})",
-                PUBLISH_BATCH_BIT - 1
-            ));
-        }
-        count
+        batch_count(body, payload_at, number, what)?
     } else {
         1
     };
@@ -482,6 +445,52 @@ fn decode_publish_as<'a>(body: &'a [u8], what: &str) -> Result<PublishHead<'a>, 
         count,
         gap_from,
     })
+}
+
+/// The first number a batched gap mark numbered `number` covers (the 8 bytes after its name,
+/// the whole payload), from 1 to `number`.
+fn gap_mark_from(body: &[u8], payload_at: usize, number: u64, what: &str) -> Result<u64, String> {
+    let from = body
+        .get(payload_at..)
+        .and_then(|p| <[u8; 8]>::try_from(p).ok())
+        .map(u64::from_le_bytes);
+    match from {
+        Some(from) if (1..=number).contains(&from) => Ok(from),
+        Some(from) => Err(format!(
+            "{what} gap mark {number} from {from} (from 1 to the mark's number)"
+        )),
+        None => Err(format!(
+            "{what} gap mark with {} bytes of payload (its first number, 8)",
+            body.len() - payload_at
+        )),
+    }
+}
+
+/// How many publishes a batch numbered from `number` carries in its entries from `payload_at`:
+/// within `PUBLISH_BATCH_BODY_BYTES_MAX` and `PUBLISH_BATCH_COUNT_MAX`, and its numbers below
+/// the flag bits.
+fn batch_count(body: &[u8], payload_at: usize, number: u64, what: &str) -> Result<u64, String> {
+    if body.len() > PUBLISH_BATCH_BODY_BYTES_MAX {
+        return Err(format!(
+            "{what} batch of {} bytes (at most {PUBLISH_BATCH_BODY_BYTES_MAX})",
+            body.len()
+        ));
+    }
+    let mut count = 0u64;
+    crate::entries::for_each_entry(&body[payload_at..], what, |_, _| count += 1)?;
+    if count == 0 || count > PUBLISH_BATCH_COUNT_MAX {
+        return Err(format!(
+            "{what} batch {number} of {count} publishes (1 to {PUBLISH_BATCH_COUNT_MAX})"
+        ));
+    }
+    // Below the flag bits whatever the count: a batch cannot wrap a stream's numbers.
+    if number + count > PUBLISH_BATCH_BIT {
+        return Err(format!(
+            "{what} batch of {count} from number {number} runs past the largest number ({})",
+            PUBLISH_BATCH_BIT - 1
+        ));
+    }
+    Ok(count)
 }
 
 /// Calls `f(number, start, len)` for each publish of a PUBLISH `body` whose head is `head`
@@ -721,60 +730,66 @@ pub fn decode_repair(body: &[u8]) -> Result<Repair<'_>, String> {
                 name,
             })
         }
-        REPAIR_UNREACHABLE => {
-            if rest.len() < 24 {
-                return Err(format!(
-                    "REPAIR unreachable body of {} bytes (at least 25)",
-                    body.len()
-                ));
-            }
-            let u64_at = |i: usize| {
-                let mut b = [0u8; 8];
-                b.copy_from_slice(&rest[i..i + 8]);
-                u64::from_le_bytes(b)
-            };
-            let reason = reason_at(&rest[24..], "unreachable")?;
-            let number = u64_at(16);
-            if number == 0 {
-                return Err("REPAIR unreachable of number 0 (multicasts count from 1)".into());
-            }
-            Ok(Repair::Unreachable {
-                incarnation: u64_at(0),
-                receiver: BusId(u64_at(8)),
-                number,
-                reason,
-            })
-        }
-        REPAIR_REFUSED => {
-            let [what, len, ..] = *rest else {
-                return Err(format!(
-                    "REPAIR refused body of {} bytes (at least 3)",
-                    body.len()
-                ));
-            };
-            if what > 1 {
-                return Err(format!(
-                    "REPAIR refused of kind {what} (0 a join, 1 a publish)"
-                ));
-            }
-            let len = usize::from(len);
-            let after = &rest[2..];
-            if after.len() < len {
-                return Err(format!(
-                    "REPAIR refused names a group of {len} bytes but {} follow",
-                    after.len()
-                ));
-            }
-            let name = name_at(after, len, "the group of a REPAIR refused")?;
-            let reason = reason_at(&after[len..], "refused")?;
-            Ok(Repair::Refused {
-                publish: what == 1,
-                name,
-                reason,
-            })
-        }
+        REPAIR_UNREACHABLE => decode_unreachable(rest),
+        REPAIR_REFUSED => decode_refused(rest),
         other => Err(format!("REPAIR op {other} (expected 1 to 5)")),
     }
+}
+
+/// Decodes the body of a REPAIR unreachable after its op byte.
+fn decode_unreachable(rest: &[u8]) -> Result<Repair<'_>, String> {
+    if rest.len() < 24 {
+        return Err(format!(
+            "REPAIR unreachable body of {} bytes (at least 25)",
+            rest.len() + 1
+        ));
+    }
+    let u64_at = |i: usize| {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(&rest[i..i + 8]);
+        u64::from_le_bytes(b)
+    };
+    let reason = reason_at(&rest[24..], "unreachable")?;
+    let number = u64_at(16);
+    if number == 0 {
+        return Err("REPAIR unreachable of number 0 (multicasts count from 1)".into());
+    }
+    Ok(Repair::Unreachable {
+        incarnation: u64_at(0),
+        receiver: BusId(u64_at(8)),
+        number,
+        reason,
+    })
+}
+
+/// Decodes the body of a REPAIR refused after its op byte.
+fn decode_refused(rest: &[u8]) -> Result<Repair<'_>, String> {
+    let [what, len, ..] = *rest else {
+        return Err(format!(
+            "REPAIR refused body of {} bytes (at least 3)",
+            rest.len() + 1
+        ));
+    };
+    if what > 1 {
+        return Err(format!(
+            "REPAIR refused of kind {what} (0 a join, 1 a publish)"
+        ));
+    }
+    let len = usize::from(len);
+    let after = &rest[2..];
+    if after.len() < len {
+        return Err(format!(
+            "REPAIR refused names a group of {len} bytes but {} follow",
+            after.len()
+        ));
+    }
+    let name = name_at(after, len, "the group of a REPAIR refused")?;
+    let reason = reason_at(&after[len..], "refused")?;
+    Ok(Repair::Refused {
+        publish: what == 1,
+        name,
+        reason,
+    })
 }
 
 #[cfg(test)]

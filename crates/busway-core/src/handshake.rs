@@ -310,61 +310,69 @@ impl Hello {
             let t = r.u8("field tag")?;
             let len = r.u16("field length")? as usize;
             let value = r.take(len, "field value")?;
-            match t {
-                tag::LISTEN_ADDR => {
-                    if hello.listen_addrs.len() >= LISTEN_ADDRS_MAX {
-                        return Err(malformed(format!(
-                            "more than {LISTEN_ADDRS_MAX} listen addresses"
-                        )));
-                    }
-                    if len > ADDR_LEN_MAX {
-                        return Err(malformed(format!(
-                            "listen address of {len} bytes, over {ADDR_LEN_MAX}"
-                        )));
-                    }
-                    let addr = std::str::from_utf8(value)
-                        .map_err(|_| malformed("listen address is not UTF-8"))?;
-                    hello.listen_addrs.push(addr.to_owned());
-                }
-                tag::HOST_ID => {
-                    if len > HOST_ID_LEN_MAX {
-                        return Err(malformed(format!(
-                            "host id of {len} bytes, over {HOST_ID_LEN_MAX}"
-                        )));
-                    }
-                    hello.host_id = value.to_vec();
-                }
-                tag::CAPABILITIES => {
-                    let bits: [u8; 8] = value
-                        .try_into()
-                        .map_err(|_| malformed("capabilities field is not 8 bytes"))?;
-                    hello.capabilities = u64::from_le_bytes(bits);
-                }
-                tag::DOWNSTREAM_OF_YOU => {
-                    let range: [u8; 16] = value
-                        .try_into()
-                        .map_err(|_| malformed("downstream range is not 16 bytes"))?;
-                    let lo = u64::from_le_bytes(range[..8].try_into().unwrap_or_default());
-                    let hi = u64::from_le_bytes(range[8..].try_into().unwrap_or_default());
-                    if lo > hi {
-                        return Err(malformed(format!("downstream range {lo}..={hi} is empty")));
-                    }
-                    hello.downstream_of_you = Some((BusId(lo), BusId(hi)));
-                }
-                tag::FRAME_BODY_MAX => {
-                    let bits: [u8; 8] = value
-                        .try_into()
-                        .map_err(|_| malformed("frame body limit is not 8 bytes"))?;
-                    let max = u64::from_le_bytes(bits);
-                    if max == 0 {
-                        return Err(malformed("a frame body limit of 0 bytes"));
-                    }
-                    hello.frame_body_max = Some(max);
-                }
-                _ => {} // a field from a later version: skipped on purpose
-            }
+            hello.take_field(t, value)?;
         }
         Ok(hello)
+    }
+
+    /// Takes one tagged field of a HELLO, checked against its limit; a field from a later
+    /// version is skipped on purpose.
+    fn take_field(&mut self, t: u8, value: &[u8]) -> Result<(), HandshakeError> {
+        let len = value.len();
+        match t {
+            tag::LISTEN_ADDR => {
+                if self.listen_addrs.len() >= LISTEN_ADDRS_MAX {
+                    return Err(malformed(format!(
+                        "more than {LISTEN_ADDRS_MAX} listen addresses"
+                    )));
+                }
+                if len > ADDR_LEN_MAX {
+                    return Err(malformed(format!(
+                        "listen address of {len} bytes, over {ADDR_LEN_MAX}"
+                    )));
+                }
+                let addr = std::str::from_utf8(value)
+                    .map_err(|_| malformed("listen address is not UTF-8"))?;
+                self.listen_addrs.push(addr.to_owned());
+            }
+            tag::HOST_ID => {
+                if len > HOST_ID_LEN_MAX {
+                    return Err(malformed(format!(
+                        "host id of {len} bytes, over {HOST_ID_LEN_MAX}"
+                    )));
+                }
+                self.host_id = value.to_vec();
+            }
+            tag::CAPABILITIES => {
+                let bits: [u8; 8] = value
+                    .try_into()
+                    .map_err(|_| malformed("capabilities field is not 8 bytes"))?;
+                self.capabilities = u64::from_le_bytes(bits);
+            }
+            tag::DOWNSTREAM_OF_YOU => {
+                let range: [u8; 16] = value
+                    .try_into()
+                    .map_err(|_| malformed("downstream range is not 16 bytes"))?;
+                let lo = u64::from_le_bytes(range[..8].try_into().unwrap_or_default());
+                let hi = u64::from_le_bytes(range[8..].try_into().unwrap_or_default());
+                if lo > hi {
+                    return Err(malformed(format!("downstream range {lo}..={hi} is empty")));
+                }
+                self.downstream_of_you = Some((BusId(lo), BusId(hi)));
+            }
+            tag::FRAME_BODY_MAX => {
+                let bits: [u8; 8] = value
+                    .try_into()
+                    .map_err(|_| malformed("frame body limit is not 8 bytes"))?;
+                let max = u64::from_le_bytes(bits);
+                if max == 0 {
+                    return Err(malformed("a frame body limit of 0 bytes"));
+                }
+                self.frame_body_max = Some(max);
+            }
+            _ => {}
+        }
+        Ok(())
     }
 }
 

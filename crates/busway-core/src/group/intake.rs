@@ -210,26 +210,37 @@ impl GroupState {
                     out.one(f, spans[i]);
                 }
                 onward.retain(|(_, to)| !to.is_empty());
-                // Of a batch, publishes numbered in a row (of one incarnation) going to the
-                // same peers share a frame; a log's records go one by one.
-                let in_a_row = |a: &(usize, Vec<BusId>), b: &(usize, Vec<BusId>)| {
-                    let (x, y) = (&heads[a.0], &heads[b.0]);
-                    whole.is_some()
-                        && y.number == x.number + 1
-                        && y.incarnation == x.incarnation
-                        && a.1 == b.1
-                };
-                for run in onward.chunk_by(in_a_row) {
-                    let parts: Vec<Bytes> = run.iter().map(|&(i, _)| payload(i)).collect();
-                    out.onward.push(Onward {
-                        to: run[0].1.clone(),
-                        body: publish_body(&heads[run[0].0], &parts),
-                    });
-                }
+                out.onward
+                    .extend(onward_in_rows(heads, &onward, whole.is_some(), payload));
             }
         }
         out
     }
+}
+
+/// The frames that pass on the fresh publishes `onward` (index in `heads`, peers to go to).
+/// Of a batch (`batched`), publishes numbered in a row (of one incarnation) going to the same
+/// peers share a frame; a log's records go one by one.
+fn onward_in_rows(
+    heads: &[PublishHead],
+    onward: &[(usize, Vec<BusId>)],
+    batched: bool,
+    payload: impl Fn(usize) -> Bytes,
+) -> Vec<Onward> {
+    let in_a_row = |a: &(usize, Vec<BusId>), b: &(usize, Vec<BusId>)| {
+        let (x, y) = (&heads[a.0], &heads[b.0]);
+        batched && y.number == x.number + 1 && y.incarnation == x.incarnation && a.1 == b.1
+    };
+    onward
+        .chunk_by(in_a_row)
+        .map(|run| {
+            let parts: Vec<Bytes> = run.iter().map(|&(i, _)| payload(i)).collect();
+            Onward {
+                to: run[0].1.clone(),
+                body: publish_body(&heads[run[0].0], &parts),
+            }
+        })
+        .collect()
 }
 
 /// The PUBLISH body of `payloads`, publishes in a row from `first`'s number (see

@@ -636,44 +636,14 @@ impl GroupState {
                 };
             }
         }
-        let mut out = Vec::with_capacity(heads.len());
-        for (i, head) in heads.iter().enumerate() {
-            let mut ended = None;
-            if source.incarnation != head.incarnation {
-                ended = source.stream.take().map(Stream::close);
-                *source = Source::new(head.incarnation);
-            }
-            let pass_on = source.highest < head.number;
-            source.highest = source.highest.max(head.number);
-            let mut offer = None;
-            let mut gap = false;
-            if member && !(from_log && source.stream.is_none()) {
-                let stream = source.stream.get_or_insert_with(|| {
-                    Stream::starting_at(head.incarnation, head.number).within(&self.held)
-                });
-                offer = Some(stream.offer(head.number, now_ms, || payload(i)));
-                gap = stream.has_gap();
-            }
-            let forward_to = if pass_on {
-                forward_all.clone()
-            } else {
-                Vec::new()
-            };
-            let useful = matches!(
-                offer,
-                Some(Offer::Deliver { .. } | Offer::Held | Offer::Dropped)
-            );
-            let news = pass_on || useful || ended.is_some();
-            out.push(news.then(|| Fresh {
-                unwanted: pass_on && !member && forward_to.is_empty(),
-                forward_to,
-                offer,
-                ended,
-                gap,
-                lost_before: 0,
-            }));
-        }
-        Run::Each(out)
+        let run = EachOfRun {
+            heads,
+            member,
+            from_log,
+            forward_all: &forward_all,
+            now_ms,
+        };
+        Run::Each(run.received(source, &self.held, payload))
     }
 
     /// A copy of publish `head` its publisher sent this member (REPAIR): what becomes of it;
@@ -1003,6 +973,72 @@ impl GroupState {
         } else {
             set.remove(&advert.name);
         }
+    }
+}
+
+/// A run of publishes taken one by one (`GroupState::received_run` off its common case).
+struct EachOfRun<'a, 'h> {
+    heads: &'a [PublishHead<'h>],
+    member: bool,
+    from_log: bool,
+    /// The peers that want the group, but the one it came from.
+    forward_all: &'a [BusId],
+    now_ms: u64,
+}
+
+impl EachOfRun<'_, '_> {
+    /// What becomes of each publish of the run in `source`'s stream (`None`: nothing new).
+    fn received(
+        self,
+        source: &mut Source,
+        held: &Arc<HeldBudget>,
+        payload: impl Fn(usize) -> Bytes,
+    ) -> Vec<Option<Fresh>> {
+        let EachOfRun {
+            heads,
+            member,
+            from_log,
+            forward_all,
+            now_ms,
+        } = self;
+        let mut out = Vec::with_capacity(heads.len());
+        for (i, head) in heads.iter().enumerate() {
+            let mut ended = None;
+            if source.incarnation != head.incarnation {
+                ended = source.stream.take().map(Stream::close);
+                *source = Source::new(head.incarnation);
+            }
+            let pass_on = source.highest < head.number;
+            source.highest = source.highest.max(head.number);
+            let mut offer = None;
+            let mut gap = false;
+            if member && !(from_log && source.stream.is_none()) {
+                let stream = source.stream.get_or_insert_with(|| {
+                    Stream::starting_at(head.incarnation, head.number).within(held)
+                });
+                offer = Some(stream.offer(head.number, now_ms, || payload(i)));
+                gap = stream.has_gap();
+            }
+            let forward_to = if pass_on {
+                forward_all.to_vec()
+            } else {
+                Vec::new()
+            };
+            let useful = matches!(
+                offer,
+                Some(Offer::Deliver { .. } | Offer::Held | Offer::Dropped)
+            );
+            let news = pass_on || useful || ended.is_some();
+            out.push(news.then(|| Fresh {
+                unwanted: pass_on && !member && forward_to.is_empty(),
+                forward_to,
+                offer,
+                ended,
+                gap,
+                lost_before: 0,
+            }));
+        }
+        out
     }
 }
 

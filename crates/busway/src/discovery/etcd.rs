@@ -191,17 +191,7 @@ impl Shared {
             tokio::time::interval(Duration::from_millis(config.lease_ttl_secs * 1_000 / 3));
         loop {
             tokio::select! {
-                _ = tick.tick() => {
-                    keeper.keep_alive().await.map_err(|e| fail("keep-alive", e))?;
-                    let answer = tokio::time::timeout(timeout, keep_stream.message())
-                        .await
-                        .map_err(|_| format!("etcd keep-alive: no answer within {ETCD_REQUEST_TIMEOUT_MS} ms"))?
-                        .map_err(|e| fail("keep-alive", e))?;
-                    match answer {
-                        Some(a) if a.ttl() > 0 => {}
-                        _ => return Err("etcd keep-alive: the lease expired".into()),
-                    }
-                }
+                _ = tick.tick() => keep_alive(&mut keeper, &mut keep_stream).await?,
                 changes = watch.message() => {
                     let changes = changes
                         .map_err(|e| fail("watch", e))?
@@ -209,21 +199,29 @@ impl Shared {
                     if changes.canceled() {
                         return Err(format!("etcd watch cancelled: {}", changes.cancel_reason()));
                     }
-                    let mut st = self.directory.lock();
-                    for event in changes.events() {
-                        let Some(kv) = event.kv() else { continue };
-                        match event.event_type() {
-                            EventType::Put => {
-                                self.take_registration(&prefix, kv.key(), kv.value(), &mut st.known);
-                            }
-                            EventType::Delete => {
-                                let key = String::from_utf8_lossy(kv.key());
-                                if let Some(id) = key.strip_prefix(&prefix).and_then(|s| s.parse().ok()) {
-                                    if st.known.remove(&BusId(id)).is_some() {
-                                        tracing::info!(peer = id, "node left etcd (deregistered or its lease expired)");
-                                    }
-                                }
-                            }
+                    self.apply_changes(&prefix, &changes);
+                }
+            }
+        }
+    }
+
+    /// Takes what the directory's watch reports: nodes registered, and nodes gone.
+    fn apply_changes(&self, prefix: &str, changes: &etcd_client::WatchResponse) {
+        let mut st = self.directory.lock();
+        for event in changes.events() {
+            let Some(kv) = event.kv() else { continue };
+            match event.event_type() {
+                EventType::Put => {
+                    self.take_registration(prefix, kv.key(), kv.value(), &mut st.known);
+                }
+                EventType::Delete => {
+                    let key = String::from_utf8_lossy(kv.key());
+                    if let Some(id) = key.strip_prefix(prefix).and_then(|s| s.parse().ok()) {
+                        if st.known.remove(&BusId(id)).is_some() {
+                            tracing::info!(
+                                peer = id,
+                                "node left etcd (deregistered or its lease expired)"
+                            );
                         }
                     }
                 }
@@ -284,6 +282,25 @@ impl Shared {
             }
             _ => false,
         }
+    }
+}
+
+/// Keeps the session's lease alive once: asks, and waits up to `ETCD_REQUEST_TIMEOUT_MS` for
+/// an answer that the lease still stands.
+async fn keep_alive(
+    keeper: &mut etcd_client::LeaseKeeper,
+    answers: &mut etcd_client::LeaseKeepAliveStream,
+) -> Result<(), String> {
+    let fail = |e: etcd_client::Error| format!("etcd keep-alive: {e}");
+    keeper.keep_alive().await.map_err(fail)?;
+    let timeout = Duration::from_millis(ETCD_REQUEST_TIMEOUT_MS);
+    let answer = tokio::time::timeout(timeout, answers.message())
+        .await
+        .map_err(|_| format!("etcd keep-alive: no answer within {ETCD_REQUEST_TIMEOUT_MS} ms"))?
+        .map_err(fail)?;
+    match answer {
+        Some(a) if a.ttl() > 0 => Ok(()),
+        _ => Err("etcd keep-alive: the lease expired".into()),
     }
 }
 

@@ -1,6 +1,15 @@
-//! Discovery: where a node finds the others. `etcd_config` says where etcd is and how a node
-//! registers there, `etcd` keeps the registration and watches the others', and `directory`
-//! holds what it learned for routing to read.
+//! The discovery part: where a node finds the others when no link says so.
+//!
+//! **Owns**: the `[etcd]` settings (`etcd_config`), what the node learned of the others and the
+//! state of its session (`directory`), and the session itself (`etcd`: connect, lease,
+//! register, read and watch the prefix, keep-alive, reconnect with backoff; the lease revoked
+//! at shutdown).
+//!
+//! **Runs on**: one task on an I/O loop (the session); the application's threads read the
+//! directory when a send finds no route.
+//!
+//! **May call**: the link part's backoff, and the node's dialer through `Shared` (a send to an
+//! id with no route dials the address found here).
 
 pub(crate) mod directory;
 #[cfg(feature = "etcd")]

@@ -13,6 +13,7 @@ use crate::node::event::Path;
 use crate::node::message::MessageBatch;
 use crate::node::stats::bump;
 use crate::node::Node;
+use crate::peer::Peer;
 use crate::shared::Shared;
 use busway_core::frame::FrameKind;
 use busway_core::group::calls::check_publish;
@@ -20,12 +21,13 @@ use busway_core::group::check_name;
 use busway_core::group::encode_publish_head;
 use busway_core::group::publishes::{plain_push, push_own, OwnPush};
 use busway_core::group::reads::{is_group_span, take_log_frames};
-use busway_core::group::state::{GroupName, GroupPolicy};
+use busway_core::group::state::{GroupName, GroupPolicy, Published};
 use busway_core::group::PUBLISH_BACKPRESSURE_BIT;
 use busway_core::group::{encode_log_answer, GroupLog};
 use busway_core::turns::Batch;
 use busway_core::{group, BusId};
 use bytes::Bytes;
+use std::sync::Arc;
 use std::time::Duration;
 
 pub use busway_core::group::calls::GroupError;
@@ -139,27 +141,8 @@ impl Node {
                 reached += 1;
                 continue;
             }
-            let mut timed_out = false;
-            loop {
-                let at = (group, id);
-                let own = (&head[..], &payload);
-                let push =
-                    shared.group_call(Some(&peer), |h| push_own(h, at, own, &published, timed_out));
-                match push.0 {
-                    OwnPush::Sent => reached += 1,
-                    OwnPush::Wait { len, ms: None } => {
-                        peer.wait_for_room(len).await;
-                        continue;
-                    }
-                    OwnPush::Wait { len, ms: Some(ms) } => {
-                        let wait = Duration::from_millis(ms);
-                        let room = tokio::time::timeout(wait, peer.wait_for_room(len));
-                        timed_out = room.await.is_err();
-                        continue;
-                    }
-                    OwnPush::Skipped | OwnPush::Gone => {}
-                }
-                break;
+            if push_own_waiting(shared, &peer, (group, id), (&head, &payload), &published).await {
+                reached += 1;
             }
         }
         if published.member {
@@ -352,5 +335,31 @@ impl Shared {
     pub(crate) fn note_app_behind(&self) {
         let now_ms = self.coarse_ms.load(std::sync::atomic::Ordering::Relaxed);
         self.groups.note_app_behind(now_ms);
+    }
+}
+
+/// A publisher's push of its own publish to a member `at.1` that takes more than one plain
+/// push: busway-core's `push_own` decides (wait for room, for how long, skip, a gap mark
+/// first); this waits as told. Returns whether the publish went to the member's link.
+async fn push_own_waiting(
+    shared: &Shared,
+    peer: &Arc<Peer>,
+    at: (&str, BusId),
+    own: (&[u8], &Bytes),
+    published: &Published,
+) -> bool {
+    let mut timed_out = false;
+    loop {
+        let push = shared.group_call(Some(peer), |h| push_own(h, at, own, published, timed_out));
+        match push.0 {
+            OwnPush::Sent => return true,
+            OwnPush::Wait { len, ms: None } => peer.wait_for_room(len).await,
+            OwnPush::Wait { len, ms: Some(ms) } => {
+                let wait = Duration::from_millis(ms);
+                let room = tokio::time::timeout(wait, peer.wait_for_room(len));
+                timed_out = room.await.is_err();
+            }
+            OwnPush::Skipped | OwnPush::Gone => return false,
+        }
     }
 }

@@ -224,68 +224,21 @@ impl Host for GroupHost<'_, '_, '_> {
     }
 
     fn report(&mut self, report: Report) {
-        let shared = self.shared;
-        let counters = &shared.counters;
         match report {
-            Report::MulticastForwardsDropped(n) => {
-                counters.multicast_forwards_dropped.fetch_add(n, Relaxed);
-            }
-            Report::InterestRefused => bump(&counters.group_interest_refused),
-            Report::CopiesDropped(n) => {
-                counters.group_copies_dropped.fetch_add(n, Relaxed);
-            }
-            Report::PublishLie { from, why } => {
-                bump(&counters.publishes_refused);
-                shared.refuse_link(from, why);
-            }
-            Report::Unwanted {
-                publisher,
-                group,
-                n,
-            } => {
-                tracing::debug!(%publisher, group, "publishes for a group nobody here wants");
-                counters.publishes_unwanted.fetch_add(n, Relaxed);
-            }
-            Report::ForwardsDropped(n) => {
-                counters.group_forwards_dropped.fetch_add(n, Relaxed);
-            }
-            Report::LinkSkipped => bump(&counters.group_links_skipped),
-            Report::MulticastLie { from, why } => {
-                bump(&counters.multicasts_refused);
-                shared.refuse_link(from, why);
-            }
-            Report::JoinRefused { member, group, why } => {
-                bump(&counters.group_joins_refused);
-                tracing::debug!(%member, group, %why, "join refused");
-            }
-            Report::PublishesDenied {
-                publisher,
-                group,
-                n,
-                why,
-            } => {
-                counters.publishes_denied.fetch_add(n, Relaxed);
-                tracing::debug!(%publisher, group, %why, "publishes refused");
-            }
-            Report::RepairRefused => bump(&counters.group_repairs_refused),
-            Report::AskRefused { from, stream, why } => {
-                match why {
-                    AskRefused::TooMany => {
-                        tracing::warn!(member = %from, stream, "repair refused: too many under way");
-                    }
-                    AskRefused::TooSoon => {
-                        tracing::debug!(member = %from, stream, "repair refused: asked again too soon");
-                    }
-                }
-                bump(&counters.group_repairs_refused);
-            }
-            Report::RepairAsked => bump(&counters.group_repairs_asked),
-            Report::CopySent { .. } => bump(&counters.group_copies_sent),
-            Report::RepairDropped {
-                member,
-                stream,
-                why,
-            } => tracing::debug!(%member, stream, error = %why, "repair dropped"),
+            Report::GroupRefused { .. }
+            | Report::GroupGap { .. }
+            | Report::MulticastGap { .. }
+            | Report::Unreachable { .. } => self.report_to_application(report),
+            counted => count_report(self.shared, counted),
+        }
+    }
+}
+
+impl GroupHost<'_, '_, '_> {
+    /// A report the application hears of: logged, and an event.
+    fn report_to_application(&mut self, report: Report) {
+        let shared = self.shared;
+        match report {
             Report::GroupRefused {
                 group,
                 by,
@@ -353,7 +306,81 @@ impl Host for GroupHost<'_, '_, '_> {
                     reason,
                 });
             }
+            // Counted by `count_report`.
+            _ => {}
         }
+    }
+}
+
+/// A report that is counted (and perhaps logged, or the link refused), not told to the
+/// application.
+fn count_report(shared: &Shared, report: Report) {
+    let counters = &shared.counters;
+    match report {
+        Report::MulticastForwardsDropped(n) => {
+            counters.multicast_forwards_dropped.fetch_add(n, Relaxed);
+        }
+        Report::InterestRefused => bump(&counters.group_interest_refused),
+        Report::CopiesDropped(n) => {
+            counters.group_copies_dropped.fetch_add(n, Relaxed);
+        }
+        Report::PublishLie { from, why } => {
+            bump(&counters.publishes_refused);
+            shared.refuse_link(from, why);
+        }
+        Report::Unwanted {
+            publisher,
+            group,
+            n,
+        } => {
+            tracing::debug!(%publisher, group, "publishes for a group nobody here wants");
+            counters.publishes_unwanted.fetch_add(n, Relaxed);
+        }
+        Report::ForwardsDropped(n) => {
+            counters.group_forwards_dropped.fetch_add(n, Relaxed);
+        }
+        Report::LinkSkipped => bump(&counters.group_links_skipped),
+        Report::MulticastLie { from, why } => {
+            bump(&counters.multicasts_refused);
+            shared.refuse_link(from, why);
+        }
+        Report::JoinRefused { member, group, why } => {
+            bump(&counters.group_joins_refused);
+            tracing::debug!(%member, group, %why, "join refused");
+        }
+        Report::PublishesDenied {
+            publisher,
+            group,
+            n,
+            why,
+        } => {
+            counters.publishes_denied.fetch_add(n, Relaxed);
+            tracing::debug!(%publisher, group, %why, "publishes refused");
+        }
+        Report::RepairRefused => bump(&counters.group_repairs_refused),
+        Report::AskRefused { from, stream, why } => {
+            match why {
+                AskRefused::TooMany => {
+                    tracing::warn!(member = %from, stream, "repair refused: too many under way");
+                }
+                AskRefused::TooSoon => {
+                    tracing::debug!(member = %from, stream, "repair refused: asked again too soon");
+                }
+            }
+            bump(&counters.group_repairs_refused);
+        }
+        Report::RepairAsked => bump(&counters.group_repairs_asked),
+        Report::CopySent { .. } => bump(&counters.group_copies_sent),
+        Report::RepairDropped {
+            member,
+            stream,
+            why,
+        } => tracing::debug!(%member, stream, error = %why, "repair dropped"),
+        // Told by `report_to_application`; listed, so that a new report is placed.
+        Report::GroupRefused { .. }
+        | Report::GroupGap { .. }
+        | Report::MulticastGap { .. }
+        | Report::Unreachable { .. } => {}
     }
 }
 

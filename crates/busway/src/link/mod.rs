@@ -38,6 +38,7 @@ pub(crate) mod tls;
 pub(crate) mod transport;
 pub(crate) mod warn_limit;
 
+mod handshake;
 mod machine;
 mod read;
 #[cfg(test)]
@@ -55,20 +56,16 @@ use crate::peer::Peer;
 use crate::shared::Shared;
 use busway_core::cert_ids::CertIds;
 use busway_core::control::{ack_frame, Close, CloseCode};
-use busway_core::handshake::{Established, HandshakeError};
-use busway_core::link::{Link, LinkConfig, LinkError, LinkEvent, Spans};
-use bytes::{Buf, BytesMut};
-use machine::{down_reason, lock};
+use busway_core::link::{Link, LinkConfig, LinkError};
+use bytes::BytesMut;
+use handshake::{reject, REJECT_WRITE_MS};
+use machine::{down_reason, timers};
 use read::{read_loop, ReadEnd};
 use std::future::Future;
-use std::io;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use write::write_loop;
-
-/// How long a refused connection may take to receive the CLOSE that says why, in ms.
-const REJECT_WRITE_MS: u64 = 100;
 
 /// Runs an accepted connection from handshake to close on the calling loop; refuses it at
 /// once, with a CLOSE that says why, past the node's connection or handshake limits.
@@ -367,7 +364,7 @@ where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
-    let established = match handshake(shared, r, w, m, buf).await {
+    let established = match handshake::handshake(shared, r, w, m, buf).await {
         Ok(e) => e,
         Err(reason) => {
             reject(shared, w, m, &remote, &reason).await;
@@ -496,131 +493,6 @@ where
                 Some(why) => down_reason(shared, peer.id, LinkError::Protocol(why)),
                 None => DownReason::Io("link cut by Node::disconnect".into()),
             },
-        }
-    }
-}
-
-/// Runs the machine's timers (a PING each heartbeat interval, the end of a silent peer);
-/// returns why the link must end.
-#[allow(clippy::manual_async_fn)] // not an `async fn` on purpose (see the module's note)
-fn timers<'a>(
-    shared: &'a Shared,
-    peer: &'a Peer,
-    machine: &'a Mutex<Link>,
-) -> impl Future<Output = DownReason> + 'a {
-    async move {
-        loop {
-            let Some(at_us) = lock(machine).poll_timeout() else {
-                return std::future::pending().await;
-            };
-            tokio::time::sleep_until(shared.instant_at(at_us).into()).await;
-            let mut m = lock(machine);
-            m.handle_timeout(shared.now());
-            while let Some(frame) = m.poll_transmit() {
-                peer.push_control(frame);
-            }
-            // A timeout makes no event but `Lost`; events the reader has yet to take (one left
-            // from the handshake, e.g. `OfferRing`) stay for it unless the link is over.
-            if m.is_closed() {
-                while let Some(e) = m.poll_event() {
-                    if let LinkEvent::Lost(error) = e {
-                        return down_reason(shared, peer.id, error);
-                    }
-                }
-            }
-        }
-    }
-}
-
-/// Writes the machine's last frames (a CLOSE that says why) to a refused connection, briefly,
-/// and reports the refusal.
-async fn reject<W: AsyncWrite + Unpin>(
-    shared: &Shared,
-    w: &mut W,
-    machine: &mut Link,
-    remote: &str,
-    reason: &str,
-) {
-    bump(&shared.counters.handshake_failures);
-    shared.warn_repeated("handshake failed", remote, reason);
-    let mut out = Vec::new();
-    while let Some(frame) = machine.poll_transmit() {
-        out.extend_from_slice(&frame);
-    }
-    let _ = tokio::time::timeout(Duration::from_millis(REJECT_WRITE_MS), w.write_all(&out)).await;
-    shared.emit(Event::Rejected {
-        addr: remote.to_owned(),
-        reason: reason.to_owned(),
-    });
-}
-
-/// Writes what the machine has to send, straight to the socket (before the link is up).
-async fn write_transmits<W: AsyncWrite + Unpin>(w: &mut W, machine: &mut Link) -> io::Result<()> {
-    while let Some(frame) = machine.poll_transmit() {
-        w.write_all(&frame).await?;
-    }
-    Ok(())
-}
-
-/// Drives the handshake to its end: the peer authenticated, or why not (the machine then
-/// holds the CLOSE to send).
-async fn handshake<R, W>(
-    shared: &Shared,
-    r: &mut R,
-    w: &mut W,
-    machine: &mut Link,
-    buf: &mut BytesMut,
-) -> Result<Established, String>
-where
-    R: AsyncRead + Unpin,
-    W: AsyncWrite + Unpin,
-{
-    let mut spans = Spans::new();
-    loop {
-        // Bounded by the handshake's deadline too: a peer that reads nothing cannot hold it.
-        let deadline = shared.instant_at(machine.poll_timeout().unwrap_or_default());
-        match tokio::time::timeout_at(deadline.into(), write_transmits(w, machine)).await {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => machine.fail(LinkError::Refused(format!("sending the handshake: {e}"))),
-            Err(_) => machine.handle_timeout(shared.now()),
-        }
-        let n = machine.handle_input(buf, shared.now(), &mut spans);
-        buf.advance(n);
-        let mut progressed = n > 0;
-        while let Some(event) = machine.poll_event() {
-            match event {
-                LinkEvent::PeerHello(hello) => {
-                    let (next_send, next_expected) = shared.resume_point(&hello);
-                    machine.send_auth(next_send, next_expected);
-                    progressed = true;
-                }
-                LinkEvent::Established(e) => return Ok(*e),
-                LinkEvent::Lost(e) => {
-                    if matches!(e, LinkError::Handshake(HandshakeError::BadProof)) {
-                        bump(&shared.counters.auth_failures);
-                    }
-                    return Err(e.to_string());
-                }
-                // Nothing else comes before the peer is authenticated.
-                _ => {}
-            }
-        }
-        if progressed {
-            continue;
-        }
-        let deadline = machine.poll_timeout().unwrap_or_default();
-        let read = tokio::time::timeout_at(shared.instant_at(deadline).into(), r.read_buf(buf));
-        match read.await {
-            Ok(Ok(0)) => {
-                machine.fail(LinkError::Refused(
-                    "the peer closed the connection during the handshake".into(),
-                ));
-            }
-            Ok(Ok(_)) => {}
-            Ok(Err(e)) => {
-                machine.fail(LinkError::Refused(format!("reading the handshake: {e}")));
-            }
-            Err(_) => machine.handle_timeout(shared.now()),
         }
     }
 }

@@ -310,11 +310,11 @@ pub(super) fn read_loop<'a, R: AsyncRead + WaitReadable + Unpin>(
     link_id: u64,
 ) -> impl std::future::Future<Output = Result<ReadEnd, DownReason>> + 'a {
     async move {
-        // Small until reads come back full (an idle link holds no large buffer).
-        let mut read_size = READ_CHUNK_FIRST_BYTES;
-        // Bytes the last read returned: under `IDLE_READ_BYTES` with nothing left over, the link
-        // waits for its next bytes without a buffer.
-        let mut last_read = 0;
+        let mut sizing = ReadSizing {
+            // Small until reads come back full (an idle link holds no large buffer).
+            read_size: READ_CHUNK_FIRST_BYTES,
+            last_read: 0,
+        };
         let mut events = Vec::new();
         // Who this link may carry ROUTED frames from (fixed for its life: the registration came
         // with its handshake, and it became the upstream, or not, before it went up).
@@ -336,156 +336,248 @@ pub(super) fn read_loop<'a, R: AsyncRead + WaitReadable + Unpin>(
             // DATA payloads go to the application as one batch sharing that cut.
             let mut spans = Spans::new();
             let mut work = ReadWork::default();
-            let pos = {
-                let mut m = lock(machine);
-                let pos = m.handle_input(buf, shared.now(), &mut spans);
-                events.extend(std::iter::from_fn(|| m.poll_event()));
-                pos
-            };
-            // Acting on an event may make more (a ring that cannot be opened ends a link that
-            // must use one).
-            while !events.is_empty() {
-                for event in events.drain(..) {
-                    // Nothing after the end counts (the rest of the read included).
-                    if work.end.is_none() {
-                        act_on(&parts, buf, event, &mut work);
-                    }
-                }
-                let mut m = lock(machine);
-                events.extend(std::iter::from_fn(|| m.poll_event()));
-            }
-            {
-                let mut m = lock(machine);
-                while let Some(frame) = m.poll_transmit() {
-                    peer.push_control(frame);
-                }
-            }
-            if work.refused_mid_read {
-                // A frame the machine took was refused here (a bad ACK, a bad ROUTED body): where
-                // it stood in the read is not known, so nothing of this read is delivered or
-                // passed on. Nothing of it was counted either: the peer writes it again.
-                spans.clear();
-                work.forwards.clear();
-                work.routed.clear();
-            }
+            let pos = step_machine(&parts, buf, &mut events, &mut spans, &mut work);
             if pos > 0 {
                 let chunk = buf.split_to(pos).freeze();
-                if !work.forwards.is_empty() {
-                    // A relay may wait for room toward a next hop (`FORWARD_WAIT_MS` per frame):
-                    // that is this side not reading, not the peer being silent. Told once per read.
-                    let forwards = async {
-                        for (h, body) in work.forwards {
-                            bump(&shared.counters.relayed);
-                            // Shared with the read when it is a good part of it; a small body is
-                            // copied, so that a queue of relayed frames (bounded by their own
-                            // bytes) does not hold whole reads.
-                            let body = if body.len() * FORWARD_SHARE_MIN_FRACTION >= chunk.len() {
-                                chunk.slice(body)
-                            } else {
-                                bytes::Bytes::copy_from_slice(&chunk[body])
-                            };
-                            shared.forward(peer.id, h, body).await;
-                        }
-                    };
-                    // Boxed: only a relay's reads have forwards, and the wait is large; an idle
-                    // link's task does not carry its room.
-                    blocked_while(shared, machine, Box::pin(forwards)).await;
+                let forwards = std::mem::take(&mut work.forwards);
+                if !forwards.is_empty() {
+                    pass_on(&parts, &chunk, forwards).await;
                 }
-                for mut r in work.routed {
-                    // A source's messages may come by two links at once (a relay and a direct
-                    // link after a switch): one link at a time hands them over, and what is
-                    // fresh is counted again under its claim. The claim covers the hand-over
-                    // alone (no wait for a group's members under it: their acknowledgements
-                    // may come by the link that waits for the claim).
-                    let first = (r.incarnation, r.next - r.spans.len() as u64);
-                    let (claim, done) = match shared.relayed.try_claim(r.src, link_id, first) {
-                        Some(got) => got,
-                        None => {
-                            let wait = shared.relayed.claim(r.src, link_id, first);
-                            blocked_while(shared, machine, wait).await
-                        }
-                    };
-                    r.spans.drain(..(done as usize).min(r.spans.len()));
-                    // Even a frame of duplicates is acknowledged: the sender may be waiting for it.
-                    let fresh = !r.spans.is_empty();
-                    if fresh {
-                        let n = r.spans.len() as u64;
-                        shared.counters.msgs_in.fetch_add(n, Relaxed);
-                        hand_over_sorted(shared, machine, r.src, chunk.clone(), r.spans).await;
-                    }
-                    claim.finish(r.incarnation, r.next, shared.clock_ms());
-                    shared.send_routed_ack(r.src, r.next);
-                    if fresh {
-                        wait_for_group_room(shared, machine, peer.id).await;
-                    }
+                for routed in std::mem::take(&mut work.routed) {
+                    hand_over_routed(&parts, link_id, &chunk, routed).await;
                 }
                 if !spans.is_empty() {
-                    let bytes: u64 = spans
-                        .iter()
-                        .map(|&(_, len)| u64::from(len & SPAN_LEN_MASK))
-                        .sum();
-                    let c = &shared.counters;
-                    c.msgs_in.fetch_add(spans.len() as u64, Relaxed);
-                    c.bytes_in.fetch_add(bytes, Relaxed);
-                    peer.msgs_in.fetch_add(spans.len() as u64, Relaxed);
-                    peer.bytes_in.fetch_add(bytes, Relaxed);
-                    let n = spans.len() as u64;
-                    deliver(shared, machine, peer.id, chunk, spans).await;
-                    // Acknowledge once the application has them (one ACK per read, not per message).
-                    let next = peer.delivered(n);
-                    peer.push_control(ack_frame(next));
+                    deliver_direct(&parts, chunk, spans).await;
                 }
             }
             if work.switch_seen {
-                // Everything the peer wrote on the socket before its SWITCH is delivered: its ring
-                // may be read now.
-                // With no inbox left (the application dropped it), a thread reads and discards,
-                // as the socket path does.
-                if let Some((shm, c)) = shm.and_then(|s| Some((s, s.switch_in()?))) {
-                    let ring = InboundRing::new(c, shm.ring.clone());
-                    shm.set_reader(ring.handle());
-                    if let Err(ring) = shared.inbox.add_ring(ring) {
-                        ring.discard_on_a_thread();
-                    }
-                }
+                start_ring_reader(&parts);
             }
             if let Some(end) = work.end {
                 return end;
             }
-            if buf.is_empty() && last_read < IDLE_READ_BYTES {
-                // The last read drained the socket and left nothing: the link is idle (a PING now
-                // and then) or trades small messages. Its buffer goes back while it waits for
-                // bytes, and a fresh one takes them (one allocation, no extra read).
-                *buf = BytesMut::new();
-                events = Vec::new();
-                lock(machine).release_idle_memory();
-                r.wait_readable()
-                    .await
-                    .map_err(|e| DownReason::Io(e.to_string()))?;
-            }
-            buf.reserve(lock(machine).bytes_needed(buf).max(read_size));
-            let n = r
-                .read_buf(buf)
-                .await
-                .map_err(|e| DownReason::Io(e.to_string()))?;
-            last_read = n;
-            if n == 0 {
-                if buf.is_empty() {
-                    return Ok(ReadEnd::Eof);
-                }
-                let at = lock(machine).offset();
-                let what = format!(
-                    "connection closed in the middle of a frame ({} bytes of it received) at stream offset {at}",
-                    buf.len()
-                );
-                return Err(down_reason(shared, peer.id, LinkError::Protocol(what)));
-            }
-            // Grow the read while reads come back full, shrink it when they come back mostly empty.
-            if n >= read_size {
-                read_size = (read_size * 2).min(READ_CHUNK_MAX_BYTES);
-            } else if n < read_size / 4 && read_size > READ_CHUNK_MIN_BYTES {
-                read_size = (read_size / 2).max(READ_CHUNK_MIN_BYTES);
+            if let Some(end) = read_more(&parts, r, buf, &mut events, &mut sizing).await? {
+                return Ok(end);
             }
         }
     }
+}
+
+/// How much the next read asks for, and what the last one returned.
+struct ReadSizing {
+    /// Doubles while reads come back full, up to `READ_CHUNK_MAX_BYTES`; halves while they
+    /// come back mostly empty, down to `READ_CHUNK_MIN_BYTES`.
+    read_size: usize,
+    /// Bytes the last read returned: under `IDLE_READ_BYTES` with nothing left over, the link
+    /// waits for its next bytes without a buffer.
+    last_read: usize,
+}
+
+/// Feeds the machine the whole frames in `buf`, acts on the events it reports and queues the
+/// control frames it writes. Returns how much of `buf` the machine took; the direct messages
+/// among it are in `spans`, the rest of the read's work in `work`.
+fn step_machine(
+    parts: &Parts<'_>,
+    buf: &[u8],
+    events: &mut Vec<LinkEvent>,
+    spans: &mut Spans,
+    work: &mut ReadWork,
+) -> usize {
+    let Parts {
+        shared,
+        peer,
+        machine,
+        ..
+    } = *parts;
+    let pos = {
+        let mut m = lock(machine);
+        let pos = m.handle_input(buf, shared.now(), spans);
+        events.extend(std::iter::from_fn(|| m.poll_event()));
+        pos
+    };
+    // Acting on an event may make more (a ring that cannot be opened ends a link that must use
+    // one).
+    while !events.is_empty() {
+        for event in events.drain(..) {
+            // Nothing after the end counts (the rest of the read included).
+            if work.end.is_none() {
+                act_on(parts, buf, event, work);
+            }
+        }
+        let mut m = lock(machine);
+        events.extend(std::iter::from_fn(|| m.poll_event()));
+    }
+    {
+        let mut m = lock(machine);
+        while let Some(frame) = m.poll_transmit() {
+            peer.push_control(frame);
+        }
+    }
+    if work.refused_mid_read {
+        // A frame the machine took was refused here (a bad ACK, a bad ROUTED body): where it
+        // stood in the read is not known, so nothing of this read is delivered or passed on.
+        // Nothing of it was counted either: the peer writes it again.
+        spans.clear();
+        work.forwards.clear();
+        work.routed.clear();
+    }
+    pos
+}
+
+/// Passes on the relayed frames of one read that are not for this node.
+async fn pass_on(
+    parts: &Parts<'_>,
+    chunk: &bytes::Bytes,
+    forwards: Vec<(RoutedHeader, std::ops::Range<usize>)>,
+) {
+    let Parts {
+        shared,
+        peer,
+        machine,
+        ..
+    } = *parts;
+    // A relay may wait for room toward a next hop (`FORWARD_WAIT_MS` per frame): that is this
+    // side not reading, not the peer being silent. Told once per read.
+    let forwards = async {
+        for (h, body) in forwards {
+            bump(&shared.counters.relayed);
+            // Shared with the read when it is a good part of it; a small body is copied, so that
+            // a queue of relayed frames (bounded by their own bytes) does not hold whole reads.
+            let body = if body.len() * FORWARD_SHARE_MIN_FRACTION >= chunk.len() {
+                chunk.slice(body)
+            } else {
+                bytes::Bytes::copy_from_slice(&chunk[body])
+            };
+            shared.forward(peer.id, h, body).await;
+        }
+    };
+    // Boxed: only a relay's reads have forwards, and the wait is large; an idle link's task
+    // does not carry its room.
+    blocked_while(shared, machine, Box::pin(forwards)).await;
+}
+
+/// Hands relayed messages from one source to the application, under the source's claim, and
+/// acknowledges them end to end.
+async fn hand_over_routed(parts: &Parts<'_>, link_id: u64, chunk: &bytes::Bytes, mut r: RoutedIn) {
+    let Parts {
+        shared,
+        peer,
+        machine,
+        ..
+    } = *parts;
+    // A source's messages may come by two links at once (a relay and a direct link after a
+    // switch): one link at a time hands them over, and what is fresh is counted again under
+    // its claim. The claim covers the hand-over alone (no wait for a group's members under it:
+    // their acknowledgements may come by the link that waits for the claim).
+    let first = (r.incarnation, r.next - r.spans.len() as u64);
+    let (claim, done) = match shared.relayed.try_claim(r.src, link_id, first) {
+        Some(got) => got,
+        None => {
+            let wait = shared.relayed.claim(r.src, link_id, first);
+            blocked_while(shared, machine, wait).await
+        }
+    };
+    r.spans.drain(..(done as usize).min(r.spans.len()));
+    // Even a frame of duplicates is acknowledged: the sender may be waiting for it.
+    let fresh = !r.spans.is_empty();
+    if fresh {
+        let n = r.spans.len() as u64;
+        shared.counters.msgs_in.fetch_add(n, Relaxed);
+        hand_over_sorted(shared, machine, r.src, chunk.clone(), r.spans).await;
+    }
+    claim.finish(r.incarnation, r.next, shared.clock_ms());
+    shared.send_routed_ack(r.src, r.next);
+    if fresh {
+        wait_for_group_room(shared, machine, peer.id).await;
+    }
+}
+
+/// Hands the peer's own messages of one read to the application, counts them, and
+/// acknowledges them (one ACK per read, not per message) once the application has them.
+async fn deliver_direct(parts: &Parts<'_>, chunk: bytes::Bytes, spans: Spans) {
+    let Parts {
+        shared,
+        peer,
+        machine,
+        ..
+    } = *parts;
+    let bytes: u64 = spans
+        .iter()
+        .map(|&(_, len)| u64::from(len & SPAN_LEN_MASK))
+        .sum();
+    let c = &shared.counters;
+    c.msgs_in.fetch_add(spans.len() as u64, Relaxed);
+    c.bytes_in.fetch_add(bytes, Relaxed);
+    peer.msgs_in.fetch_add(spans.len() as u64, Relaxed);
+    peer.bytes_in.fetch_add(bytes, Relaxed);
+    let n = spans.len() as u64;
+    deliver(shared, machine, peer.id, chunk, spans).await;
+    let next = peer.delivered(n);
+    peer.push_control(ack_frame(next));
+}
+
+/// Everything the peer wrote on the socket before its SWITCH is delivered: its ring may be
+/// read now. With no inbox left (the application dropped it), a thread reads and discards, as
+/// the socket path does.
+fn start_ring_reader(parts: &Parts<'_>) {
+    if let Some((shm, c)) = parts.shm.and_then(|s| Some((s, s.switch_in()?))) {
+        let ring = InboundRing::new(c, shm.ring.clone());
+        shm.set_reader(ring.handle());
+        if let Err(ring) = parts.shared.inbox.add_ring(ring) {
+            ring.discard_on_a_thread();
+        }
+    }
+}
+
+/// Reads the socket's next bytes into `buf`, first giving back an idle link's buffer. Returns
+/// the end of the stream if the peer closed it between frames.
+async fn read_more<R: AsyncRead + WaitReadable + Unpin>(
+    parts: &Parts<'_>,
+    r: &mut R,
+    buf: &mut BytesMut,
+    events: &mut Vec<LinkEvent>,
+    sizing: &mut ReadSizing,
+) -> Result<Option<ReadEnd>, DownReason> {
+    let Parts {
+        shared,
+        peer,
+        machine,
+        ..
+    } = *parts;
+    if buf.is_empty() && sizing.last_read < IDLE_READ_BYTES {
+        // The last read drained the socket and left nothing: the link is idle (a PING now and
+        // then) or trades small messages. Its buffer goes back while it waits for bytes, and a
+        // fresh one takes them (one allocation, no extra read).
+        *buf = BytesMut::new();
+        *events = Vec::new();
+        lock(machine).release_idle_memory();
+        r.wait_readable()
+            .await
+            .map_err(|e| DownReason::Io(e.to_string()))?;
+    }
+    buf.reserve(lock(machine).bytes_needed(buf).max(sizing.read_size));
+    let n = r
+        .read_buf(buf)
+        .await
+        .map_err(|e| DownReason::Io(e.to_string()))?;
+    sizing.last_read = n;
+    if n == 0 {
+        if buf.is_empty() {
+            return Ok(Some(ReadEnd::Eof));
+        }
+        let at = lock(machine).offset();
+        let what = format!(
+            "connection closed in the middle of a frame ({} bytes of it received) at stream offset {at}",
+            buf.len()
+        );
+        return Err(down_reason(shared, peer.id, LinkError::Protocol(what)));
+    }
+    // Grow the read while reads come back full, shrink it when they come back mostly empty.
+    let size = &mut sizing.read_size;
+    if n >= *size {
+        *size = (*size * 2).min(READ_CHUNK_MAX_BYTES);
+    } else if n < *size / 4 && *size > READ_CHUNK_MIN_BYTES {
+        *size = (*size / 2).max(READ_CHUNK_MIN_BYTES);
+    }
+    Ok(None)
 }

@@ -102,6 +102,59 @@ fn addr(text: &str, key: &str, s: &Spanned<String>) -> Result<Addr, String> {
     })
 }
 
+/// The secret in the file `secret_file` names (its last line break not part of it).
+fn secret(text: &str, path: &Spanned<PathBuf>) -> Result<Secret, String> {
+    let at = line_of(text, path.span().start);
+    let secret = std::fs::read_to_string(path.get_ref()).map_err(|e| {
+        format!(
+            "secret_file at line {at}: cannot read {}: {e}",
+            path.get_ref().display()
+        )
+    })?;
+    Secret::new(secret.trim_end_matches(['\r', '\n']).as_bytes())
+        .map_err(|e| format!("secret_file at line {at}: {e}"))
+}
+
+/// The `[etcd]` table, validated.
+fn etcd(
+    text: &str,
+    table: &Spanned<EtcdTable>,
+) -> Result<crate::discovery::etcd_config::EtcdConfig, String> {
+    let at = line_of(text, table.span().start);
+    let t = table.get_ref();
+    let mut e = crate::discovery::etcd_config::EtcdConfig::new(t.endpoints.clone());
+    if let Some(p) = &t.prefix {
+        e.prefix = p.clone();
+    }
+    if let Some(ttl) = t.lease_ttl_secs {
+        e.lease_ttl_secs = ttl;
+    }
+    e.validate()
+        .map_err(|why| format!("[etcd] at line {at}: {why}"))?;
+    Ok(e)
+}
+
+/// The `[[group_permissions]]` rules, validated.
+fn group_permissions(
+    text: &str,
+    rules: &[Spanned<RuleTable>],
+) -> Result<crate::GroupPermissions, String> {
+    let mut p = crate::GroupPermissions::default();
+    for r in rules {
+        let t = r.get_ref();
+        p.rules.push(crate::GroupRule {
+            ids: (BusId(t.ids[0]), BusId(t.ids[1])),
+            join: t.join.clone().unwrap_or_default(),
+            publish: t.publish.clone().unwrap_or_default(),
+        });
+    }
+    p.validate().map_err(|why| {
+        let at = rules.first().map_or(0, |r| line_of(text, r.span().start));
+        format!("[[group_permissions]] (from line {at}): {why}")
+    })?;
+    Ok(p)
+}
+
 impl NodeConfig {
     /// A configuration read from TOML `text` (see `docs/busway.toml`): each key sets the
     /// `NodeConfig` field of its name (`secret_file` the secret, `[tls]` its PEM files,
@@ -158,18 +211,11 @@ impl NodeConfig {
                 IoThreads::Dedicated(n)
             };
         }
-        if let Some(path) = &f.secret_file {
-            let at = line_of(text, path.span().start);
-            let secret = std::fs::read_to_string(path.get_ref()).map_err(|e| {
-                format!(
-                    "secret_file at line {at}: cannot read {}: {e}",
-                    path.get_ref().display()
-                )
-            })?;
-            let secret = Secret::new(secret.trim_end_matches(['\r', '\n']).as_bytes())
-                .map_err(|e| format!("secret_file at line {at}: {e}"))?;
-            c.secret = Some(secret);
-        }
+        c.secret = f
+            .secret_file
+            .as_ref()
+            .map(|p| secret(text, p))
+            .transpose()?;
         if let Some(tls) = &f.tls {
             let at = line_of(text, tls.span().start);
             let t = tls.get_ref();
@@ -178,36 +224,12 @@ impl NodeConfig {
                     .map_err(|e| format!("[tls] at line {at}: {e}"))?,
             );
         }
-        if let Some(etcd) = &f.etcd {
-            let at = line_of(text, etcd.span().start);
-            let t = etcd.get_ref();
-            let mut e = crate::discovery::etcd_config::EtcdConfig::new(t.endpoints.clone());
-            if let Some(p) = &t.prefix {
-                e.prefix = p.clone();
-            }
-            if let Some(ttl) = t.lease_ttl_secs {
-                e.lease_ttl_secs = ttl;
-            }
-            e.validate()
-                .map_err(|why| format!("[etcd] at line {at}: {why}"))?;
-            c.etcd = Some(e);
-        }
-        if let Some(rules) = &f.group_permissions {
-            let mut p = crate::GroupPermissions::default();
-            for r in rules {
-                let t = r.get_ref();
-                p.rules.push(crate::GroupRule {
-                    ids: (BusId(t.ids[0]), BusId(t.ids[1])),
-                    join: t.join.clone().unwrap_or_default(),
-                    publish: t.publish.clone().unwrap_or_default(),
-                });
-            }
-            p.validate().map_err(|why| {
-                let at = rules.first().map_or(0, |r| line_of(text, r.span().start));
-                format!("[[group_permissions]] (from line {at}): {why}")
-            })?;
-            c.group_permissions = Some(p);
-        }
+        c.etcd = f.etcd.as_ref().map(|e| etcd(text, e)).transpose()?;
+        c.group_permissions = f
+            .group_permissions
+            .as_ref()
+            .map(|rules| group_permissions(text, rules))
+            .transpose()?;
         if f.id.is_some() {
             c.validate().map_err(|e| located(text, &e))?;
         }
@@ -219,155 +241,6 @@ impl NodeConfig {
         let text = std::fs::read_to_string(path)
             .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
         NodeConfig::from_toml(&text).map_err(|e| format!("{}: {e}", path.display()))
-    }
-}
-
-/// The top-level keys an environment variable `BUSWAY_<KEY>` may set (the file's, but for the
-/// tables; `listen`, `connect` and `subtree` take comma-separated values).
-const ENV_KEYS: [&str; 27] = [
-    "id",
-    "listen",
-    "connect",
-    "upstream",
-    "subtree",
-    "ttl",
-    "relay_grace_ms",
-    "direct_links",
-    "shm_channels",
-    "mem_channels",
-    "group_logs",
-    "shm_spins",
-    "shm_ring_bytes",
-    "secret_file",
-    "io_threads",
-    "frame_body_max",
-    "send_queue_bytes_max",
-    "inbox_bytes_max",
-    "connections_max",
-    "handshake_timeout_ms",
-    "linger_ms",
-    "heartbeat_interval_ms",
-    "peer_dead_after_ms",
-    "forget_after_ms",
-    "dial_backoff_min_ms",
-    "clock_skew_max_ms",
-    "group_retain_bytes",
-];
-
-/// The TOML line for `key` set to `value` from the environment.
-fn env_line(key: &str, value: &str) -> String {
-    let quoted = |s: &str| toml_string(s.trim());
-    let list = |quote: bool| {
-        let items: Vec<String> = value
-            .split(',')
-            .filter(|s| !s.trim().is_empty())
-            .map(|s| {
-                if quote {
-                    quoted(s)
-                } else {
-                    s.trim().to_owned()
-                }
-            })
-            .collect();
-        format!("[{}]", items.join(", "))
-    };
-    let v = match key {
-        "listen" | "connect" => list(true),
-        "subtree" => list(false),
-        "upstream" | "secret_file" => quoted(value),
-        // Numbers and booleans as written; anything else is a wrong type, named as such.
-        _ if value.trim().parse::<i64>().is_ok() || matches!(value.trim(), "true" | "false") => {
-            value.trim().to_owned()
-        }
-        _ => quoted(value),
-    };
-    format!("{key} = {v}")
-}
-
-/// `s` as a TOML basic string.
-fn toml_string(s: &str) -> String {
-    let mut out = String::from("\"");
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            c if c.is_control() => out.push_str(&format!("\\u{:04X}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
-}
-
-/// `text` with the top-level settings of `keys` commented out (a multi-line array to its
-/// closing bracket).
-fn without_keys(text: &str, keys: &[&str]) -> String {
-    let mut out = Vec::new();
-    let mut in_table = false;
-    let mut skipping_array = false;
-    for line in text.lines() {
-        let t = line.trim_start();
-        if skipping_array {
-            skipping_array = !t.contains(']');
-            out.push(format!("# {line}"));
-            continue;
-        }
-        in_table |= t.starts_with('[') && !t.contains('=');
-        let key = t.split('=').next().unwrap_or_default().trim();
-        if !in_table && t.contains('=') && keys.contains(&key) {
-            let value = t.split_once('=').map_or("", |(_, v)| v.trim());
-            skipping_array = value.starts_with('[') && !value.contains(']');
-            out.push(format!("# {line}"));
-        } else {
-            out.push(line.to_owned());
-        }
-    }
-    out.join("\n")
-}
-
-impl NodeConfig {
-    /// [`NodeConfig::from_toml`] of `text` with settings from `vars` (e.g. `std::env::vars()`)
-    /// over it: `BUSWAY_<KEY>` sets the top-level key `<key>` (`BUSWAY_LINGER_MS=500`;
-    /// `BUSWAY_LISTEN=tcp://a:1,unix:///b`; `BUSWAY_SUBTREE=100,199`). Other variables are
-    /// ignored. An error in the file names its line; one in a variable names the variable.
-    pub fn from_toml_with_env(
-        text: &str,
-        vars: impl IntoIterator<Item = (String, String)>,
-    ) -> Result<NodeConfig, String> {
-        let mut set: Vec<(String, &'static str, String)> = Vec::new();
-        for (name, value) in vars {
-            let Some(key) = name.strip_prefix("BUSWAY_") else {
-                continue;
-            };
-            let key = key.to_ascii_lowercase();
-            if let Some(&k) = ENV_KEYS.iter().find(|&&k| k == key) {
-                set.retain(|(_, kk, _)| *kk != k);
-                set.push((name, k, value));
-            }
-        }
-        if set.is_empty() {
-            return NodeConfig::from_toml(text);
-        }
-        NodeConfig::from_toml(text)?;
-        let lines: Vec<String> = set.iter().map(|(_, k, v)| env_line(k, v)).collect();
-        if let Err(e) = NodeConfig::from_toml(&lines.join("\n")) {
-            // Name the variable rather than a line of a text the user never wrote.
-            let culprit = (1..=lines.len())
-                .find(|n| e.contains(&format!("line {n}")))
-                .or_else(|| {
-                    set.iter()
-                        .position(|(_, k, _)| e.contains(k))
-                        .map(|i| i + 1)
-                });
-            return Err(match culprit {
-                Some(n) => format!("{}: {e}", set[n - 1].0),
-                None => format!("environment (BUSWAY_*): {e}"),
-            });
-        }
-        let keys: Vec<&str> = set.iter().map(|(_, k, _)| *k).collect();
-        let merged = format!("{}\n{}", lines.join("\n"), without_keys(text, &keys));
-        NodeConfig::from_toml(&merged)
-            .map_err(|e| format!("the file with BUSWAY_* variables over it: {e}"))
     }
 }
 

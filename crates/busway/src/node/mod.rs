@@ -15,13 +15,19 @@
 //! The public face of busway: a node with a bus id that sends to and receives from peers.
 
 pub(crate) mod config;
+pub(crate) mod config_env;
 pub(crate) mod config_file;
 pub(crate) mod drain;
+pub(crate) mod errors;
 pub(crate) mod event;
 pub(crate) mod event_queue;
 pub(crate) mod inbox;
+pub(crate) mod info;
 pub(crate) mod message;
 pub(crate) mod stats;
+
+pub use errors::{SendError, StartError};
+pub use info::{PeerInfo, RelayedInfo};
 
 use crate::addr::Addr;
 use crate::limits::CALLS_PENDING_MAX;
@@ -47,7 +53,6 @@ use busway_core::group::locked::GroupTable;
 use busway_core::multicast::state::MulticastState;
 use busway_core::BusId;
 use bytes::Bytes;
-use std::fmt;
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
@@ -56,124 +61,6 @@ use tokio::sync::watch;
 
 /// How often `Node::flush` looks at what is still unacknowledged, in milliseconds.
 const FLUSH_POLL_MS: u64 = 5;
-
-/// Why a send failed. Nothing was queued.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum SendError {
-    /// This node has never had a link to this id.
-    NoRoute(BusId),
-    /// The peer stayed down past `peer_dead_after_ms`, or shut down; sends fail until it is
-    /// back.
-    PeerDown(BusId),
-    /// The peer's send queue holds its byte limit (`try_send` only).
-    Full(BusId),
-    /// The payload is over the node's `frame_body_max`.
-    TooLarge {
-        /// The payload's length, in bytes.
-        len: usize,
-        /// The longest payload a send takes, in bytes.
-        max: usize,
-    },
-    /// The node is shutting down.
-    Closed(BusId),
-}
-
-impl fmt::Display for SendError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::NoRoute(id) => write!(f, "no route to bus id {id}: it was never connected"),
-            Self::PeerDown(id) => write!(f, "bus id {id} is down past its deadline"),
-            Self::Full(id) => write!(f, "the send queue to bus id {id} is full"),
-            Self::TooLarge { len, max } => {
-                write!(
-                    f,
-                    "payload of {len} bytes is over the {max}-byte frame limit"
-                )
-            }
-            Self::Closed(id) => write!(f, "cannot send to bus id {id}: the node is shutting down"),
-        }
-    }
-}
-
-impl std::error::Error for SendError {}
-
-/// Why a node could not start.
-#[derive(Debug)]
-pub enum StartError {
-    /// The configuration is not one a node can run with; the text says what and where.
-    Config(String),
-    /// A listen address could not be bound.
-    Bind {
-        /// The address.
-        addr: Addr,
-        /// Why not.
-        source: std::io::Error,
-    },
-    /// Another system call failed while the node started.
-    Io(std::io::Error),
-}
-
-impl fmt::Display for StartError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Config(what) => write!(f, "invalid node configuration: {what}"),
-            Self::Bind { addr, source } => write!(f, "cannot listen on {addr}: {source}"),
-            Self::Io(e) => write!(f, "cannot start the node: {e}"),
-        }
-    }
-}
-
-impl std::error::Error for StartError {}
-
-/// What a node knows about one connected peer.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PeerInfo {
-    /// The peer's bus id.
-    pub id: BusId,
-    /// The peer's incarnation (a new one each time its node starts).
-    pub incarnation: u64,
-    /// The remote address of the link.
-    pub addr: String,
-    /// The addresses the peer listens on, as it announced them.
-    pub listen_addrs: Vec<String>,
-    /// Whether a link to it is up now.
-    pub up: bool,
-    /// Messages sent and not yet acknowledged.
-    pub unacked_msgs: u64,
-    /// The bytes those messages hold.
-    pub unacked_bytes: usize,
-    /// Messages ever sent to it (link messages: a PUBLISH batch counts once).
-    pub msgs_sent: u64,
-    /// Bytes of frames ever queued for it, headers included: its messages at their framing
-    /// (DATA, DATA_BATCH entries, CALL, REPLY, INTEREST, PUBLISH) and the control frames for
-    /// its link (ACK, PING, relayed ROUTED frames), each counted once when queued, whether the
-    /// link is a socket or a ring (a resend after a reconnect is not counted again). What
-    /// this node put on the link to it: `busway bench --broadcast` reads it per publish.
-    pub bytes_sent: u64,
-    /// Last measured round trip in microseconds (0: none yet).
-    pub rtt_us: u64,
-    /// Messages received from it over its direct link, ever.
-    pub msgs_received: u64,
-    /// Payload bytes received from it over its direct link, ever.
-    pub bytes_received: u64,
-    /// Times a link to it came back after the first (same incarnation).
-    pub reconnects: u64,
-}
-
-/// What a node knows about a destination it reaches through relays.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RelayedInfo {
-    /// The destination's bus id.
-    pub id: BusId,
-    /// The destination's incarnation, once it acknowledged something.
-    pub incarnation: Option<u64>,
-    /// Messages sent to it and not acknowledged end to end yet.
-    pub unacked_msgs: u64,
-    /// The bytes those messages hold.
-    pub unacked_bytes: usize,
-    /// Messages ever sent to it through relays.
-    pub msgs_sent: u64,
-}
 
 /// A running node. Cheap to clone; every clone is the same node. Safe to use from any thread
 /// and any tokio runtime. Dropping the last clone stops the node abruptly; call
@@ -315,33 +202,7 @@ impl Node {
         });
         let replier: Arc<dyn crate::rpc::request::Replier> = shared.clone();
         shared.calls.set_replier(Arc::downgrade(&replier));
-        for l in listeners {
-            let shared2 = shared.clone();
-            shared.loops.pick().spawn(accept_loop(shared2, l));
-        }
-        for addr in connect {
-            let shared2 = shared.clone();
-            shared.loops.pick().spawn(dial_loop(shared2, addr, false));
-        }
-        if let Some(addr) = shared.config.upstream.clone() {
-            let shared2 = shared.clone();
-            shared.loops.pick().spawn(dial_loop(shared2, addr, true));
-        }
-        shared.loops.pick().spawn(shared.clone().retry_loop());
-        shared.loops.pick().spawn(shared.clone().pump_loop());
-        // Holds the logs alone (not the node), and ends with the node.
-        let (logs, mut down) = (shared.group_logs.clone(), shared.shutdown_tx.subscribe());
-        shared.loops.pick().spawn(async move {
-            tokio::select! {
-                () = logs.wake_loop() => {}
-                _ = down.wait_for(|&d| d) => {}
-            }
-        });
-        shared.loops.pick().spawn(shared.clone().discovery_loop());
-        #[cfg(feature = "etcd")]
-        if let Some(etcd) = shared.config.etcd.clone() {
-            shared.loops.pick().spawn(shared.clone().etcd_loop(etcd));
-        }
+        spawn_tasks(&shared, listeners, connect);
         Ok(Node {
             owner: Arc::new(Owner {
                 shared,
@@ -508,54 +369,6 @@ impl Node {
         self.shared().upstream_id()
     }
 
-    /// Every peer this node knows: up, or down with messages held for it.
-    pub fn peers(&self) -> Vec<PeerInfo> {
-        let peers = self.shared().peers.snapshot();
-        let mut out: Vec<PeerInfo> = peers
-            .iter()
-            .map(|p| {
-                let s = p.snapshot();
-                PeerInfo {
-                    id: p.id,
-                    incarnation: s.intro.incarnation,
-                    addr: s.addr,
-                    listen_addrs: s.intro.listen_addrs,
-                    up: s.up,
-                    unacked_msgs: s.unacked,
-                    unacked_bytes: s.bytes,
-                    msgs_sent: s.msgs_total,
-                    bytes_sent: s.bytes_sent,
-                    rtt_us: p.rtt_us.load(Relaxed),
-                    msgs_received: p.msgs_in.load(Relaxed),
-                    bytes_received: p.bytes_in.load(Relaxed),
-                    reconnects: p.links.load(Relaxed).saturating_sub(1),
-                }
-            })
-            .collect();
-        out.sort_by_key(|p| p.id);
-        out
-    }
-
-    /// Every destination this node reaches through relays, with what it holds for each.
-    pub fn relayed_peers(&self) -> Vec<RelayedInfo> {
-        let remotes = self.shared().relayed.snapshot();
-        let mut out: Vec<RelayedInfo> = remotes
-            .iter()
-            .map(|r| {
-                let (unacked_msgs, unacked_bytes, msgs_sent, incarnation) = r.snapshot();
-                RelayedInfo {
-                    id: r.id,
-                    incarnation,
-                    unacked_msgs,
-                    unacked_bytes,
-                    msgs_sent,
-                }
-            })
-            .collect();
-        out.sort_by_key(|r| r.id);
-        out
-    }
-
     /// Drops the link to `id` at once, as a network failure would (no CLOSE): messages in
     /// flight are written again when a link is back. For tests and for operators who need to
     /// force a reconnect. Returns whether a link was up.
@@ -655,5 +468,38 @@ impl Node {
             }
         }
         drop(self);
+    }
+}
+
+/// Starts a new node's tasks on its I/O loops: the listeners' accept loops, the dial loops of
+/// its configured addresses and upstream, the retry and pump tasks, the group logs' wake-ups
+/// and discovery. Each holds the node's state and ends with its shutdown.
+fn spawn_tasks(shared: &Arc<Shared>, listeners: Vec<transport::StdListener>, connect: Vec<Addr>) {
+    for l in listeners {
+        let shared2 = shared.clone();
+        shared.loops.pick().spawn(accept_loop(shared2, l));
+    }
+    for addr in connect {
+        let shared2 = shared.clone();
+        shared.loops.pick().spawn(dial_loop(shared2, addr, false));
+    }
+    if let Some(addr) = shared.config.upstream.clone() {
+        let shared2 = shared.clone();
+        shared.loops.pick().spawn(dial_loop(shared2, addr, true));
+    }
+    shared.loops.pick().spawn(shared.clone().retry_loop());
+    shared.loops.pick().spawn(shared.clone().pump_loop());
+    // Holds the logs alone (not the node), and ends with the node.
+    let (logs, mut down) = (shared.group_logs.clone(), shared.shutdown_tx.subscribe());
+    shared.loops.pick().spawn(async move {
+        tokio::select! {
+            () = logs.wake_loop() => {}
+            _ = down.wait_for(|&d| d) => {}
+        }
+    });
+    shared.loops.pick().spawn(shared.clone().discovery_loop());
+    #[cfg(feature = "etcd")]
+    if let Some(etcd) = shared.config.etcd.clone() {
+        shared.loops.pick().spawn(shared.clone().etcd_loop(etcd));
     }
 }

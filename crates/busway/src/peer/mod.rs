@@ -30,11 +30,10 @@ pub(crate) mod ring_tx;
 pub(crate) mod shm_link;
 pub(crate) mod table;
 
-use crate::limits::{COPY_PAYLOAD_BYTES_MAX, RING_DEFER_BYTES_MAX};
 use crate::peer::ring_tx::{Flush, RingWriter};
 use busway_core::frame::FrameKind;
 use busway_core::group::forwards::CAUGHT_UP_ROOM_BYTES;
-use busway_core::handshake::{caps, Established, Hello};
+use busway_core::handshake::{caps, Hello};
 use busway_core::outbox::{AckError, Outbox};
 use busway_core::relay::Neighbor;
 use busway_core::BusId;
@@ -394,78 +393,6 @@ impl Peer {
         true
     }
 
-    /// Queues one message sent on its own (`Node::send`); returns its sequence number, and
-    /// whether the peer must go on the node's `Deferred` list. Over a ring, a small message
-    /// that follows another single send with no look at the inbox in between (`looks`, the
-    /// inbox's count) is not published at once while less than `RING_DEFER_BYTES_MAX` wait:
-    /// the sender's next look at its inbox, a flush or the link's writer (woken now) publishes
-    /// the burst with one publication. The first send after a look (a lone request or
-    /// answer) is published at once; elsewhere a message is written or handed to the writer
-    /// at once.
-    pub(crate) fn push_single(
-        &self,
-        payload: &Bytes,
-        looks: u64,
-    ) -> Result<(u64, bool), PushError> {
-        self.push_deferring(looks, payload.len(), |o, _| o.push_shared(payload))
-    }
-
-    /// Queues one PUBLISH (`head`, then `payload`) the way [`Peer::push_single`] queues a
-    /// single send: over a ring, one that follows another with no look at the inbox in
-    /// between waits unpublished (a publisher's loop writes each member's ring once per
-    /// burst, not once per publish).
-    pub(crate) fn push_publish(
-        &self,
-        head: &[u8],
-        payload: &Bytes,
-        looks: u64,
-    ) -> Result<(u64, bool), PushError> {
-        self.push_deferring(looks, head.len() + payload.len(), |o, intro| {
-            o.push_publish(head, payload, intro.capabilities & caps::PUBLISH_BATCH != 0)
-        })
-    }
-
-    /// Queues one message with `push`, deferring its publication into the ring as
-    /// [`Peer::push_single`] says; `len` is its size.
-    fn push_deferring(
-        &self,
-        looks: u64,
-        len: usize,
-        push: impl FnOnce(&mut Outbox, &PeerIntro) -> Option<u64>,
-    ) -> Result<(u64, bool), PushError> {
-        let mut st = self.lock();
-        Self::check_open(&st)?;
-        let st_ = &mut *st;
-        let numbered = st_.outbox.next_seq();
-        let seq = push(&mut st_.outbox, &st_.intro).ok_or(PushError::Full)?;
-        // Link messages, as the peer counts them: a publish that joined a batch is not one.
-        if st.outbox.next_seq() != numbered {
-            st.msgs_total += 1;
-        }
-        let follows_a_send = std::mem::replace(&mut st.single_look, looks) == looks;
-        if follows_a_send
-            && st.ring_mode
-            && !st.held
-            && len <= COPY_PAYLOAD_BYTES_MAX
-            && st.outbox.tail_bytes() < RING_DEFER_BYTES_MAX
-        {
-            let first = !std::mem::replace(&mut st.deferred, true);
-            self.wake_writer(st);
-            return Ok((seq, first));
-        }
-        self.pushed(st);
-        Ok((seq, false))
-    }
-
-    /// Publishes into the ring what single sends left waiting (see `push_single`).
-    pub(crate) fn publish_deferred(&self) {
-        self.lock().deferred = false;
-        if !matches!(self.flush_ring(false), Some(Ok(Flush::Done))) {
-            // Busy, full or broken: the writer task carries on (and reports a broken ring).
-            self.writer_wake.notify_one();
-        }
-    }
-
     /// Queues one message framed on its own (a CALL, REPLY, INTEREST or PUBLISH); returns its
     /// sequence number.
     pub(crate) fn push_framed(
@@ -620,182 +547,9 @@ impl Peer {
     pub(crate) fn incarnation(&self) -> u64 {
         self.lock().intro.incarnation
     }
-
-    /// Attaches the authenticated link `link`: everything the peer lacks becomes unwritten again.
-    /// Errors if a link is attached already (the text names it) or the handshake's numbers no
-    /// longer hold. Returns how many messages written on an earlier link go out again.
-    pub(crate) fn attach(&self, link: u64, est: &Established, addr: &str) -> Result<u64, String> {
-        let mut st = self.lock();
-        if st.link.is_some() {
-            return Err(format!(
-                "bus id {} is already connected (via {})",
-                self.id, st.addr
-            ));
-        }
-        if est.own_auth.next_send_seq != st.outbox.acked()
-            || est.own_auth.next_expected_seq != st.inbound_expected
-        {
-            return Err("the peer's state changed during the handshake; retry".into());
-        }
-        let written_before = st.outbox.written_end();
-        let first = st
-            .outbox
-            .resume(est.peer_auth.next_expected_seq)
-            .map_err(|e| format!("cannot resume: {e}"))?;
-        let resent = written_before.saturating_sub(first);
-        // Counted here, past the checks: a refused attach is no reconnect.
-        self.links
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        // The peer resumes where it says; past what we expect only if it gave up on messages.
-        st.inbound_expected = st.inbound_expected.max(est.peer_auth.next_send_seq);
-        st.intro = PeerIntro::from(&est.peer);
-        st.addr = addr.to_owned();
-        st.link = Some(link);
-        st.dead_since_ms = None;
-        st.link_closing = false;
-        st.writer_idle = false;
-        // The peer's AUTH acknowledged messages (those it got before the last link dropped,
-        // and whose ACK was lost with it): senders waiting for that room must hear of it, as
-        // no ACK frame will come for them.
-        let wake = std::mem::take(&mut st.senders_waiting);
-        drop(st);
-        if wake {
-            self.room.notify_waiters();
-        }
-        Ok(resent)
-    }
-
-    /// Detaches link `link` if it is the one attached; returns the detach epoch (for the
-    /// deadline) and the messages still unacknowledged.
-    pub(crate) fn detach(&self, link: u64) -> Option<(u64, u64)> {
-        let mut st = self.lock();
-        if st.link != Some(link) {
-            return None;
-        }
-        st.link = None;
-        st.detach_epoch += 1;
-        Some((st.detach_epoch, st.outbox.unacked()))
-    }
-
-    /// If no link came back since detach `epoch`, gives up on every unacknowledged message:
-    /// returns their numbers. Later sends fail at once until a link is up again.
-    pub(crate) fn expire(&self, epoch: u64, now_ms: u64) -> Option<Range<u64>> {
-        let mut st = self.lock();
-        if st.link.is_some() || st.detach_epoch != epoch {
-            return None;
-        }
-        st.dead_since_ms = Some(now_ms);
-        let range = st.outbox.fail_all();
-        drop(st);
-        self.room.notify_waiters();
-        Some(range)
-    }
-
-    /// Whether the peer has been dead (down past its deadline, nothing held) for `idle_ms` or
-    /// more: the node may forget it. A link of the same incarnation coming back later starts
-    /// from the numbers both sides state in the handshake; by then the peer has settled what
-    /// it held for this node (see `NodeConfig::forget_after_ms`).
-    pub(crate) fn dead_for(&self, now_ms: u64, idle_ms: u64) -> bool {
-        let st = self.lock();
-        st.link.is_none()
-            && st
-                .dead_since_ms
-                .is_some_and(|t| now_ms.saturating_sub(t) >= idle_ms)
-    }
-
-    /// Gives up on every message (the peer came back as a new incarnation).
-    pub(crate) fn fail_all(&self) -> Range<u64> {
-        let range = self.lock().outbox.fail_all();
-        self.room.notify_waiters();
-        range
-    }
-
-    pub(crate) fn is_up(&self) -> bool {
-        self.lock().link.is_some()
-    }
-
-    /// Asks the attached link to drop at once; false if none is attached. The request names
-    /// the link and leaves a permit (`notify_one`): a link task that was not waiting yet (just
-    /// up) still sees it, and a later link ignores a request meant for an earlier one.
-    pub(crate) fn request_cut(&self) -> bool {
-        self.cut_attached(None)
-    }
-
-    /// Closes the attached link for a lie it carried (`why` names it): the link ends as for a
-    /// protocol error. False if no link is attached.
-    pub(crate) fn refuse_link(&self, why: String) -> bool {
-        self.cut_attached(Some(why))
-    }
-
-    fn cut_attached(&self, why: Option<String>) -> bool {
-        let mut st = self.lock();
-        let Some(link) = st.link else {
-            return false;
-        };
-        // The first reason for this link stays: later lies on it are the same liar's.
-        if st.cut_link != link || st.cut_reason.is_none() {
-            st.cut_reason = why;
-        }
-        st.cut_link = link;
-        drop(st);
-        self.cut.notify_one();
-        true
-    }
-
-    /// Completes once a cut of link `link` was asked for (see `request_cut`): the lie that
-    /// closes it, if that is why.
-    pub(crate) async fn cut_requested(&self, link: u64) -> Option<String> {
-        loop {
-            self.cut.notified().await;
-            let mut st = self.lock();
-            if st.cut_link == link {
-                st.cut_link = 0;
-                return st.cut_reason.take();
-            }
-        }
-    }
-
-    /// No more messages; the writer drains what is queued and closes the link.
-    pub(crate) fn close(&self) {
-        let mut st = self.lock();
-        st.closing = true;
-        drop(st);
-        self.writer_wake.notify_one();
-        self.room.notify_waiters();
-    }
-
-    /// Whether this node closes the link because it shuts down (see `close`).
-    pub(crate) fn is_closing(&self) -> bool {
-        self.lock().closing
-    }
-
-    /// Whether the attached link is closing because its peer closed (see `close_link`): its
-    /// reader will not free room in a ring any more. (Our own node closing is not that: the
-    /// peer still reads, and what is queued goes out within the linger time.)
-    pub(crate) fn is_closed_by_peer(&self) -> bool {
-        self.lock().link_closing
-    }
-
-    /// The attached link's writer drains what is queued, sends CLOSE and finishes.
-    pub(crate) fn close_link(&self) {
-        self.lock().link_closing = true;
-        self.writer_wake.notify_one();
-    }
-
-    pub(crate) fn snapshot(&self) -> PeerSnapshot {
-        let st = self.lock();
-        PeerSnapshot {
-            intro: st.intro.clone(),
-            addr: st.addr.clone(),
-            up: st.link.is_some(),
-            unacked: st.outbox.unacked(),
-            bytes: st.outbox.bytes(),
-            msgs_total: st.msgs_total,
-            bytes_sent: st.outbox.bytes_pushed(),
-        }
-    }
 }
 
+mod attached;
 mod ring;
 #[cfg(test)]
 mod tests;

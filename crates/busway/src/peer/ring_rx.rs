@@ -7,22 +7,20 @@
 //! CALL or REPLY frames (their kinds, lengths and batch entries checked); anything else ends
 //! the link with a reason (the node and its other links go on).
 
+mod logs;
+
 use crate::group::log_in::{AttachedLog, LogWatches};
 use crate::limits::{
-    GROUP_LOG_READ_BYTES_MAX, RING_ACK_EVERY_BYTES, RING_READ_RECORDS_MAX, RING_STASH_BYTES_MAX,
-    RING_WAIT_POLL_MS,
+    RING_ACK_EVERY_BYTES, RING_READ_RECORDS_MAX, RING_STASH_BYTES_MAX, RING_WAIT_POLL_MS,
 };
 use crate::node::message::MessageBatch;
 use crate::node::stats::bump;
 use crate::peer::ring_link::RingLink;
 use busway_core::control::ack_frame;
-use busway_core::frame::{
-    message_spans, FrameKind, HEADER_LEN, SPAN_GROUP_LOG, SPAN_LEN_MASK, SPAN_TAG_MASK,
-};
-use busway_core::group::{decode_group_log, encode_log_answer, GroupLog};
+use busway_core::frame::{message_spans, HEADER_LEN, SPAN_LEN_MASK};
 use busway_core::{DecodeError, FrameDecoder};
 use busway_shm::ring::{Consumer, ReadWaiter, Wait};
-use bytes::{Bytes, BytesMut};
+use bytes::BytesMut;
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::mpsc as std_mpsc;
@@ -257,149 +255,6 @@ impl RingReader {
         }
     }
 
-    /// Reads each log attached to this ring and hands its publishes to the node as if they
-    /// had come by the ring (passed on, and delivered in their stream's order; a gap is asked
-    /// for). A log the node no longer wants is let go (the publisher dropped this node as its
-    /// reader when it read the INTEREST that gave the group up); a log that lies is let go and
-    /// declined, so the publisher sends by the link again. True if publishes went to the inbox.
-    fn read_logs(&mut self) -> bool {
-        self.looks_since_log_records = self.looks_since_log_records.saturating_add(1);
-        // Most looks find nothing new: one load of each log's end, and out.
-        if !self.logs.iter().any(|l| l.reader.is_readable()) {
-            return false;
-        }
-        let Some(node) = self.link.node.upgrade() else {
-            return false;
-        };
-        let src = self.link.peer.id;
-        let mut handed = false;
-        let mut i = 0;
-        while i < self.logs.len() {
-            let mut buf = BytesMut::new();
-            let mut spans = Vec::new();
-            let log = &mut self.logs[i];
-            let read = log
-                .reader
-                .read_into(GROUP_LOG_READ_BYTES_MAX, &mut buf, &mut spans)
-                .map_err(|e| e.to_string());
-            let read = match read {
-                Ok(r) if r.records > 0 => {
-                    if !node.wants_group(&log.group) {
-                        // Declined, so that the publisher stops writing for this node
-                        // (its INTEREST leave says so too, unless it did not fit); kept
-                        // until the decline fits.
-                        let answer = encode_log_answer(&log.group, log.token, log.serial, false);
-                        if self
-                            .link
-                            .peer
-                            .push_framed(FrameKind::GroupLog, &answer, &Bytes::new())
-                            .is_ok()
-                        {
-                            self.drop_log(i);
-                        } else {
-                            i += 1;
-                        }
-                        continue;
-                    }
-                    let chunk = buf.freeze();
-                    node.sort_out_log(src, &log.group, &chunk, &spans).map(|h| {
-                        handed |= h;
-                        r
-                    })
-                }
-                other => other,
-            };
-            match read {
-                Ok(r) if r.records == 0 => {
-                    i += 1;
-                    continue;
-                }
-                Ok(r) => {
-                    self.looks_since_log_records = 0;
-                    if r.overrun {
-                        bump(&self.link.counters.group_log_overruns);
-                    }
-                    self.link
-                        .counters
-                        .group_log_reads
-                        .fetch_add(r.records as u64, Relaxed);
-                    i += 1;
-                }
-                Err(why) => {
-                    tracing::warn!(peer = %src, group = &*log.group, %why, "the peer's group log cannot be read: its publishes go by the link again");
-                    bump(&self.link.counters.protocol_errors);
-                    let answer = encode_log_answer(&log.group, log.token, log.serial, false);
-                    let _ = self
-                        .link
-                        .peer
-                        .push_framed(FrameKind::GroupLog, &answer, &Bytes::new());
-                    self.drop_log(i);
-                }
-            }
-        }
-        handed
-    }
-
-    fn drop_log(&mut self, i: usize) {
-        self.logs.swap_remove(i);
-        self.refresh_watches();
-    }
-
-    /// The waiter thread looks at the logs attached now.
-    fn refresh_watches(&self) {
-        let mut w = self.watches.lock().unwrap_or_else(|p| p.into_inner());
-        *w = self.logs.iter().map(|l| l.reader.watch()).collect();
-    }
-
-    /// Takes the GROUP_LOG offers out of `spans` (the peer's, read from its ring): each log
-    /// is opened and attached to this ring (replacing one of the same group) and accepted,
-    /// or declined with a warning that says why.
-    fn take_log_offers(&mut self, chunk: &Bytes, spans: &mut Vec<(u32, u32)>) {
-        if !spans
-            .iter()
-            .any(|&(_, t)| t & SPAN_TAG_MASK == SPAN_GROUP_LOG)
-        {
-            return;
-        }
-        let Some(node) = self.link.node.upgrade() else {
-            return;
-        };
-        let src = self.link.peer.id;
-        let mut offers = Vec::new();
-        spans.retain(|&(start, tagged)| {
-            if tagged & SPAN_TAG_MASK != SPAN_GROUP_LOG {
-                return true;
-            }
-            let len = tagged & SPAN_LEN_MASK;
-            offers.push(chunk.slice(start as usize..(start + len) as usize));
-            false
-        });
-        for body in offers {
-            // Checked by `message_spans`; answers were taken by the node.
-            let Ok(GroupLog::Offer(offer)) = decode_group_log(&body) else {
-                continue;
-            };
-            let (name, token, serial) = (offer.name, offer.token, offer.serial);
-            let accept = match node.open_log(src, &offer) {
-                Ok(log) => {
-                    self.logs.retain(|l| *l.group != *name);
-                    self.logs.push(log);
-                    self.refresh_watches();
-                    true
-                }
-                Err(why) => {
-                    tracing::warn!(peer = %src, group = name, %why, "declined the peer's group log");
-                    false
-                }
-            };
-            let answer = encode_log_answer(name, token, serial, accept);
-            let _ = self
-                .link
-                .peer
-                .push_framed(FrameKind::GroupLog, &answer, &Bytes::new());
-        }
-    }
-
     fn read_ring(&mut self) -> Polled {
         if self.backlogged() {
             return Polled::Empty;
@@ -411,52 +266,13 @@ impl RingReader {
         if self.link.is_gone() {
             return Polled::Gone;
         }
-        // One copy out of shared memory, checked (lengths, kinds) in our own memory only.
-        match self
-            .consumer
-            .read_into(RING_READ_RECORDS_MAX, &mut self.buf)
-        {
-            Err(e) => return self.fail(e.to_string()),
-            // Closed (Acquire: everything published before the close is seen) and read out.
-            Ok(0) if self.consumer.is_closed() && !self.consumer.is_readable() => {
-                if !self.buf.is_empty() {
-                    return self.fail(format!(
-                        "closed in the middle of a frame ({} bytes of it read)",
-                        self.buf.len()
-                    ));
-                }
-                self.link.mark_drained();
-                return Polled::Gone;
-            }
-            Ok(0) if self.buf.is_empty() => return Polled::Empty,
-            Ok(_) => {}
+        if let Some(done) = self.fill() {
+            return done;
         }
-        // Room for as many messages as small ones would make (no growth on the common path),
-        // bounded for large ones.
-        let mut spans =
-            Vec::with_capacity((self.buf.len() / 32).clamp(16, RING_SPANS_PREALLOC_MAX));
-        let mut pos = 0;
-        loop {
-            let (kind, frame_len) = match self.dec.peek(&self.buf[pos..]) {
-                Ok(Some(f)) => f,
-                Ok(None) => break,
-                Err(e) => {
-                    // (The link counts the protocol error when it closes.)
-                    if let DecodeError::BodyTooLong { .. } = e {
-                        bump(&self.link.counters.oversize_frames);
-                    }
-                    return self.fail(e.to_string());
-                }
-            };
-            let body = &self.buf[pos + HEADER_LEN..pos + frame_len];
-            if let Err(what) = message_spans(kind, body, pos + HEADER_LEN, &mut spans) {
-                return self.fail(format!(
-                    "{what} (frame at ring stream offset {})",
-                    self.dec.offset() - frame_len as u64
-                ));
-            }
-            pos += frame_len;
-        }
+        let (pos, mut spans) = match self.whole_frames() {
+            Ok(got) => got,
+            Err(failed) => return failed,
+        };
         if pos == 0 {
             return Polled::Empty;
         }
@@ -465,30 +281,9 @@ impl RingReader {
             // Whole frames that carried no message (an empty DATA_BATCH): nothing to hand over.
             return Polled::Empty;
         }
-        let n = spans.len() as u64;
-        let Some(next) = self.link.peer.delivered_on(self.link.link_id, n) else {
+        let Some(ack_now) = self.count_and_ack(chunk.len(), &spans) else {
             return Polled::Gone;
         };
-        let counters = &self.link.counters;
-        counters.msgs_in.fetch_add(n, Relaxed);
-        let bytes: u64 = spans
-            .iter()
-            .map(|&(_, len)| u64::from(len & SPAN_LEN_MASK))
-            .sum();
-        counters.bytes_in.fetch_add(bytes, Relaxed);
-        let peer = &self.link.peer;
-        peer.msgs_in.fetch_add(n, Relaxed);
-        peer.bytes_in.fetch_add(bytes, Relaxed);
-        // Acknowledge in steps: at once past RING_ACK_EVERY_BYTES (the sender's queue must not
-        // fill with delivered messages), otherwise a little later from the link task.
-        self.bytes_since_ack += chunk.len();
-        let ack_now = self.bytes_since_ack >= RING_ACK_EVERY_BYTES;
-        if ack_now {
-            self.bytes_since_ack = 0;
-            self.link.peer.push_control(ack_frame(next));
-        } else {
-            self.link.ack_soon();
-        }
         let src = self.link.peer.id;
         // Group messages: interest is recorded, publishes are passed on, and those for this
         // node go to the inbox's channel in their streams' order.
@@ -509,6 +304,90 @@ impl RingReader {
             MessageBatch::with_requests(src, chunk, spans, requests),
             ack_now,
         )
+    }
+
+    /// Copies what the ring holds into `buf` (one copy out of shared memory, checked for
+    /// lengths and kinds in our own memory only). Returns what to report if there is nothing
+    /// to parse: the ring empty, read out after its close, or broken.
+    fn fill(&mut self) -> Option<Polled> {
+        match self
+            .consumer
+            .read_into(RING_READ_RECORDS_MAX, &mut self.buf)
+        {
+            Err(e) => Some(self.fail(e.to_string())),
+            // Closed (Acquire: everything published before the close is seen) and read out.
+            Ok(0) if self.consumer.is_closed() && !self.consumer.is_readable() => {
+                if !self.buf.is_empty() {
+                    return Some(self.fail(format!(
+                        "closed in the middle of a frame ({} bytes of it read)",
+                        self.buf.len()
+                    )));
+                }
+                self.link.mark_drained();
+                Some(Polled::Gone)
+            }
+            Ok(0) if self.buf.is_empty() => Some(Polled::Empty),
+            Ok(_) => None,
+        }
+    }
+
+    /// Walks the whole frames at the head of `buf`: how many bytes they take and the messages
+    /// they carry, or the link failed on a bad frame.
+    fn whole_frames(&mut self) -> Result<(usize, Vec<(u32, u32)>), Polled> {
+        // Room for as many messages as small ones would make (no growth on the common path),
+        // bounded for large ones.
+        let mut spans =
+            Vec::with_capacity((self.buf.len() / 32).clamp(16, RING_SPANS_PREALLOC_MAX));
+        let mut pos = 0;
+        loop {
+            let (kind, frame_len) = match self.dec.peek(&self.buf[pos..]) {
+                Ok(Some(f)) => f,
+                Ok(None) => return Ok((pos, spans)),
+                Err(e) => {
+                    // (The link counts the protocol error when it closes.)
+                    if let DecodeError::BodyTooLong { .. } = e {
+                        bump(&self.link.counters.oversize_frames);
+                    }
+                    return Err(self.fail(e.to_string()));
+                }
+            };
+            let body = &self.buf[pos + HEADER_LEN..pos + frame_len];
+            if let Err(what) = message_spans(kind, body, pos + HEADER_LEN, &mut spans) {
+                return Err(self.fail(format!(
+                    "{what} (frame at ring stream offset {})",
+                    self.dec.offset() - frame_len as u64
+                )));
+            }
+            pos += frame_len;
+        }
+    }
+
+    /// Counts the messages of a read of `read_len` bytes as delivered and acknowledges them:
+    /// at once past `RING_ACK_EVERY_BYTES` (the sender's queue must not fill with delivered
+    /// messages; returns true), otherwise a little later from the link task. None if the
+    /// link this ring belongs to is gone.
+    fn count_and_ack(&mut self, read_len: usize, spans: &[(u32, u32)]) -> Option<bool> {
+        let n = spans.len() as u64;
+        let next = self.link.peer.delivered_on(self.link.link_id, n)?;
+        let counters = &self.link.counters;
+        counters.msgs_in.fetch_add(n, Relaxed);
+        let bytes: u64 = spans
+            .iter()
+            .map(|&(_, len)| u64::from(len & SPAN_LEN_MASK))
+            .sum();
+        counters.bytes_in.fetch_add(bytes, Relaxed);
+        let peer = &self.link.peer;
+        peer.msgs_in.fetch_add(n, Relaxed);
+        peer.bytes_in.fetch_add(bytes, Relaxed);
+        self.bytes_since_ack += read_len;
+        let ack_now = self.bytes_since_ack >= RING_ACK_EVERY_BYTES;
+        if ack_now {
+            self.bytes_since_ack = 0;
+            self.link.peer.push_control(ack_frame(next));
+        } else {
+            self.link.ack_soon();
+        }
+        Some(ack_now)
     }
 }
 

@@ -1,6 +1,6 @@
 //! The peer's queue rules: holding, taking, acknowledging.
 use super::*;
-use busway_core::handshake::local_hello;
+use busway_core::handshake::{local_hello, Established};
 
 fn peer() -> Peer {
     let hello = local_hello(BusId(2), 9, 0, [0; 16], vec![]);

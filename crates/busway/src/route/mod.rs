@@ -30,17 +30,15 @@ pub(crate) mod registration_table;
 pub(crate) mod registrations;
 pub(crate) mod relayed_table;
 pub(crate) mod remote;
+mod tasks;
 
 use crate::addr::Addr;
-use crate::limits::{
-    FORGET_SWEEP_INTERVAL_MS, FORWARD_QUEUE_BYTES_MAX, FORWARD_WAIT_MS, ROUTED_RESEND_AFTER_MS,
-    ROUTED_RETRY_INTERVAL_MS,
-};
+use crate::limits::{FORWARD_QUEUE_BYTES_MAX, FORWARD_WAIT_MS};
 use crate::node::event::Path;
 use crate::peer::Peer;
 use crate::route::remote::Remote;
 use crate::shared::Shared;
-use busway_core::e2e::{Check, FailOutcome, Verdict};
+use busway_core::e2e::{FailOutcome, Verdict};
 use busway_core::frame::{FrameDecoder, FrameKind, BODY_LEN_CEILING, HEADER_LEN};
 use busway_core::registry::Registry;
 use busway_core::relay::{self, Neighbor};
@@ -217,80 +215,6 @@ impl Shared {
         self.relayed.snapshot()
     }
 
-    /// Hands what `remote` has unwritten to the next hop, or notes that there is none.
-    pub(crate) fn pump(&self, remote: &Remote) {
-        let now = self.clock_ms();
-        let Some(hop) = self.next_hop(remote.id, None) else {
-            remote.stall(now);
-            return;
-        };
-        let frames =
-            remote.take_frame_parts(self.config.id, self.incarnation, self.config.ttl, now);
-        let body_len = |f: &Vec<Bytes>| f.iter().map(Bytes::len).sum::<usize>() - HEADER_LEN;
-        let too_large = hop.frame_body_max().and_then(|max| {
-            frames
-                .iter()
-                .map(body_len)
-                .find(|&n| n > max)
-                .map(|n| (n, max))
-        });
-        if let Some((body_len, max)) = too_large {
-            // Its first hop would refuse one of them (and close the link over it, and it would
-            // come back forever): nothing of this take is sent, all of it is given up here and
-            // reported, and later messages go on (the destination is not down).
-            let seqs = remote.fail_all();
-            remote.revive();
-            self.release_if_drained(remote.id);
-            self.report_undeliverable(
-                remote.id,
-                seqs,
-                format!(
-                    "a relayed frame of {body_len} bytes is over the {max} bytes bus id {} accepts",
-                    hop.id
-                ),
-                Path::Relayed,
-                remote.incarnation(),
-            );
-            return;
-        }
-        for f in frames {
-            hop.push_forward(f, None);
-        }
-    }
-
-    /// Has the pump task hand `remote`'s new messages on (batched with whatever else comes in
-    /// before it runs).
-    pub(crate) fn schedule_pump(&self, remote: &Remote) {
-        if remote.mark_for_pump() {
-            self.relayed.wake_pump();
-        }
-    }
-
-    /// Hands newly queued relayed messages to their next hops, as many at a time as have
-    /// piled up since the last round.
-    pub(crate) async fn pump_loop(self: Arc<Self>) {
-        loop {
-            self.relayed.pump_woken().await;
-            if self.is_shutting_down() {
-                return;
-            }
-            for r in self.remotes_snapshot() {
-                if r.take_pump_mark() {
-                    self.pump(&r);
-                }
-            }
-        }
-    }
-
-    /// A link came up: whatever relayed messages are held may have a path now.
-    pub(crate) fn relink_remotes(&self) {
-        for r in self.remotes_snapshot() {
-            r.revive();
-            self.count_resent(r.rewind());
-            self.pump(&r);
-        }
-    }
-
     /// Sends an end-to-end ACK or FAIL frame toward `dst`, best effort (they are regenerated).
     pub(crate) fn send_routed_control(&self, dst: BusId, frame: Bytes) {
         if let Some(hop) = self.next_hop(dst, None) {
@@ -359,11 +283,9 @@ impl Shared {
         if Some(hop.id) == upstream {
             if let Err(why) = self.wait_gate_up(header.src).await {
                 // Up there it would close our link: the source hears why, and sends again.
-                if header.kind == RoutedType::Data {
-                    let text = format!("relay {me}: {why}");
-                    let (src, seq, dst) = (header.src, header.seq, header.dst);
-                    self.send_fail(src, seq, FailReason::PeerDown, dst, &text);
-                }
+                self.fail_data(&header, FailReason::PeerDown, || {
+                    format!("relay {me}: {why}")
+                });
                 return;
             }
         }
@@ -375,19 +297,12 @@ impl Shared {
         if let Some(max) = hop.frame_body_max().filter(|&max| body_len > max) {
             // The next hop would close the link over it (and the source send it again): the
             // source hears why instead.
-            if header.kind == RoutedType::Data {
-                let text = format!(
+            self.fail_data(&header, FailReason::TooLarge, || {
+                format!(
                     "relay {me}: a frame of {body_len} bytes is over the {max} bytes bus id {} accepts",
                     hop.id
-                );
-                self.send_fail(
-                    header.src,
-                    header.seq,
-                    FailReason::TooLarge,
-                    header.dst,
-                    &text,
-                );
-            }
+                )
+            });
             return;
         }
         let wait = Duration::from_millis(FORWARD_WAIT_MS);
@@ -396,16 +311,17 @@ impl Shared {
             .await
         {
             bumped_congestion(self);
-            if header.kind == RoutedType::Data {
-                let text = format!("relay {me}: queue toward {} is full", hop.id);
-                self.send_fail(
-                    header.src,
-                    header.seq,
-                    FailReason::Congested,
-                    header.dst,
-                    &text,
-                );
-            }
+            self.fail_data(&header, FailReason::Congested, || {
+                format!("relay {me}: queue toward {} is full", hop.id)
+            });
+        }
+    }
+
+    /// Tells the source of a relayed DATA frame that it was not passed on, and why (`text`,
+    /// made only then); control frames are not answered.
+    fn fail_data(&self, header: &RoutedHeader, reason: FailReason, text: impl FnOnce() -> String) {
+        if header.kind == RoutedType::Data {
+            self.send_fail(header.src, header.seq, reason, header.dst, &text());
         }
     }
 
@@ -554,78 +470,6 @@ impl Shared {
                 Some(old),
             );
         }
-    }
-
-    /// Writes again what relayed destinations hold when paths may have lost it, and gives up
-    /// on destinations that stayed unreachable past `peer_dead_after_ms`.
-    pub(crate) async fn retry_loop(self: Arc<Self>) {
-        let mut tick = tokio::time::interval(Duration::from_millis(ROUTED_RETRY_INTERVAL_MS));
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut next_sweep = 0;
-        loop {
-            tick.tick().await;
-            if self.is_shutting_down() {
-                return;
-            }
-            let now = self.clock_ms();
-            // Read by sends (a clock read per send would cost more than the send's own work).
-            self.coarse_ms.store(now, Relaxed);
-            if now >= next_sweep {
-                next_sweep = now + FORGET_SWEEP_INTERVAL_MS;
-                self.forget_idle(now);
-            }
-            self.registrations_tick();
-            let multicasts = !self.multicasts.lock().is_idle();
-            if !self.groups.lock().is_idle() || self.groups.has_repairs() || multicasts {
-                // Interest that did not fit a peer's queue when it changed.
-                self.sync_group_adverts();
-                self.group_tick(now);
-            }
-            if multicasts {
-                self.multicast_tick(now);
-            }
-            for r in self.remotes_snapshot() {
-                match r.check(now, ROUTED_RESEND_AFTER_MS, self.config.peer_dead_after_ms) {
-                    Check::Idle => {}
-                    Check::Retry => {
-                        self.count_resent(r.rewind());
-                        self.pump(&r);
-                    }
-                    Check::Expire => {
-                        let seqs = r.fail_all();
-                        self.release_if_drained(r.id);
-                        self.give_up_on_peer(
-                            r.id,
-                            seqs,
-                            format!(
-                                "no path to bus id {} for {} ms",
-                                r.id, self.config.peer_dead_after_ms
-                            ),
-                            Path::Relayed,
-                            r.incarnation(),
-                        );
-                    }
-                }
-            }
-        }
-    }
-}
-
-impl Shared {
-    /// Forgets state nobody needs any more (issue #11: every map shrinks): peers dead for
-    /// `forget_after_ms`, relayed sources silent that long, relayed destinations that hold
-    /// nothing and were not sent to for twice that.
-    fn forget_idle(&self, now: u64) {
-        let window = self.config.forget_after_ms;
-        let c = &self.counters;
-        let n = self.peers.forget_dead(now, window) as u64;
-        c.forgotten_peers.fetch_add(n, Relaxed);
-        let n = self.relayed.forget_sources(now, window) as u64;
-        c.forgotten_sources.fetch_add(n, Relaxed);
-        let n = self
-            .relayed
-            .forget_destinations(now, window.saturating_mul(2)) as u64;
-        c.forgotten_destinations.fetch_add(n, Relaxed);
     }
 }
 

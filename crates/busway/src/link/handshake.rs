@@ -1,0 +1,111 @@
+//! A link's handshake, before it is up: the machine's frames written straight to the socket,
+//! the peer's read until it is authenticated or refused, and a refused connection told why.
+
+use crate::node::event::Event;
+use crate::node::stats::bump;
+use crate::shared::Shared;
+use busway_core::handshake::{Established, HandshakeError};
+use busway_core::link::{Link, LinkError, LinkEvent, Spans};
+use bytes::{Buf, BytesMut};
+use std::io;
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+/// How long a refused connection may take to receive the CLOSE that says why, in ms.
+pub(super) const REJECT_WRITE_MS: u64 = 100;
+
+/// Writes the machine's last frames (a CLOSE that says why) to a refused connection, briefly,
+/// and reports the refusal.
+pub(super) async fn reject<W: AsyncWrite + Unpin>(
+    shared: &Shared,
+    w: &mut W,
+    machine: &mut Link,
+    remote: &str,
+    reason: &str,
+) {
+    bump(&shared.counters.handshake_failures);
+    shared.warn_repeated("handshake failed", remote, reason);
+    let mut out = Vec::new();
+    while let Some(frame) = machine.poll_transmit() {
+        out.extend_from_slice(&frame);
+    }
+    let _ = tokio::time::timeout(Duration::from_millis(REJECT_WRITE_MS), w.write_all(&out)).await;
+    shared.emit(Event::Rejected {
+        addr: remote.to_owned(),
+        reason: reason.to_owned(),
+    });
+}
+
+/// Writes what the machine has to send, straight to the socket (before the link is up).
+pub(super) async fn write_transmits<W: AsyncWrite + Unpin>(
+    w: &mut W,
+    machine: &mut Link,
+) -> io::Result<()> {
+    while let Some(frame) = machine.poll_transmit() {
+        w.write_all(&frame).await?;
+    }
+    Ok(())
+}
+
+/// Drives the handshake to its end: the peer authenticated, or why not (the machine then
+/// holds the CLOSE to send).
+pub(super) async fn handshake<R, W>(
+    shared: &Shared,
+    r: &mut R,
+    w: &mut W,
+    machine: &mut Link,
+    buf: &mut BytesMut,
+) -> Result<Established, String>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let mut spans = Spans::new();
+    loop {
+        // Bounded by the handshake's deadline too: a peer that reads nothing cannot hold it.
+        let deadline = shared.instant_at(machine.poll_timeout().unwrap_or_default());
+        match tokio::time::timeout_at(deadline.into(), write_transmits(w, machine)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => machine.fail(LinkError::Refused(format!("sending the handshake: {e}"))),
+            Err(_) => machine.handle_timeout(shared.now()),
+        }
+        let n = machine.handle_input(buf, shared.now(), &mut spans);
+        buf.advance(n);
+        let mut progressed = n > 0;
+        while let Some(event) = machine.poll_event() {
+            match event {
+                LinkEvent::PeerHello(hello) => {
+                    let (next_send, next_expected) = shared.resume_point(&hello);
+                    machine.send_auth(next_send, next_expected);
+                    progressed = true;
+                }
+                LinkEvent::Established(e) => return Ok(*e),
+                LinkEvent::Lost(e) => {
+                    if matches!(e, LinkError::Handshake(HandshakeError::BadProof)) {
+                        bump(&shared.counters.auth_failures);
+                    }
+                    return Err(e.to_string());
+                }
+                // Nothing else comes before the peer is authenticated.
+                _ => {}
+            }
+        }
+        if progressed {
+            continue;
+        }
+        let deadline = machine.poll_timeout().unwrap_or_default();
+        let read = tokio::time::timeout_at(shared.instant_at(deadline).into(), r.read_buf(buf));
+        match read.await {
+            Ok(Ok(0)) => {
+                machine.fail(LinkError::Refused(
+                    "the peer closed the connection during the handshake".into(),
+                ));
+            }
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => {
+                machine.fail(LinkError::Refused(format!("reading the handshake: {e}")));
+            }
+            Err(_) => machine.handle_timeout(shared.now()),
+        }
+    }
+}

@@ -1,0 +1,154 @@
+//! A node's configuration from a TOML file with environment variables over it
+//! (`NodeConfig::from_toml_with_env`): `BUSWAY_<KEY>` sets the file's top-level key `<key>`,
+//! and an error names the variable rather than a line of a text the user never wrote.
+
+use crate::node::config::NodeConfig;
+
+/// The top-level keys an environment variable `BUSWAY_<KEY>` may set (the file's, but for the
+/// tables; `listen`, `connect` and `subtree` take comma-separated values).
+const ENV_KEYS: [&str; 27] = [
+    "id",
+    "listen",
+    "connect",
+    "upstream",
+    "subtree",
+    "ttl",
+    "relay_grace_ms",
+    "direct_links",
+    "shm_channels",
+    "mem_channels",
+    "group_logs",
+    "shm_spins",
+    "shm_ring_bytes",
+    "secret_file",
+    "io_threads",
+    "frame_body_max",
+    "send_queue_bytes_max",
+    "inbox_bytes_max",
+    "connections_max",
+    "handshake_timeout_ms",
+    "linger_ms",
+    "heartbeat_interval_ms",
+    "peer_dead_after_ms",
+    "forget_after_ms",
+    "dial_backoff_min_ms",
+    "clock_skew_max_ms",
+    "group_retain_bytes",
+];
+
+/// The TOML line for `key` set to `value` from the environment.
+fn env_line(key: &str, value: &str) -> String {
+    let quoted = |s: &str| toml_string(s.trim());
+    let list = |quote: bool| {
+        let items: Vec<String> = value
+            .split(',')
+            .filter(|s| !s.trim().is_empty())
+            .map(|s| {
+                if quote {
+                    quoted(s)
+                } else {
+                    s.trim().to_owned()
+                }
+            })
+            .collect();
+        format!("[{}]", items.join(", "))
+    };
+    let v = match key {
+        "listen" | "connect" => list(true),
+        "subtree" => list(false),
+        "upstream" | "secret_file" => quoted(value),
+        // Numbers and booleans as written; anything else is a wrong type, named as such.
+        _ if value.trim().parse::<i64>().is_ok() || matches!(value.trim(), "true" | "false") => {
+            value.trim().to_owned()
+        }
+        _ => quoted(value),
+    };
+    format!("{key} = {v}")
+}
+
+/// `s` as a TOML basic string.
+fn toml_string(s: &str) -> String {
+    let mut out = String::from("\"");
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if c.is_control() => out.push_str(&format!("\\u{:04X}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// `text` with the top-level settings of `keys` commented out (a multi-line array to its
+/// closing bracket).
+fn without_keys(text: &str, keys: &[&str]) -> String {
+    let mut out = Vec::new();
+    let mut in_table = false;
+    let mut skipping_array = false;
+    for line in text.lines() {
+        let t = line.trim_start();
+        if skipping_array {
+            skipping_array = !t.contains(']');
+            out.push(format!("# {line}"));
+            continue;
+        }
+        in_table |= t.starts_with('[') && !t.contains('=');
+        let key = t.split('=').next().unwrap_or_default().trim();
+        if !in_table && t.contains('=') && keys.contains(&key) {
+            let value = t.split_once('=').map_or("", |(_, v)| v.trim());
+            skipping_array = value.starts_with('[') && !value.contains(']');
+            out.push(format!("# {line}"));
+        } else {
+            out.push(line.to_owned());
+        }
+    }
+    out.join("\n")
+}
+
+impl NodeConfig {
+    /// [`NodeConfig::from_toml`] of `text` with settings from `vars` (e.g. `std::env::vars()`)
+    /// over it: `BUSWAY_<KEY>` sets the top-level key `<key>` (`BUSWAY_LINGER_MS=500`;
+    /// `BUSWAY_LISTEN=tcp://a:1,unix:///b`; `BUSWAY_SUBTREE=100,199`). Other variables are
+    /// ignored. An error in the file names its line; one in a variable names the variable.
+    pub fn from_toml_with_env(
+        text: &str,
+        vars: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<NodeConfig, String> {
+        let mut set: Vec<(String, &'static str, String)> = Vec::new();
+        for (name, value) in vars {
+            let Some(key) = name.strip_prefix("BUSWAY_") else {
+                continue;
+            };
+            let key = key.to_ascii_lowercase();
+            if let Some(&k) = ENV_KEYS.iter().find(|&&k| k == key) {
+                set.retain(|(_, kk, _)| *kk != k);
+                set.push((name, k, value));
+            }
+        }
+        if set.is_empty() {
+            return NodeConfig::from_toml(text);
+        }
+        NodeConfig::from_toml(text)?;
+        let lines: Vec<String> = set.iter().map(|(_, k, v)| env_line(k, v)).collect();
+        if let Err(e) = NodeConfig::from_toml(&lines.join("\n")) {
+            // Name the variable rather than a line of a text the user never wrote.
+            let culprit = (1..=lines.len())
+                .find(|n| e.contains(&format!("line {n}")))
+                .or_else(|| {
+                    set.iter()
+                        .position(|(_, k, _)| e.contains(k))
+                        .map(|i| i + 1)
+                });
+            return Err(match culprit {
+                Some(n) => format!("{}: {e}", set[n - 1].0),
+                None => format!("environment (BUSWAY_*): {e}"),
+            });
+        }
+        let keys: Vec<&str> = set.iter().map(|(_, k, _)| *k).collect();
+        let merged = format!("{}\n{}", lines.join("\n"), without_keys(text, &keys));
+        NodeConfig::from_toml(&merged)
+            .map_err(|e| format!("the file with BUSWAY_* variables over it: {e}"))
+    }
+}

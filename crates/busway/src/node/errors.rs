@@ -1,0 +1,73 @@
+//! Why a node could not start, and why a send failed.
+
+use crate::addr::Addr;
+use busway_core::BusId;
+use std::fmt;
+
+/// Why a send failed. Nothing was queued.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SendError {
+    /// This node has never had a link to this id.
+    NoRoute(BusId),
+    /// The peer stayed down past `peer_dead_after_ms`, or shut down; sends fail until it is
+    /// back.
+    PeerDown(BusId),
+    /// The peer's send queue holds its byte limit (`try_send` only).
+    Full(BusId),
+    /// The payload is over the node's `frame_body_max`.
+    TooLarge {
+        /// The payload's length, in bytes.
+        len: usize,
+        /// The longest payload a send takes, in bytes.
+        max: usize,
+    },
+    /// The node is shutting down.
+    Closed(BusId),
+}
+
+impl fmt::Display for SendError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::NoRoute(id) => write!(f, "no route to bus id {id}: it was never connected"),
+            Self::PeerDown(id) => write!(f, "bus id {id} is down past its deadline"),
+            Self::Full(id) => write!(f, "the send queue to bus id {id} is full"),
+            Self::TooLarge { len, max } => {
+                write!(
+                    f,
+                    "payload of {len} bytes is over the {max}-byte frame limit"
+                )
+            }
+            Self::Closed(id) => write!(f, "cannot send to bus id {id}: the node is shutting down"),
+        }
+    }
+}
+
+impl std::error::Error for SendError {}
+
+/// Why a node could not start.
+#[derive(Debug)]
+pub enum StartError {
+    /// The configuration is not one a node can run with; the text says what and where.
+    Config(String),
+    /// A listen address could not be bound.
+    Bind {
+        /// The address.
+        addr: Addr,
+        /// Why not.
+        source: std::io::Error,
+    },
+    /// Another system call failed while the node started.
+    Io(std::io::Error),
+}
+
+impl fmt::Display for StartError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Config(what) => write!(f, "invalid node configuration: {what}"),
+            Self::Bind { addr, source } => write!(f, "cannot listen on {addr}: {source}"),
+            Self::Io(e) => write!(f, "cannot start the node: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for StartError {}
