@@ -11,7 +11,7 @@ impl Peer {
     /// longer hold. Returns how many messages written on an earlier link go out again.
     pub(crate) fn attach(&self, link: u64, est: &Established, addr: &str) -> Result<u64, String> {
         let mut st = self.lock();
-        if st.link.is_some() {
+        if st.slot.is_up() {
             return Err(format!(
                 "bus id {} is already connected (via {})",
                 self.id, st.addr
@@ -35,9 +35,7 @@ impl Peer {
         st.inbound_expected = st.inbound_expected.max(est.peer_auth.next_send_seq);
         st.intro = PeerIntro::from(&est.peer);
         st.addr = addr.to_owned();
-        st.link = Some(link);
-        st.dead_since_ms = None;
-        st.link_closing = false;
+        st.slot.attach(link);
         st.writer_idle = false;
         // The peer's AUTH acknowledged messages (those it got before the last link dropped,
         // and whose ACK was lost with it): senders waiting for that room must hear of it, as
@@ -54,22 +52,21 @@ impl Peer {
     /// deadline) and the messages still unacknowledged.
     pub(crate) fn detach(&self, link: u64) -> Option<(u64, u64)> {
         let mut st = self.lock();
-        if st.link != Some(link) {
+        let epoch = st.detaches + 1;
+        if !st.slot.detach(link, epoch) {
             return None;
         }
-        st.link = None;
-        st.detach_epoch += 1;
-        Some((st.detach_epoch, st.outbox.unacked()))
+        st.detaches = epoch;
+        Some((epoch, st.outbox.unacked()))
     }
 
     /// If no link came back since detach `epoch`, gives up on every unacknowledged message:
     /// returns their numbers. Later sends fail at once until a link is up again.
     pub(crate) fn expire(&self, epoch: u64, now_ms: u64) -> Option<Range<u64>> {
         let mut st = self.lock();
-        if st.link.is_some() || st.detach_epoch != epoch {
+        if !st.slot.expire(epoch, now_ms) {
             return None;
         }
-        st.dead_since_ms = Some(now_ms);
         let range = st.outbox.fail_all();
         drop(st);
         self.room.notify_waiters();
@@ -82,10 +79,9 @@ impl Peer {
     /// it held for this node (see `NodeConfig::forget_after_ms`).
     pub(crate) fn dead_for(&self, now_ms: u64, idle_ms: u64) -> bool {
         let st = self.lock();
-        st.link.is_none()
-            && st
-                .dead_since_ms
-                .is_some_and(|t| now_ms.saturating_sub(t) >= idle_ms)
+        st.slot
+            .dead_since_ms()
+            .is_some_and(|t| now_ms.saturating_sub(t) >= idle_ms)
     }
 
     /// Gives up on every message (the peer came back as a new incarnation).
@@ -96,7 +92,7 @@ impl Peer {
     }
 
     pub(crate) fn is_up(&self) -> bool {
-        self.lock().link.is_some()
+        self.lock().slot.is_up()
     }
 
     /// Asks the attached link to drop at once; false if none is attached. The request names
@@ -113,16 +109,9 @@ impl Peer {
     }
 
     fn cut_attached(&self, why: Option<String>) -> bool {
-        let mut st = self.lock();
-        let Some(link) = st.link else {
+        if !self.lock().slot.cut(why) {
             return false;
-        };
-        // The first reason for this link stays: later lies on it are the same liar's.
-        if st.cut_link != link || st.cut_reason.is_none() {
-            st.cut_reason = why;
         }
-        st.cut_link = link;
-        drop(st);
         self.cut.notify_one();
         true
     }
@@ -132,10 +121,8 @@ impl Peer {
     pub(crate) async fn cut_requested(&self, link: u64) -> Option<String> {
         loop {
             self.cut.notified().await;
-            let mut st = self.lock();
-            if st.cut_link == link {
-                st.cut_link = 0;
-                return st.cut_reason.take();
+            if let Some(why) = self.lock().slot.take_cut(link) {
+                return why;
             }
         }
     }
@@ -158,12 +145,12 @@ impl Peer {
     /// reader will not free room in a ring any more. (Our own node closing is not that: the
     /// peer still reads, and what is queued goes out within the linger time.)
     pub(crate) fn is_closed_by_peer(&self) -> bool {
-        self.lock().link_closing
+        self.lock().slot.closed_by_peer()
     }
 
     /// The attached link's writer drains what is queued, sends CLOSE and finishes.
     pub(crate) fn close_link(&self) {
-        self.lock().link_closing = true;
+        self.lock().slot.close_by_peer();
         self.writer_wake.notify_one();
     }
 
@@ -172,7 +159,7 @@ impl Peer {
         PeerSnapshot {
             intro: st.intro.clone(),
             addr: st.addr.clone(),
-            up: st.link.is_some(),
+            up: st.slot.is_up(),
             unacked: st.outbox.unacked(),
             bytes: st.outbox.bytes(),
             msgs_total: st.msgs_total,

@@ -38,6 +38,7 @@ use busway_core::outbox::{AckError, Outbox};
 use busway_core::relay::Neighbor;
 use busway_core::BusId;
 use bytes::Bytes;
+use slot::Slot;
 use std::ops::Range;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Mutex, MutexGuard};
@@ -93,28 +94,19 @@ pub(crate) struct PeerState {
     outbox: Outbox,
     /// The number of the next message expected from the peer.
     inbound_expected: u64,
-    /// The link attached now, if any.
-    link: Option<u64>,
-    /// `Node::disconnect` asked to cut this link (see `request_cut`), or a lie it carried
-    /// closes it (see `refuse_link`); 0: none (link ids start at 1).
-    cut_link: u64,
-    /// Why the link is cut, when a lie it carried is the reason.
-    cut_reason: Option<String>,
-    /// Bumped at every detach, so a deadline set at one detach does not fire after a later one.
-    detach_epoch: u64,
-    /// Down past its deadline since this time (the node's clock, ms), if it is.
-    dead_since_ms: Option<u64>,
-    /// The node is shutting down: no more messages.
+    /// Where its link stands (`slot`: every transition is there).
+    slot: Slot,
+    /// Links detached from it, ever: the epoch of the last detach (see `Slot::Down`).
+    detaches: u64,
+    /// This node is shutting down (`Peer::close`): no more messages; the link, while one is
+    /// attached, drains what is queued and closes. The node's state, kept under the peer's
+    /// lock for the checks that take it.
     closing: bool,
-    /// The attached link is closing: its writer drains and sends CLOSE; messages still queue.
-    link_closing: bool,
     writer_idle: bool,
     senders_waiting: bool,
     /// Messages wait (control frames still flow) until what was sent to this peer through
     /// relays before its link came up is acknowledged: order holds across the switch.
     held: bool,
-    /// The attached link's messages go through its shared-memory ring (`Peer::ring`).
-    ring_mode: bool,
     /// The peer is on the node's list of peers whose single sends may wait in the outbox for
     /// the ring (`Deferred`; see `push_single`); taken off when the list is published.
     deferred: bool,
@@ -182,17 +174,12 @@ impl Peer {
                 addr,
                 outbox: Outbox::new(limit_bytes, 0),
                 inbound_expected: 0,
-                link: None,
-                cut_link: 0,
-                cut_reason: None,
-                detach_epoch: 0,
-                dead_since_ms: None,
+                slot: Slot::new(),
+                detaches: 0,
                 closing: false,
-                link_closing: false,
                 writer_idle: false,
                 senders_waiting: false,
                 held: false,
-                ring_mode: false,
                 deferred: false,
                 single_look: u64::MAX,
                 msgs_total: 0,
@@ -218,7 +205,7 @@ impl Peer {
     fn check_open(st: &PeerState) -> Result<(), PushError> {
         if st.closing {
             Err(PushError::Closed)
-        } else if st.dead_since_ms.is_some() {
+        } else if st.slot.dead_since_ms().is_some() {
             Err(PushError::Dead)
         } else {
             Ok(())
@@ -230,13 +217,13 @@ impl Peer {
         let st = self.lock();
         Neighbor {
             id: self.id,
-            up: st.link.is_some(),
+            up: st.slot.is_up(),
             // A downstream given up (down past its deadline) no longer claims its subtree:
             // its ids may be reached another way.
             serves: st
                 .intro
                 .downstream_of_you
-                .filter(|_| st.dead_since_ms.is_none()),
+                .filter(|_| st.slot.dead_since_ms().is_none()),
         }
     }
 
@@ -276,7 +263,7 @@ impl Peer {
 
     /// Whether the peer stayed down past its deadline (sends to it fail).
     pub(crate) fn is_dead(&self) -> bool {
-        self.lock().dead_since_ms.is_some()
+        self.lock().slot.dead_since_ms().is_some()
     }
 
     /// Queues a ROUTED frame, given as the buffers it is written from, for the attached link
@@ -286,7 +273,7 @@ impl Peer {
     pub(crate) fn push_forward(&self, parts: Vec<Bytes>, limit: Option<usize>) -> bool {
         let len: usize = parts.iter().map(Bytes::len).sum();
         let mut st = self.lock();
-        if st.link.is_none() || limit.is_some_and(|l| st.outbox.control_bytes() + len > l) {
+        if !st.slot.is_up() || limit.is_some_and(|l| st.outbox.control_bytes() + len > l) {
             return false;
         }
         for p in parts {
@@ -313,7 +300,7 @@ impl Peer {
             notified.as_mut().enable();
             {
                 let mut st = self.lock();
-                if st.link.is_none() {
+                if !st.slot.is_up() {
                     return false;
                 }
                 if st.outbox.control_bytes() + len <= limit {
@@ -343,7 +330,7 @@ impl Peer {
     /// writes them into the ring itself unless someone else is writing there (no hand-off to
     /// the writer task on the way out); otherwise the writer is woken.
     fn pushed(&self, st: MutexGuard<'_, PeerState>) {
-        if !st.ring_mode || st.held {
+        if !st.slot.over_ring() || st.held {
             return self.wake_writer(st);
         }
         drop(st);
@@ -366,7 +353,7 @@ impl Peer {
         drop(slot);
         let had_control = st.outbox.take_control(batch) > 0;
         if !had_control && !messages_wait {
-            if st.closing || st.link_closing {
+            if st.closing || st.slot.closed_by_peer() {
                 return Take::Drained;
             }
             st.writer_idle = true;
@@ -433,7 +420,7 @@ impl Peer {
     /// PING, PONG or ACK takes the place of one still queued.
     pub(crate) fn push_control(&self, frame: Bytes) {
         let mut st = self.lock();
-        if st.link.is_some() {
+        if st.slot.is_up() {
             st.outbox.push_control_frame(frame);
             self.wake_writer(st);
         }
@@ -444,7 +431,7 @@ impl Peer {
         let mut st = self.lock();
         if st.held {
             if !st.outbox.has_control() {
-                if st.closing || st.link_closing {
+                if st.closing || st.slot.closed_by_peer() {
                     return Take::Drained;
                 }
                 st.writer_idle = true;
@@ -456,7 +443,7 @@ impl Peer {
             return Take::Data;
         }
         if !st.outbox.has_unwritten() {
-            if st.closing || st.link_closing {
+            if st.closing || st.slot.closed_by_peer() {
                 return Take::Drained;
             }
             st.writer_idle = true;
@@ -495,7 +482,7 @@ impl Peer {
     /// delivered (the next link resumes from the number counted so far).
     pub(crate) fn delivered_on(&self, link: u64, n: u64) -> Option<u64> {
         let mut st = self.lock();
-        if st.link != Some(link) {
+        if st.slot.link() != Some(link) {
             return None;
         }
         st.inbound_expected += n;
@@ -522,7 +509,10 @@ impl Peer {
             notified.as_mut().enable();
             {
                 let mut st = self.lock();
-                if st.closing || st.dead_since_ms.is_some() || st.outbox.has_room(payload_len) {
+                if st.closing
+                    || st.slot.dead_since_ms().is_some()
+                    || st.outbox.has_room(payload_len)
+                {
                     return;
                 }
                 st.senders_waiting = true;
@@ -551,5 +541,6 @@ impl Peer {
 
 mod attached;
 mod ring;
+pub(crate) mod slot;
 #[cfg(test)]
 mod tests;

@@ -64,7 +64,7 @@ impl Peer {
         }
         let follows_a_send = std::mem::replace(&mut st.single_look, looks) == looks;
         if follows_a_send
-            && st.ring_mode
+            && st.slot.over_ring()
             && !st.held
             && len <= COPY_PAYLOAD_BYTES_MAX
             && st.outbox.tail_bytes() < RING_DEFER_BYTES_MAX
@@ -99,7 +99,7 @@ impl Peer {
         let e = self.ring_epoch.load(Relaxed);
         self.ring_epoch.store((e + 1) | 1, Relaxed);
         let mut st = self.lock();
-        st.ring_mode = true;
+        st.slot.switch_to_ring();
         // The ring's reader does not verify frame checks: do not compute them.
         st.outbox.set_checks(false);
     }
@@ -112,7 +112,7 @@ impl Peer {
         let e = self.ring_epoch.load(Relaxed);
         self.ring_epoch.store((e + 1) & !1, Relaxed);
         let mut st = self.lock();
-        st.ring_mode = false;
+        st.slot.back_to_socket();
         st.outbox.set_checks(true);
         drop(st);
         slot.take()

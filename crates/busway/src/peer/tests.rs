@@ -5,7 +5,7 @@ use busway_core::handshake::{local_hello, Established};
 fn peer() -> Peer {
     let hello = local_hello(BusId(2), 9, 0, [0; 16], vec![]);
     let p = Peer::new(hello, "tcp://127.0.0.1:1".into(), 1 << 20, true);
-    p.lock().link = Some(1);
+    p.lock().slot.attach(1);
     p
 }
 
@@ -18,7 +18,7 @@ async fn room_acknowledged_by_a_new_links_handshake_wakes_waiting_senders() {
         100,
         true,
     ));
-    p.lock().link = Some(1);
+    p.lock().slot.attach(1);
     // The queue fills, is written, and the link drops before the peer's ACK arrives.
     let queued = p.push_copies(&[[0u8; 30]; 5]).unwrap();
     assert_eq!(queued, 0..2, "two fit");
