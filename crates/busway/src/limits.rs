@@ -1,5 +1,9 @@
 //! Every limit of the runtime, with its unit. Limits a user may change are defaults of
-//! [`crate::NodeConfig`]; the rest are fixed here.
+//! [`crate::NodeConfig`] (`DEFAULT_*`); the public ones besides are those the API's contract
+//! names (the smallest frame limit a config may set, the calls a node keeps pending, the events
+//! it queues, the handshakes it takes at once, the drain's quiet period, the waits of a publish
+//! for a slow member). The rest is internal tuning, crate-private, and may change in any
+//! release.
 
 /// Default bytes one peer's send queue may hold (frames waiting plus frames being written). A
 /// full queue makes `try_send` return `Full` and `send` wait.
@@ -9,23 +13,23 @@ pub const DEFAULT_SEND_QUEUE_BYTES_MAX: usize = 8 << 20;
 pub const DEFAULT_INBOX_BYTES_MAX: usize = 32 << 20;
 /// Smallest room a reader offers to one `read` call once its link was busy, in bytes (libevent
 /// lost 70% reading 4 KiB).
-pub const READ_CHUNK_MIN_BYTES: usize = 64 << 10;
+pub(crate) const READ_CHUNK_MIN_BYTES: usize = 64 << 10;
 /// Room a new link's reader offers to its first reads, in bytes: enough for a handshake and
 /// heartbeats, so an idle connection holds no large buffer; reads that come back full double it
 /// toward `READ_CHUNK_MAX_BYTES` (a busy link gets there within a few reads).
-pub const READ_CHUNK_FIRST_BYTES: usize = 2 << 10;
+pub(crate) const READ_CHUNK_FIRST_BYTES: usize = 2 << 10;
 /// Largest room a reader offers to one `read` call, in bytes: reads grow toward it while they
 /// come back full (a busy link), and shrink back when they do not.
-pub const READ_CHUNK_MAX_BYTES: usize = 1 << 20;
+pub(crate) const READ_CHUNK_MAX_BYTES: usize = 1 << 20;
 /// A read under this many bytes that drained the socket marks a link as idle or trading small
 /// messages: it waits for its next bytes holding no buffer (a fresh one takes them).
-pub const IDLE_READ_BYTES: usize = 256;
+pub(crate) const IDLE_READ_BYTES: usize = 256;
 /// Parts a link's writer keeps room for while it waits for more to write; a list grown
 /// larger by a burst is given back.
-pub const WRITE_BATCH_IDLE_PARTS: usize = 4;
-pub use busway_core::outbox::{BATCH_BODY_BYTES_MAX, COPY_PAYLOAD_BYTES_MAX};
+pub(crate) const WRITE_BATCH_IDLE_PARTS: usize = 4;
+pub use busway_core::outbox::COPY_PAYLOAD_BYTES_MAX;
 /// Most buffers handed to one `writev` call.
-pub const WRITEV_SEGMENTS_MAX: usize = 64;
+pub(crate) const WRITEV_SEGMENTS_MAX: usize = 64;
 /// Default time a handshake may take, in milliseconds.
 pub const DEFAULT_HANDSHAKE_TIMEOUT_MS: u64 = 5_000;
 /// Default time a closing link waits for the peer to finish, in milliseconds.
@@ -57,30 +61,30 @@ pub const DEFAULT_PEER_DEAD_AFTER_MS: u64 = 30_000;
 /// source (and twice that an idle relayed destination) before it forgets it, in milliseconds.
 pub const DEFAULT_FORGET_AFTER_MS: u64 = 600_000;
 /// How often a node looks for state to forget, in milliseconds.
-pub const FORGET_SWEEP_INTERVAL_MS: u64 = 1_000;
+pub(crate) const FORGET_SWEEP_INTERVAL_MS: u64 = 1_000;
 /// How often the retry task looks at relayed destinations, in milliseconds.
-pub const ROUTED_RETRY_INTERVAL_MS: u64 = 100;
+pub(crate) const ROUTED_RETRY_INTERVAL_MS: u64 = 100;
 /// Time without an end-to-end acknowledgement after which relayed messages held are written
 /// again, in milliseconds.
-pub const ROUTED_RESEND_AFTER_MS: u64 = 1_000;
+pub(crate) const ROUTED_RESEND_AFTER_MS: u64 = 1_000;
 /// Bytes of ROUTED frames a node queues toward one neighbor on behalf of others; past it, it
 /// reports the destination congested to the source (which retries) instead of queueing more.
-pub const FORWARD_QUEUE_BYTES_MAX: usize = 4 << 20;
+pub(crate) const FORWARD_QUEUE_BYTES_MAX: usize = 4 << 20;
 /// Most bytes a node writes toward one destination it reaches through relays ahead of that
 /// destination's acknowledgements: what a destination that does not read can hold on its way
 /// (half a relay's queue toward it), so that it fills no relay's queue and slows no other
 /// destination on the same path; its sender's `send` waits instead.
-pub const RELAYED_WINDOW_BYTES: usize = FORWARD_QUEUE_BYTES_MAX / 2;
+pub(crate) const RELAYED_WINDOW_BYTES: usize = FORWARD_QUEUE_BYTES_MAX / 2;
 /// Longest a relay waits for room toward the next hop before it reports congestion, in
 /// milliseconds; meanwhile it does not read from the link the frame came from (TCP then slows
 /// the sender), which keeps relayed traffic lossless in the common case.
-pub const FORWARD_WAIT_MS: u64 = 200;
+pub(crate) const FORWARD_WAIT_MS: u64 = 200;
 /// Longest a downstream's new link waits, before it is read, for the upstream to answer the
 /// registration of its range, in milliseconds (see `registrations`); past it the link is
 /// read, and what it sends up in the meantime waits or is reported, as for a range refused.
-pub const REGISTER_WAIT_MS: u64 = 1_000;
+pub(crate) const REGISTER_WAIT_MS: u64 = 1_000;
 /// Room a relayed message leaves in a frame for the ROUTED header and a full route, in bytes.
-pub const ROUTED_OVERHEAD_BYTES_MAX: usize = 1024;
+pub(crate) const ROUTED_OVERHEAD_BYTES_MAX: usize = 1024;
 /// Smallest `NodeConfig::frame_body_max`, in bytes: a relayed chunk of small messages (up to
 /// `CHUNK_OF_COPIES_BYTES_MAX`) travels as one ROUTED frame, and every node must take one, so
 /// that only single messages larger than a node accepts are refused on their way.
@@ -110,61 +114,53 @@ const _: () = assert!(DIAL_BACKOFF_MIN_MS <= DIAL_BACKOFF_MAX_MS);
 const _: () = assert!(busway_core::frame::DEFAULT_BODY_LEN_MAX <= DEFAULT_SEND_QUEUE_BYTES_MAX);
 const _: () = assert!(busway_core::frame::DEFAULT_BODY_LEN_MAX <= DEFAULT_INBOX_BYTES_MAX);
 
-/// A relay hints a source at most this often per (source, destination), in milliseconds.
-pub const DIRECT_HINT_INTERVAL_MS: u64 = busway_core::hints::HINT_INTERVAL_MS;
-/// (source, destination) pairs a relay remembers hinting; past it the memory is cleared (at
-/// worst a few extra hints).
-pub const DIRECT_HINTS_TRACKED_MAX: usize = busway_core::hints::HINTS_TRACKED_MAX;
-/// Destinations a node dials at once on relays' hints; past it hints are ignored until a dial
-/// ends (traffic keeps flowing through relays).
-pub const DIRECT_DIALS_MAX: usize = busway_core::hints::DIRECT_DIALS_MAX;
 /// Times `try_send` routes again when the route changes under it (a direct link replacing
 /// relays) before it reports `Full`.
-pub const REROUTES_MAX: u32 = 4;
+pub(crate) const REROUTES_MAX: u32 = 4;
 
 /// Largest record the writer puts in a shared-memory ring, in bytes: frames are cut into
 /// records of at most this (the reader reassembles the byte stream).
 pub const RING_RECORD_BYTES_MAX: usize = 64 << 10;
 /// Pieces (frame headers, payloads, chunks of frames) gathered into one ring record at most:
 /// bounds the gather list, which lives on the stack.
-pub const RING_RECORD_PARTS_MAX: usize = 64;
+pub(crate) const RING_RECORD_PARTS_MAX: usize = 64;
 /// Records the application reads from a ring into one batch (each at most
 /// `RING_RECORD_BYTES_MAX`): bounds a batch at 1 MiB.
-pub const RING_READ_RECORDS_MAX: usize = 16;
+pub(crate) const RING_READ_RECORDS_MAX: usize = 16;
 /// Bytes one read of a peer's group log copies out at most (at least one record of any size
 /// is read): the publishes of one batch for the node. Small enough that the read's copy, its
 /// record heads and its spans stay in the core's caches: at 256 KiB a member that fell behind
 /// copied and decoded a quarter of a MiB per read, and 100 members on one thread delivered
 /// 20-35 % fewer publishes per second (`bench --broadcast`, docs/BENCHMARKS.md).
-pub const GROUP_LOG_READ_BYTES_MAX: usize = 32 << 10;
+pub(crate) const GROUP_LOG_READ_BYTES_MAX: usize = 32 << 10;
 /// Bytes of ring messages delivered after which the receiver acknowledges at once; below it,
 /// it acknowledges `RING_ACK_DELAY_MS` after the first unacknowledged read. Well below the
 /// default send queue, so a sender never waits on a late acknowledgement.
-pub const RING_ACK_EVERY_BYTES: usize = 1 << 20;
+pub(crate) const RING_ACK_EVERY_BYTES: usize = 1 << 20;
 /// Longest a receiver delays the acknowledgement of ring messages, in milliseconds (one ACK per
 /// delay rather than one per read keeps the link's I/O thread asleep in a round trip).
-pub const RING_ACK_DELAY_MS: u64 = 1;
+pub(crate) const RING_ACK_DELAY_MS: u64 = 1;
 /// Longest a ring's waiter thread sleeps before it looks whether its ring is still wanted, in
 /// milliseconds (the futex wake-up does not depend on it).
-pub const RING_WAIT_POLL_MS: u64 = 100;
+pub(crate) const RING_WAIT_POLL_MS: u64 = 100;
 /// How often a link with a ring, while this node has calls pending, looks whether the
 /// application left the ring unread (then the link takes the replies out itself), in ms.
-pub const RING_REPLY_WATCH_MS: u64 = 1;
+pub(crate) const RING_REPLY_WATCH_MS: u64 = 1;
 /// How often a link with a ring, while this node has no call pending and no part in a group,
 /// looks whether the application left the ring unread (a group message from the peer is then
 /// acted on by the link), in ms.
-pub const RING_IDLE_WATCH_MS: u64 = 100;
+pub(crate) const RING_IDLE_WATCH_MS: u64 = 100;
 /// Bytes of other messages a link may hold for the application while it takes replies out of
 /// a ring the application does not read; past it, it stops (the peer's writer then waits,
 /// and calls wait for the application or their timeout).
-pub const RING_STASH_BYTES_MAX: usize = 4 << 20;
+pub(crate) const RING_STASH_BYTES_MAX: usize = 4 << 20;
 /// Bytes of single sends (`Node::send`, `try_send`) to a peer reached through a ring that may
 /// wait unpublished for the sender's next look at its inbox, a flush, or the link's writer;
 /// the send that reaches it publishes them all at once.
-pub const RING_DEFER_BYTES_MAX: usize = 64 << 10;
+pub(crate) const RING_DEFER_BYTES_MAX: usize = 64 << 10;
 /// How often a link whose peer closed looks whether the application read its ring out, in
 /// milliseconds (before it answers the CLOSE).
-pub const RING_DRAIN_POLL_MS: u64 = 5;
+pub(crate) const RING_DRAIN_POLL_MS: u64 = 5;
 const _: () = assert!(RING_ACK_EVERY_BYTES < DEFAULT_SEND_QUEUE_BYTES_MAX / 4);
 /// Calls one node may have pending at once (`Node::call`): past it a call waits for one to
 /// end, or fails at once with `CallError::TooManyPending` if its caller chose so.

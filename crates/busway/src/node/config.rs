@@ -299,6 +299,153 @@ impl NodeConfig {
     }
 }
 
+/// A builder method per field not set by the ones above: `NodeConfig::new(id).ttl(4).linger_ms(0)`.
+impl NodeConfig {
+    /// Sets [`NodeConfig::id`].
+    pub fn id(mut self, value: BusId) -> Self {
+        self.id = value;
+        self
+    }
+
+    /// Sets [`NodeConfig::subtree`] (to `Some`).
+    pub fn subtree(mut self, value: (BusId, BusId)) -> Self {
+        self.subtree = Some(value);
+        self
+    }
+
+    /// Sets [`NodeConfig::ttl`].
+    pub fn ttl(mut self, value: u8) -> Self {
+        self.ttl = value;
+        self
+    }
+
+    /// Sets [`NodeConfig::relay_grace_ms`].
+    pub fn relay_grace_ms(mut self, value: u64) -> Self {
+        self.relay_grace_ms = value;
+        self
+    }
+
+    /// Sets [`NodeConfig::direct_links`].
+    pub fn direct_links(mut self, value: bool) -> Self {
+        self.direct_links = value;
+        self
+    }
+
+    /// Sets [`NodeConfig::shm_channels`].
+    pub fn shm_channels(mut self, value: bool) -> Self {
+        self.shm_channels = value;
+        self
+    }
+
+    /// Sets [`NodeConfig::mem_channels`].
+    pub fn mem_channels(mut self, value: bool) -> Self {
+        self.mem_channels = value;
+        self
+    }
+
+    /// Sets [`NodeConfig::group_logs`].
+    pub fn group_logs(mut self, value: bool) -> Self {
+        self.group_logs = value;
+        self
+    }
+
+    /// Sets [`NodeConfig::shm_spins`].
+    pub fn shm_spins(mut self, value: u32) -> Self {
+        self.shm_spins = value;
+        self
+    }
+
+    /// Sets [`NodeConfig::shm_ring_bytes`].
+    pub fn shm_ring_bytes(mut self, value: usize) -> Self {
+        self.shm_ring_bytes = value;
+        self
+    }
+
+    /// Sets [`NodeConfig::frame_body_max`].
+    pub fn frame_body_max(mut self, value: usize) -> Self {
+        self.frame_body_max = value;
+        self
+    }
+
+    /// Sets [`NodeConfig::send_queue_bytes_max`].
+    pub fn send_queue_bytes_max(mut self, value: usize) -> Self {
+        self.send_queue_bytes_max = value;
+        self
+    }
+
+    /// Sets [`NodeConfig::inbox_bytes_max`].
+    pub fn inbox_bytes_max(mut self, value: usize) -> Self {
+        self.inbox_bytes_max = value;
+        self
+    }
+
+    /// Sets [`NodeConfig::connections_max`].
+    pub fn connections_max(mut self, value: usize) -> Self {
+        self.connections_max = value;
+        self
+    }
+
+    /// Sets [`NodeConfig::handshake_timeout_ms`].
+    pub fn handshake_timeout_ms(mut self, value: u64) -> Self {
+        self.handshake_timeout_ms = value;
+        self
+    }
+
+    /// Sets [`NodeConfig::linger_ms`].
+    pub fn linger_ms(mut self, value: u64) -> Self {
+        self.linger_ms = value;
+        self
+    }
+
+    /// Sets [`NodeConfig::heartbeat_interval_ms`].
+    pub fn heartbeat_interval_ms(mut self, value: u64) -> Self {
+        self.heartbeat_interval_ms = value;
+        self
+    }
+
+    /// Sets [`NodeConfig::peer_dead_after_ms`].
+    pub fn peer_dead_after_ms(mut self, value: u64) -> Self {
+        self.peer_dead_after_ms = value;
+        self
+    }
+
+    /// Sets [`NodeConfig::forget_after_ms`].
+    pub fn forget_after_ms(mut self, value: u64) -> Self {
+        self.forget_after_ms = value;
+        self
+    }
+
+    /// Sets [`NodeConfig::dial_backoff_min_ms`].
+    pub fn dial_backoff_min_ms(mut self, value: u64) -> Self {
+        self.dial_backoff_min_ms = value;
+        self
+    }
+
+    /// Sets [`NodeConfig::clock_skew_max_ms`].
+    pub fn clock_skew_max_ms(mut self, value: u64) -> Self {
+        self.clock_skew_max_ms = value;
+        self
+    }
+
+    /// Sets [`NodeConfig::group_retain_bytes`].
+    pub fn group_retain_bytes(mut self, value: usize) -> Self {
+        self.group_retain_bytes = value;
+        self
+    }
+
+    /// Sets [`NodeConfig::etcd`] (to `Some`).
+    pub fn etcd(mut self, value: crate::discovery::etcd_config::EtcdConfig) -> Self {
+        self.etcd = Some(value);
+        self
+    }
+
+    /// Sets [`NodeConfig::group_permissions`] (to `Some`).
+    pub fn group_permissions(mut self, value: crate::GroupPermissions) -> Self {
+        self.group_permissions = Some(value);
+        self
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -312,5 +459,58 @@ mod tests {
         let mut c = NodeConfig::new(BusId(1));
         c.frame_body_max = BODY_LEN_CEILING + 1;
         assert!(c.validate().unwrap_err().contains("frame_body_max"));
+    }
+
+    #[test]
+    fn every_field_has_a_builder_that_sets_it() {
+        let c = NodeConfig::new(BusId(1))
+            .id(BusId(2))
+            .subtree((BusId(10), BusId(19)))
+            .ttl(3)
+            .relay_grace_ms(11)
+            .direct_links(false)
+            .shm_channels(false)
+            .mem_channels(false)
+            .group_logs(false)
+            .shm_spins(12)
+            .shm_ring_bytes(1 << 16)
+            .frame_body_max(1 << 17)
+            .send_queue_bytes_max(1 << 18)
+            .inbox_bytes_max(1 << 19)
+            .connections_max(13)
+            .handshake_timeout_ms(14)
+            .linger_ms(15)
+            .heartbeat_interval_ms(16)
+            .peer_dead_after_ms(17)
+            .forget_after_ms(18)
+            .dial_backoff_min_ms(19)
+            .clock_skew_max_ms(20)
+            .group_retain_bytes(21)
+            .etcd(crate::EtcdConfig::new(vec!["http://127.0.0.1:2379".into()]))
+            .group_permissions(crate::GroupPermissions::default());
+        assert_eq!(c.id, BusId(2));
+        assert_eq!(c.subtree, Some((BusId(10), BusId(19))));
+        assert_eq!((c.ttl, c.relay_grace_ms), (3, 11));
+        assert!(!(c.direct_links || c.shm_channels || c.mem_channels || c.group_logs));
+        assert_eq!((c.shm_spins, c.shm_ring_bytes), (12, 1 << 16));
+        assert_eq!(
+            (c.frame_body_max, c.send_queue_bytes_max, c.inbox_bytes_max),
+            (1 << 17, 1 << 18, 1 << 19)
+        );
+        assert_eq!(
+            (c.connections_max, c.handshake_timeout_ms, c.linger_ms),
+            (13, 14, 15)
+        );
+        assert_eq!(
+            (
+                c.heartbeat_interval_ms,
+                c.peer_dead_after_ms,
+                c.forget_after_ms
+            ),
+            (16, 17, 18)
+        );
+        assert_eq!((c.dial_backoff_min_ms, c.clock_skew_max_ms), (19, 20));
+        assert_eq!(c.group_retain_bytes, 21);
+        assert!(c.etcd.is_some() && c.group_permissions.is_some());
     }
 }

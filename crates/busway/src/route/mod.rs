@@ -400,7 +400,7 @@ impl Shared {
     }
 
     /// Relay side: data from `src` is being passed to `dst_peer`, its final hop. Hints `src`
-    /// (at most every `DIRECT_HINT_INTERVAL_MS`) if the destination accepts direct links.
+    /// (at most every `busway_core::hints::HINT_INTERVAL_MS`) if the destination accepts direct links.
     fn maybe_hint(&self, src: BusId, dst_peer: &Peer) {
         if !dst_peer.accepts_direct() {
             return;
