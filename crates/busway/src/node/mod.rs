@@ -59,9 +59,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
-/// How often `Node::flush` looks at what is still unacknowledged, in milliseconds.
-const FLUSH_POLL_MS: u64 = 5;
-
 /// A running node. Cheap to clone; every clone is the same node. Safe to use from any thread
 /// and any tokio runtime. Dropping the last clone stops the node abruptly; call
 /// [`Node::shutdown`] to close links cleanly.
@@ -410,16 +407,28 @@ impl Node {
     /// Waits until every message sent so far, direct or relayed, is acknowledged by its
     /// destination (or reported undeliverable), at most `timeout`; true if so.
     pub async fn flush(&self, timeout: Duration) -> bool {
-        self.shared().deferred.publish_all();
-        self.shared().group_logs.wake_due();
-        let settled = || {
-            self.peers().iter().all(|p| p.unacked_msgs == 0)
-                && self.relayed_peers().iter().all(|r| r.unacked_msgs == 0)
-        };
+        let shared = self.shared();
+        shared.deferred.publish_all();
+        shared.group_logs.wake_due();
+        // One unsettled peer or destination waited on at a time, each woken by what settles
+        // it: all of them must settle, so waiting on any one is never too early to look again.
         let wait = async {
-            // Polled: acknowledgements arrive on the I/O loops, and a flush is rare.
-            while !settled() {
-                tokio::time::sleep(Duration::from_millis(FLUSH_POLL_MS)).await;
+            loop {
+                if let Some(p) = shared
+                    .peers_snapshot()
+                    .into_iter()
+                    .find(|p| p.unacked() > 0)
+                {
+                    p.wait_all_acked().await;
+                } else if let Some(r) = shared
+                    .remotes_snapshot()
+                    .into_iter()
+                    .find(|r| r.unacked() > 0)
+                {
+                    r.wait_all_acked().await;
+                } else {
+                    return;
+                }
             }
         };
         tokio::time::timeout(timeout, wait).await.is_ok()

@@ -521,6 +521,30 @@ impl Peer {
         }
     }
 
+    /// Messages queued for the peer and not yet acknowledged (nor given up).
+    pub(crate) fn unacked(&self) -> u64 {
+        self.lock().outbox.unacked()
+    }
+
+    /// Waits until every message queued for the peer is acknowledged or given up. Woken by
+    /// what frees room (acknowledgements, a resume, giving up), as a sender waiting for room
+    /// is: no polling.
+    pub(crate) async fn wait_all_acked(&self) {
+        loop {
+            let notified = self.room.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            {
+                let mut st = self.lock();
+                if st.outbox.unacked() == 0 {
+                    return;
+                }
+                st.senders_waiting = true;
+            }
+            notified.await;
+        }
+    }
+
     /// (messages the peer acknowledged: every one below this number, the number of the next
     /// message queued).
     pub(crate) fn sent_point(&self) -> (u64, u64) {

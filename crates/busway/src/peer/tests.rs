@@ -80,3 +80,25 @@ fn bytes_sent_counts_what_was_queued_for_the_peer_messages_and_forwarded_frames(
     let framing = busway_core::frame::HEADER_LEN;
     assert_eq!(written, framing + 2 * (2 + 2) + framing + 4 + 7 + 6);
 }
+
+#[tokio::test]
+async fn a_flush_waiting_on_a_peer_wakes_at_its_last_acknowledgement_not_before() {
+    let p = std::sync::Arc::new(peer());
+    p.push_copies(&[b"m0", b"m1", b"m2"]).unwrap();
+    let mut batch = Vec::new();
+    p.take(&mut batch);
+    let waiter = {
+        let p = p.clone();
+        tokio::spawn(async move { p.wait_all_acked().await })
+    };
+    tokio::task::yield_now().await;
+    p.ack(2).unwrap();
+    tokio::task::yield_now().await;
+    assert!(!waiter.is_finished(), "one message is still unacknowledged");
+    assert_eq!(p.unacked(), 1);
+    p.ack(3).unwrap();
+    tokio::time::timeout(std::time::Duration::from_secs(5), waiter)
+        .await
+        .expect("the last acknowledgement wakes it")
+        .unwrap();
+}

@@ -141,6 +141,26 @@ impl Remote {
         Ok(first..first + n as u64)
     }
 
+    /// Waits until every message held for the destination is acknowledged or given up, woken
+    /// as a sender waiting for room is: no polling.
+    pub(crate) async fn wait_all_acked(&self) {
+        loop {
+            let notified = self.room.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            {
+                let mut st = self.lock();
+                if st.departures.outbox().unacked() == 0 {
+                    return;
+                }
+                st.senders_waiting = true;
+            }
+            notified.await;
+        }
+    }
+
+    /// Waits until a message of `payload_len` bytes would fit, or the destination cannot
+    /// take more (superseded by a direct link, forgotten, or given up).
     pub(crate) async fn wait_for_room(&self, payload_len: usize) {
         loop {
             let notified = self.room.notified();
