@@ -16,6 +16,7 @@
 //! - [`group`]: the INTEREST, PUBLISH and REPAIR frames of groups.
 //! - [`multicast`]: the MULTICAST frame (one payload to the receivers behind a link).
 //! - [`take_order`]: the order in which an application takes batches from a channel and rings.
+//! - [`error_kind`]: the kind of a failure, shared by the public API's error types.
 //! - [`fuzzing`]: entry points shared by the fuzz targets and the property tests.
 
 #![deny(missing_docs)]
@@ -25,6 +26,7 @@ pub mod channel;
 pub mod control;
 pub mod e2e;
 pub mod entries;
+pub mod error_kind;
 pub mod frame;
 pub mod fuzzing;
 pub mod group;

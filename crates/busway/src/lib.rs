@@ -37,6 +37,7 @@ mod rpc;
 mod shared;
 
 pub use addr::{Addr, ParseAddrError};
+pub use busway_core::error_kind::ErrorKind;
 pub use busway_core::group::permissions::{
     GroupPermissions, GroupRule, GROUP_RULES_MAX, GROUP_RULE_PATTERNS_MAX,
     PUBLISH_REFUSAL_REPORT_INTERVAL_MS,

@@ -254,10 +254,17 @@ async fn a_request_dropped_unanswered_fails_its_call_at_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unknown_id_fails_at_once_and_pending_calls_are_bounded() {
     let (a, b) = pair("tcp4", config(1), config(2)).await;
-    assert!(matches!(
-        b.call(BusId(99), Bytes::from_static(b"anyone?"), WAIT).await,
-        Err(CallError::Send(why)) if why.contains("99")
-    ));
+    let unknown = b
+        .call(BusId(99), Bytes::from_static(b"anyone?"), WAIT)
+        .await;
+    assert_eq!(
+        unknown,
+        Err(CallError::Send(busway::SendError::NoRoute(BusId(99))))
+    );
+    let e = unknown.unwrap_err();
+    assert_eq!(e.kind(), busway::ErrorKind::NoRoute, "the send's kind");
+    let source = std::error::Error::source(&e).expect("the send's error is kept");
+    assert!(source.to_string().contains("99"), "{source}");
     // Past the limit, a caller that chose not to wait fails at once.
     let _inbox = a.take_inbox().unwrap();
     let options = CallOptions {

@@ -34,6 +34,18 @@ impl std::fmt::Display for GroupError {
 
 impl std::error::Error for GroupError {}
 
+impl GroupError {
+    /// What kind of failure this is.
+    pub fn kind(&self) -> crate::error_kind::ErrorKind {
+        use crate::error_kind::ErrorKind;
+        match self {
+            GroupError::BadName(_) => ErrorKind::BadArgument,
+            GroupError::TooLarge { .. } => ErrorKind::TooLarge,
+            GroupError::Closed => ErrorKind::Closed,
+        }
+    }
+}
+
 /// Checks a publish of `payload_len` bytes to `group` against a frame body of at most
 /// `frame_max` bytes; returns the PUBLISH body's length.
 pub fn check_publish(

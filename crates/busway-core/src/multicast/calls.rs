@@ -51,6 +51,19 @@ impl std::fmt::Display for MulticastError {
 
 impl std::error::Error for MulticastError {}
 
+impl MulticastError {
+    /// What kind of failure this is.
+    pub fn kind(&self) -> crate::error_kind::ErrorKind {
+        use crate::error_kind::ErrorKind;
+        match self {
+            Self::NoReceivers | Self::TooMany { .. } => ErrorKind::BadArgument,
+            Self::TooLarge { .. } => ErrorKind::TooLarge,
+            Self::NoRoute(_) => ErrorKind::NoRoute,
+            Self::Closed => ErrorKind::Closed,
+        }
+    }
+}
+
 /// The receivers of a multicast by `me` to `to` of `payload_len` bytes, checked against a
 /// frame body of at most `frame_max` bytes: the others, sorted, each once; and whether `me`
 /// is one of them (its own inbox gets it).

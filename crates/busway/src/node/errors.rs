@@ -1,6 +1,8 @@
-//! Why a node could not start, and why a send failed.
+//! Why a node could not start, and why a send failed. Every error type of the API says its
+//! [`ErrorKind`] (`kind()`) and keeps its cause as its `source()`.
 
 use crate::addr::Addr;
+use busway_core::error_kind::ErrorKind;
 use busway_core::BusId;
 use std::fmt;
 
@@ -44,6 +46,19 @@ impl fmt::Display for SendError {
 
 impl std::error::Error for SendError {}
 
+impl SendError {
+    /// What kind of failure this is.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Self::NoRoute(_) => ErrorKind::NoRoute,
+            Self::PeerDown(_) => ErrorKind::PeerDown,
+            Self::Full(_) => ErrorKind::Full,
+            Self::TooLarge { .. } => ErrorKind::TooLarge,
+            Self::Closed(_) => ErrorKind::Closed,
+        }
+    }
+}
+
 /// Why a node could not start.
 #[derive(Debug)]
 pub enum StartError {
@@ -70,4 +85,22 @@ impl fmt::Display for StartError {
     }
 }
 
-impl std::error::Error for StartError {}
+impl std::error::Error for StartError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Config(_) => None,
+            Self::Bind { source, .. } => Some(source),
+            Self::Io(e) => Some(e),
+        }
+    }
+}
+
+impl StartError {
+    /// What kind of failure this is.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Self::Config(_) => ErrorKind::Config,
+            Self::Bind { .. } | Self::Io(_) => ErrorKind::Io,
+        }
+    }
+}

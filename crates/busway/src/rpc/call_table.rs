@@ -6,9 +6,11 @@
 //! its peer restarted, dead or unknown). A reply that finds no call (it came after the end) is
 //! dropped and counted, never given to another call: ids are never reused by a node.
 
+use crate::node::errors::SendError;
 use crate::node::event::Path;
 use crate::node::stats::{bump, Counters};
 use crate::rpc::request::{Replier, Request};
+use busway_core::error_kind::ErrorKind;
 use busway_core::frame::{
     CALL_HEADER_LEN, REPLY_HEADER_LEN, REPLY_OK, SPAN_CALL, SPAN_LEN_MASK, SPAN_REPLY,
 };
@@ -31,8 +33,9 @@ pub struct Reply {
 /// Why a call failed. Only that call fails; the link and other calls go on.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum CallError {
-    /// The request could not be queued (no route, too large, shutting down, ...).
-    Send(String),
+    /// The request could not be queued; the send's error says why (no route, too large,
+    /// shutting down, this node's own inbox full for a call to itself).
+    Send(SendError),
     /// No reply within the call's timeout.
     Timeout {
         /// The timeout, in milliseconds.
@@ -65,7 +68,7 @@ pub enum CallError {
 impl fmt::Display for CallError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::Send(why) => write!(f, "the request could not be sent: {why}"),
+            Self::Send(e) => write!(f, "the request could not be sent: {e}"),
             Self::Timeout { after_ms } => write!(f, "no reply within {after_ms} ms"),
             // The reason names the peer and what happened to it (callers name the call).
             Self::Failed { peer: _, reason } => write!(f, "busway gave up: {reason}"),
@@ -78,7 +81,28 @@ impl fmt::Display for CallError {
     }
 }
 
-impl std::error::Error for CallError {}
+impl std::error::Error for CallError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Send(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl CallError {
+    /// What kind of failure this is (a send's own kind for `Send`).
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Self::Send(e) => e.kind(),
+            Self::Timeout { .. } => ErrorKind::Timeout,
+            Self::Failed { .. } => ErrorKind::GaveUp,
+            Self::NoHandler { .. } => ErrorKind::NoHandler,
+            Self::TooManyPending { .. } => ErrorKind::TooManyPending,
+            Self::Closed => ErrorKind::Closed,
+        }
+    }
+}
 
 type Outcome = Result<Reply, CallError>;
 

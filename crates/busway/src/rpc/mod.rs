@@ -95,7 +95,7 @@ impl Node {
                 let (path, seq) = shared
                     .send_framed(dst, FrameKind::Call, &head, &payload)
                     .await
-                    .map_err(|e| CallError::Send(e.to_string()))?;
+                    .map_err(CallError::Send)?;
                 shared.calls.sent(call.id, path, seq);
             }
             (&mut call.done).await.unwrap_or(Err(CallError::Closed))
@@ -120,7 +120,7 @@ impl Shared {
         if self.inbox.try_deliver(batch) {
             Ok(())
         } else {
-            Err(CallError::Send(format!("bus id {me}'s own inbox is full")))
+            Err(CallError::Send(crate::SendError::Full(me)))
         }
     }
 
@@ -150,7 +150,7 @@ impl Replier for Shared {
             self.send_framed(to, FrameKind::Reply, &head, &payload)
                 .await
                 .map(drop)
-                .map_err(|e| ReplyError::Send(e.to_string()))
+                .map_err(ReplyError::Send)
         })
     }
 
@@ -162,7 +162,7 @@ impl Replier for Shared {
             .map(drop)
             .map_err(|e| match e {
                 crate::SendError::Full(id) => ReplyError::Full(id),
-                e => ReplyError::Send(e.to_string()),
+                e => ReplyError::Send(e),
             })
     }
 }

@@ -2,6 +2,8 @@
 //! with [`Request::reply`]. A request dropped unanswered is answered for it, with an error
 //! the caller sees at once ("no handler") rather than a timeout.
 
+use crate::node::errors::SendError;
+use busway_core::error_kind::ErrorKind;
 use busway_core::frame::{REPLY_NO_HANDLER, REPLY_OK};
 use busway_core::BusId;
 use bytes::Bytes;
@@ -35,8 +37,9 @@ pub enum ReplyError {
     /// `try_reply` only: the send queue toward the caller (`BusId`) is full (it is not
     /// taking its replies as fast as they come); the request may be answered again.
     Full(BusId),
-    /// The reply could not be queued (no route to the caller, too large, shutting down).
-    Send(String),
+    /// The reply could not be queued; the send's error says why (no route to the caller, too
+    /// large, shutting down).
+    Send(SendError),
 }
 
 impl fmt::Display for ReplyError {
@@ -46,12 +49,31 @@ impl fmt::Display for ReplyError {
             Self::AlreadyAnswered => write!(f, "the request was answered already"),
             Self::NodeGone => write!(f, "the node that received the request is gone"),
             Self::Full(id) => write!(f, "the send queue to bus id {id} is full"),
-            Self::Send(why) => write!(f, "the reply could not be sent: {why}"),
+            Self::Send(e) => write!(f, "the reply could not be sent: {e}"),
         }
     }
 }
 
-impl std::error::Error for ReplyError {}
+impl std::error::Error for ReplyError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Send(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl ReplyError {
+    /// What kind of failure this is (a send's own kind for `Send`).
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Self::NotARequest | Self::AlreadyAnswered => ErrorKind::NotAnswerable,
+            Self::NodeGone => ErrorKind::Closed,
+            Self::Full(_) => ErrorKind::Full,
+            Self::Send(e) => e.kind(),
+        }
+    }
+}
 
 /// A request to answer. Clones share one answer: the first `reply` wins, and the request is
 /// answered with an error ("no handler") when the last clone is dropped unanswered.
