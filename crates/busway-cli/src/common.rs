@@ -166,7 +166,7 @@ impl NodeArgs {
         let mut config = NodeConfig::from_toml_with_env(&text, std::env::vars()).map_err(|e| {
             match &self.config_file {
                 Some(path) => format!("{}: {e}", path.display()),
-                None => e,
+                None => e.to_string(),
             }
         })?;
         match self.id {

@@ -20,6 +20,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     node.shutdown().await;
     // What a typo looks like.
     let typo = NodeConfig::from_toml("id = 7\nheartbeat_intervl_ms = 500\n").unwrap_err();
-    println!("a typo: {}", typo.lines().next().unwrap_or_default());
+    let first = typo
+        .to_string()
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .to_owned();
+    println!("a typo at line {:?}: {first}", typo.line());
     Ok(())
 }

@@ -120,6 +120,8 @@ fn a_window_shorter_than_twice_the_deadline_is_refused() {
     c.peer_dead_after_ms = 1_000;
     c.forget_after_ms = 1_999;
     let e = c.validate().unwrap_err();
+    assert_eq!(e.setting(), Some("forget_after_ms"), "the setting is named");
+    let e = e.to_string();
     assert!(
         e.contains("forget_after_ms (1999) must be at least twice peer_dead_after_ms (1000)"),
         "{e}"

@@ -123,6 +123,10 @@ fn permissions_come_from_a_config_file_and_a_bad_rule_is_named() {
         "id = 1\n\n[[group_permissions]]\nids = [1, 9]\njoin = [\"chat*\"]\n",
     )
     .unwrap_err();
+    assert_eq!(bad.setting(), Some("[[group_permissions]]"));
+    assert_eq!(bad.line(), Some(3));
+    assert_eq!(bad.kind(), busway::ErrorKind::Config);
+    let bad = bad.to_string();
     assert!(bad.contains("[[group_permissions]] (from line 3)"), "{bad}");
     assert!(bad.contains("`*` stands alone"), "{bad}");
 }

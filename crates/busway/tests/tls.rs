@@ -216,15 +216,22 @@ async fn strangers_and_plain_tcp_are_refused_and_the_node_keeps_serving() {
 fn configuration_mistakes_are_named() {
     let ca = Ca::new();
     let e = TlsConfig::from_pem(b"", b"", b"").unwrap_err();
+    assert_eq!(
+        (e.setting(), e.kind()),
+        (Some("tls"), busway::ErrorKind::Config)
+    );
+    let e = e.to_string();
     assert!(e.contains("certificate chain"), "{e}");
     let (cert, key) = ca.issue(&["1.id.busway"]);
-    let e = TlsConfig::from_pem(cert.as_bytes(), key.as_bytes(), b"").unwrap_err();
+    let e = TlsConfig::from_pem(cert.as_bytes(), key.as_bytes(), b"")
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("certificate authorities"), "{e}");
     let tls = ca.tls(&["1.id.busway"]);
     let c = busway::NodeConfig::new(BusId(9)).tls(tls);
-    let e = c.validate().unwrap_err();
+    let e = c.validate().unwrap_err().to_string();
     assert!(e.contains("names bus ids 1 but not its own id 9"), "{e}");
     let c = busway::NodeConfig::new(BusId(9)).listen("tls://127.0.0.1:0".parse().unwrap());
-    let e = c.validate().unwrap_err();
+    let e = c.validate().unwrap_err().to_string();
     assert!(e.contains("tls://127.0.0.1:0 needs TLS"), "{e}");
 }

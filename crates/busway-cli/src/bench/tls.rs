@@ -60,4 +60,5 @@ pub(super) fn node_tls(dir: &Path, id: u64) -> Result<busway::TlsConfig, String>
         &dir.join(format!("{id}.key")),
         &dir.join("ca.pem"),
     )
+    .map_err(String::from)
 }

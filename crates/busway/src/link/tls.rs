@@ -6,6 +6,7 @@
 //! listener's chain but not a host name; what binds a certificate to a node is the bus id: the
 //! link machine accepts the peer's HELLO only for an id its certificate names.
 
+use crate::node::config_error::ConfigError;
 use busway_core::cert_ids::CertIds;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::client::WebPkiServerVerifier;
@@ -42,7 +43,13 @@ impl fmt::Debug for TlsConfig {
 impl TlsConfig {
     /// From PEM text: this node's certificate chain (its own certificate first), its private
     /// key, and the authorities' certificates. An error says which part is wrong and why.
-    pub fn from_pem(cert_chain: &[u8], key: &[u8], ca: &[u8]) -> Result<Self, String> {
+    pub fn from_pem(cert_chain: &[u8], key: &[u8], ca: &[u8]) -> Result<Self, ConfigError> {
+        Self::from_pem_text(cert_chain, key, ca)
+            .map_err(|why| ConfigError::new(Some("tls"), None, why))
+    }
+
+    /// [`TlsConfig::from_pem`], its error as text.
+    fn from_pem_text(cert_chain: &[u8], key: &[u8], ca: &[u8]) -> Result<Self, String> {
         let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(cert_chain)
             .collect::<Result<_, _>>()
             .map_err(|e| format!("certificate chain: {e}"))?;
@@ -90,8 +97,11 @@ impl TlsConfig {
     }
 
     /// From PEM files (see [`TlsConfig::from_pem`]); an error names the file.
-    pub fn from_pem_files(cert_chain: &Path, key: &Path, ca: &Path) -> Result<Self, String> {
-        let read = |p: &Path| std::fs::read(p).map_err(|e| format!("{}: {e}", p.display()));
+    pub fn from_pem_files(cert_chain: &Path, key: &Path, ca: &Path) -> Result<Self, ConfigError> {
+        let read = |p: &Path| {
+            std::fs::read(p)
+                .map_err(|e| ConfigError::new(Some("tls"), None, format!("{}: {e}", p.display())))
+        };
         Self::from_pem(&read(cert_chain)?, &read(key)?, &read(ca)?)
     }
 

@@ -195,7 +195,13 @@ impl NodeConfig {
     }
 
     /// Checks that the limits fit together; the error names the setting.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), crate::node::config_error::ConfigError> {
+        self.check()
+            .map_err(crate::node::config_error::ConfigError::of_setting)
+    }
+
+    /// [`NodeConfig::validate`], its error as text that starts with the setting's name.
+    fn check(&self) -> Result<(), String> {
         if let Some(p) = &self.group_permissions {
             p.validate()?;
         }
@@ -455,10 +461,18 @@ mod tests {
         NodeConfig::new(BusId(1)).validate().unwrap();
         let mut c = NodeConfig::new(BusId(1));
         c.send_queue_bytes_max = 10;
-        assert!(c.validate().unwrap_err().contains("send_queue_bytes_max"));
+        assert!(c
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("send_queue_bytes_max"));
         let mut c = NodeConfig::new(BusId(1));
         c.frame_body_max = BODY_LEN_CEILING + 1;
-        assert!(c.validate().unwrap_err().contains("frame_body_max"));
+        assert!(c
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("frame_body_max"));
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! and an error names the variable rather than a line of a text the user never wrote.
 
 use crate::node::config::NodeConfig;
+use crate::node::config_error::ConfigError;
 
 /// The top-level keys an environment variable `BUSWAY_<KEY>` may set (the file's, but for the
 /// tables; `listen`, `connect` and `subtree` take comma-separated values).
@@ -115,7 +116,7 @@ impl NodeConfig {
     pub fn from_toml_with_env(
         text: &str,
         vars: impl IntoIterator<Item = (String, String)>,
-    ) -> Result<NodeConfig, String> {
+    ) -> Result<NodeConfig, ConfigError> {
         let mut set: Vec<(String, &'static str, String)> = Vec::new();
         for (name, value) in vars {
             let Some(key) = name.strip_prefix("BUSWAY_") else {
@@ -134,21 +135,22 @@ impl NodeConfig {
         let lines: Vec<String> = set.iter().map(|(_, k, v)| env_line(k, v)).collect();
         if let Err(e) = NodeConfig::from_toml(&lines.join("\n")) {
             // Name the variable rather than a line of a text the user never wrote.
-            let culprit = (1..=lines.len())
-                .find(|n| e.contains(&format!("line {n}")))
+            let culprit = e
+                .line()
+                .filter(|&n| (1..=lines.len()).contains(&n))
                 .or_else(|| {
                     set.iter()
-                        .position(|(_, k, _)| e.contains(k))
+                        .position(|(_, k, _)| Some(*k) == e.setting())
                         .map(|i| i + 1)
                 });
             return Err(match culprit {
-                Some(n) => format!("{}: {e}", set[n - 1].0),
-                None => format!("environment (BUSWAY_*): {e}"),
+                Some(n) => e.within(&set[n - 1].0).about(&set[n - 1].0),
+                None => e.within("environment (BUSWAY_*)"),
             });
         }
         let keys: Vec<&str> = set.iter().map(|(_, k, _)| *k).collect();
         let merged = format!("{}\n{}", lines.join("\n"), without_keys(text, &keys));
         NodeConfig::from_toml(&merged)
-            .map_err(|e| format!("the file with BUSWAY_* variables over it: {e}"))
+            .map_err(|e| e.within("the file with BUSWAY_* variables over it"))
     }
 }

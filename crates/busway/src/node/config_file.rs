@@ -6,6 +6,7 @@
 
 use crate::addr::Addr;
 use crate::node::config::{IoThreads, NodeConfig};
+use crate::node::config_error::ConfigError;
 use busway_core::handshake::Secret;
 use busway_core::BusId;
 use serde::Deserialize;
@@ -92,34 +93,38 @@ fn line_of_key(text: &str, key: &str) -> Option<usize> {
         .map(|i| i + 1)
 }
 
-fn addr(text: &str, key: &str, s: &Spanned<String>) -> Result<Addr, String> {
+fn addr(text: &str, key: &str, s: &Spanned<String>) -> Result<Addr, ConfigError> {
     s.get_ref().parse().map_err(|e| {
-        format!(
+        let line = line_of(text, s.span().start);
+        let message = format!(
             "{key} at line {}: {:?} is not an address ({e}; e.g. tcp://127.0.0.1:7000, tls://HOST:PORT, unix:///path, shm://name)",
-            line_of(text, s.span().start),
+            line,
             s.get_ref()
-        )
+        );
+        ConfigError::new(Some(key), Some(line), message)
     })
 }
 
 /// The secret in the file `secret_file` names (its last line break not part of it).
-fn secret(text: &str, path: &Spanned<PathBuf>) -> Result<Secret, String> {
+fn secret(text: &str, path: &Spanned<PathBuf>) -> Result<Secret, ConfigError> {
     let at = line_of(text, path.span().start);
-    let secret = std::fs::read_to_string(path.get_ref()).map_err(|e| {
-        format!(
-            "secret_file at line {at}: cannot read {}: {e}",
-            path.get_ref().display()
+    let error = |why: String| {
+        ConfigError::new(
+            Some("secret_file"),
+            Some(at),
+            format!("secret_file at line {at}: {why}"),
         )
-    })?;
-    Secret::new(secret.trim_end_matches(['\r', '\n']).as_bytes())
-        .map_err(|e| format!("secret_file at line {at}: {e}"))
+    };
+    let secret = std::fs::read_to_string(path.get_ref())
+        .map_err(|e| error(format!("cannot read {}: {e}", path.get_ref().display())))?;
+    Secret::new(secret.trim_end_matches(['\r', '\n']).as_bytes()).map_err(|e| error(e.to_string()))
 }
 
 /// The `[etcd]` table, validated.
 fn etcd(
     text: &str,
     table: &Spanned<EtcdTable>,
-) -> Result<crate::discovery::etcd_config::EtcdConfig, String> {
+) -> Result<crate::discovery::etcd_config::EtcdConfig, ConfigError> {
     let at = line_of(text, table.span().start);
     let t = table.get_ref();
     let mut e = crate::discovery::etcd_config::EtcdConfig::new(t.endpoints.clone());
@@ -129,8 +134,13 @@ fn etcd(
     if let Some(ttl) = t.lease_ttl_secs {
         e.lease_ttl_secs = ttl;
     }
-    e.validate()
-        .map_err(|why| format!("[etcd] at line {at}: {why}"))?;
+    e.validate().map_err(|why| {
+        ConfigError::new(
+            Some("[etcd]"),
+            Some(at),
+            format!("[etcd] at line {at}: {why}"),
+        )
+    })?;
     Ok(e)
 }
 
@@ -138,7 +148,7 @@ fn etcd(
 fn group_permissions(
     text: &str,
     rules: &[Spanned<RuleTable>],
-) -> Result<crate::GroupPermissions, String> {
+) -> Result<crate::GroupPermissions, ConfigError> {
     let mut p = crate::GroupPermissions::default();
     for r in rules {
         let t = r.get_ref();
@@ -150,7 +160,8 @@ fn group_permissions(
     }
     p.validate().map_err(|why| {
         let at = rules.first().map_or(0, |r| line_of(text, r.span().start));
-        format!("[[group_permissions]] (from line {at}): {why}")
+        let message = format!("[[group_permissions]] (from line {at}): {why}");
+        ConfigError::new(Some("[[group_permissions]]"), Some(at), message)
     })?;
     Ok(p)
 }
@@ -161,12 +172,16 @@ impl NodeConfig {
     /// `io_threads = 0` the caller's runtime), the rest keep `NodeConfig::new`'s defaults.
     /// `id` may be left to the caller (then 0 until set). The error names the key, its line
     /// and what is allowed; the result has passed `validate` when `id` was given.
-    pub fn from_toml(text: &str) -> Result<NodeConfig, String> {
-        let f: FileConfig = toml::from_str(text).map_err(|e| e.to_string().trim().to_owned())?;
+    pub fn from_toml(text: &str) -> Result<NodeConfig, ConfigError> {
+        let f: FileConfig = toml::from_str(text).map_err(|e| {
+            let line = e.span().map(|s| line_of(text, s.start));
+            ConfigError::new(None, line, e.to_string().trim().to_owned())
+        })?;
         let mut c = NodeConfig::new(BusId(f.id.unwrap_or(0)));
-        let addrs = |key: &str, list: &Option<Vec<Spanned<String>>>| -> Result<Vec<Addr>, String> {
-            list.iter().flatten().map(|s| addr(text, key, s)).collect()
-        };
+        let addrs =
+            |key: &str, list: &Option<Vec<Spanned<String>>>| -> Result<Vec<Addr>, ConfigError> {
+                list.iter().flatten().map(|s| addr(text, key, s)).collect()
+            };
         c.listen = addrs("listen", &f.listen)?;
         c.connect = addrs("connect", &f.connect)?;
         c.upstream = f
@@ -220,8 +235,12 @@ impl NodeConfig {
             let at = line_of(text, tls.span().start);
             let t = tls.get_ref();
             c.tls = Some(
-                crate::link::tls::TlsConfig::from_pem_files(&t.cert, &t.key, &t.ca)
-                    .map_err(|e| format!("[tls] at line {at}: {e}"))?,
+                crate::link::tls::TlsConfig::from_pem_files(&t.cert, &t.key, &t.ca).map_err(
+                    |e| {
+                        let message = format!("[tls] at line {at}: {e}");
+                        ConfigError::new(Some("[tls]"), Some(at), message)
+                    },
+                )?,
             );
         }
         c.etcd = f.etcd.as_ref().map(|e| etcd(text, e)).transpose()?;
@@ -231,25 +250,30 @@ impl NodeConfig {
             .map(|rules| group_permissions(text, rules))
             .transpose()?;
         if f.id.is_some() {
-            c.validate().map_err(|e| located(text, &e))?;
+            c.validate().map_err(|e| located(text, e))?;
         }
         Ok(c)
     }
 
     /// [`NodeConfig::from_toml`] of the file at `path`; the error names the file too.
-    pub fn from_toml_file(path: &std::path::Path) -> Result<NodeConfig, String> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-        NodeConfig::from_toml(&text).map_err(|e| format!("{}: {e}", path.display()))
+    pub fn from_toml_file(path: &std::path::Path) -> Result<NodeConfig, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            ConfigError::new(None, None, format!("cannot read {}: {e}", path.display()))
+        })?;
+        NodeConfig::from_toml(&text).map_err(|e| e.within(&path.display().to_string()))
     }
 }
 
 /// `validate`'s error (which starts with the setting's name) with the line that sets it.
-fn located(text: &str, error: &str) -> String {
-    let key = error.split_whitespace().next().unwrap_or_default();
-    match line_of_key(text, key) {
-        Some(line) => format!("{key} at line {line}: {error}"),
-        None => error.to_owned(),
+fn located(text: &str, error: ConfigError) -> ConfigError {
+    let key = error.setting().unwrap_or_default().to_owned();
+    match line_of_key(text, &key) {
+        Some(line) => ConfigError::new(
+            Some(&key),
+            Some(line),
+            format!("{key} at line {line}: {error}"),
+        ),
+        None => error,
     }
 }
 
@@ -365,29 +389,42 @@ mod tests {
     #[test]
     fn errors_name_the_key_the_line_and_what_is_allowed() {
         let typo = NodeConfig::from_toml("id = 1\nheartbeat_intervl_ms = 5\n").unwrap_err();
+        assert_eq!(typo.line(), Some(2), "the line, typed");
+        let typo = typo.to_string();
         assert!(typo.contains("line 2"), "{typo}");
         assert!(typo.contains("heartbeat_intervl_ms"), "{typo}");
         assert!(
             typo.contains("heartbeat_interval_ms"),
             "expected keys listed: {typo}"
         );
-        let wrong_type = NodeConfig::from_toml("id = 1\n\nlinger_ms = \"soon\"\n").unwrap_err();
+        let bad_addr = NodeConfig::from_toml("id = 1\nlisten = [\"nowhere\"]\n").unwrap_err();
+        assert_eq!(
+            (bad_addr.setting(), bad_addr.line()),
+            (Some("listen"), Some(2))
+        );
+        let wrong_type = NodeConfig::from_toml("id = 1\n\nlinger_ms = \"soon\"\n")
+            .unwrap_err()
+            .to_string();
         assert!(
             wrong_type.contains("line 3") && wrong_type.contains("linger_ms"),
             "{wrong_type}"
         );
         let bad_addr =
             NodeConfig::from_toml("id = 1\nconnect = [\"tcp://x\", \"carrier-pigeon://7\"]\n")
-                .unwrap_err();
+                .unwrap_err()
+                .to_string();
         assert!(bad_addr.starts_with("connect at line 2:"), "{bad_addr}");
-        let bad_value =
-            NodeConfig::from_toml("id = 1\n# the ring\nshm_ring_bytes = 1000\n").unwrap_err();
+        let bad_value = NodeConfig::from_toml("id = 1\n# the ring\nshm_ring_bytes = 1000\n")
+            .unwrap_err()
+            .to_string();
         assert!(
             bad_value.starts_with("shm_ring_bytes at line 3:")
                 && bad_value.contains("power of two"),
             "{bad_value}"
         );
-        let no_secret = NodeConfig::from_toml("secret_file = \"/nonexistent/s\"\n").unwrap_err();
+        let no_secret = NodeConfig::from_toml("secret_file = \"/nonexistent/s\"\n")
+            .unwrap_err()
+            .to_string();
         assert!(
             no_secret.starts_with("secret_file at line 1: cannot read"),
             "{no_secret}"
@@ -395,13 +432,15 @@ mod tests {
         let short_lease = NodeConfig::from_toml(
             "id = 1\n\n[etcd]\nendpoints = [\"http://127.0.0.1:2379\"]\nlease_ttl_secs = 1\n",
         )
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert!(
             short_lease.starts_with("[etcd] at line 3: etcd.lease_ttl_secs: 1 (at least 2)"),
             "{short_lease}"
         );
-        let etcd_typo =
-            NodeConfig::from_toml("id = 1\n[etcd]\nendpoint = [\"http://h:1\"]\n").unwrap_err();
+        let etcd_typo = NodeConfig::from_toml("id = 1\n[etcd]\nendpoint = [\"http://h:1\"]\n")
+            .unwrap_err()
+            .to_string();
         assert!(etcd_typo.contains("endpoint"), "{etcd_typo}");
     }
 
@@ -448,18 +487,21 @@ mod tests {
                 .unwrap();
         assert_eq!(c.heartbeat_interval_ms, 250);
         let wrong = NodeConfig::from_toml_with_env(file, vars(&[("BUSWAY_LINGER_MS", "soon")]))
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         assert!(wrong.starts_with("BUSWAY_LINGER_MS: "), "{wrong}");
         let bad =
             NodeConfig::from_toml_with_env("id = 1\n", vars(&[("BUSWAY_SHM_RING_BYTES", "1000")]))
-                .unwrap_err();
+                .unwrap_err()
+                .to_string();
         assert!(bad.contains("power of two"), "{bad}");
         // A mistake in the file still names the file's line.
         let typo = NodeConfig::from_toml_with_env(
             "id = 1\nlingr_ms = 1\n",
             vars(&[("BUSWAY_LINGER_MS", "5")]),
         )
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert!(typo.contains("line 2"), "{typo}");
     }
 
@@ -467,7 +509,8 @@ mod tests {
     #[test]
     fn without_the_etcd_feature_an_etcd_table_says_how_to_get_it() {
         let e = NodeConfig::from_toml("id = 1\n[etcd]\nendpoints = [\"http://127.0.0.1:2379\"]\n")
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("cargo feature `etcd`"), "{e}");
     }
 

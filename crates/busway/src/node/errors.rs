@@ -2,6 +2,7 @@
 //! [`ErrorKind`] (`kind()`) and keeps its cause as its `source()`.
 
 use crate::addr::Addr;
+use crate::node::config_error::ConfigError;
 use busway_core::error_kind::ErrorKind;
 use busway_core::BusId;
 use std::fmt;
@@ -62,8 +63,8 @@ impl SendError {
 /// Why a node could not start.
 #[derive(Debug)]
 pub enum StartError {
-    /// The configuration is not one a node can run with; the text says what and where.
-    Config(String),
+    /// The configuration is not one a node can run with; the error says what and where.
+    Config(ConfigError),
     /// A listen address could not be bound.
     Bind {
         /// The address.
@@ -88,7 +89,7 @@ impl fmt::Display for StartError {
 impl std::error::Error for StartError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            Self::Config(_) => None,
+            Self::Config(e) => Some(e),
             Self::Bind { source, .. } => Some(source),
             Self::Io(e) => Some(e),
         }
