@@ -8,8 +8,8 @@
 use crate::group::Delivered;
 use crate::node::event::Event;
 use crate::node::stats::bump;
-use crate::node::SendError;
 use crate::peer::{Peer, PushError};
+use crate::route::outgoing::{Blocked, Outgoing};
 use crate::route::Hops;
 use crate::shared::Shared;
 use busway_core::frame::FrameKind;
@@ -130,13 +130,14 @@ impl Host for GroupHost<'_, '_, '_> {
     }
 
     fn send_repair(&mut self, to: BusId, head: &[u8], payload: &Bytes) -> Result<(), Unsent> {
-        match self
-            .shared
-            .try_send_framed(to, FrameKind::Repair, head, payload)
-        {
+        if let Err(e) = self.shared.check_size(head.len() + payload.len()) {
+            return Err(Unsent::Failed(e.to_string()));
+        }
+        let repair = Outgoing::framed(FrameKind::Repair, head, payload);
+        match self.shared.try_enqueue(to, None, &repair) {
             Ok(_) => Ok(()),
-            Err(SendError::Full(_)) => Err(Unsent::Full),
-            Err(e) => Err(Unsent::Failed(e.to_string())),
+            Err(Blocked::Full(_)) => Err(Unsent::Full),
+            Err(Blocked::Failed(e)) => Err(Unsent::Failed(e.to_string())),
         }
     }
 

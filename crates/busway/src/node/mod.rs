@@ -32,7 +32,6 @@ pub use info::{PeerInfo, RelayedInfo};
 
 use crate::addr::Addr;
 use crate::limits::CALLS_PENDING_MAX;
-use crate::limits::REROUTES_MAX;
 use crate::link::connector::{accept_loop, dial_loop};
 use crate::link::io_loops::IoLoops;
 use crate::link::transport;
@@ -44,10 +43,9 @@ use crate::node::message::MessageBatch;
 use crate::node::stats::{Counters, Stats};
 use crate::peer::deferred::Deferred;
 use crate::peer::table::PeerTable;
-use crate::peer::PushError;
 use crate::route::hints::Hints;
+use crate::route::outgoing::{Blocked, Outgoing};
 use crate::route::relayed_table::RelayedTable;
-use crate::route::Route;
 use crate::rpc::call_table::CallTable;
 use crate::shared::{random_bytes, Shared};
 use busway_core::group::locked::GroupTable;
@@ -248,19 +246,15 @@ impl Node {
     /// Queues `payload` for `dst` without waiting: `Full` if its queue has no room. Returns the
     /// message's sequence number to `dst` (what `Event::Undeliverable` names).
     pub fn try_send(&self, dst: BusId, payload: Bytes) -> Result<u64, SendError> {
-        self.shared().check_size(payload.len())?;
+        let shared = self.shared();
+        shared.check_size(payload.len())?;
         if dst == self.id() {
             return self.deliver_local(payload);
         }
-        let mut reroutes = 0;
-        loop {
-            let pushed = self
-                .shared()
-                .push_payload(&self.shared().route_for(dst, payload.len())?, &payload);
-            match pushed {
-                Err(PushError::Rerouted) if reroutes < REROUTES_MAX => reroutes += 1,
-                other => return other.map_err(|e| Shared::push_error(dst, e)),
-            }
+        match shared.try_enqueue(dst, None, &Outgoing::single(&payload)) {
+            Ok(q) => Ok(q.seqs.start),
+            Err(Blocked::Full(_)) => Err(SendError::Full(dst)),
+            Err(Blocked::Failed(e)) => Err(e),
         }
     }
 
@@ -268,23 +262,17 @@ impl Node {
     /// sequence number to `dst` (this node's own id: its inbox gets it, numbered in its own
     /// sequence from 0, as a peer's messages are).
     pub async fn send(&self, dst: BusId, payload: Bytes) -> Result<u64, SendError> {
-        self.shared().check_size(payload.len())?;
         if dst == self.id() {
+            self.shared().check_size(payload.len())?;
             let batch = MessageBatch::single(dst, payload);
             self.shared().inbox.deliver(batch).await;
             return Ok(self.seqs_to_self(1).start);
         }
-        let mut route = self.shared().route_or_discover(dst, payload.len()).await?;
-        loop {
-            match self.shared().push_payload(&route, &payload) {
-                Err(PushError::Rerouted) => route = self.shared().route_for(dst, payload.len())?,
-                Err(PushError::Full) => match &route {
-                    Route::Direct(p) => p.wait_for_room(payload.len()).await,
-                    Route::Relayed(r) => r.wait_for_room(payload.len()).await,
-                },
-                other => return other.map_err(|e| Shared::push_error(dst, e)),
-            }
-        }
+        let queued = self
+            .shared()
+            .enqueue(dst, Outgoing::single(&payload))
+            .await?;
+        Ok(queued.seqs.start)
     }
 
     /// Queues one message per payload for `dst`, in order, copying each into the link's write
@@ -310,36 +298,14 @@ impl Node {
             }
             return Ok(self.seqs_to_self(payloads.len() as u64));
         }
-        let longest = payloads.iter().map(|p| p.as_ref().len()).max().unwrap_or(0);
-        let mut route = self.shared().route_or_discover(dst, longest).await?;
-        let mut rest = payloads;
-        let mut seqs: Option<Range<u64>> = None;
-        while !rest.is_empty() {
-            let got = match &route {
-                Route::Direct(p) => p.push_copies(rest),
-                Route::Relayed(r) => {
-                    let got = r.push_copies(rest);
-                    self.shared().schedule_pump(r);
-                    got
-                }
-            };
-            if let Err(PushError::Rerouted) = got {
-                route = self.shared().route_for(dst, longest)?;
-                continue;
-            }
-            let got = got.map_err(|e| Shared::push_error(dst, e))?;
-            let n = (got.end - got.start) as usize;
-            seqs = Some(seqs.map_or(got.clone(), |s| s.start..got.end));
-            rest = &rest[n..];
-            if let Some(next) = rest.first() {
-                let len = next.as_ref().len();
-                match &route {
-                    Route::Direct(p) => p.wait_for_room(len).await,
-                    Route::Relayed(r) => r.wait_for_room(len).await,
-                }
-            }
+        if payloads.is_empty() {
+            return Ok(0..0);
         }
-        Ok(seqs.unwrap_or(0..0))
+        let queued = self
+            .shared()
+            .enqueue(dst, Outgoing::Copies(payloads))
+            .await?;
+        Ok(queued.seqs)
     }
 
     /// The sequence numbers of `n` messages this node just delivered to itself.

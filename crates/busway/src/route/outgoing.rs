@@ -1,5 +1,9 @@
-//! Where a message to a bus id goes, and queuing it there: shared by `Node`'s sends and by
-//! calls (their requests and replies).
+//! Where a message to a bus id goes, and queuing it there: the one send path behind `Node`'s
+//! `try_send`, `send` and `send_batch`, calls, replies and repairs. `try_enqueue` routes and
+//! queues without waiting (routing again at most `REROUTES_MAX` times when a direct link
+//! replaces relays under it); `enqueue` does the same and waits for room while the queue is
+//! full, after looking the id up in etcd if it has no route. A direct peer and a relayed
+//! destination are one queue to them (`Route::push`, `Route::wait_for_room`).
 
 use crate::limits::{REROUTES_MAX, ROUTED_OVERHEAD_BYTES_MAX};
 use crate::node::event::Path;
@@ -10,6 +14,7 @@ use crate::shared::Shared;
 use busway_core::frame::FrameKind;
 use busway_core::BusId;
 use bytes::Bytes;
+use std::ops::Range;
 use std::time::Duration;
 
 impl Shared {
@@ -53,66 +58,6 @@ impl Shared {
         }
     }
 
-    /// Queues one plain message sent on its own on `route`; returns its number there. Over a
-    /// ring it may wait unpublished (see `Peer::push_single`).
-    pub(crate) fn push_payload(&self, route: &Route, payload: &Bytes) -> Result<u64, PushError> {
-        match route {
-            Route::Direct(p) => {
-                let (seq, note) = p.push_single(payload, self.deferred.looks())?;
-                if note {
-                    self.deferred.note(p);
-                }
-                Ok(seq)
-            }
-            Route::Relayed(r) => {
-                let seq = r.push_shared(payload);
-                self.schedule_pump(r);
-                seq
-            }
-        }
-    }
-
-    /// Queues one CALL or REPLY on `route`; returns its path and number there.
-    fn push_framed(
-        &self,
-        route: &Route,
-        kind: FrameKind,
-        head: &[u8],
-        payload: &Bytes,
-    ) -> Result<(Path, u64), PushError> {
-        match route {
-            Route::Direct(p) => p
-                .push_framed(kind, head, payload)
-                .map(|s| (Path::Direct, s)),
-            Route::Relayed(r) => {
-                let seq = r.push_framed(kind, head, payload);
-                self.schedule_pump(r);
-                seq.map(|s| (Path::Relayed, s))
-            }
-        }
-    }
-
-    /// Queues one CALL or REPLY (`head`, then `payload`) for `dst` (not this node) without
-    /// waiting; returns the path and number it was given.
-    pub(crate) fn try_send_framed(
-        &self,
-        dst: BusId,
-        kind: FrameKind,
-        head: &[u8],
-        payload: &Bytes,
-    ) -> Result<(Path, u64), SendError> {
-        let len = head.len() + payload.len();
-        self.check_size(len)?;
-        for _ in 0..=REROUTES_MAX {
-            match self.push_framed(&self.route_for(dst, len)?, kind, head, payload) {
-                Err(PushError::Rerouted) => continue,
-                other => return other.map_err(|e| Self::push_error(dst, e)),
-            }
-        }
-        Err(SendError::Full(dst))
-    }
-
-    /// [`Shared::try_send_framed`], waiting while the queue toward `dst` is full.
     /// [`Shared::route_for`]; for an id with no route that etcd names, dials it and waits
     /// for the link (at most `DISCOVERED_DIAL_WAIT_MS`).
     pub(crate) async fn route_or_discover(
@@ -164,25 +109,217 @@ impl Shared {
         };
         tokio::time::timeout(timeout, wait).await.is_ok()
     }
+}
 
-    pub(crate) async fn send_framed(
+/// A message on its way to a bus id: what the send path queues.
+pub(crate) enum Outgoing<'a, P = Bytes> {
+    /// A plain message sent on its own (`try_send`, `send`). Over a ring it may wait
+    /// unpublished for the sender's burst to end (see `Peer::push_single`).
+    Single(&'a Bytes),
+    /// Messages sent together (`send_batch`), each copied into the queue; as many as fit
+    /// are queued at a time.
+    Copies(&'a [P]),
+    /// A CALL, REPLY or REPAIR: `head`, then `payload`, in one frame of `kind`.
+    Framed {
+        kind: FrameKind,
+        head: &'a [u8],
+        payload: &'a Bytes,
+    },
+}
+
+impl<'a> Outgoing<'a, Bytes> {
+    /// A plain message sent on its own.
+    pub(crate) fn single(payload: &'a Bytes) -> Self {
+        Outgoing::Single(payload)
+    }
+
+    /// A CALL, REPLY or REPAIR frame.
+    pub(crate) fn framed(kind: FrameKind, head: &'a [u8], payload: &'a Bytes) -> Self {
+        Outgoing::Framed {
+            kind,
+            head,
+            payload,
+        }
+    }
+}
+
+impl<P: AsRef<[u8]>> Outgoing<'_, P> {
+    /// The longest message's length, in bytes (what must fit a frame on the way).
+    fn longest(&self) -> usize {
+        match self {
+            Outgoing::Single(p) => p.len(),
+            Outgoing::Copies(ps) => ps.iter().map(|p| p.as_ref().len()).max().unwrap_or(0),
+            Outgoing::Framed { head, payload, .. } => head.len() + payload.len(),
+        }
+    }
+
+    /// The same message without the `done` copies queued already.
+    fn after(&self, done: usize) -> Self {
+        match *self {
+            Outgoing::Copies(ps) => Outgoing::Copies(&ps[done..]),
+            Outgoing::Single(p) => Outgoing::Single(p),
+            Outgoing::Framed {
+                kind,
+                head,
+                payload,
+            } => Outgoing::Framed {
+                kind,
+                head,
+                payload,
+            },
+        }
+    }
+
+    /// The first message's length, in bytes (the room to wait for when none fits).
+    fn first_len(&self) -> usize {
+        match self {
+            Outgoing::Single(p) => p.len(),
+            Outgoing::Copies(ps) => ps.first().map_or(0, |p| p.as_ref().len()),
+            Outgoing::Framed { head, payload, .. } => head.len() + payload.len(),
+        }
+    }
+
+    /// How many messages it is.
+    fn count(&self) -> usize {
+        match self {
+            Outgoing::Copies(ps) => ps.len(),
+            _ => 1,
+        }
+    }
+}
+
+/// Where a message went: the path and its numbers there.
+pub(crate) struct Queued {
+    pub(crate) path: Path,
+    pub(crate) seqs: Range<u64>,
+}
+
+/// Why `try_enqueue` queued nothing more.
+pub(crate) enum Blocked {
+    /// The queue on `Route` is full: wait for its room, or report `Full`.
+    Full(Route),
+    /// The send fails (no route, too large, the peer down, shutting down).
+    Failed(SendError),
+}
+
+impl Route {
+    /// Queues `msg` here (as many of its copies as fit): its path and numbers. A ring's
+    /// single sends may wait unpublished on the node's `Deferred` list.
+    fn push<P: AsRef<[u8]>>(
+        &self,
+        shared: &Shared,
+        msg: &Outgoing<'_, P>,
+    ) -> Result<Queued, PushError> {
+        let (path, seqs) = match (self, msg) {
+            (Route::Direct(p), Outgoing::Single(payload)) => {
+                let (seq, note) = p.push_single(payload, shared.deferred.looks())?;
+                if note {
+                    shared.deferred.note(p);
+                }
+                (Path::Direct, seq..seq + 1)
+            }
+            (Route::Direct(p), Outgoing::Copies(ps)) => (Path::Direct, p.push_copies(ps)?),
+            (
+                Route::Direct(p),
+                Outgoing::Framed {
+                    kind,
+                    head,
+                    payload,
+                },
+            ) => {
+                let seq = p.push_framed(*kind, head, payload)?;
+                (Path::Direct, seq..seq + 1)
+            }
+            (Route::Relayed(r), msg) => {
+                let seqs = match msg {
+                    Outgoing::Single(payload) => r.push_shared(payload).map(|s| s..s + 1),
+                    Outgoing::Copies(ps) => r.push_copies(ps),
+                    Outgoing::Framed {
+                        kind,
+                        head,
+                        payload,
+                    } => r.push_framed(*kind, head, payload).map(|s| s..s + 1),
+                };
+                // Pumped even when refused: what was queued before goes on.
+                shared.schedule_pump(r);
+                (Path::Relayed, seqs?)
+            }
+        };
+        Ok(Queued { path, seqs })
+    }
+
+    /// Waits until a message of `len` bytes would fit here (or no more can be queued).
+    pub(crate) async fn wait_for_room(&self, len: usize) {
+        match self {
+            Route::Direct(p) => p.wait_for_room(len).await,
+            Route::Relayed(r) => r.wait_for_room(len).await,
+        }
+    }
+}
+
+impl Shared {
+    /// Routes `msg` to `dst` (not this node) and queues what fits, without waiting, routing
+    /// again at most `REROUTES_MAX` times when the route changes under it.
+    pub(crate) fn try_enqueue<P: AsRef<[u8]>>(
         &self,
         dst: BusId,
-        kind: FrameKind,
-        head: &[u8],
-        payload: &Bytes,
-    ) -> Result<(Path, u64), SendError> {
-        let len = head.len() + payload.len();
-        self.check_size(len)?;
-        let mut route = self.route_or_discover(dst, len).await?;
+        route: Option<Route>,
+        msg: &Outgoing<'_, P>,
+    ) -> Result<Queued, Blocked> {
+        let len = msg.longest();
+        let mut route = match route {
+            Some(r) => r,
+            None => self.route_for(dst, len).map_err(Blocked::Failed)?,
+        };
+        for _ in 0..=REROUTES_MAX {
+            match route.push(self, msg) {
+                Err(PushError::Rerouted) => {
+                    route = self.route_for(dst, len).map_err(Blocked::Failed)?;
+                }
+                Err(PushError::Full) => return Err(Blocked::Full(route)),
+                Ok(q) if q.seqs.is_empty() && msg.count() > 0 => return Err(Blocked::Full(route)),
+                other => return other.map_err(|e| Blocked::Failed(Self::push_error(dst, e))),
+            }
+        }
+        // The route kept changing under it: as a full queue, for a caller that does not wait.
+        Err(Blocked::Full(route))
+    }
+
+    /// Routes `msg` to `dst` (not this node) and queues all of it, waiting for room while the
+    /// queue is full; an id with no route that etcd names is dialed first. Returns the path
+    /// and the numbers given (copies queued in parts: from the first part's first number to
+    /// the last part's end, on the last part's path).
+    pub(crate) async fn enqueue<P: AsRef<[u8]>>(
+        &self,
+        dst: BusId,
+        msg: Outgoing<'_, P>,
+    ) -> Result<Queued, SendError> {
+        self.check_size(msg.longest())?;
+        let mut route = Some(self.route_or_discover(dst, msg.longest()).await?);
+        let mut msg = msg;
+        let mut queued: Option<Queued> = None;
         loop {
-            match self.push_framed(&route, kind, head, payload) {
-                Err(PushError::Rerouted) => route = self.route_for(dst, len)?,
-                Err(PushError::Full) => match &route {
-                    Route::Direct(p) => p.wait_for_room(len).await,
-                    Route::Relayed(r) => r.wait_for_room(len).await,
-                },
-                other => return other.map_err(|e| Self::push_error(dst, e)),
+            match self.try_enqueue(dst, route.take(), &msg) {
+                Ok(q) => {
+                    let n = (q.seqs.end - q.seqs.start) as usize;
+                    let q = match queued.take() {
+                        Some(before) => Queued {
+                            path: q.path,
+                            seqs: before.seqs.start..q.seqs.end,
+                        },
+                        None => q,
+                    };
+                    if n >= msg.count() {
+                        return Ok(q);
+                    }
+                    queued = Some(q);
+                    msg = msg.after(n);
+                }
+                Err(Blocked::Full(full)) => {
+                    full.wait_for_room(msg.first_len()).await;
+                    route = Some(full);
+                }
+                Err(Blocked::Failed(e)) => return Err(e),
             }
         }
     }

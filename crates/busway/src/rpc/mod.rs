@@ -21,6 +21,7 @@ pub(crate) mod request;
 
 use crate::node::message::MessageBatch;
 use crate::node::Node;
+use crate::route::outgoing::{Blocked, Outgoing, Queued};
 use crate::rpc::call_table::{reply_head, CallError, Reply};
 use crate::rpc::request::{Replier, ReplyError, ReplyFuture};
 use crate::shared::Shared;
@@ -92,11 +93,12 @@ impl Node {
             if dst == shared.config.id {
                 shared.call_self(call.id, &payload)?;
             } else {
-                let (path, seq) = shared
-                    .send_framed(dst, FrameKind::Call, &head, &payload)
+                let call_frame = Outgoing::framed(FrameKind::Call, &head, &payload);
+                let queued: Queued = shared
+                    .enqueue(dst, call_frame)
                     .await
                     .map_err(CallError::Send)?;
-                shared.calls.sent(call.id, path, seq);
+                shared.calls.sent(call.id, queued.path, queued.seqs.start);
             }
             (&mut call.done).await.unwrap_or(Err(CallError::Closed))
         };
@@ -147,7 +149,8 @@ impl Replier for Shared {
             let Some(head) = self.reply_head_to(to, id, status, &payload) else {
                 return Ok(());
             };
-            self.send_framed(to, FrameKind::Reply, &head, &payload)
+            let reply = Outgoing::framed(FrameKind::Reply, &head, &payload);
+            self.enqueue(to, reply)
                 .await
                 .map(drop)
                 .map_err(ReplyError::Send)
@@ -158,11 +161,13 @@ impl Replier for Shared {
         let Some(head) = self.reply_head_to(to, id, status, &payload) else {
             return Ok(());
         };
-        self.try_send_framed(to, FrameKind::Reply, &head, &payload)
-            .map(drop)
-            .map_err(|e| match e {
-                crate::SendError::Full(id) => ReplyError::Full(id),
-                e => ReplyError::Send(e),
-            })
+        self.check_size(head.len() + payload.len())
+            .map_err(ReplyError::Send)?;
+        let reply = Outgoing::framed(FrameKind::Reply, &head, &payload);
+        match self.try_enqueue(to, None, &reply) {
+            Ok(_) => Ok(()),
+            Err(Blocked::Full(_)) => Err(ReplyError::Full(to)),
+            Err(Blocked::Failed(e)) => Err(ReplyError::Send(e)),
+        }
     }
 }
