@@ -1,6 +1,8 @@
-//! The one send path (`route::outgoing`: `try_enqueue`, `enqueue`) over a socket, a ring and a
-//! relay: `try_send`, `send`, `send_batch`, a call and its reply go the same way, numbered
-//! one after another in the pair's sequence and delivered in that order.
+//! The one send path (`route::outgoing`: `try_enqueue`, `enqueue`) and the one receive
+//! dispatcher (`node::dispatch`) over a socket, a ring and a relay: `try_send`, `send`,
+//! `send_batch`, a call and its reply go the same way, numbered one after another in the
+//! pair's sequence, sorted the same way on arrival (plain messages and the request to the
+//! inbox, the reply to its call) and delivered in that order.
 
 mod common;
 

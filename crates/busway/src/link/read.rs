@@ -5,6 +5,7 @@ use super::machine::{down_reason, lock};
 use crate::limits::{
     IDLE_READ_BYTES, READ_CHUNK_FIRST_BYTES, READ_CHUNK_MAX_BYTES, READ_CHUNK_MIN_BYTES,
 };
+use crate::node::dispatch::dispatch;
 use crate::node::event::DownReason;
 use crate::node::message::MessageBatch;
 use crate::node::stats::bump;
@@ -199,22 +200,24 @@ async fn deliver(
     wait_for_group_room(shared, machine, src).await;
 }
 
-/// Hands messages from `src` to the application: group messages are sorted out (interest
-/// recorded, publishes passed on and delivered in their streams' order), replies end their
-/// calls here, the rest (requests with a handle to answer them) go to the inbox, waiting for
-/// room if need be. Once this returns, the messages are the application's.
+/// Hands messages from `src` to the application through the one receive dispatcher
+/// (`node::dispatch`): group messages are sorted out (interest recorded, publishes passed on
+/// and delivered in their streams' order), log offers declined (a socket carries no ring to
+/// read them beside), replies end their calls here, the rest (requests with a handle to
+/// answer them) go to the inbox, waiting for room if need be. Once this returns, the
+/// messages are the application's.
 async fn hand_over_sorted(
     shared: &Shared,
     machine: &Mutex<Link>,
     src: BusId,
     chunk: bytes::Bytes,
-    mut spans: Vec<(u32, u32)>,
+    spans: Vec<(u32, u32)>,
 ) {
-    shared.sort_out_groups(src, &chunk, &mut spans);
-    shared.decline_log_offers(src, &chunk, &mut spans);
-    let requests = shared.calls.sort_out(src, &chunk, &mut spans);
-    if !spans.is_empty() {
-        let batch = MessageBatch::with_requests(src, chunk, spans, requests);
+    let decline = |chunk: &bytes::Bytes, spans: &mut Vec<(u32, u32)>| {
+        shared.decline_log_offers(src, chunk, spans);
+    };
+    let (batch, _) = dispatch(Some(shared), &shared.calls, src, chunk, spans, decline);
+    if let Some(batch) = batch {
         hand_over(shared, machine, batch).await;
     }
 }

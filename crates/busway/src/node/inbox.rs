@@ -99,6 +99,21 @@ pub(crate) struct InboxSender {
 }
 
 /// The application's end. Owned by one task at a time (`recv` takes `&mut self`).
+///
+/// Besides handing over messages, `recv`, `recv_batch` and their `try_` forms do work on the
+/// application's thread, because that is where a peer's shared-memory ring is read (no
+/// hand-off to another thread on the way in):
+/// - what a ring brings is dispatched as a socket's reads are: group publishes are passed on
+///   to the members behind this node and ordered into their streams (a gap asks the
+///   publisher for a repair), replies end the calls waiting for them, a peer's offers of its
+///   group logs are attached, and the logs are read;
+/// - each look first publishes into their rings the single sends this node's own senders left
+///   waiting for the end of a burst (see `Node::send`), so that a loop of sends then a wait
+///   for the answers costs one ring publication, not one per send.
+///
+/// An inbox nobody reads therefore also holds up those rings' acknowledgements and their
+/// group traffic: a node that receives nothing should take its inbox and drop it
+/// (`Node::take_inbox`).
 pub struct Inbox {
     /// The channel and the rings the batches come from.
     sources: InboxSources,

@@ -18,6 +18,7 @@ pub(crate) mod config;
 pub(crate) mod config_env;
 pub(crate) mod config_error;
 pub(crate) mod config_file;
+pub(crate) mod dispatch;
 pub(crate) mod drain;
 pub(crate) mod errors;
 pub(crate) mod event;

@@ -22,6 +22,7 @@ impl Peer {
     /// the burst with one publication. The first send after a look (a lone request or
     /// answer) is published at once; elsewhere a message is written or handed to the writer
     /// at once.
+    #[inline]
     pub(crate) fn push_single(
         &self,
         payload: &Bytes,

@@ -13,6 +13,7 @@ use crate::group::log_in::{AttachedLog, LogWatches};
 use crate::limits::{
     RING_ACK_EVERY_BYTES, RING_READ_RECORDS_MAX, RING_STASH_BYTES_MAX, RING_WAIT_POLL_MS,
 };
+use crate::node::dispatch::dispatch;
 use crate::node::message::MessageBatch;
 use crate::node::stats::bump;
 use crate::peer::ring_link::RingLink;
@@ -20,7 +21,7 @@ use busway_core::control::ack_frame;
 use busway_core::frame::{message_spans, HEADER_LEN, SPAN_LEN_MASK};
 use busway_core::{DecodeError, FrameDecoder};
 use busway_shm::ring::{Consumer, ReadWaiter, Wait};
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::mpsc as std_mpsc;
@@ -269,7 +270,7 @@ impl RingReader {
         if let Some(done) = self.fill() {
             return done;
         }
-        let (pos, mut spans) = match self.whole_frames() {
+        let (pos, spans) = match self.whole_frames() {
             Ok(got) => got,
             Err(failed) => return failed,
         };
@@ -284,26 +285,27 @@ impl RingReader {
         let Some(ack_now) = self.count_and_ack(chunk.len(), &spans) else {
             return Polled::Gone;
         };
-        let src = self.link.peer.id;
-        // Group messages: interest is recorded, publishes are passed on, and those for this
-        // node go to the inbox's channel in their streams' order.
-        if let Some(node) = self.link.node.upgrade() {
-            self.groups_handed |= node.sort_out(src, &chunk, &mut spans);
-        }
-        // Offers of the peer's group logs: attached to this ring, which they live and die
-        // with.
-        self.take_log_offers(&chunk, &mut spans);
-        // Replies end their calls here (this is the application's thread reading the ring);
-        // requests go on with a handle to answer them.
-        let requests = self.link.calls.sort_out(src, &chunk, &mut spans);
-        if spans.is_empty() {
+        // The one receive dispatcher, as for a socket's reads (`node::dispatch`), on the
+        // application's thread: group messages to the node, the peer's log offers attached to
+        // this ring (they live and die with it), replies ending their calls here.
+        let node = link.node.upgrade();
+        let take_offers = |chunk: &Bytes, spans: &mut Vec<(u32, u32)>| {
+            self.take_log_offers(chunk, spans);
+        };
+        let (batch, handed) = dispatch(
+            node.as_deref(),
+            &link.calls,
+            link.peer.id,
+            chunk,
+            spans,
+            take_offers,
+        );
+        self.groups_handed |= handed;
+        match batch {
+            Some(batch) => Polled::Batch(batch, ack_now),
             // Replies, and publishes now in the inbox's channel (in their order).
-            return Polled::Answered;
+            None => Polled::Answered,
         }
-        Polled::Batch(
-            MessageBatch::with_requests(src, chunk, spans, requests),
-            ack_now,
-        )
     }
 
     /// Copies what the ring holds into `buf` (one copy out of shared memory, checked for

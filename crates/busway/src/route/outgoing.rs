@@ -205,6 +205,7 @@ pub(crate) enum Blocked {
 impl Route {
     /// Queues `msg` here (as many of its copies as fit): its path and numbers. A ring's
     /// single sends may wait unpublished on the node's `Deferred` list.
+    #[inline]
     fn push<P: AsRef<[u8]>>(
         &self,
         shared: &Shared,
@@ -260,6 +261,7 @@ impl Route {
 impl Shared {
     /// Routes `msg` to `dst` (not this node) and queues what fits, without waiting, routing
     /// again at most `REROUTES_MAX` times when the route changes under it.
+    #[inline]
     pub(crate) fn try_enqueue<P: AsRef<[u8]>>(
         &self,
         dst: BusId,
@@ -295,9 +297,39 @@ impl Shared {
         msg: Outgoing<'_, P>,
     ) -> Result<Queued, SendError> {
         self.check_size(msg.longest())?;
-        let mut route = Some(self.route_or_discover(dst, msg.longest()).await?);
-        let mut msg = msg;
-        let mut queued: Option<Queued> = None;
+        // The common case at once, with no await: a route, and room for all of it. A send in
+        // a loop pays for no more than this (the waiting below is boxed, out of its future).
+        let route = match self.try_enqueue(dst, None, &msg) {
+            Ok(q) if (q.seqs.end - q.seqs.start) as usize >= msg.count() => return Ok(q),
+            Ok(q) => {
+                let rest = msg.after((q.seqs.end - q.seqs.start) as usize);
+                return Box::pin(self.enqueue_waiting(dst, rest, Some(q), None)).await;
+            }
+            Err(Blocked::Full(route)) => Some(route),
+            // Perhaps etcd knows it: looked up (and dialed) on the way that waits.
+            Err(Blocked::Failed(SendError::NoRoute(_))) => None,
+            Err(Blocked::Failed(e)) => return Err(e),
+        };
+        Box::pin(self.enqueue_waiting(dst, msg, None, route)).await
+    }
+
+    /// [`Shared::enqueue`] past its first try: waits for room on `route` (or finds one, with
+    /// etcd if need be), then queues what is left of `msg`, `queued` being what went before.
+    async fn enqueue_waiting<P: AsRef<[u8]>>(
+        &self,
+        dst: BusId,
+        mut msg: Outgoing<'_, P>,
+        mut queued: Option<Queued>,
+        route: Option<Route>,
+    ) -> Result<Queued, SendError> {
+        let mut route = match route {
+            Some(full) => {
+                full.wait_for_room(msg.first_len()).await;
+                Some(full)
+            }
+            None if queued.is_none() => Some(self.route_or_discover(dst, msg.longest()).await?),
+            None => None,
+        };
         loop {
             match self.try_enqueue(dst, route.take(), &msg) {
                 Ok(q) => {
