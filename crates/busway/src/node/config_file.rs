@@ -120,6 +120,16 @@ fn secret(text: &str, path: &Spanned<PathBuf>) -> Result<Secret, ConfigError> {
     Secret::new(secret.trim_end_matches(['\r', '\n']).as_bytes()).map_err(|e| error(e.to_string()))
 }
 
+/// The `[tls]` table: the node's certificate, key and authorities, read from their files.
+fn tls(text: &str, table: &Spanned<TlsFiles>) -> Result<crate::link::tls::TlsConfig, ConfigError> {
+    let at = line_of(text, table.span().start);
+    let t = table.get_ref();
+    crate::link::tls::TlsConfig::from_pem_files(&t.cert, &t.key, &t.ca).map_err(|e| {
+        let message = format!("[tls] at line {at}: {e}");
+        ConfigError::new(Some("[tls]"), Some(at), message)
+    })
+}
+
 /// The `[etcd]` table, validated.
 fn etcd(
     text: &str,
@@ -231,18 +241,7 @@ impl NodeConfig {
             .as_ref()
             .map(|p| secret(text, p))
             .transpose()?;
-        if let Some(tls) = &f.tls {
-            let at = line_of(text, tls.span().start);
-            let t = tls.get_ref();
-            c.tls = Some(
-                crate::link::tls::TlsConfig::from_pem_files(&t.cert, &t.key, &t.ca).map_err(
-                    |e| {
-                        let message = format!("[tls] at line {at}: {e}");
-                        ConfigError::new(Some("[tls]"), Some(at), message)
-                    },
-                )?,
-            );
-        }
+        c.tls = f.tls.as_ref().map(|t| tls(text, t)).transpose()?;
         c.etcd = f.etcd.as_ref().map(|e| etcd(text, e)).transpose()?;
         c.group_permissions = f
             .group_permissions
