@@ -1,8 +1,11 @@
 //! busway: a brokerless message bus for the server processes of one backend.
 //!
 //! Every process is a [`Node`] with a 64-bit [`BusId`]. Nodes listen and dial over TCP (IPv4 and
-//! IPv6) and Unix sockets, authenticate each other with a shared secret, and exchange messages
-//! in order over links that batch small messages into few system calls.
+//! IPv6), TLS and Unix sockets, authenticate each other with a shared secret or certificates,
+//! and exchange messages in order over links that batch small messages into few system calls;
+//! two nodes on one host move their messages through shared memory on their own.
+//!
+//! # Send and receive
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
@@ -14,6 +17,84 @@
 //! b.send(BusId(1), bytes::Bytes::from_static(b"hello")).await?;
 //! let msg = inbox.recv().await.unwrap();
 //! assert_eq!(msg.src, BusId(2));
+//! // Before the process exits: everything acknowledged (or reported), members served.
+//! b.drain(std::time::Duration::from_secs(5)).await;
+//! # Ok(()) }
+//! ```
+//!
+//! Every error of the API says its [`ErrorKind`] (`kind()`): retry on `Full`, give up on
+//! `Closed`, whatever the verb.
+//!
+//! ```no_run
+//! # fn demo(node: &busway::Node) {
+//! use busway::{BusId, ErrorKind};
+//! match node.try_send(BusId(2), bytes::Bytes::from_static(b"tick")) {
+//!     Ok(_number) => {}
+//!     Err(e) if e.kind() == ErrorKind::Full => { /* the peer is behind: try later */ }
+//!     Err(e) => eprintln!("{e}"),
+//! }
+//! # }
+//! ```
+//!
+//! # Request and reply
+//!
+//! ```no_run
+//! # async fn demo(a: busway::Node, b: busway::Node) -> Result<(), Box<dyn std::error::Error>> {
+//! use busway::BusId;
+//! use bytes::Bytes;
+//! let mut inbox = b.take_inbox().unwrap();
+//! tokio::spawn(async move {
+//!     while let Some(m) = inbox.recv().await {
+//!         // A plain message is no request: its `reply` says `NotARequest`.
+//!         let _ = m.reply(Bytes::from_static(b"pong")).await;
+//!     }
+//! });
+//! let reply = a.call(BusId(2), Bytes::from_static(b"ping"), std::time::Duration::from_secs(1)).await?;
+//! assert_eq!(&reply.payload[..], b"pong");
+//! # Ok(()) }
+//! ```
+//!
+//! # Groups and multicast
+//!
+//! ```no_run
+//! # async fn demo(a: busway::Node, b: busway::Node) -> Result<(), Box<dyn std::error::Error>> {
+//! use busway::BusId;
+//! use bytes::Bytes;
+//! b.join("scores")?; // b's inbox gets what is published to "scores", in each publisher's order
+//! let places = a.publish("scores", Bytes::from_static(b"42")).await?;
+//! // One payload to a list of ids, one frame per link on the way.
+//! let receivers = a.multicast(&[BusId(5), BusId(9)], Bytes::from_static(b"to these two")).await?;
+//! # let _ = (places, receivers);
+//! # Ok(()) }
+//! ```
+//!
+//! # Events
+//!
+//! ```no_run
+//! # async fn demo(node: busway::Node) {
+//! let mut events = node.take_events().unwrap();
+//! while let Some(event) = events.recv().await {
+//!     // Links up and down, messages given up (never silently), groups cut off, ...
+//!     println!("{event:?}");
+//! }
+//! # }
+//! ```
+//!
+//! # TLS, shared memory, a config file
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use busway::{BusId, Node, NodeConfig, TlsConfig};
+//! use std::path::Path;
+//! // Between hosts: TLS, each node's certificate naming its bus id.
+//! let tls = TlsConfig::from_pem_files(Path::new("1.pem"), Path::new("1.key"), Path::new("ca.pem"))?;
+//! let a = Node::start(NodeConfig::new(BusId(1)).tls(tls).listen("tls://0.0.0.0:7443".parse()?)).await?;
+//! // On one host: `shm://NAME` asks for shared memory (links on one host switch to it
+//! // anyway, `NodeConfig::shm_channels`).
+//! let b = Node::start(NodeConfig::new(BusId(2)).listen("shm://game-2".parse()?)).await?;
+//! // Every setting from a file; an error names the key and its line.
+//! let c = Node::start(NodeConfig::from_toml_file(Path::new("node.toml"))?).await?;
+//! # let _ = (a, b, c);
 //! # Ok(()) }
 //! ```
 

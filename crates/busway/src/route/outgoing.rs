@@ -6,8 +6,8 @@
 //! destination are one queue to them (`Route::push`, `Route::wait_for_room`).
 
 use crate::limits::{REROUTES_MAX, ROUTED_OVERHEAD_BYTES_MAX};
+use crate::node::errors::SendError;
 use crate::node::event::Path;
-use crate::node::SendError;
 use crate::peer::PushError;
 use crate::route::Route;
 use crate::shared::Shared;
