@@ -22,26 +22,24 @@
 //! # Ok(()) }
 //! ```
 //!
+//! # Errors, request and reply, groups and multicast, events
+//!
 //! Every error of the API says its [`ErrorKind`] (`kind()`): retry on `Full`, give up on
-//! `Closed`, whatever the verb.
+//! `Closed`, whatever the verb. A call waits for its reply; `Message::reply` answers one.
+//! A group's members get what is published to it, in each publisher's order; a multicast
+//! takes one payload to a list of ids, one frame per link on the way. The event stream tells
+//! of links up and down, messages given up (never silently), groups cut off.
 //!
 //! ```no_run
-//! # fn demo(node: &busway::Node) {
+//! # async fn demo(a: busway::Node, b: busway::Node) -> Result<(), Box<dyn std::error::Error>> {
 //! use busway::{BusId, ErrorKind};
-//! match node.try_send(BusId(2), bytes::Bytes::from_static(b"tick")) {
+//! use bytes::Bytes;
+//! match a.try_send(BusId(2), Bytes::from_static(b"tick")) {
 //!     Ok(_number) => {}
 //!     Err(e) if e.kind() == ErrorKind::Full => { /* the peer is behind: try later */ }
 //!     Err(e) => eprintln!("{e}"),
 //! }
-//! # }
-//! ```
 //!
-//! # Request and reply
-//!
-//! ```no_run
-//! # async fn demo(a: busway::Node, b: busway::Node) -> Result<(), Box<dyn std::error::Error>> {
-//! use busway::BusId;
-//! use bytes::Bytes;
 //! let mut inbox = b.take_inbox().unwrap();
 //! tokio::spawn(async move {
 //!     while let Some(m) = inbox.recv().await {
@@ -49,35 +47,20 @@
 //!         let _ = m.reply(Bytes::from_static(b"pong")).await;
 //!     }
 //! });
-//! let reply = a.call(BusId(2), Bytes::from_static(b"ping"), std::time::Duration::from_secs(1)).await?;
+//! let timeout = std::time::Duration::from_secs(1);
+//! let reply = a.call(BusId(2), Bytes::from_static(b"ping"), timeout).await?;
 //! assert_eq!(&reply.payload[..], b"pong");
-//! # Ok(()) }
-//! ```
 //!
-//! # Groups and multicast
-//!
-//! ```no_run
-//! # async fn demo(a: busway::Node, b: busway::Node) -> Result<(), Box<dyn std::error::Error>> {
-//! use busway::BusId;
-//! use bytes::Bytes;
-//! b.join("scores")?; // b's inbox gets what is published to "scores", in each publisher's order
+//! b.join("scores")?;
 //! let places = a.publish("scores", Bytes::from_static(b"42")).await?;
-//! // One payload to a list of ids, one frame per link on the way.
 //! let receivers = a.multicast(&[BusId(5), BusId(9)], Bytes::from_static(b"to these two")).await?;
 //! # let _ = (places, receivers);
-//! # Ok(()) }
-//! ```
 //!
-//! # Events
-//!
-//! ```no_run
-//! # async fn demo(node: busway::Node) {
-//! let mut events = node.take_events().unwrap();
+//! let mut events = a.take_events().unwrap();
 //! while let Some(event) = events.recv().await {
-//!     // Links up and down, messages given up (never silently), groups cut off, ...
 //!     println!("{event:?}");
 //! }
-//! # }
+//! # Ok(()) }
 //! ```
 //!
 //! # TLS, shared memory, a config file

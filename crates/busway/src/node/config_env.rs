@@ -3,39 +3,7 @@
 //! and an error names the variable rather than a line of a text the user never wrote.
 
 use crate::node::config::NodeConfig;
-use crate::node::config_error::ConfigError;
-
-/// The top-level keys an environment variable `BUSWAY_<KEY>` may set (the file's, but for the
-/// tables; `listen`, `connect` and `subtree` take comma-separated values).
-const ENV_KEYS: [&str; 27] = [
-    "id",
-    "listen",
-    "connect",
-    "upstream",
-    "subtree",
-    "ttl",
-    "relay_grace_ms",
-    "direct_links",
-    "shm_channels",
-    "mem_channels",
-    "group_logs",
-    "shm_spins",
-    "shm_ring_bytes",
-    "secret_file",
-    "io_threads",
-    "frame_body_max",
-    "send_queue_bytes_max",
-    "inbox_bytes_max",
-    "connections_max",
-    "handshake_timeout_ms",
-    "linger_ms",
-    "heartbeat_interval_ms",
-    "peer_dead_after_ms",
-    "forget_after_ms",
-    "dial_backoff_min_ms",
-    "clock_skew_max_ms",
-    "group_retain_bytes",
-];
+use crate::node::config_error::{ConfigError, ENV_KEYS};
 
 /// The TOML line for `key` set to `value` from the environment.
 fn env_line(key: &str, value: &str) -> String {
@@ -150,7 +118,16 @@ impl NodeConfig {
         }
         let keys: Vec<&str> = set.iter().map(|(_, k, _)| *k).collect();
         let merged = format!("{}\n{}", lines.join("\n"), without_keys(text, &keys));
-        NodeConfig::from_toml(&merged)
-            .map_err(|e| e.within("the file with BUSWAY_* variables over it"))
+        // The variables' lines come first in `merged`: an error on one names its variable, an
+        // error on the file's names the file's own line.
+        NodeConfig::from_toml(&merged).map_err(|e| match e.line() {
+            Some(n) if (1..=lines.len()).contains(&n) => {
+                e.within(&set[n - 1].0).about(&set[n - 1].0)
+            }
+            Some(n) => e
+                .at_line(n - lines.len())
+                .within("the file with BUSWAY_* variables over it"),
+            None => e.within("the file with BUSWAY_* variables over it"),
+        })
     }
 }

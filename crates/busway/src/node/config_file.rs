@@ -491,9 +491,25 @@ mod tests {
         assert!(wrong.starts_with("BUSWAY_LINGER_MS: "), "{wrong}");
         let bad =
             NodeConfig::from_toml_with_env("id = 1\n", vars(&[("BUSWAY_SHM_RING_BYTES", "1000")]))
-                .unwrap_err()
-                .to_string();
+                .unwrap_err();
+        assert_eq!(
+            bad.setting(),
+            Some("BUSWAY_SHM_RING_BYTES"),
+            "the variable, typed"
+        );
+        assert_eq!(bad.line(), None, "no line the user wrote");
+        let bad = bad.to_string();
+        assert!(bad.starts_with("BUSWAY_SHM_RING_BYTES: "), "{bad}");
         assert!(bad.contains("power of two"), "{bad}");
+        // A setting of the file that a variable made wrong: the file's own line.
+        let clash = NodeConfig::from_toml_with_env(
+            "id = 1\ninbox_bytes_max = 2000000\n",
+            vars(&[("BUSWAY_FRAME_BODY_MAX", "4000000")]),
+        )
+        .unwrap_err();
+        assert_eq!(clash.setting(), Some("inbox_bytes_max"), "{clash}");
+        assert_eq!(clash.line(), Some(2), "{clash}");
+        assert!(clash.to_string().contains("at line 2"), "{clash}");
         // A mistake in the file still names the file's line.
         let typo = NodeConfig::from_toml_with_env(
             "id = 1\nlingr_ms = 1\n",

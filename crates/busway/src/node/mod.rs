@@ -300,6 +300,8 @@ impl Node {
             return Ok(self.seqs_to_self(payloads.len() as u64));
         }
         if payloads.is_empty() {
+            // Nothing to queue, but an id with no route is still an error (as with one).
+            self.shared().route_or_discover(dst, 0).await?;
             return Ok(0..0);
         }
         let queued = self

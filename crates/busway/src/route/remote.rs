@@ -243,8 +243,12 @@ impl Remote {
     /// An acknowledgement from the destination's incarnation `incarnation`.
     pub(crate) fn ack(&self, incarnation: u64, next_expected: u64, now_ms: u64) -> Verdict {
         let mut st = self.lock();
+        let before = st.departures.outbox().unacked();
         let (verdict, freed) = st.departures.ack(incarnation, next_expected, now_ms);
-        let wake = freed > 0 && std::mem::take(&mut st.senders_waiting);
+        // A restart gives up what was held (a fresh outbox, nothing freed by this ack): a
+        // flush waiting on it must hear of it too.
+        let settled = st.departures.outbox().unacked() < before;
+        let wake = (freed > 0 || settled) && std::mem::take(&mut st.senders_waiting);
         drop(st);
         if wake {
             self.room.notify_waiters();
@@ -261,11 +265,13 @@ impl Remote {
         seq: u64,
         now_ms: u64,
     ) -> FailOutcome {
-        let outcome = self
-            .lock()
-            .departures
-            .on_fail(reason, incarnation, seq, now_ms);
-        if let FailOutcome::GaveUp(_) = outcome {
+        let mut st = self.lock();
+        let before = st.departures.outbox().unacked();
+        let outcome = st.departures.on_fail(reason, incarnation, seq, now_ms);
+        // Given up, or a restart seen with a gap (a fresh outbox): waiters hear of it.
+        let settled = st.departures.outbox().unacked() < before;
+        drop(st);
+        if settled || matches!(outcome, FailOutcome::GaveUp(_)) {
             self.room.notify_waiters();
         }
         outcome
