@@ -1361,6 +1361,27 @@ fn sigterm_stops_a_node_cleanly_mid_stream_and_nothing_is_lost() {
 #[test]
 fn a_second_sigterm_stops_a_node_at_once() {
     let _alone = load_sensitive();
+    // The relay's graceful stop waits for a stopped listener until its heartbeats give up on
+    // it (2-3 s, `HEARTBEAT_MISSES_MAX` intervals of silence): a second signal later than
+    // that proves nothing, so a round where the heartbeats won on a very busy machine is
+    // run again, a bounded number of times.
+    const ROUNDS_MAX: usize = 3;
+    for round in 1..=ROUNDS_MAX {
+        match second_sigterm_round() {
+            Some(rest) => {
+                assert!(rest.contains("second signal"), "{rest}");
+                return;
+            }
+            None => eprintln!("round {round}: the heartbeats ended the stop first"),
+        }
+    }
+    panic!("in {ROUNDS_MAX} rounds the second signal never came within the stop");
+}
+
+/// One round of `a_second_sigterm_stops_a_node_at_once`: the relay's log after the second
+/// signal, or `None` when the graceful stop had ended by itself (its peer declared down).
+fn second_sigterm_round() -> Option<String> {
+    use rustix::process::{kill_process, Pid, Signal};
     let addr = format!("tcp://127.0.0.1:{}", free_port());
     let mut r = relay(&addr);
     let mut l = spawn(&["listen", "--id", "2", "--upstream", &addr]);
@@ -1373,27 +1394,32 @@ fn a_second_sigterm_stops_a_node_at_once() {
             "listen ended early"
         );
     }
-    // A peer that answers nothing: the relay's graceful stop would wait out its linger (30 s).
-    let signal = |sig: &str, pid: u32| {
-        assert!(Command::new("kill")
-            .args([sig, &pid.to_string()])
-            .status()
-            .unwrap()
-            .success());
-    };
-    signal("-STOP", l.0.id());
+    // The relay's side of the link is up too (else its stop has no one to wait for).
     let mut r_err = BufReader::new(r.0.stderr.take().unwrap());
-    signal("-TERM", r.0.id());
-    let mut line = String::new();
-    while !line.contains("busway: stopping") {
-        line.clear();
+    let mut log = String::new();
+    while !log.contains("peer 2 up") {
         assert!(
-            r_err.read_line(&mut line).unwrap() > 0,
+            r_err.read_line(&mut log).unwrap() > 0,
+            "the relay ended early"
+        );
+    }
+    // Signals by system call, not by a `kill` process: on a busy machine starting one can
+    // take longer than the heartbeats wait.
+    let signal = |sig: Signal, p: &Proc| {
+        let pid = Pid::from_raw(p.0.id() as i32).expect("a child's pid");
+        kill_process(pid, sig).expect("signal sent");
+    };
+    // A peer that answers nothing: the relay's graceful stop would wait out its linger (30 s).
+    signal(Signal::STOP, &l);
+    signal(Signal::TERM, &r);
+    while !log.contains("busway: stopping") {
+        assert!(
+            r_err.read_line(&mut log).unwrap() > 0,
             "the relay ended before it said so"
         );
     }
     let asked = std::time::Instant::now();
-    signal("-TERM", r.0.id());
+    signal(Signal::TERM, &r);
     // Bounded: well under the 30 s linger it would otherwise wait.
     let status = loop {
         if let Some(status) = r.0.try_wait().unwrap() {
@@ -1405,15 +1431,17 @@ fn a_second_sigterm_stops_a_node_at_once() {
         );
         std::thread::sleep(Duration::from_millis(10));
     };
+    let _ = r_err.read_to_string(&mut log);
+    signal(Signal::CONT, &l);
+    if status.code() == Some(0) && log.contains("peer 2 down") {
+        return None;
+    }
     assert_eq!(
         status.code(),
         Some(1),
-        "a second signal ends it with code 1"
+        "a second signal ends it with code 1: {log}"
     );
-    let mut rest = String::new();
-    let _ = r_err.read_to_string(&mut rest);
-    assert!(rest.contains("second signal"), "{rest}");
-    signal("-CONT", l.0.id());
+    Some(log)
 }
 
 /// 1,000,000 sequenced messages from node 1 to node 2, both below the relay at an address:

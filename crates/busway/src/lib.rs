@@ -89,6 +89,7 @@
 pub struct ReadmeDoctests;
 
 mod addr;
+mod clock;
 mod discovery;
 mod group;
 mod id_hash;

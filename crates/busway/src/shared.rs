@@ -1,98 +1,53 @@
-//! What a node's handle, listeners, dialers and links share: its configuration and identity,
-//! its tables (peers in `peer_table`, relayed traffic in `relayed_table`, each owning its data),
-//! the event queue, the inbox's sending half and the counters. Other modules add what they do
-//! with it (`routing`, `direct`); this one attaches and detaches links and reports what that
-//! costs.
+//! What a node's handle, listeners, dialers and links share: the node's parts, one field
+//! each. This module also attaches and detaches links and reports what that costs.
 
-use crate::addr::Addr;
-use crate::link::admission::Admission;
+use crate::clock::Clock;
+use crate::group::state::GroupPart;
 use crate::link::dial::Dial;
-use crate::link::io_loops::IoLoops;
+use crate::link::state::Links;
+use crate::node::app_side::AppSide;
 use crate::node::config::NodeConfig;
 use crate::node::event::{DownReason, Event, Path};
-use crate::node::event_queue::EventQueue;
-use crate::node::inbox::InboxSender;
+use crate::node::own::Own;
 use crate::node::stats::{bump, Counters};
-use crate::peer::deferred::Deferred;
 use crate::peer::table::{Attached, PeerTable};
 use crate::peer::Peer;
-use crate::route::hints::Hints;
-use crate::route::relayed_table::RelayedTable;
+use crate::route::state::RouteTables;
 use crate::rpc::call_table::CallTable;
-use busway_core::group::locked::GroupTable;
-use busway_core::handshake::{caps, local_hello, Established, Hello, NonceCache, NONCE_LEN};
+use busway_core::handshake::{caps, local_hello, Established, Hello, NONCE_LEN};
 use busway_core::link::Now;
 use busway_core::BusId;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-use tokio::sync::watch;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-/// State shared by the node's handle, its listeners, dialers and links.
+/// The node's parts, shared by its handle, listeners, dialers and links: each part owns its
+/// state (see the part's module doc); `Shared` holds them and nothing else.
 pub(crate) struct Shared {
-    pub(crate) config: NodeConfig,
-    pub(crate) incarnation: u64,
-    /// This host's identity (HELLO tag 2): equal on both ends of a link within one host.
-    pub(crate) host_id: Vec<u8>,
-    pub(crate) listen_addrs: Vec<Addr>,
-    /// Direct neighbors, the upstream among them.
+    /// What the node is: configuration and identity.
+    pub(crate) own: Own,
+    /// The node's monotonic clock.
+    pub(crate) clock: Clock,
+    /// Direct neighbors, the upstream among them (the peer part).
     pub(crate) peers: PeerTable,
-    /// Destinations reached through relays, and sources of relayed messages.
-    pub(crate) relayed: RelayedTable,
-    /// On-demand direct links: hints given and taken, dials running.
-    pub(crate) direct: Hints,
-    /// The replay cache of handshakes, shared by every link's state machine.
-    pub(crate) nonces: Arc<Mutex<NonceCache>>,
-    pub(crate) events: Arc<EventQueue>,
-    /// Open connections and handshakes in progress, within their limits.
-    pub(crate) admission: Admission,
-    pub(crate) inbox: InboxSender,
-    /// The calls this node made and waits on.
+    /// Destinations behind relays, direct links on hints, registrations (the route part).
+    pub(crate) routes: RouteTables,
+    /// Admission, I/O loops, the handshakes' replay cache (the link part).
+    pub(crate) links: Links,
+    /// Groups, multicasts and group logs (the group part).
+    pub(crate) group: GroupPart,
+    /// The calls this node made and waits on (the rpc part).
     pub(crate) calls: Arc<CallTable>,
-    /// The groups this node joined and the groups its peers asked for.
-    pub(crate) groups: GroupTable,
-    /// Hands what links decide for the application's group streams to the inbox in the
-    /// order decided.
-    pub(crate) handover: busway_core::turns::Handover<crate::node::message::MessageBatch>,
-    /// Notified when this node starts taking part in groups (it joins, or a peer asks for a
-    /// group): links with rings stop looking at them only every `RING_IDLE_WATCH_MS`.
-    pub(crate) groups_active: tokio::sync::Notify,
-    /// This node's logs of the groups it publishes to, for peers on its host.
-    pub(crate) group_logs: Arc<crate::group::log_out::GroupLogs>,
-    /// This node's multicasts (numbers, what it keeps for repairs) and the streams of
-    /// multicasts to it.
-    pub(crate) multicasts:
-        busway_core::turns::InTurn<busway_core::multicast::state::MulticastState>,
     /// What etcd says of the other nodes (`NodeConfig::etcd`), and this node's session there.
     pub(crate) directory: crate::discovery::directory::Directory,
-    /// Repeated warnings about connections, held back per host (`warn_limit`).
-    pub(crate) warnings: crate::link::warn_limit::WarnLimiter,
-    /// What downstreams registered here, and what this node registered upstream.
-    pub(crate) registrations: crate::route::registration_table::Registrations,
-    /// Peers whose rings hold single sends not yet published.
-    pub(crate) deferred: Arc<Deferred>,
+    /// The inbox, the events and the node's stop (the node part's side toward the
+    /// application).
+    pub(crate) app: AppSide,
+    /// What the node counts (`Node::stats`).
     pub(crate) counters: Arc<Counters>,
-    pub(crate) loops: IoLoops,
-    pub(crate) next_link_id: AtomicU64,
-    /// Start of the node's monotonic clock (heartbeats, round trips).
-    pub(crate) epoch: Instant,
-    /// The node's clock in ms as of the retry task's last tick (every
-    /// `ROUTED_RETRY_INTERVAL_MS`): for stamps on a hot path that need no more precision (when
-    /// a relayed destination was last sent to). Relaxed: a time stamp, publishing nothing.
-    pub(crate) coarse_ms: AtomicU64,
-    pub(crate) shutting_down: AtomicBool,
-    /// The sequence number of this node's next message to itself: its own numbering, from 0,
-    /// as a link's to a peer.
-    pub(crate) next_seq_to_self: std::sync::atomic::AtomicU64,
-    pub(crate) shutdown_tx: watch::Sender<bool>,
 }
 
-/// Milliseconds since the Unix epoch (the handshake's clock).
-pub(crate) fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
+pub(crate) use crate::clock::now_ms;
 
 pub(crate) fn random_bytes<const N: usize>() -> [u8; N] {
     let mut b = [0u8; N];
@@ -110,11 +65,11 @@ pub(crate) fn random_bytes<const N: usize>() -> [u8; N] {
 impl Shared {
     pub(crate) fn local_hello(&self) -> Hello {
         let mut h = local_hello(
-            self.config.id,
-            self.incarnation,
+            self.config().id,
+            self.incarnation(),
             now_ms(),
             random_bytes::<NONCE_LEN>(),
-            self.listen_addrs.iter().map(ToString::to_string).collect(),
+            self.advertised_addrs(),
         );
         h.capabilities = caps::RELIABLE
             | caps::RELAY
@@ -122,37 +77,53 @@ impl Shared {
             | caps::REGISTER
             | caps::PUBLISH_BATCH
             | caps::GAP_MARKS;
-        if self.config.direct_links {
+        if self.config().direct_links {
             h.capabilities |= caps::DIRECT;
         }
-        if self.config.shm_channels {
+        if self.config().shm_channels {
             h.capabilities |= caps::SHM_BOUND;
         }
-        h.host_id = self.host_id.clone();
-        h.frame_body_max = Some(self.config.frame_body_max as u64);
+        h.host_id = self.own.host_id.clone();
+        h.frame_body_max = Some(self.config().frame_body_max as u64);
         h
     }
 
-    /// Milliseconds and microseconds of the node's monotonic clock.
+    /// The node's configuration.
+    pub(crate) fn config(&self) -> &NodeConfig {
+        &self.own.config
+    }
+
+    /// The addresses this node tells others to dial it at (HELLO, etcd).
+    pub(crate) fn advertised_addrs(&self) -> Vec<String> {
+        self.own
+            .listen_addrs
+            .iter()
+            .map(ToString::to_string)
+            .collect()
+    }
+
+    /// This run of the node.
+    pub(crate) fn incarnation(&self) -> u64 {
+        self.own.incarnation
+    }
+
+    /// Milliseconds of the node's monotonic clock.
     pub(crate) fn clock_ms(&self) -> u64 {
-        self.epoch.elapsed().as_millis() as u64
+        self.clock.ms()
     }
 
     /// Now, as the link state machines see it.
     pub(crate) fn now(&self) -> Now {
-        Now {
-            mono_us: self.epoch.elapsed().as_micros() as u64,
-            wall_ms: now_ms(),
-        }
+        self.clock.now()
     }
 
     /// The instant of the node's monotonic clock at `mono_us` (a state machine's timeout).
     pub(crate) fn instant_at(&self, mono_us: u64) -> Instant {
-        self.epoch + Duration::from_micros(mono_us)
+        self.clock.instant_at(mono_us)
     }
 
     pub(crate) fn next_link_id(&self) -> u64 {
-        self.next_link_id.fetch_add(1, Relaxed)
+        self.peers.next_link_id()
     }
 
     /// Reports that busway gave up on messages `seqs` to `peer` (nothing when there are none).
@@ -200,13 +171,13 @@ impl Shared {
     /// (`warn_limit`); counters and events see every one.
     pub(crate) fn warn_repeated(&self, what: &'static str, remote: &str, why: &str) {
         let key = format!("{what} {}", crate::link::warn_limit::host_of(remote));
-        if let Some(held_back) = self.warnings.admit(&key, self.clock_ms()) {
+        if let Some(held_back) = self.links.warnings.admit(&key, self.clock_ms()) {
             tracing::warn!(%remote, %why, held_back, "{what}");
         }
     }
 
     pub(crate) fn emit(&self, event: Event) {
-        if !self.events.push(event) {
+        if !self.app.events.push(event) {
             bump(&self.counters.events_dropped);
         }
     }
@@ -220,7 +191,7 @@ impl Shared {
     }
 
     pub(crate) fn is_shutting_down(&self) -> bool {
-        self.shutting_down.load(Relaxed)
+        self.app.is_shutting_down()
     }
 
     pub(crate) fn peer(&self, id: BusId) -> Option<Arc<Peer>> {
@@ -246,7 +217,7 @@ impl Shared {
         link: u64,
         dial: Dial,
     ) -> Result<Arc<Peer>, String> {
-        if self.shutting_down.load(Relaxed) {
+        if self.is_shutting_down() {
             return Err("this node is shutting down".into());
         }
         let id = est.peer.bus_id;
@@ -266,21 +237,21 @@ impl Shared {
             Peer::new(
                 est.peer.clone(),
                 addr.to_owned(),
-                self.config.send_queue_bytes_max,
+                self.config().send_queue_bytes_max,
                 matches!(dial, Dial::Direct(_)),
             )
         };
         let registers = est.peer.downstream_of_you;
         let Attached { peer, replaced } = self.peers.attach(
-            self.config.id,
+            self.config().id,
             id,
             est.peer.incarnation,
             registers,
-            || self.registrations.below(),
+            || self.routes.registrations.below(),
             make,
         )?;
         if let Some(old) = replaced {
-            self.registrations.forget(id);
+            self.routes.registrations.forget(id);
             if self.upstream_id() == Some(id) {
                 self.upstream_replaced();
             }
@@ -311,7 +282,7 @@ impl Shared {
         }
         // A new peer (or a new incarnation) learns what this node wants through it, and the
         // receivers of this node's multicasts behind it where their streams stand.
-        self.groups.lock().peer_came(peer.id);
+        self.group.table.lock().peer_came(peer.id);
         self.sync_group_adverts();
         self.multicast_link_up(peer.id);
         self.peers.notify_changed();
@@ -326,7 +297,7 @@ impl Shared {
         let (deadline, why) = if reason == DownReason::PeerShutDown {
             (Duration::ZERO, format!("bus id {} shut down", peer.id))
         } else {
-            let after = self.config.peer_dead_after_ms;
+            let after = self.config().peer_dead_after_ms;
             let why = format!("bus id {} stayed down for {after} ms", peer.id);
             (Duration::from_millis(after), why)
         };

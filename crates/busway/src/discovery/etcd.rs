@@ -95,10 +95,10 @@ impl Shared {
     /// until the node stops.
     pub(crate) async fn etcd_loop(self: Arc<Self>, config: EtcdConfig) {
         let mut backoff = Backoff::new(
-            self.config.dial_backoff_min_ms.max(100),
-            self.config.id.0 ^ self.incarnation,
+            self.config().dial_backoff_min_ms.max(100),
+            self.config().id.0 ^ self.incarnation(),
         );
-        let mut stop = self.shutdown_tx.subscribe();
+        let mut stop = self.app.stop_signal();
         loop {
             let session = self.etcd_session(&config, &mut backoff);
             let ended = tokio::select! {
@@ -144,12 +144,12 @@ impl Shared {
             .map_err(|e| fail("lease grant", e))?
             .id();
         let prefix = config.nodes_prefix();
-        let addrs: Vec<String> = self.listen_addrs.iter().map(ToString::to_string).collect();
-        let key = format!("{prefix}{}", self.config.id.0);
+        let addrs = self.advertised_addrs();
+        let key = format!("{prefix}{}", self.config().id.0);
         client
             .put(
                 key.clone(),
-                encode_registration(self.incarnation, &addrs),
+                encode_registration(self.incarnation(), &addrs),
                 Some(PutOptions::new().with_lease(lease)),
             )
             .await
@@ -240,7 +240,7 @@ impl Shared {
         let key = String::from_utf8_lossy(key);
         let value = String::from_utf8_lossy(value);
         match decode_registration(&key, prefix, &value) {
-            Ok(n) if n.id == self.config.id => {}
+            Ok(n) if n.id == self.config().id => {}
             Ok(n) => {
                 if known.len() >= DIRECTORY_NODES_MAX && !known.contains_key(&n.id) {
                     tracing::warn!(peer = %n.id, "etcd directory full (DIRECTORY_NODES_MAX): registration ignored");
@@ -248,7 +248,7 @@ impl Shared {
                 }
                 if self.peer(n.id).is_some_and(|p| !p.is_up()) {
                     // Restarted somewhere else, perhaps: dial where it says it is now.
-                    self.direct.queue(n.id, n.addrs.clone());
+                    self.routes.hints.queue(n.id, n.addrs.clone());
                 }
                 known.insert(n.id, n);
             }
@@ -272,12 +272,12 @@ impl Shared {
 
     /// Dials `dst` if etcd names it (and no link to it exists): true if a dial was asked for.
     pub(crate) fn discover(&self, dst: BusId) -> bool {
-        if self.config.etcd.is_none() || self.peer(dst).is_some_and(|p| p.is_up()) {
+        if self.config().etcd.is_none() || self.peer(dst).is_some_and(|p| p.is_up()) {
             return false;
         }
         match self.directory.lookup(dst) {
             Some(n) if !n.addrs.is_empty() => {
-                self.direct.queue(dst, n.addrs);
+                self.routes.hints.queue(dst, n.addrs);
                 true
             }
             _ => false,

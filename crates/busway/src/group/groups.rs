@@ -40,9 +40,9 @@ impl Node {
     /// group twice is joining it once.
     pub fn join(&self, group: &str) -> Result<(), GroupError> {
         check_name(group).map_err(GroupError::BadName)?;
-        let joined = self.shared().groups.lock().join(group);
+        let joined = self.shared().group.table.lock().join(group);
         if joined.map_err(GroupError::BadName)? {
-            self.shared().groups_active.notify_waiters();
+            self.shared().group.active.notify_waiters();
             self.shared().sync_group_adverts();
         }
         Ok(())
@@ -51,7 +51,7 @@ impl Node {
     /// Leaves `group`: its publishes stop coming once the peers have read this node's
     /// INTEREST (a few may still be in flight).
     pub fn leave(&self, group: &str) {
-        if self.shared().groups.lock().leave(group) {
+        if self.shared().group.table.lock().leave(group) {
             self.shared().sync_group_adverts();
         }
     }
@@ -61,18 +61,18 @@ impl Node {
     /// too far behind is cut off) or [`GroupPolicy::Backpressure`] (the group moves at its
     /// slowest linked member).
     pub fn set_group_policy(&self, group: &str, policy: GroupPolicy) {
-        self.shared().groups.lock().set_policy(group, policy);
+        self.shared().group.table.lock().set_policy(group, policy);
     }
 
     /// The groups this node joined, sorted.
     pub fn groups(&self) -> Vec<String> {
-        self.shared().groups.lock().joined()
+        self.shared().group.table.lock().joined()
     }
 
     /// The peers this node sends `group`'s publishes to (those that asked for them, for
     /// themselves or for nodes behind them), sorted.
     pub fn group_links(&self, group: &str) -> Vec<BusId> {
-        self.shared().groups.lock().wanted_by(group)
+        self.shared().group.table.lock().wanted_by(group)
     }
 
     /// Publishes `payload` to every member of `group`: one PUBLISH per link that leads to a
@@ -86,20 +86,20 @@ impl Node {
     /// inbox): 0 when no member is known, which is counted in `Stats::publishes_unheard`.
     pub async fn publish(&self, group: &str, payload: Bytes) -> Result<usize, GroupError> {
         let shared = self.shared();
-        let len = check_publish(group, payload.len(), shared.config.frame_body_max)?;
+        let len = check_publish(group, payload.len(), shared.config().frame_body_max)?;
         if shared.is_shutting_down() {
             return Err(GroupError::Closed);
         }
-        let now_ms = shared.coarse_ms.load(std::sync::atomic::Ordering::Relaxed);
-        let published = shared.groups.lock().publish(group, &payload, now_ms);
+        let now_ms = shared.clock.coarse_ms();
+        let published = shared.group.table.lock().publish(group, &payload, now_ms);
         let policy = published.policy;
         let flag = match policy {
             GroupPolicy::Backpressure => PUBLISH_BACKPRESSURE_BIT,
             GroupPolicy::CutOff => 0,
         };
         let head = encode_publish_head(
-            shared.config.id,
-            shared.incarnation,
+            shared.config().id,
+            shared.incarnation(),
             published.number | flag,
             group,
         );
@@ -107,7 +107,7 @@ impl Node {
         // Once into the group's log for every peer on this host that reads it (never under
         // backpressure: a log does not wait); those it was written for are skipped below.
         let logged = match policy {
-            GroupPolicy::CutOff => shared.group_logs.append(group, &head, &payload),
+            GroupPolicy::CutOff => shared.group.logs.append(group, &head, &payload),
             GroupPolicy::Backpressure => Default::default(),
         };
         let in_log: &[BusId] = logged.written_for.as_deref().map_or(&[], |v| &v[..]);
@@ -130,7 +130,8 @@ impl Node {
             // first (`push_own`), and the log's records could overtake it.
             if policy == GroupPolicy::CutOff && published.owed.binary_search(&id).is_err() {
                 shared
-                    .group_logs
+                    .group
+                    .logs
                     .offer(group, &peer, || shared.passes_groups_on(&peer));
             }
             // The common case costs one push; whatever else `push_own` decides.
@@ -146,8 +147,8 @@ impl Node {
             }
         }
         if published.member {
-            let batch = MessageBatch::of_payload(shared.config.id, Some(group), payload);
-            shared.inbox.deliver(batch).await;
+            let batch = MessageBatch::of_payload(shared.config().id, Some(group), payload);
+            shared.app.inbox.deliver(batch).await;
             reached += 1;
         }
         if reached == 0 {
@@ -163,14 +164,15 @@ impl crate::peer::ring_link::GroupMessages for Shared {
     }
 
     fn backlogged(&self, ring_peer: BusId) -> bool {
-        if self.inbox.group_backlogged() {
+        if self.app.inbox.group_backlogged() {
             self.note_app_behind();
             return true;
         }
         // Not for a publish that waits for the ring's own peer: the room toward it comes
         // with what the ring brings (see `wait_blocked_forwards`).
-        self.push_blocked_forwards()
-            .is_some_and(|(peer, _, _)| peer.id != ring_peer || self.groups.waiting.over_bound())
+        self.push_blocked_forwards().is_some_and(|(peer, _, _)| {
+            peer.id != ring_peer || self.group.table.waiting.over_bound()
+        })
     }
 
     fn open_log(
@@ -178,21 +180,21 @@ impl crate::peer::ring_link::GroupMessages for Shared {
         from: BusId,
         offer: &busway_core::group::LogOffer<'_>,
     ) -> Result<crate::group::log_in::AttachedLog, String> {
-        if !self.config.group_logs {
+        if !self.config().group_logs {
             return Err("group logs are off on this node (NodeConfig::group_logs)".into());
         }
         let group = {
-            let groups = self.groups.lock();
+            let groups = self.group.table.lock();
             if !groups.wants(offer.name) {
                 return Err("this node does not want the group".into());
             }
             groups.name_of(offer.name)
         };
-        crate::group::log_in::open(from, offer, group, self.config.shm_ring_bytes)
+        crate::group::log_in::open(from, offer, group, self.config().shm_ring_bytes)
     }
 
     fn wants_group(&self, name: &str) -> bool {
-        self.groups.lock().wants(name)
+        self.group.table.lock().wants(name)
     }
 
     /// Publishes read from the log of `group` that the direct peer `from` offered (see
@@ -205,12 +207,12 @@ impl crate::peer::ring_link::GroupMessages for Shared {
         chunk: &Bytes,
         spans: &[(u32, u32)],
     ) -> Result<bool, String> {
-        let now_ms = self.coarse_ms.load(std::sync::atomic::Ordering::Relaxed);
+        let now_ms = self.clock.coarse_ms();
         let (read, handed) = self.group_call(None, |h| {
             group::publishes::log_read(h, (from, group), chunk, spans, now_ms)
         });
         read?;
-        Ok(handed || self.groups.waiting.any())
+        Ok(handed || self.group.table.waiting.any())
     }
 }
 
@@ -219,7 +221,7 @@ impl Shared {
     /// `busway_core::group::reads::sync_adverts`); a change that does not fit a peer's queue
     /// is told on a later call (the retry tick calls this).
     pub(crate) fn sync_group_adverts(&self) {
-        let _turn = self.groups.adverts_turn();
+        let _turn = self.group.table.adverts_turn();
         let upstream = self.upstream_id();
         // A link dialed on a relay's hint carries no group traffic: the two ends reach each
         // other through the tree already, and publishes by a second path would start a
@@ -263,9 +265,9 @@ impl Shared {
     /// what others were told because of it is taken back.
     pub(crate) fn group_peer_gone(&self, peer: BusId, path: Path) {
         if path == Path::Direct {
-            self.group_logs.forget_peer(peer);
-            self.groups.lock().peer_gone(peer);
-            self.groups.waiting.peer_gone(peer);
+            self.group.logs.forget_peer(peer);
+            self.group.table.lock().peer_gone(peer);
+            self.group.table.waiting.peer_gone(peer);
             self.sync_group_adverts();
         }
     }
@@ -289,16 +291,16 @@ impl Shared {
             return false;
         }
         self.take_log_answers(from, chunk, spans);
-        let now_ms = self.coarse_ms.load(std::sync::atomic::Ordering::Relaxed);
+        let now_ms = self.clock.coarse_ms();
         let (interest_changed, handed, left) =
             self.group_decide(None, |h| group::reads::read(h, from, chunk, spans, now_ms));
         if interest_changed {
-            self.groups_active.notify_waiters();
+            self.group.active.notify_waiters();
         }
         if interest_changed || left {
             self.sync_group_adverts();
         }
-        handed || self.groups.waiting.any()
+        handed || self.group.table.waiting.any()
     }
 
     /// Takes the GROUP_LOG answers out of `spans`: `from` answered the offer of this node's
@@ -316,7 +318,7 @@ impl Shared {
                 return false;
             };
             // The log's own account of its readers decides what goes by link (see `publish`).
-            let answered = |p| self.group_logs.answered(name, p, (token, serial), accept);
+            let answered = |p| self.group.logs.answered(name, p, (token, serial), accept);
             if peer.as_ref().is_some_and(answered) {
                 bump(&self.counters.group_logs_accepted);
             }
@@ -327,14 +329,14 @@ impl Shared {
     /// Deliveries to this node's application about to be decided, handed over in the order
     /// decided (see `busway_core::turns`).
     pub(crate) fn delivered(&self) -> Delivered<'_> {
-        Delivered::new(&self.handover, &self.inbox)
+        Delivered::new(&self.group.handover, &self.app.inbox)
     }
 
     /// A link stops reading because the application left `GROUP_INBOX_BYTES_MAX` of group
     /// publishes unread: a member cut off then fell behind (see `busway_core::group::node::skipped`).
     pub(crate) fn note_app_behind(&self) {
-        let now_ms = self.coarse_ms.load(std::sync::atomic::Ordering::Relaxed);
-        self.groups.note_app_behind(now_ms);
+        let now_ms = self.clock.coarse_ms();
+        self.group.table.note_app_behind(now_ms);
     }
 }
 

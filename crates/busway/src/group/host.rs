@@ -73,11 +73,11 @@ impl Host for GroupHost<'_, '_, '_> {
     }
 
     fn me(&self) -> (BusId, u64) {
-        (self.shared.config.id, self.shared.incarnation)
+        (self.shared.config().id, self.shared.incarnation())
     }
 
     fn groups<R>(&mut self, delivers: fn(&R) -> bool, f: impl FnOnce(&mut GroupState) -> R) -> R {
-        self.shared.groups.with(delivers, f, self.out)
+        self.shared.group.table.with(delivers, f, self.out)
     }
 
     fn multicasts<R>(
@@ -85,11 +85,14 @@ impl Host for GroupHost<'_, '_, '_> {
         delivers: fn(&R) -> bool,
         f: impl FnOnce(&mut MulticastState) -> R,
     ) -> R {
-        self.shared.multicasts.with(delivers, f, self.out, |_| {})
+        self.shared
+            .group
+            .multicasts
+            .with(delivers, f, self.out, |_| {})
     }
 
     fn repairs<R>(&mut self, f: impl FnOnce(&mut Repairs) -> R) -> R {
-        self.shared.groups.repairs_with(f)
+        self.shared.group.table.repairs_with(f)
     }
 
     fn may_pass_to(&self, peer: BusId, speaker: BusId) -> bool {
@@ -146,15 +149,15 @@ impl Host for GroupHost<'_, '_, '_> {
     }
 
     fn forwards_wait_for(&self, peer: BusId) -> bool {
-        self.shared.groups.waiting.waits_for(peer)
+        self.shared.group.table.waiting.waits_for(peer)
     }
 
     fn forwards_lagging(&self, peer: BusId) -> bool {
-        self.shared.groups.waiting.is_lagging(peer)
+        self.shared.group.table.waiting.is_lagging(peer)
     }
 
     fn forwards<R>(&mut self, f: impl FnOnce(&mut WaitingForwards) -> R) -> R {
-        self.shared.groups.waiting.with(f)
+        self.shared.group.table.waiting.with(f)
     }
 
     fn wait_ms(&self, peer: BusId) -> u64 {
@@ -177,11 +180,11 @@ impl Host for GroupHost<'_, '_, '_> {
     }
 
     fn owes_marks(&self) -> bool {
-        self.shared.groups.owes_marks()
+        self.shared.group.table.owes_marks()
     }
 
     fn permissions(&self) -> Option<&GroupPermissions> {
-        self.shared.config.group_permissions.as_ref()
+        self.shared.config().group_permissions.as_ref()
     }
 
     fn passes_on(&self, peer: BusId) -> bool {
@@ -201,14 +204,14 @@ impl Host for GroupHost<'_, '_, '_> {
     }
 
     fn left_log(&mut self, from: BusId, group: &str) {
-        self.shared.group_logs.forget(group, from);
+        self.shared.group.logs.forget(group, from);
     }
 
     fn app_behind(&self) -> (bool, Option<u64>) {
         let shared = self.shared;
         (
-            shared.inbox.group_backlogged(),
-            shared.groups.app_behind_at(),
+            shared.app.inbox.group_backlogged(),
+            shared.group.table.app_behind_at(),
         )
     }
 
@@ -434,9 +437,9 @@ impl Shared {
         head: &[u8],
         payload: &Bytes,
     ) -> Result<(), PushError> {
-        let (_, note) = peer.push_publish(head, payload, self.deferred.looks())?;
+        let (_, note) = peer.push_publish(head, payload, self.peers.deferred.looks())?;
         if note {
-            self.deferred.note(peer);
+            self.peers.deferred.note(peer);
         }
         Ok(())
     }

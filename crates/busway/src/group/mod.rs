@@ -27,6 +27,7 @@ pub(crate) mod log_out;
 pub(crate) mod multicast;
 pub(crate) mod permissions;
 pub(crate) mod relay;
+pub(crate) mod state;
 
 /// What one read or timer delivers to this node's application, handed to the inbox in the
 /// order decided (see `busway_core::turns`).

@@ -38,8 +38,8 @@ impl Node {
     /// dialed first, as `send` does for one.
     pub async fn multicast(&self, to: &[BusId], payload: Bytes) -> Result<usize, MulticastError> {
         let shared = self.shared();
-        let me = shared.config.id;
-        let frame_max = shared.config.frame_body_max;
+        let me = shared.config().id;
+        let frame_max = shared.config().frame_body_max;
         let (receivers, to_me) = receivers(to, me, payload.len(), frame_max)?;
         if shared.is_shutting_down() {
             return Err(MulticastError::Closed);
@@ -62,8 +62,9 @@ impl Node {
         if !unrouted.is_empty() {
             return Err(MulticastError::NoRoute(unrouted));
         }
-        let now_ms = shared.coarse_ms.load(std::sync::atomic::Ordering::Relaxed);
+        let now_ms = shared.clock.coarse_ms();
         let numbered = shared
+            .group
             .multicasts
             .lock()
             .number(&receivers, &payload, now_ms);
@@ -77,7 +78,7 @@ impl Node {
                 continue;
             };
             let head =
-                encode_multicast_head(me, shared.incarnation, false, MULTICAST_HOPS_MAX, &list);
+                encode_multicast_head(me, shared.incarnation(), false, MULTICAST_HOPS_MAX, &list);
             let len = head.len() + payload.len();
             if peer.frame_body_max().is_some_and(|m| len > m) {
                 // The peer closes a link over a frame past its stated limit.
@@ -101,7 +102,7 @@ impl Node {
         }
         if to_me {
             let batch = crate::node::message::MessageBatch::single(me, payload);
-            shared.inbox.deliver(batch).await;
+            shared.app.inbox.deliver(batch).await;
             reached += 1;
         }
         Ok(reached)

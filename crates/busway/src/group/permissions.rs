@@ -11,7 +11,7 @@ impl Shared {
     /// `busway_core::group::permitted::interest_quota`).
     pub(crate) fn interest_quota(&self, from: BusId) -> usize {
         let declared = self.peer(from).and_then(|p| p.neighbor().serves);
-        let registered = self.registrations.below().ranges_held_by(from);
+        let registered = self.routes.registrations.below().ranges_held_by(from);
         interest_quota(self.upstream_id() == Some(from), declared, registered)
     }
 
@@ -24,6 +24,6 @@ impl Shared {
             .is_some_and(|(lo, hi)| (lo, hi) != (peer.id, peer.id));
         serves_others
             || self.upstream_id() == Some(peer.id)
-            || self.registrations.below().holds_any(peer.id)
+            || self.routes.registrations.below().holds_any(peer.id)
     }
 }

@@ -19,7 +19,7 @@ impl Shared {
     pub(crate) fn push_blocked_forwards(
         &self,
     ) -> Option<(Arc<crate::peer::Peer>, usize, Option<u64>)> {
-        let now_ms = self.coarse_ms.load(std::sync::atomic::Ordering::Relaxed);
+        let now_ms = self.clock.coarse_ms();
         let upstream = self.upstream_id();
         let push = |id: BusId, body: &Bytes| {
             let Ok(head) = decode_publish(body) else {
@@ -43,7 +43,7 @@ impl Shared {
         let given_up = |id, body: &Bytes| {
             self.with_group_host(|h| publishes::given_up(h, id, body));
         };
-        let pushed = self.groups.waiting.push(now_ms, push, given_up);
+        let pushed = self.group.table.waiting.push(now_ms, push, given_up);
         if !pushed.dropped.is_empty() {
             self.with_group_host(|h| publishes::forwards_given_up(h, &pushed.dropped));
             tracing::debug!(
@@ -64,13 +64,13 @@ impl Shared {
     /// that link reads (unless `WAITING_BYTES_MAX` wait already).
     pub(crate) async fn wait_blocked_forwards(&self, link_peer: BusId) {
         while let Some((peer, len, give_up_at)) = self.push_blocked_forwards() {
-            if peer.id == link_peer && !self.groups.waiting.over_bound() {
+            if peer.id == link_peer && !self.group.table.waiting.over_bound() {
                 return;
             }
             match give_up_at {
                 None => peer.wait_for_room(len).await,
                 Some(at) => {
-                    let now = self.coarse_ms.load(std::sync::atomic::Ordering::Relaxed);
+                    let now = self.clock.coarse_ms();
                     // The coarse clock moves every `ROUTED_RETRY_INTERVAL_MS`: one more
                     // interval and the give-up time is surely past on it.
                     let left = at.saturating_sub(now) + ROUTED_RETRY_INTERVAL_MS;

@@ -8,7 +8,6 @@ use crate::link::dial::{Dial, Outcome};
 use crate::link::transport::{self, StdListener};
 use crate::node::event::Event;
 use crate::shared::Shared;
-use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
@@ -21,14 +20,14 @@ pub(crate) async fn accept_loop(shared: Arc<Shared>, listener: StdListener) {
             return;
         }
     };
-    let mut shutdown = shared.shutdown_tx.subscribe();
+    let mut shutdown = shared.app.stop_signal();
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, remote)) => {
                     let shared2 = shared.clone();
                     shared
-                        .loops
+                        .links.loops
                         .pick()
                         .spawn(link::serve_std(shared2, stream, remote));
                 }
@@ -47,13 +46,13 @@ pub(crate) async fn accept_loop(shared: Arc<Shared>, listener: StdListener) {
 /// Keeps a link to `addr` up: dials, runs the link, and dials again after it goes down, with an
 /// exponential backoff (jittered from the node id so that many nodes do not dial in step).
 pub(crate) async fn dial_loop(shared: Arc<Shared>, addr: Addr, upstream: bool) {
-    let mut shutdown = shared.shutdown_tx.subscribe();
+    let mut shutdown = shared.app.stop_signal();
     let mut backoff = Backoff::new(
-        shared.config.dial_backoff_min_ms,
-        shared.config.id.0 ^ shared.incarnation,
+        shared.config().dial_backoff_min_ms,
+        shared.config().id.0 ^ shared.incarnation(),
     );
     let mut reported = false;
-    while !shared.shutting_down.load(Relaxed) {
+    while !shared.is_shutting_down() {
         let outcome = match transport::dial(&addr).await {
             Ok(stream) => {
                 reported = false;

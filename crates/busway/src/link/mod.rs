@@ -34,6 +34,7 @@ pub(crate) mod backoff;
 pub(crate) mod connector;
 pub(crate) mod dial;
 pub(crate) mod io_loops;
+pub(crate) mod state;
 pub(crate) mod tls;
 pub(crate) mod transport;
 pub(crate) mod warn_limit;
@@ -83,7 +84,7 @@ pub(crate) fn serve_std(
                 return Outcome::NeverUp;
             }
         };
-        let admitted = shared.admission.accepted();
+        let admitted = shared.links.admission.accepted();
         let (_open, handshaking) = match admitted {
             Ok(counted) => counted,
             Err(why) => {
@@ -104,7 +105,7 @@ pub(crate) fn serve(
     remote: String,
 ) -> impl Future<Output = Outcome> {
     async move {
-        let _open = shared.admission.dialed();
+        let _open = shared.links.admission.dialed();
         serve_counted(&shared, stream, role, remote, None).await
     }
 }
@@ -129,12 +130,12 @@ fn serve_counted<'a>(
                 run(shared.clone(), r, w, role, remote, handshaking, None).await
             }
             Stream::TlsAccepted(s) | Stream::TlsDialed(s) => {
-                let Some(tls) = shared.config.tls.as_ref() else {
+                let Some(tls) = shared.config().tls.as_ref() else {
                     // Refused when the node starts (`NodeConfig::validate`); a hinted tls://
                     // address is not dialed without it.
                     return Outcome::NeverUp;
                 };
-                let wait = Duration::from_millis(shared.config.handshake_timeout_ms);
+                let wait = Duration::from_millis(shared.config().handshake_timeout_ms);
                 let handshake = async {
                     if role == Dial::Accepted {
                         tls.accept(s).await
@@ -197,7 +198,7 @@ fn link_config(
     remote: &str,
     peer_cert_ids: Option<CertIds>,
 ) -> LinkConfig {
-    let c = &shared.config;
+    let c = &shared.config();
     LinkConfig {
         role: role.role(),
         secret: c.secret.clone(),
@@ -235,8 +236,8 @@ where
         let mut buf = BytesMut::with_capacity(READ_CHUNK_FIRST_BYTES);
         let mut hello = shared.local_hello();
         if role == Dial::Upstream {
-            let me = shared.config.id;
-            hello.downstream_of_you = Some(shared.config.subtree.unwrap_or((me, me)));
+            let me = shared.config().id;
+            hello.downstream_of_you = Some(shared.config().subtree.unwrap_or((me, me)));
         }
         let config = link_config(&shared, role, &remote, peer_cert_ids);
         // In its mutex from the start (taken without locking until the link is up): one place
@@ -244,7 +245,7 @@ where
         let mut machine = Mutex::new(Link::new(
             config,
             hello,
-            shared.nonces.clone(),
+            shared.links.nonces.clone(),
             shared.now(),
         ));
         let m = machine.get_mut().unwrap_or_else(|p| p.into_inner());
@@ -420,7 +421,7 @@ where
     W: AsyncWrite + Unpin,
 {
     async move {
-        let linger = Duration::from_millis(shared.config.linger_ms);
+        let linger = Duration::from_millis(shared.config().linger_ms);
         let reader = read_loop(shared, peer, r, buf, machine, shm, link_id);
         let writer = write_loop(w, peer, machine, shm.map(|s| &**s));
         let timers = timers(shared, peer, machine);

@@ -29,8 +29,8 @@ impl Node {
         if !self.flush(timeout).await {
             return false;
         }
-        let groups = self.shared().groups.lock().published_groups();
-        if groups.is_empty() && !self.shared().multicasts.lock().made_any() {
+        let groups = self.shared().group.table.lock().published_groups();
+        if groups.is_empty() && !self.shared().group.multicasts.lock().made_any() {
             return true;
         }
         let links_back_by = Instant::now() + Duration::from_millis(DRAIN_LINKS_BACK_MS);

@@ -14,6 +14,7 @@
 //!
 //! The public face of busway: a node with a bus id that sends to and receives from peers.
 
+pub(crate) mod app_side;
 pub(crate) mod config;
 pub(crate) mod config_env;
 pub(crate) mod config_error;
@@ -26,38 +27,40 @@ pub(crate) mod event_queue;
 pub(crate) mod inbox;
 pub(crate) mod info;
 pub(crate) mod message;
+pub(crate) mod own;
 pub(crate) mod stats;
 
 pub use errors::{SendError, StartError};
 pub use info::{PeerInfo, RelayedInfo};
 
 use crate::addr::Addr;
+use crate::clock::Clock;
+use crate::group::state::GroupPart;
 use crate::limits::CALLS_PENDING_MAX;
 use crate::link::connector::{accept_loop, dial_loop};
 use crate::link::io_loops::IoLoops;
+use crate::link::state::Links;
 use crate::link::transport;
+use crate::node::app_side::AppSide;
 use crate::node::config::NodeConfig;
 use crate::node::event::{Event, Path};
 use crate::node::event_queue::EventQueue;
 use crate::node::inbox::{inbox, Inbox};
 use crate::node::message::MessageBatch;
+use crate::node::own::Own;
 use crate::node::stats::{Counters, Stats};
 use crate::peer::deferred::Deferred;
 use crate::peer::table::PeerTable;
-use crate::route::hints::Hints;
 use crate::route::outgoing::{Blocked, Outgoing};
-use crate::route::relayed_table::RelayedTable;
+use crate::route::state::RouteTables;
 use crate::rpc::call_table::CallTable;
 use crate::shared::{random_bytes, Shared};
-use busway_core::group::locked::GroupTable;
-use busway_core::multicast::state::MulticastState;
 use busway_core::BusId;
 use bytes::Bytes;
 use std::ops::Range;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
-use tokio::sync::watch;
+use std::time::Duration;
 
 /// A running node. Cheap to clone; every clone is the same node. Safe to use from any thread
 /// and any tokio runtime. Dropping the last clone stops the node abruptly; call
@@ -75,19 +78,18 @@ struct Owner {
 
 impl Drop for Owner {
     fn drop(&mut self) {
-        self.shared.shutting_down.store(true, Relaxed);
-        let _ = self.shared.shutdown_tx.send(true);
-        self.shared.loops.stop();
+        self.shared.app.shut_down();
+        self.shared.links.loops.stop();
         report_held(&self.shared);
         self.shared.calls.fail_all();
-        self.shared.events.close();
+        self.shared.app.events.close();
     }
 }
 
 /// The node is going: every message it still holds unacknowledged is reported undeliverable
 /// (its sender must not wait for a confirmation that cannot come any more).
 fn report_held(shared: &Shared) {
-    let me = shared.config.id;
+    let me = shared.config().id;
     let reason = |id: BusId| format!("bus id {me} shut down before bus id {id} acknowledged them");
     for p in shared.peers_snapshot() {
         let seqs = p.fail_all();
@@ -147,55 +149,33 @@ impl Node {
         let loops = IoLoops::start(config.io_threads, &format!("busway-{}", config.id))
             .map_err(StartError::Io)?;
         let events = Arc::new(EventQueue::new());
-        let admission = crate::link::admission::Admission::new(config.connections_max);
         let deferred = Arc::<Deferred>::default();
         let (inbox_tx, inbox_rx) =
             inbox(config.inbox_bytes_max, config.shm_spins, deferred.clone());
-        let (shutdown_tx, _) = watch::channel(false);
         let connect = config.connect.clone();
         let counters = Arc::<Counters>::default();
-        let group_retain_bytes = config.group_retain_bytes;
-        let held = std::sync::Arc::new(busway_core::group::stream::HeldBudget::default());
         // Logs are read through the links' rings: none without them.
         let group_log_bytes = if config.group_logs && config.shm_channels {
             config.shm_ring_bytes
         } else {
             0
         };
-        let id = config.id;
         let shared = Arc::new(Shared {
-            incarnation: u64::from_le_bytes(random_bytes::<8>()),
-            host_id: crate::peer::shm_link::host_identity(),
-            config,
-            listen_addrs,
-            peers: PeerTable::default(),
-            relayed: RelayedTable::default(),
-            direct: Hints::default(),
-            nonces: Arc::default(),
-            events: events.clone(),
-            admission,
-            inbox: inbox_tx,
+            group: GroupPart::new(config.id, config.group_retain_bytes, group_log_bytes),
+            links: Links::new(config.connections_max, loops),
+            own: Own {
+                incarnation: u64::from_le_bytes(random_bytes::<8>()),
+                host_id: crate::peer::shm_link::host_identity(),
+                config,
+                listen_addrs,
+            },
+            clock: Clock::start(),
+            peers: PeerTable::new(deferred),
+            routes: RouteTables::default(),
+            app: AppSide::new(events.clone(), inbox_tx),
             calls: Arc::new(CallTable::new(counters.clone(), CALLS_PENDING_MAX)),
-            groups: GroupTable::new(group_retain_bytes, held.clone()),
-            group_logs: Arc::new(crate::group::log_out::GroupLogs::new(id, group_log_bytes)),
-            groups_active: Default::default(),
-            handover: Default::default(),
-            multicasts: busway_core::turns::InTurn::new(MulticastState::new(
-                group_retain_bytes,
-                held,
-            )),
             directory: Default::default(),
-            warnings: Default::default(),
-            registrations: Default::default(),
-            deferred,
             counters,
-            loops,
-            next_link_id: AtomicU64::new(1),
-            epoch: Instant::now(),
-            coarse_ms: AtomicU64::new(0),
-            shutting_down: AtomicBool::new(false),
-            next_seq_to_self: Default::default(),
-            shutdown_tx,
         });
         let replier: Arc<dyn crate::rpc::request::Replier> = shared.clone();
         shared.calls.set_replier(Arc::downgrade(&replier));
@@ -215,17 +195,17 @@ impl Node {
 
     /// This node's bus id.
     pub fn id(&self) -> BusId {
-        self.shared().config.id
+        self.shared().config().id
     }
 
     /// This process's incarnation: random per start.
     pub fn incarnation(&self) -> u64 {
-        self.shared().incarnation
+        self.shared().incarnation()
     }
 
     /// The addresses actually bound (port 0 resolved), in the order configured.
     pub fn listen_addrs(&self) -> Vec<Addr> {
-        self.shared().listen_addrs.clone()
+        self.shared().own.listen_addrs.clone()
     }
 
     /// The receive side; `None` if it was taken already. Messages for this node wait in it
@@ -266,7 +246,7 @@ impl Node {
         if dst == self.id() {
             self.shared().check_size(payload.len())?;
             let batch = MessageBatch::single(dst, payload);
-            self.shared().inbox.deliver(batch).await;
+            self.shared().app.inbox.deliver(batch).await;
             return Ok(self.seqs_to_self(1).start);
         }
         let queued = self
@@ -285,7 +265,7 @@ impl Node {
         dst: BusId,
         payloads: &[P],
     ) -> Result<Range<u64>, SendError> {
-        let max = self.shared().config.frame_body_max;
+        let max = self.shared().config().frame_body_max;
         if let Some(p) = payloads.iter().find(|p| p.as_ref().len() > max) {
             return Err(SendError::TooLarge {
                 len: p.as_ref().len(),
@@ -295,7 +275,7 @@ impl Node {
         if dst == self.id() {
             for p in payloads {
                 let batch = MessageBatch::single(dst, Bytes::copy_from_slice(p.as_ref()));
-                self.shared().inbox.deliver(batch).await;
+                self.shared().app.inbox.deliver(batch).await;
             }
             return Ok(self.seqs_to_self(payloads.len() as u64));
         }
@@ -314,13 +294,14 @@ impl Node {
     /// The sequence numbers of `n` messages this node just delivered to itself.
     fn seqs_to_self(&self, n: u64) -> Range<u64> {
         // Relaxed: a counter of its own; the messages' order is the inbox's.
-        let first = self.shared().next_seq_to_self.fetch_add(n, Relaxed);
+        let first = self.shared().app.next_seq_to_self.fetch_add(n, Relaxed);
         first..first + n
     }
 
     fn deliver_local(&self, payload: Bytes) -> Result<u64, SendError> {
         if self
             .shared()
+            .app
             .inbox
             .try_deliver(MessageBatch::single(self.id(), payload))
         {
@@ -353,7 +334,7 @@ impl Node {
     /// etcd.
     pub fn discovery(&self) -> Option<crate::discovery::directory::DiscoveryInfo> {
         let shared = self.shared();
-        shared.config.etcd.as_ref()?;
+        shared.config().etcd.as_ref()?;
         Some(shared.directory.info())
     }
 
@@ -378,8 +359,8 @@ impl Node {
     /// destination (or reported undeliverable), at most `timeout`; true if so.
     pub async fn flush(&self, timeout: Duration) -> bool {
         let shared = self.shared();
-        shared.deferred.publish_all();
-        shared.group_logs.wake_due();
+        shared.peers.deferred.publish_all();
+        shared.group.logs.wake_due();
         // One unsettled peer or destination waited on at a time, each woken by what settles
         // it: all of them must settle, so waiting on any one is never too early to look again.
         let wait = async {
@@ -407,7 +388,7 @@ impl Node {
     /// A snapshot of the node's counters.
     pub fn stats(&self) -> Stats {
         let mut s = self.shared().counters.snapshot();
-        s.connections_open = self.shared().admission.open() as u64;
+        s.connections_open = self.shared().links.admission.open() as u64;
         s.calls_pending = self.shared().calls.len() as u64;
         for p in self.peers() {
             s.peers_up += u64::from(p.up);
@@ -420,15 +401,14 @@ impl Node {
     /// given `linger_ms` to read everything and close its side. Then the loops stop.
     pub async fn shutdown(self) {
         let shared = self.owner.shared.clone();
-        shared.shutting_down.store(true, Relaxed);
-        let _ = shared.shutdown_tx.send(true);
+        shared.app.shut_down();
         #[cfg(feature = "etcd")]
         shared.deregister().await;
         let peers = shared.peers.snapshot();
         for p in &peers {
             p.close();
         }
-        let linger = Duration::from_millis(shared.config.linger_ms + 1_000);
+        let linger = Duration::from_millis(shared.config().linger_ms + 1_000);
         let all_down = async {
             loop {
                 let changed = shared.peers.changed();
@@ -441,7 +421,7 @@ impl Node {
             }
         };
         let _ = tokio::time::timeout(linger, all_down).await;
-        for addr in &shared.listen_addrs {
+        for addr in &shared.own.listen_addrs {
             if let Addr::Unix(path) = addr {
                 let _ = std::fs::remove_file(path);
             }
@@ -456,29 +436,45 @@ impl Node {
 fn spawn_tasks(shared: &Arc<Shared>, listeners: Vec<transport::StdListener>, connect: Vec<Addr>) {
     for l in listeners {
         let shared2 = shared.clone();
-        shared.loops.pick().spawn(accept_loop(shared2, l));
+        shared.links.loops.pick().spawn(accept_loop(shared2, l));
     }
     for addr in connect {
         let shared2 = shared.clone();
-        shared.loops.pick().spawn(dial_loop(shared2, addr, false));
+        shared
+            .links
+            .loops
+            .pick()
+            .spawn(dial_loop(shared2, addr, false));
     }
-    if let Some(addr) = shared.config.upstream.clone() {
+    if let Some(addr) = shared.config().upstream.clone() {
         let shared2 = shared.clone();
-        shared.loops.pick().spawn(dial_loop(shared2, addr, true));
+        shared
+            .links
+            .loops
+            .pick()
+            .spawn(dial_loop(shared2, addr, true));
     }
-    shared.loops.pick().spawn(shared.clone().retry_loop());
-    shared.loops.pick().spawn(shared.clone().pump_loop());
+    shared.links.loops.pick().spawn(shared.clone().retry_loop());
+    shared.links.loops.pick().spawn(shared.clone().pump_loop());
     // Holds the logs alone (not the node), and ends with the node.
-    let (logs, mut down) = (shared.group_logs.clone(), shared.shutdown_tx.subscribe());
-    shared.loops.pick().spawn(async move {
+    let (logs, mut down) = (shared.group.logs.clone(), shared.app.stop_signal());
+    shared.links.loops.pick().spawn(async move {
         tokio::select! {
             () = logs.wake_loop() => {}
             _ = down.wait_for(|&d| d) => {}
         }
     });
-    shared.loops.pick().spawn(shared.clone().discovery_loop());
+    shared
+        .links
+        .loops
+        .pick()
+        .spawn(shared.clone().discovery_loop());
     #[cfg(feature = "etcd")]
-    if let Some(etcd) = shared.config.etcd.clone() {
-        shared.loops.pick().spawn(shared.clone().etcd_loop(etcd));
+    if let Some(etcd) = shared.config().etcd.clone() {
+        shared
+            .links
+            .loops
+            .pick()
+            .spawn(shared.clone().etcd_loop(etcd));
     }
 }

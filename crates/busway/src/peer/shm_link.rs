@@ -73,7 +73,7 @@ impl ShmLink {
             link_id,
             shared.counters.clone(),
             shared.calls.clone(),
-            shared.config.frame_body_max,
+            shared.config().frame_body_max,
             Arc::downgrade(&shared) as Weak<dyn crate::peer::ring_link::GroupMessages>,
         );
         Self {
@@ -90,10 +90,10 @@ impl ShmLink {
     /// Creates our ring toward the peer, bound to it (a random token, our id as writer, the
     /// peer's as reader), and returns what the OFFER names, or why not.
     pub(crate) fn offer(&self) -> Result<Offer, String> {
-        let capacity = self.shared.config.shm_ring_bytes;
+        let capacity = self.shared.config().shm_ring_bytes;
         let binding = Binding {
             token: u64::from_le_bytes(crate::shared::random_bytes()),
-            writer: self.shared.config.id.0,
+            writer: self.shared.config().id.0,
             reader: self.ring.peer.id.0,
         };
         let ring =
@@ -127,7 +127,7 @@ impl ShmLink {
         capacity: u64,
         token: u64,
     ) -> Result<(), String> {
-        let limit = self.shared.config.shm_ring_bytes;
+        let limit = self.shared.config().shm_ring_bytes;
         if capacity > limit as u64 {
             return Err(format!(
                 "ring of {capacity} bytes offered, over the {limit} bytes this node accepts (shm_ring_bytes)"
@@ -136,13 +136,13 @@ impl ShmLink {
         let expected = Binding {
             token,
             writer: self.ring.peer.id.0,
-            reader: self.shared.config.id.0,
+            reader: self.shared.config().id.0,
         };
         // A ring meant for another reader stays for it.
         let at = Announced { pid, fd, inode };
         let local = self
             .shared
-            .config
+            .config()
             .mem_channels
             .then(|| IN_PROCESS_RINGS.find(&at, |r| r.binding() == expected, true))
             .flatten();
@@ -229,12 +229,12 @@ impl ShmLink {
         let mut last_polls = 0;
         loop {
             let calls = &self.shared.calls;
-            if calls.len() == 0 && self.shared.groups.lock().is_idle() {
+            if calls.len() == 0 && self.shared.group.table.lock().is_idle() {
                 let idle = Duration::from_millis(RING_IDLE_WATCH_MS);
-                let active = self.shared.groups_active.notified();
+                let active = self.shared.group.active.notified();
                 tokio::pin!(active);
                 active.as_mut().enable();
-                if !self.shared.groups.lock().is_idle() {
+                if !self.shared.group.table.lock().is_idle() {
                     continue;
                 }
                 // Woken early by a call, or by the node's first part in a group (an accept of
@@ -254,7 +254,7 @@ impl ShmLink {
                 if take_over_replies(&reader, &mut last_polls) {
                     // What it left for the application must not wait for the ring's next
                     // record to be seen.
-                    self.shared.inbox.wake();
+                    self.shared.app.inbox.wake();
                 }
             }
         }
@@ -263,6 +263,6 @@ impl ShmLink {
     pub(crate) fn end(&self) {
         self.ring.set_gone();
         // A sleeping inbox drops the ring at once (and with it this link's state).
-        self.shared.inbox.wake();
+        self.shared.app.inbox.wake();
     }
 }

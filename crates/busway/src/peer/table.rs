@@ -13,13 +13,16 @@ use tokio::sync::futures::Notified;
 use tokio::sync::Notify;
 
 /// The peers of one node, keyed by bus id.
-#[derive(Default)]
 pub(crate) struct PeerTable {
     peers: RwLock<HashMap<BusId, Arc<Peer>, IdHashState>>,
     /// The bus id behind the `upstream` address, once a link to it was up.
     upstream: Mutex<Option<BusId>>,
     /// Woken when a link comes up or goes down.
     changed: Notify,
+    /// Peers whose rings hold single sends not yet published.
+    pub(crate) deferred: Arc<crate::peer::deferred::Deferred>,
+    /// The number of the node's next link (its connections and rings).
+    next_link_id: std::sync::atomic::AtomicU64,
 }
 
 /// What [`PeerTable::attach`] found for an authenticated link.
@@ -30,6 +33,24 @@ pub(crate) struct Attached {
 }
 
 impl PeerTable {
+    /// An empty table whose peers' rings report deferred sends to `deferred`.
+    pub(crate) fn new(deferred: Arc<crate::peer::deferred::Deferred>) -> Self {
+        PeerTable {
+            peers: Default::default(),
+            upstream: Default::default(),
+            changed: Default::default(),
+            deferred,
+            next_link_id: std::sync::atomic::AtomicU64::new(1),
+        }
+    }
+
+    /// A number for a new link, unique in this node.
+    pub(crate) fn next_link_id(&self) -> u64 {
+        // Relaxed: a unique number, publishing nothing.
+        self.next_link_id
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    }
+
     pub(crate) fn get(&self, id: BusId) -> Option<Arc<Peer>> {
         self.peers
             .read()

@@ -23,15 +23,15 @@ impl Shared {
     /// Starts a dial task for each hint.
     pub(crate) async fn discovery_loop(self: Arc<Self>) {
         loop {
-            let dials = self.direct.next_dials().await;
+            let dials = self.routes.hints.next_dials().await;
             if self.is_shutting_down() {
                 return;
             }
             for (dst, addrs) in dials {
                 let shared = self.clone();
-                self.loops.pick().spawn(async move {
+                self.links.loops.pick().spawn(async move {
                     shared.dial_direct(dst, &addrs).await;
-                    shared.direct.end_dial(dst);
+                    shared.routes.hints.end_dial(dst);
                 });
             }
         }
@@ -42,8 +42,8 @@ impl Shared {
     async fn dial_direct(self: &Arc<Self>, dst: BusId, addrs: &[String]) {
         let addrs: Vec<Addr> = addrs.iter().filter_map(|a| a.parse().ok()).collect();
         let mut backoff = Backoff::new(
-            self.config.dial_backoff_min_ms,
-            self.config.id.0 ^ dst.0 ^ self.incarnation,
+            self.config().dial_backoff_min_ms,
+            self.config().id.0 ^ dst.0 ^ self.incarnation(),
         );
         let started = self.clock_ms();
         while !self.is_shutting_down() {
@@ -63,7 +63,7 @@ impl Shared {
             }
             let given_up = match self.peer(dst) {
                 Some(p) => p.is_dead() || p.is_up(),
-                None => self.clock_ms().saturating_sub(started) >= self.config.peer_dead_after_ms,
+                None => self.clock_ms().saturating_sub(started) >= self.config().peer_dead_after_ms,
             };
             if given_up {
                 // Down past its deadline (traffic goes back through relays), another link

@@ -30,6 +30,7 @@ pub(crate) mod registration_table;
 pub(crate) mod registrations;
 pub(crate) mod relayed_table;
 pub(crate) mod remote;
+pub(crate) mod state;
 mod tasks;
 
 use crate::addr::Addr;
@@ -96,7 +97,7 @@ impl Shared {
             peers,
             neighbors,
             upstream: self.upstream_id(),
-            registry: self.registrations.below(),
+            registry: self.routes.registrations.below(),
         }
     }
 
@@ -108,7 +109,7 @@ impl Shared {
     /// Whether `dst` is reached through relays: a downstream registered it, or there is an
     /// upstream to ask.
     fn relayable(&self, dst: BusId) -> bool {
-        self.config.upstream.is_some() || self.hops().registered_below(dst)
+        self.config().upstream.is_some() || self.hops().registered_below(dst)
     }
 
     /// Whether [`Shared::route`] has a way to `dst`, without its side effects (no relayed
@@ -121,7 +122,7 @@ impl Shared {
             return true;
         }
         self.remote_of(dst).is_some()
-            || self.config.upstream.is_some()
+            || self.config().upstream.is_some()
             || hops.registered_below(dst)
     }
 
@@ -142,8 +143,8 @@ impl Shared {
                 Some(r) => r,
                 None if !self.relayable(dst) => return None,
                 None => {
-                    let r = self.relayed.get_or_insert(dst, || {
-                        Remote::new(dst, self.config.send_queue_bytes_max, self.clock_ms())
+                    let r = self.routes.relayed.get_or_insert(dst, || {
+                        Remote::new(dst, self.config().send_queue_bytes_max, self.clock_ms())
                     });
                     // A switch that looked for the entry before it was made superseded
                     // nothing: its link is in the peer table already, and goes first.
@@ -156,7 +157,7 @@ impl Shared {
             // The direct link looked at again under `r`'s lock (see above): it may have come
             // up since the first look.
             if r.open_for_send(|| self.direct_in_use(dst).is_some()) {
-                r.touch(self.coarse_ms.load(Relaxed));
+                r.touch(self.clock.coarse_ms());
                 return Some(Route::Relayed(r));
             }
         }
@@ -176,7 +177,7 @@ impl Shared {
         what: &str,
         link: &mut Option<relay::Sources>,
     ) -> Result<(), String> {
-        if speaker == self.config.id {
+        if speaker == self.config().id {
             return Err(format!(
                 "{what} from peer {from} names this node ({speaker}) as its sender"
             ));
@@ -189,7 +190,9 @@ impl Shared {
             serves: self.peer(from).and_then(|p| p.neighbor().serves),
             upstream: self.upstream_id() == Some(from),
         })
-        .check_frame(speaker, what, |id| self.registrations.registered_by(id))
+        .check_frame(speaker, what, |id| {
+            self.routes.registrations.registered_by(id)
+        })
     }
 
     /// A lie came over the link to `from` (`why` names it): it changes nothing here, and the
@@ -208,11 +211,11 @@ impl Shared {
     }
 
     pub(crate) fn remote_of(&self, dst: BusId) -> Option<Arc<Remote>> {
-        self.relayed.get(dst)
+        self.routes.relayed.get(dst)
     }
 
     pub(crate) fn remotes_snapshot(&self) -> Vec<Arc<Remote>> {
-        self.relayed.snapshot()
+        self.routes.relayed.snapshot()
     }
 
     /// Sends an end-to-end ACK or FAIL frame toward `dst`, best effort (they are regenerated).
@@ -225,9 +228,9 @@ impl Shared {
     pub(crate) fn control_header(&self, kind: RoutedType, dst: BusId, seq: u64) -> RoutedHeader {
         RoutedHeader {
             kind,
-            ttl: self.config.ttl,
-            src: self.config.id,
-            src_incarnation: self.incarnation,
+            ttl: self.config().ttl,
+            src: self.config().id,
+            src_incarnation: self.incarnation(),
             dst,
             seq,
             settled: false,
@@ -249,20 +252,20 @@ impl Shared {
     /// pass it on (a new route prefix, its content shared with the read it came in, neither
     /// copied nor hashed again), or report why not to its source.
     pub(crate) async fn forward(&self, from: BusId, mut header: RoutedHeader, body: Bytes) {
-        let me = self.config.id;
+        let me = self.config().id;
         let peers = self.peers_snapshot();
         let neighbors: Vec<Neighbor> = peers.iter().map(|p| p.neighbor()).collect();
         let upstream = self.upstream_id();
         // The registry snapshot goes before any wait: held, it would make each change of
         // registrations copy the registry.
         let decided = {
-            let registry = self.registrations.below();
+            let registry = self.routes.registrations.below();
             let view = relay::RelayView {
                 me,
                 neighbors: &neighbors,
                 upstream,
                 uptime_ms: self.clock_ms(),
-                grace_ms: self.config.relay_grace_ms,
+                grace_ms: self.config().relay_grace_ms,
                 registry: &registry,
             };
             relay::forward(&mut header, from, &view)
@@ -329,12 +332,12 @@ impl Shared {
     /// its messages to skip (already delivered), or `Err(expected)` if it leaves a gap.
     /// `pending` is what this read already accepted from `src`.
     pub(crate) fn check_routed(&self, h: &RoutedHeader, pending: Option<u64>) -> Result<u64, u64> {
-        self.relayed.check_arrival(h, pending)
+        self.routes.relayed.check_arrival(h, pending)
     }
 
     /// A gap in what `src` sent: tell it where to resume.
     pub(crate) fn report_gap(&self, src: BusId, expected: u64) {
-        let me = self.config.id;
+        let me = self.config().id;
         self.send_fail(
             src,
             expected,
@@ -405,7 +408,7 @@ impl Shared {
         if !dst_peer.accepts_direct() {
             return;
         }
-        if !self.direct.due(src, dst_peer.id, self.clock_ms()) {
+        if !self.routes.hints.due(src, dst_peer.id, self.clock_ms()) {
             return;
         }
         let snap = dst_peer.snapshot();
@@ -423,7 +426,7 @@ impl Shared {
     /// carries our traffic to `dst` (held until one of its acknowledgements shows that), and
     /// only for a destination we send to through relays.
     fn hint_received(&self, relay: BusId, dst: BusId, addrs: Vec<String>) {
-        if !self.config.direct_links || dst == self.config.id || addrs.is_empty() {
+        if !self.config().direct_links || dst == self.config().id || addrs.is_empty() {
             return;
         }
         let Some(r) = self.remote_of(dst) else {
@@ -436,13 +439,13 @@ impl Shared {
 
     /// Dials `dst` at `addrs`, a hint that checked out, unless a link to it is up already.
     fn dial_hinted(&self, dst: BusId, addrs: Vec<String>) {
-        if !self.config.direct_links || addrs.is_empty() {
+        if !self.config().direct_links || addrs.is_empty() {
             return;
         }
         if self.peer(dst).is_some_and(|p| !p.is_dead()) {
             return;
         }
-        self.direct.queue(dst, addrs);
+        self.routes.hints.queue(dst, addrs);
     }
 
     /// Relayed messages written again (after a path may have lost them) count as resent.

@@ -20,7 +20,7 @@ use std::time::Duration;
 impl Shared {
     /// A payload over the node's frame limit is refused before it is routed.
     pub(crate) fn check_size(&self, len: usize) -> Result<(), SendError> {
-        let max = self.config.frame_body_max;
+        let max = self.config().frame_body_max;
         if len > max {
             return Err(SendError::TooLarge { len, max });
         }
@@ -33,7 +33,7 @@ impl Shared {
         match &route {
             Route::Relayed(_) => {
                 // A relayed message also carries the ROUTED header and its route.
-                let max = self.config.frame_body_max - ROUTED_OVERHEAD_BYTES_MAX;
+                let max = self.config().frame_body_max - ROUTED_OVERHEAD_BYTES_MAX;
                 if len > max {
                     return Err(SendError::TooLarge { len, max });
                 }
@@ -213,9 +213,9 @@ impl Route {
     ) -> Result<Queued, PushError> {
         let (path, seqs) = match (self, msg) {
             (Route::Direct(p), Outgoing::Single(payload)) => {
-                let (seq, note) = p.push_single(payload, shared.deferred.looks())?;
+                let (seq, note) = p.push_single(payload, shared.peers.deferred.looks())?;
                 if note {
-                    shared.deferred.note(p);
+                    shared.peers.deferred.note(p);
                 }
                 (Path::Direct, seq..seq + 1)
             }

@@ -61,18 +61,18 @@ fn register_frame(op: &RegisterOp) -> bytes::Bytes {
 impl Shared {
     /// The range this node's own HELLO declares to its upstream.
     fn own_range(&self) -> IdRange {
-        let me = self.config.id;
-        self.config.subtree.unwrap_or((me, me))
+        let me = self.config().id;
+        self.config().subtree.unwrap_or((me, me))
     }
 
     /// Whether a frame in the name of `id` may go to the upstream now (see
     /// `Upward::gate`): this node's own ids pass, others once registered there.
     pub(crate) fn gate_up(&self, id: BusId) -> Gate {
         let (lo, hi) = self.own_range();
-        if id == self.config.id || (lo <= id && id <= hi) {
+        if id == self.config().id || (lo <= id && id <= hi) {
             return Gate::Pass;
         }
-        let st = self.registrations.up();
+        let st = self.routes.registrations.up();
         if !st.upstream_registers {
             return Gate::Refused(
                 "the upstream takes no registrations (an older busway): only this node's own ids go up"
@@ -107,7 +107,7 @@ impl Shared {
     async fn gate_up_within(&self, id: BusId, wait: Duration) -> Gate {
         let deadline = tokio::time::Instant::now() + wait;
         loop {
-            let notified = self.registrations.answered.notified();
+            let notified = self.routes.registrations.answered.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
             let gate = self.gate_up(id);
@@ -126,7 +126,7 @@ impl Shared {
             // An answer from anyone else answers nothing this node asked: ignored.
             return;
         }
-        let me = self.config.id;
+        let me = self.config().id;
         let declared = peer.neighbor().serves;
         let upstream = self.upstream_id();
         let (RegisterOp::Add { version, .. } | RegisterOp::Remove { version, .. }) = op else {
@@ -156,6 +156,7 @@ impl Shared {
                     match clash {
                         Some(why) => (refuse(why), false),
                         None => self
+                            .routes
                             .registrations
                             .change_below(|r| r.apply(me, peer.id, &op, None)),
                     }
@@ -179,6 +180,7 @@ impl Shared {
     fn upward_answered(&self, version: u64, refused: Option<String>) {
         let now = self.clock_ms();
         let answered = self
+            .routes
             .registrations
             .up()
             .upward
@@ -187,20 +189,20 @@ impl Shared {
             bump(&self.counters.registrations_refused_upstream);
             tracing::warn!(%lo, %hi, %why, "the upstream refused a registration; frames in the name of those ids do not go up");
         }
-        self.registrations.answered.notify_waiters();
+        self.routes.registrations.answered.notify_waiters();
     }
 
     /// Brings what this node asked of its upstream in line with what its downstreams stand
     /// for now, and sends the REMOVEs whose earlier messages were acknowledged.
     pub(crate) fn sync_upward(&self) {
-        let Some(up_id) = self.config.upstream.as_ref().and(self.upstream_id()) else {
+        let Some(up_id) = self.config().upstream.as_ref().and(self.upstream_id()) else {
             return;
         };
         let Some(upstream) = self.peer(up_id) else {
             return;
         };
         let own = self.own_range();
-        let below = self.registrations.below();
+        let below = self.routes.registrations.below();
         let mut wanted = Vec::new();
         for p in self.peers_snapshot() {
             if p.id == up_id {
@@ -218,7 +220,7 @@ impl Shared {
         drop(below);
         let (acked, queued) = upstream.sent_point();
         let now = self.clock_ms();
-        let mut st = self.registrations.up();
+        let mut st = self.routes.registrations.up();
         if !st.upstream_registers {
             // An upstream that would close the link on a REGISTER: nothing is asked, and
             // nothing goes up in a downstream's name (`gate_up`).
@@ -241,7 +243,7 @@ impl Shared {
         let this = (upstream.id, upstream.incarnation());
         let registers = upstream.lock().intro.capabilities & caps::REGISTER != 0;
         {
-            let mut st = self.registrations.up();
+            let mut st = self.routes.registrations.up();
             st.upstream_registers = registers;
             if st.asked_of != Some(this) {
                 st.upward.reset();
@@ -254,13 +256,13 @@ impl Shared {
             }
         }
         self.sync_upward();
-        self.registrations.answered.notify_waiters();
+        self.routes.registrations.answered.notify_waiters();
     }
 
     /// The upstream came back as another incarnation: nothing goes up in a downstream's name
     /// until the new one answered (from before its link is attached, see `attach_peer`).
     pub(crate) fn upstream_replaced(&self) {
-        let mut st = self.registrations.up();
+        let mut st = self.routes.registrations.up();
         st.upward.reset();
         st.asked_of = None;
     }
@@ -283,14 +285,14 @@ impl Shared {
     /// A downstream was given up, or came back as another incarnation: what it registered
     /// is forgotten, and taken back upstream.
     pub(crate) fn downstream_gone(&self, id: BusId) {
-        self.registrations.forget(id);
+        self.routes.registrations.forget(id);
         self.sync_upward();
     }
 
     /// Whether the registrations have timed work (removals waiting for acknowledgements,
     /// refused ranges to ask again): `sync_upward` on the tick then.
     pub(crate) fn registrations_tick(&self) {
-        if self.registrations.up().upward.has_timed_work() {
+        if self.routes.registrations.up().upward.has_timed_work() {
             self.sync_upward();
         }
     }

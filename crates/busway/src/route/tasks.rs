@@ -23,7 +23,7 @@ impl Shared {
             return;
         };
         let frames =
-            remote.take_frame_parts(self.config.id, self.incarnation, self.config.ttl, now);
+            remote.take_frame_parts(self.config().id, self.incarnation(), self.config().ttl, now);
         let body_len = |f: &Vec<Bytes>| f.iter().map(Bytes::len).sum::<usize>() - HEADER_LEN;
         let too_large = hop.frame_body_max().and_then(|max| {
             frames
@@ -60,7 +60,7 @@ impl Shared {
     /// before it runs).
     pub(crate) fn schedule_pump(&self, remote: &Remote) {
         if remote.mark_for_pump() {
-            self.relayed.wake_pump();
+            self.routes.relayed.wake_pump();
         }
     }
 
@@ -68,7 +68,7 @@ impl Shared {
     /// piled up since the last round.
     pub(crate) async fn pump_loop(self: Arc<Self>) {
         loop {
-            self.relayed.pump_woken().await;
+            self.routes.relayed.pump_woken().await;
             if self.is_shutting_down() {
                 return;
             }
@@ -100,16 +100,16 @@ impl Shared {
             if self.is_shutting_down() {
                 return;
             }
-            let now = self.clock_ms();
-            // Read by sends (a clock read per send would cost more than the send's own work).
-            self.coarse_ms.store(now, Relaxed);
+            // The coarse clock is read by sends (a clock read per send would cost more than
+            // the send's own work).
+            let now = self.clock.tick();
             if now >= next_sweep {
                 next_sweep = now + FORGET_SWEEP_INTERVAL_MS;
                 self.forget_idle(now);
             }
             self.registrations_tick();
-            let multicasts = !self.multicasts.lock().is_idle();
-            if !self.groups.lock().is_idle() || self.groups.has_repairs() || multicasts {
+            let multicasts = !self.group.multicasts.lock().is_idle();
+            if !self.group.table.lock().is_idle() || self.group.table.has_repairs() || multicasts {
                 // Interest that did not fit a peer's queue when it changed.
                 self.sync_group_adverts();
                 self.group_tick(now);
@@ -118,7 +118,11 @@ impl Shared {
                 self.multicast_tick(now);
             }
             for r in self.remotes_snapshot() {
-                match r.check(now, ROUTED_RESEND_AFTER_MS, self.config.peer_dead_after_ms) {
+                match r.check(
+                    now,
+                    ROUTED_RESEND_AFTER_MS,
+                    self.config().peer_dead_after_ms,
+                ) {
                     Check::Idle => {}
                     Check::Retry => {
                         self.count_resent(r.rewind());
@@ -132,7 +136,8 @@ impl Shared {
                             seqs,
                             format!(
                                 "no path to bus id {} for {} ms",
-                                r.id, self.config.peer_dead_after_ms
+                                r.id,
+                                self.config().peer_dead_after_ms
                             ),
                             Path::Relayed,
                             r.incarnation(),
@@ -147,13 +152,14 @@ impl Shared {
     /// `forget_after_ms`, relayed sources silent that long, relayed destinations that hold
     /// nothing and were not sent to for twice that.
     fn forget_idle(&self, now: u64) {
-        let window = self.config.forget_after_ms;
+        let window = self.config().forget_after_ms;
         let c = &self.counters;
         let n = self.peers.forget_dead(now, window) as u64;
         c.forgotten_peers.fetch_add(n, Relaxed);
-        let n = self.relayed.forget_sources(now, window) as u64;
+        let n = self.routes.relayed.forget_sources(now, window) as u64;
         c.forgotten_sources.fetch_add(n, Relaxed);
         let n = self
+            .routes
             .relayed
             .forget_destinations(now, window.saturating_mul(2)) as u64;
         c.forgotten_destinations.fetch_add(n, Relaxed);

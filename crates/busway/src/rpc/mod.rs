@@ -90,7 +90,7 @@ impl Node {
                 })?;
             let mut call = shared.calls.register(dst, slot);
             let head = call.id.to_le_bytes();
-            if dst == shared.config.id {
+            if dst == shared.config().id {
                 shared.call_self(call.id, &payload)?;
             } else {
                 let call_frame = Outgoing::framed(FrameKind::Call, &head, &payload);
@@ -116,10 +116,10 @@ impl Shared {
         buf.extend_from_slice(payload);
         let buf = buf.freeze();
         let mut spans = vec![(0, buf.len() as u32 | SPAN_CALL)];
-        let me = self.config.id;
+        let me = self.config().id;
         let requests = self.calls.sort_out(me, &buf, &mut spans);
         let batch = MessageBatch::with_requests(me, buf, spans, requests);
-        if self.inbox.try_deliver(batch) {
+        if self.app.inbox.try_deliver(batch) {
             Ok(())
         } else {
             Err(CallError::Send(crate::SendError::Full(me)))
@@ -135,7 +135,7 @@ impl Shared {
         status: u8,
         payload: &Bytes,
     ) -> Option<[u8; REPLY_HEADER_LEN]> {
-        if to == self.config.id {
+        if to == self.config().id {
             self.calls.on_reply(to, id, status, payload.clone());
             return None;
         }
