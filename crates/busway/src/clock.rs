@@ -1,9 +1,15 @@
 //! The node's monotonic clock: heartbeats, round trips, deadlines and the time stamps of the
 //! hot path all read it, so a test has one place to look for where a node's time comes from.
+//!
+//! It is tokio's clock (`tokio::time::Instant`), as are all the runtime's timers: a node whose
+//! tasks run on a runtime with paused time (`IoThreads::Current` on a test's
+//! `start_paused` runtime) lives in that virtual time, its timers and its clock alike. Only
+//! the handshake's wall clock (`now_ms`) stays real.
 
 use busway_core::link::Now;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tokio::time::Instant;
 
 /// Milliseconds since the Unix epoch (the handshake's clock).
 pub(crate) fn now_ms() -> u64 {
@@ -16,7 +22,7 @@ pub(crate) fn now_ms() -> u64 {
 pub(crate) struct Clock {
     /// Start of the node's monotonic clock.
     epoch: Instant,
-    /// The clock in ms as of the retry task's last tick (every `ROUTED_RETRY_INTERVAL_MS`):
+    /// The clock in ms as of the node timer's last tick (every `TIMER_TICK_MS`):
     /// for stamps on a hot path that need no more precision (when a relayed destination was
     /// last sent to). Relaxed: a time stamp, publishing nothing.
     coarse_ms: AtomicU64,

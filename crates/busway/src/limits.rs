@@ -62,8 +62,9 @@ pub const DEFAULT_PEER_DEAD_AFTER_MS: u64 = 30_000;
 pub const DEFAULT_FORGET_AFTER_MS: u64 = 600_000;
 /// How often a node looks for state to forget, in milliseconds.
 pub(crate) const FORGET_SWEEP_INTERVAL_MS: u64 = 1_000;
-/// How often the retry task looks at relayed destinations, in milliseconds.
-pub(crate) const ROUTED_RETRY_INTERVAL_MS: u64 = 100;
+/// How often the node's timer runs its periodic work (relayed destinations looked at,
+/// registrations, group and multicast timers; `node::timer`), in milliseconds.
+pub(crate) const TIMER_TICK_MS: u64 = 100;
 /// Time without an end-to-end acknowledgement after which relayed messages held are written
 /// again, in milliseconds.
 pub(crate) const ROUTED_RESEND_AFTER_MS: u64 = 1_000;

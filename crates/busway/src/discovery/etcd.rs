@@ -1,7 +1,7 @@
 //! Discovery through etcd (`NodeConfig::etcd`). A node registers itself under
 //! `PREFIX/nodes/ID` (its incarnation and listen addresses) with a lease it keeps alive, and
 //! watches `PREFIX/nodes/` to know where every other node listens. A send to an id with no
-//! link and no route looks the id up here and dials it (`Shared::route_or_discover`).
+//! link and no route looks the id up here and dials it (`route::outgoing::route_or_discover`).
 //!
 //! etcd going away stops nothing: the node keeps what it knows, says so (`Node::discovery`,
 //! a warning), and registers again (a new lease) and reads the whole directory again when
@@ -90,198 +90,199 @@ impl EtcdConfig {
     }
 }
 
-impl Shared {
-    /// Keeps this node registered in etcd and its directory current, session after session,
-    /// until the node stops.
-    pub(crate) async fn etcd_loop(self: Arc<Self>, config: EtcdConfig) {
-        let mut backoff = Backoff::new(
-            self.config().dial_backoff_min_ms.max(100),
-            self.config().id.0 ^ self.incarnation(),
-        );
-        let mut stop = self.app.stop_signal();
-        loop {
-            let session = self.etcd_session(&config, &mut backoff);
-            let ended = tokio::select! {
-                r = session => r,
-                _ = stop.wait_for(|&s| s) => return,
-            };
-            let why = ended.err().unwrap_or_else(|| "session ended".into());
-            let was_up = {
-                let mut st = self.directory.lock();
-                let was = st.info.connected;
-                st.info.connected = false;
-                st.info.last_error = Some(why.clone());
-                st.session = None;
-                was
-            };
-            if was_up {
-                tracing::warn!(error = %why, known = self.directory.lock().known.len(), "etcd unreachable: keeping the nodes known, registering again when it is back");
-            } else {
-                tracing::debug!(error = %why, "etcd still unreachable");
-            }
-            tokio::select! {
-                _ = tokio::time::sleep(backoff.next_delay()) => {}
-                _ = stop.wait_for(|&s| s) => return,
+/// Keeps this node registered in etcd and its directory current, session after session,
+/// until the node stops.
+pub(crate) async fn etcd_loop(shared: Arc<Shared>, config: EtcdConfig) {
+    let mut backoff = Backoff::new(
+        shared.config().dial_backoff_min_ms.max(100),
+        shared.config().id.0 ^ shared.incarnation(),
+    );
+    let mut stop = shared.app.stop_signal();
+    loop {
+        let session = etcd_session(&shared, &config, &mut backoff);
+        let ended = tokio::select! {
+            r = session => r,
+            _ = stop.wait_for(|&s| s) => return,
+        };
+        let why = ended.err().unwrap_or_else(|| "session ended".into());
+        let was_up = {
+            let mut st = shared.directory.lock();
+            let was = st.info.connected;
+            st.info.connected = false;
+            st.info.last_error = Some(why.clone());
+            st.session = None;
+            was
+        };
+        if was_up {
+            tracing::warn!(error = %why, known = shared.directory.lock().known.len(), "etcd unreachable: keeping the nodes known, registering again when it is back");
+        } else {
+            tracing::debug!(error = %why, "etcd still unreachable");
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(backoff.next_delay()) => {}
+            _ = stop.wait_for(|&s| s) => return,
+        }
+    }
+}
+
+/// One session: connect, register under a new lease, read the directory, then keep the
+/// lease alive and follow the directory's changes until something fails.
+async fn etcd_session(
+    shared: &Shared,
+    config: &EtcdConfig,
+    backoff: &mut Backoff,
+) -> Result<(), String> {
+    let timeout = Duration::from_millis(ETCD_REQUEST_TIMEOUT_MS);
+    let options = ConnectOptions::new()
+        .with_connect_timeout(timeout)
+        .with_timeout(timeout);
+    let fail = |what: &str, e: etcd_client::Error| format!("etcd {what}: {e}");
+    let mut client = Client::connect(&config.endpoints, Some(options))
+        .await
+        .map_err(|e| fail("connect", e))?;
+    let ttl = config.lease_ttl_secs as i64;
+    let lease = client
+        .lease_grant(ttl, None)
+        .await
+        .map_err(|e| fail("lease grant", e))?
+        .id();
+    let prefix = config.nodes_prefix();
+    let addrs = shared.advertised_addrs();
+    let key = format!("{prefix}{}", shared.config().id.0);
+    client
+        .put(
+            key.clone(),
+            encode_registration(shared.incarnation(), &addrs),
+            Some(PutOptions::new().with_lease(lease)),
+        )
+        .await
+        .map_err(|e| fail("put", e))?;
+    let listing = client
+        .get(prefix.clone(), Some(GetOptions::new().with_prefix()))
+        .await
+        .map_err(|e| fail("get", e))?;
+    let revision = listing.header().map_or(0, |h| h.revision());
+    let mut known = HashMap::new();
+    for kv in listing.kvs() {
+        take_registration(shared, &prefix, kv.key(), kv.value(), &mut known);
+    }
+    let mut watch = client
+        .watch(
+            prefix.clone(),
+            Some(
+                WatchOptions::new()
+                    .with_prefix()
+                    .with_start_revision(revision + 1),
+            ),
+        )
+        .await
+        .map_err(|e| fail("watch", e))?;
+    let (mut keeper, mut keep_stream) = client
+        .lease_keep_alive(lease)
+        .await
+        .map_err(|e| fail("keep-alive", e))?;
+    {
+        let mut st = shared.directory.lock();
+        st.known = known;
+        st.info.connected = true;
+        st.info.registrations += 1;
+        st.session = Some((client.clone(), lease));
+    }
+    backoff.reset();
+    tracing::info!(%key, lease, "registered in etcd");
+    let mut tick = tokio::time::interval(Duration::from_millis(config.lease_ttl_secs * 1_000 / 3));
+    loop {
+        tokio::select! {
+            _ = tick.tick() => keep_alive(&mut keeper, &mut keep_stream).await?,
+            changes = watch.message() => {
+                let changes = changes
+                    .map_err(|e| fail("watch", e))?
+                    .ok_or("etcd watch: the stream ended")?;
+                if changes.canceled() {
+                    return Err(format!("etcd watch cancelled: {}", changes.cancel_reason()));
+                }
+                apply_changes(shared, &prefix, &changes);
             }
         }
     }
+}
 
-    /// One session: connect, register under a new lease, read the directory, then keep the
-    /// lease alive and follow the directory's changes until something fails.
-    async fn etcd_session(&self, config: &EtcdConfig, backoff: &mut Backoff) -> Result<(), String> {
-        let timeout = Duration::from_millis(ETCD_REQUEST_TIMEOUT_MS);
-        let options = ConnectOptions::new()
-            .with_connect_timeout(timeout)
-            .with_timeout(timeout);
-        let fail = |what: &str, e: etcd_client::Error| format!("etcd {what}: {e}");
-        let mut client = Client::connect(&config.endpoints, Some(options))
-            .await
-            .map_err(|e| fail("connect", e))?;
-        let ttl = config.lease_ttl_secs as i64;
-        let lease = client
-            .lease_grant(ttl, None)
-            .await
-            .map_err(|e| fail("lease grant", e))?
-            .id();
-        let prefix = config.nodes_prefix();
-        let addrs = self.advertised_addrs();
-        let key = format!("{prefix}{}", self.config().id.0);
-        client
-            .put(
-                key.clone(),
-                encode_registration(self.incarnation(), &addrs),
-                Some(PutOptions::new().with_lease(lease)),
-            )
-            .await
-            .map_err(|e| fail("put", e))?;
-        let listing = client
-            .get(prefix.clone(), Some(GetOptions::new().with_prefix()))
-            .await
-            .map_err(|e| fail("get", e))?;
-        let revision = listing.header().map_or(0, |h| h.revision());
-        let mut known = HashMap::new();
-        for kv in listing.kvs() {
-            self.take_registration(&prefix, kv.key(), kv.value(), &mut known);
-        }
-        let mut watch = client
-            .watch(
-                prefix.clone(),
-                Some(
-                    WatchOptions::new()
-                        .with_prefix()
-                        .with_start_revision(revision + 1),
-                ),
-            )
-            .await
-            .map_err(|e| fail("watch", e))?;
-        let (mut keeper, mut keep_stream) = client
-            .lease_keep_alive(lease)
-            .await
-            .map_err(|e| fail("keep-alive", e))?;
-        {
-            let mut st = self.directory.lock();
-            st.known = known;
-            st.info.connected = true;
-            st.info.registrations += 1;
-            st.session = Some((client.clone(), lease));
-        }
-        backoff.reset();
-        tracing::info!(%key, lease, "registered in etcd");
-        let mut tick =
-            tokio::time::interval(Duration::from_millis(config.lease_ttl_secs * 1_000 / 3));
-        loop {
-            tokio::select! {
-                _ = tick.tick() => keep_alive(&mut keeper, &mut keep_stream).await?,
-                changes = watch.message() => {
-                    let changes = changes
-                        .map_err(|e| fail("watch", e))?
-                        .ok_or("etcd watch: the stream ended")?;
-                    if changes.canceled() {
-                        return Err(format!("etcd watch cancelled: {}", changes.cancel_reason()));
+/// Takes what the directory's watch reports: nodes registered, and nodes gone.
+fn apply_changes(shared: &Shared, prefix: &str, changes: &etcd_client::WatchResponse) {
+    let mut st = shared.directory.lock();
+    for event in changes.events() {
+        let Some(kv) = event.kv() else { continue };
+        match event.event_type() {
+            EventType::Put => {
+                take_registration(shared, prefix, kv.key(), kv.value(), &mut st.known);
+            }
+            EventType::Delete => {
+                let key = String::from_utf8_lossy(kv.key());
+                if let Some(id) = key.strip_prefix(prefix).and_then(|s| s.parse().ok()) {
+                    if st.known.remove(&BusId(id)).is_some() {
+                        tracing::info!(
+                            peer = id,
+                            "node left etcd (deregistered or its lease expired)"
+                        );
                     }
-                    self.apply_changes(&prefix, &changes);
                 }
             }
         }
     }
+}
 
-    /// Takes what the directory's watch reports: nodes registered, and nodes gone.
-    fn apply_changes(&self, prefix: &str, changes: &etcd_client::WatchResponse) {
-        let mut st = self.directory.lock();
-        for event in changes.events() {
-            let Some(kv) = event.kv() else { continue };
-            match event.event_type() {
-                EventType::Put => {
-                    self.take_registration(prefix, kv.key(), kv.value(), &mut st.known);
-                }
-                EventType::Delete => {
-                    let key = String::from_utf8_lossy(kv.key());
-                    if let Some(id) = key.strip_prefix(prefix).and_then(|s| s.parse().ok()) {
-                        if st.known.remove(&BusId(id)).is_some() {
-                            tracing::info!(
-                                peer = id,
-                                "node left etcd (deregistered or its lease expired)"
-                            );
-                        }
-                    }
-                }
+/// Adds (or replaces) a registration read from etcd; a false one is logged and ignored.
+fn take_registration(
+    shared: &Shared,
+    prefix: &str,
+    key: &[u8],
+    value: &[u8],
+    known: &mut HashMap<BusId, DiscoveredNode>,
+) {
+    let key = String::from_utf8_lossy(key);
+    let value = String::from_utf8_lossy(value);
+    match decode_registration(&key, prefix, &value) {
+        Ok(n) if n.id == shared.config().id => {}
+        Ok(n) => {
+            if known.len() >= DIRECTORY_NODES_MAX && !known.contains_key(&n.id) {
+                tracing::warn!(peer = %n.id, "etcd directory full (DIRECTORY_NODES_MAX): registration ignored");
+                return;
             }
+            if shared.peer(n.id).is_some_and(|p| !p.is_up()) {
+                // Restarted somewhere else, perhaps: dial where it says it is now.
+                shared.routes.hints.queue(n.id, n.addrs.clone());
+            }
+            known.insert(n.id, n);
+        }
+        Err(why) => tracing::warn!(%why, "false registration in etcd ignored"),
+    }
+}
+
+/// Takes this node's registration out of etcd (at shutdown), within the request timeout.
+pub(crate) async fn deregister(shared: &Shared) {
+    let session = shared.directory.lock().session.take();
+    if let Some((mut client, lease)) = session {
+        let revoke = client.lease_revoke(lease);
+        let wait = Duration::from_millis(ETCD_REQUEST_TIMEOUT_MS);
+        match tokio::time::timeout(wait, revoke).await {
+            Ok(Ok(_)) => tracing::info!("deregistered from etcd"),
+            Ok(Err(e)) => tracing::warn!(error = %e, "could not deregister from etcd"),
+            Err(_) => tracing::warn!("etcd did not answer the deregistration in time"),
         }
     }
+}
 
-    /// Adds (or replaces) a registration read from etcd; a false one is logged and ignored.
-    fn take_registration(
-        &self,
-        prefix: &str,
-        key: &[u8],
-        value: &[u8],
-        known: &mut HashMap<BusId, DiscoveredNode>,
-    ) {
-        let key = String::from_utf8_lossy(key);
-        let value = String::from_utf8_lossy(value);
-        match decode_registration(&key, prefix, &value) {
-            Ok(n) if n.id == self.config().id => {}
-            Ok(n) => {
-                if known.len() >= DIRECTORY_NODES_MAX && !known.contains_key(&n.id) {
-                    tracing::warn!(peer = %n.id, "etcd directory full (DIRECTORY_NODES_MAX): registration ignored");
-                    return;
-                }
-                if self.peer(n.id).is_some_and(|p| !p.is_up()) {
-                    // Restarted somewhere else, perhaps: dial where it says it is now.
-                    self.routes.hints.queue(n.id, n.addrs.clone());
-                }
-                known.insert(n.id, n);
-            }
-            Err(why) => tracing::warn!(%why, "false registration in etcd ignored"),
-        }
+/// Dials `dst` if etcd names it (and no link to it exists): true if a dial was asked for.
+pub(crate) fn discover(shared: &Shared, dst: BusId) -> bool {
+    if shared.config().etcd.is_none() || shared.peer(dst).is_some_and(|p| p.is_up()) {
+        return false;
     }
-
-    /// Takes this node's registration out of etcd (at shutdown), within the request timeout.
-    pub(crate) async fn deregister(&self) {
-        let session = self.directory.lock().session.take();
-        if let Some((mut client, lease)) = session {
-            let revoke = client.lease_revoke(lease);
-            let wait = Duration::from_millis(ETCD_REQUEST_TIMEOUT_MS);
-            match tokio::time::timeout(wait, revoke).await {
-                Ok(Ok(_)) => tracing::info!("deregistered from etcd"),
-                Ok(Err(e)) => tracing::warn!(error = %e, "could not deregister from etcd"),
-                Err(_) => tracing::warn!("etcd did not answer the deregistration in time"),
-            }
+    match shared.directory.lookup(dst) {
+        Some(n) if !n.addrs.is_empty() => {
+            shared.routes.hints.queue(dst, n.addrs);
+            true
         }
-    }
-
-    /// Dials `dst` if etcd names it (and no link to it exists): true if a dial was asked for.
-    pub(crate) fn discover(&self, dst: BusId) -> bool {
-        if self.config().etcd.is_none() || self.peer(dst).is_some_and(|p| p.is_up()) {
-            return false;
-        }
-        match self.directory.lookup(dst) {
-            Some(n) if !n.addrs.is_empty() => {
-                self.routes.hints.queue(dst, n.addrs);
-                true
-            }
-            _ => false,
-        }
+        _ => false,
     }
 }
 

@@ -8,8 +8,8 @@
 //! **Runs on**: one task on an I/O loop (the session); the application's threads read the
 //! directory when a send finds no route.
 //!
-//! **May call**: the link part's backoff, and the node's dialer through `Shared` (a send to an
-//! id with no route dials the address found here).
+//! **May call**: the link part's backoff, the peer table, and the route part's hints (a send
+//! to an id with no route queues the addresses found here for the direct dialer).
 
 pub(crate) mod directory;
 #[cfg(feature = "etcd")]

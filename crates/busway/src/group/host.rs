@@ -5,11 +5,16 @@
 //! events. Also the calls the rest of the runtime makes into those machines (a REPAIR read, a
 //! link up, the timers).
 
+use crate::group::permissions;
 use crate::group::Delivered;
+use crate::limits::{GROUP_HOP_WAIT_MS, GROUP_SLOW_MEMBER_WAIT_MS};
 use crate::node::event::Event;
 use crate::node::stats::bump;
 use crate::peer::{Peer, PushError};
+use crate::route;
+use crate::route::outgoing;
 use crate::route::outgoing::{Blocked, Outgoing};
+use crate::route::registrations;
 use crate::route::Hops;
 use crate::shared::Shared;
 use busway_core::frame::FrameKind;
@@ -29,6 +34,8 @@ use std::sync::Arc;
 /// into `out`.
 pub(crate) struct GroupHost<'s, 'b, 'd> {
     shared: &'s Shared,
+    /// The node's routes as the machines see them.
+    routes: NodeRoutes<'s>,
     out: &'b mut Delivered<'d>,
     /// Who the link being read may speak for, looked up once per read (see `may_speak_for`).
     link: &'b mut Option<busway_core::relay::Sources>,
@@ -48,15 +55,18 @@ impl GroupHost<'_, '_, '_> {
     }
 }
 
-impl Routes for Shared {
+/// The node's routes as the core's machines see them ([`Routes`]).
+pub(crate) struct NodeRoutes<'s>(pub(crate) &'s Shared);
+
+impl Routes for NodeRoutes<'_> {
     type Hops = Hops;
 
     fn hops(&self) -> Hops {
-        Shared::hops(self)
+        crate::route::hops(self.0)
     }
 
     fn hop(&self, hops: &Hops, dst: BusId, except: Option<BusId>) -> Option<BusId> {
-        if let Some(p) = self.peer(dst) {
+        if let Some(p) = self.0.peer(dst) {
             if !(p.discovered && p.is_dead()) && Some(p.id) != except {
                 return Some(p.id);
             }
@@ -65,11 +75,11 @@ impl Routes for Shared {
     }
 }
 
-impl Host for GroupHost<'_, '_, '_> {
-    type Routes = Shared;
+impl<'s> Host for GroupHost<'s, '_, '_> {
+    type Routes = NodeRoutes<'s>;
 
-    fn routes(&self) -> &Shared {
-        self.shared
+    fn routes(&self) -> &NodeRoutes<'s> {
+        &self.routes
     }
 
     fn me(&self) -> (BusId, u64) {
@@ -96,11 +106,11 @@ impl Host for GroupHost<'_, '_, '_> {
     }
 
     fn may_pass_to(&self, peer: BusId, speaker: BusId) -> bool {
-        self.shared.may_pass_to(peer, speaker)
+        registrations::may_pass_to(self.shared, peer, speaker)
     }
 
     fn may_speak_for(&mut self, from: BusId, speaker: BusId, what: &str) -> Result<(), String> {
-        self.shared.may_speak_for(from, speaker, what, self.link)
+        route::may_speak_for(self.shared, from, speaker, what, self.link)
     }
 
     fn push(&mut self, peer: BusId, kind: FrameKind, head: &[u8], payload: &Bytes) -> Push {
@@ -124,7 +134,7 @@ impl Host for GroupHost<'_, '_, '_> {
         let Some(p) = self.peer(peer) else {
             return Push::Gone;
         };
-        match self.shared.push_own_publish(&p, head, payload) {
+        match push_own_publish(self.shared, &p, head, payload) {
             Ok(()) => Push::Sent,
             Err(PushError::Full) => Push::Full,
             // Closed or given up: that peer will not hear it (and forgets its interest).
@@ -133,11 +143,11 @@ impl Host for GroupHost<'_, '_, '_> {
     }
 
     fn send_repair(&mut self, to: BusId, head: &[u8], payload: &Bytes) -> Result<(), Unsent> {
-        if let Err(e) = self.shared.check_size(head.len() + payload.len()) {
+        if let Err(e) = outgoing::check_size(self.shared, head.len() + payload.len()) {
             return Err(Unsent::Failed(e.to_string()));
         }
         let repair = Outgoing::framed(FrameKind::Repair, head, payload);
-        match self.shared.try_enqueue(to, None, &repair) {
+        match outgoing::try_enqueue(self.shared, to, None, &repair) {
             Ok(_) => Ok(()),
             Err(Blocked::Full(_)) => Err(Unsent::Full),
             Err(Blocked::Failed(e)) => Err(Unsent::Failed(e.to_string())),
@@ -161,7 +171,8 @@ impl Host for GroupHost<'_, '_, '_> {
     }
 
     fn wait_ms(&self, peer: BusId) -> u64 {
-        self.peer(peer).map_or(0, |p| self.shared.group_wait_ms(&p))
+        self.peer(peer)
+            .map_or(0, |p| group_wait_ms(self.shared, &p))
     }
 
     fn fits(&self, peer: BusId, len: usize) -> bool {
@@ -189,7 +200,7 @@ impl Host for GroupHost<'_, '_, '_> {
 
     fn passes_on(&self, peer: BusId) -> bool {
         self.peer(peer)
-            .is_some_and(|p| self.shared.passes_groups_on(&p))
+            .is_some_and(|p| permissions::passes_groups_on(self.shared, &p))
     }
 
     fn hinted(&mut self, peer: BusId) -> bool {
@@ -200,7 +211,7 @@ impl Host for GroupHost<'_, '_, '_> {
     }
 
     fn interest_quota(&self, from: BusId) -> usize {
-        self.shared.interest_quota(from)
+        permissions::interest_quota(self.shared, from)
     }
 
     fn left_log(&mut self, from: BusId, group: &str) {
@@ -330,7 +341,7 @@ fn count_report(shared: &Shared, report: Report) {
         }
         Report::PublishLie { from, why } => {
             bump(&counters.publishes_refused);
-            shared.refuse_link(from, why);
+            route::refuse_link(shared, from, why);
         }
         Report::Unwanted {
             publisher,
@@ -346,7 +357,7 @@ fn count_report(shared: &Shared, report: Report) {
         Report::LinkSkipped => bump(&counters.group_links_skipped),
         Report::MulticastLie { from, why } => {
             bump(&counters.multicasts_refused);
-            shared.refuse_link(from, why);
+            route::refuse_link(shared, from, why);
         }
         Report::JoinRefused { member, group, why } => {
             bump(&counters.group_joins_refused);
@@ -388,78 +399,116 @@ fn count_report(shared: &Shared, report: Report) {
     }
 }
 
-impl Shared {
-    /// Runs `f` with the core's machines on this node for one call (a read, a timer, a call
-    /// of the application's; about `at_hand`, a peer the caller holds already): what it
-    /// delivers is handed over when it ends. Returns `f`'s answer, whether it delivered (or
-    /// left deliveries waiting for their turn), and whether the node left a group by it (its
-    /// peers are to be told: `sync_group_adverts`).
-    pub(crate) fn group_decide<R>(
-        &self,
-        at_hand: Option<&Arc<Peer>>,
-        f: impl FnOnce(&mut GroupHost<'_, '_, '_>) -> R,
-    ) -> (R, bool, bool) {
-        let (mut out, mut link) = (self.delivered(), None);
-        let got = f(&mut GroupHost {
-            shared: self,
-            out: &mut out,
-            link: &mut link,
-            hinted: None,
-            at_hand,
-        });
-        let (handed, left) = out.finish();
-        (got, handed, left)
-    }
+/// Runs `f` with the core's machines on this node for one call (a read, a timer, a call
+/// of the application's; about `at_hand`, a peer the caller holds already): what it
+/// delivers is handed over when it ends. Returns `f`'s answer, whether it delivered (or
+/// left deliveries waiting for their turn), and whether the node left a group by it (its
+/// peers are to be told: `sync_group_adverts`).
+pub(crate) fn group_decide<R>(
+    shared: &Shared,
+    at_hand: Option<&Arc<Peer>>,
+    f: impl FnOnce(&mut GroupHost<'_, '_, '_>) -> R,
+) -> (R, bool, bool) {
+    let (mut out, mut link) = (delivered(shared), None);
+    let got = f(&mut GroupHost {
+        shared,
+        routes: NodeRoutes(shared),
+        out: &mut out,
+        link: &mut link,
+        hinted: None,
+        at_hand,
+    });
+    let (handed, left) = out.finish();
+    (got, handed, left)
+}
 
-    /// [`Shared::group_decide`], the peers told at once if the node left a group.
-    pub(crate) fn group_call<R>(
-        &self,
-        at_hand: Option<&Arc<Peer>>,
-        f: impl FnOnce(&mut GroupHost<'_, '_, '_>) -> R,
-    ) -> (R, bool) {
-        let (got, handed, left) = self.group_decide(at_hand, f);
-        if left {
-            self.sync_group_adverts();
-        }
-        (got, handed)
+/// [`group_decide`], the peers told at once if the node left a group.
+pub(crate) fn group_call<R>(
+    shared: &Shared,
+    at_hand: Option<&Arc<Peer>>,
+    f: impl FnOnce(&mut GroupHost<'_, '_, '_>) -> R,
+) -> (R, bool) {
+    let (got, handed, left) = group_decide(shared, at_hand, f);
+    if left {
+        sync_group_adverts(shared);
     }
+    (got, handed)
+}
 
-    /// [`Shared::group_call`] about no peer in particular, for its answer alone.
-    pub(crate) fn with_group_host<R>(&self, f: impl FnOnce(&mut GroupHost<'_, '_, '_>) -> R) -> R {
-        self.group_call(None, f).0
+/// [`group_call`] about no peer in particular, for its answer alone.
+pub(crate) fn with_group_host<R>(
+    shared: &Shared,
+    f: impl FnOnce(&mut GroupHost<'_, '_, '_>) -> R,
+) -> R {
+    group_call(shared, None, f).0
+}
+
+/// Queues this node's own publish (`head`, then `payload`) for `peer` (see
+/// `Peer::push_publish`), and notes the peer when its ring publication waits.
+pub(crate) fn push_own_publish(
+    shared: &Shared,
+    peer: &Arc<Peer>,
+    head: &[u8],
+    payload: &Bytes,
+) -> Result<(), PushError> {
+    let (_, note) = peer.push_publish(head, payload, shared.peers.deferred.looks())?;
+    if note {
+        shared.peers.deferred.note(peer);
     }
+    Ok(())
+}
 
-    /// Queues this node's own publish (`head`, then `payload`) for `peer` (see
-    /// `Peer::push_publish`), and notes the peer when its ring publication waits.
-    pub(crate) fn push_own_publish(
-        &self,
-        peer: &Arc<Peer>,
-        head: &[u8],
-        payload: &Bytes,
-    ) -> Result<(), PushError> {
-        let (_, note) = peer.push_publish(head, payload, self.peers.deferred.looks())?;
-        if note {
-            self.peers.deferred.note(peer);
-        }
-        Ok(())
-    }
+/// A link to `peer` came up: the receivers this node multicast to behind it get a mark
+/// (see `multicast::node::link_up`).
+pub(crate) fn multicast_link_up(shared: &Shared, peer: BusId) {
+    with_group_host(shared, |h| multicast::node::link_up(h, peer));
+}
 
-    /// The groups' and multicasts' timers, on the retry tick: first the publishes that wait
-    /// for room (a ring's reader retries them itself; a socket's link waits for them), then
-    /// the machines' own (see `group::node::tick` and `multicast::node::tick`).
-    pub(crate) fn group_tick(&self, now_ms: u64) {
-        self.push_blocked_forwards();
-        self.with_group_host(|h| group::node::tick(h, now_ms));
-    }
+/// Tells each peer what this node now wants through it (see
+/// `busway_core::group::reads::sync_adverts`); a change that does not fit a peer's queue
+/// is told on a later call (the node's timer calls this).
+pub(crate) fn sync_group_adverts(shared: &Shared) {
+    let _turn = shared.group.table.adverts_turn();
+    let upstream = shared.upstream_id();
+    // A link dialed on a relay's hint carries no group traffic: the two ends reach each
+    // other through the tree already, and publishes by a second path would start a
+    // member's stream wherever the faster path's first publish or mark falls, skipping
+    // what the tree still carries (see `sort_out_groups`).
+    let peers: Vec<(BusId, bool)> = shared
+        .peers_snapshot()
+        .iter()
+        .filter(|p| !p.discovered)
+        .map(|p| {
+            (
+                p.id,
+                Some(p.id) == upstream || p.neighbor().serves.is_some(),
+            )
+        })
+        .collect();
+    // Not `group_call`: a call that left a group would come back here, under the turn.
+    let (_, _, left) = group_decide(shared, None, |h| group::reads::sync_adverts(h, &peers));
+    debug_assert!(!left, "telling the peers leaves no group");
+}
 
-    /// The multicasts' timers, on the retry tick (see `multicast::node::tick`).
-    pub(crate) fn multicast_tick(&self, now_ms: u64) {
-        self.with_group_host(|h| multicast::node::tick(h, now_ms));
-    }
+/// Deliveries to this node's application about to be decided, handed over in the order
+/// decided (see `busway_core::turns`).
+pub(crate) fn delivered(shared: &Shared) -> Delivered<'_> {
+    Delivered::new(&shared.group.handover, &shared.app.inbox)
+}
 
-    /// A link to `peer` came up: the receivers this node multicast to behind it get a mark
-    /// (see `multicast::node::link_up`).
-    pub(crate) fn multicast_link_up(&self, peer: BusId) {
-        self.with_group_host(|h| multicast::node::link_up(h, peer));
+/// A link stops reading because the application left `GROUP_INBOX_BYTES_MAX` of group
+/// publishes unread: a member cut off then fell behind (see `busway_core::group::node::skipped`).
+pub(crate) fn note_app_behind(shared: &Shared) {
+    let now_ms = shared.clock.coarse_ms();
+    shared.group.table.note_app_behind(now_ms);
+}
+
+/// How long a cut-off publish waits for room toward `peer`: `GROUP_HOP_WAIT_MS` if it
+/// passes groups on, `GROUP_SLOW_MEMBER_WAIT_MS` otherwise.
+pub(crate) fn group_wait_ms(shared: &Shared, peer: &crate::peer::Peer) -> u64 {
+    if permissions::passes_groups_on(shared, peer) {
+        GROUP_HOP_WAIT_MS
+    } else {
+        GROUP_SLOW_MEMBER_WAIT_MS
     }
 }

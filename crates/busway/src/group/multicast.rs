@@ -10,9 +10,11 @@
 //! what a relay loses (it died, or a link's queue was full) the receiver sees as a gap in its
 //! numbers and asks the source to repair, as a group member does.
 
+use crate::group::host::NodeRoutes;
 use crate::node::stats::bump;
 use crate::node::Node;
 use crate::peer::PushError;
+use crate::route;
 use crate::route::Hops;
 use busway_core::frame::FrameKind;
 use busway_core::multicast::calls::receivers;
@@ -48,14 +50,16 @@ impl Node {
             receivers
                 .iter()
                 .copied()
-                .filter(|&id| !shared.has_route(id, &hops))
+                .filter(|&id| !route::has_route(shared, id, &hops))
                 .collect()
         };
-        let unrouted = unrouted_of(shared.hops());
+        let unrouted = unrouted_of(route::hops(shared));
         // Receivers only etcd knows are dialed first, as a send to one of them is.
         #[cfg(feature = "etcd")]
-        let unrouted = if !unrouted.is_empty() && shared.discover_all(&unrouted).await {
-            unrouted_of(shared.hops())
+        let unrouted = if !unrouted.is_empty()
+            && crate::route::outgoing::discover_all(shared, &unrouted).await
+        {
+            unrouted_of(route::hops(shared))
         } else {
             unrouted
         };
@@ -70,7 +74,7 @@ impl Node {
             .number(&receivers, &payload, now_ms);
         let mut reached = 0;
         // Checked above: every receiver had a route (one lost since asks once it is back).
-        let (split, _) = split_by_hop(shared, numbered.into_iter(), None);
+        let (split, _) = split_by_hop(&NodeRoutes(shared), numbered.into_iter(), None);
         for (peer, list) in split {
             let Some(peer) = shared.peer(peer) else {
                 // Gone since: those receivers ask for copies once a path is back.

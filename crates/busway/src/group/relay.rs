@@ -2,7 +2,9 @@
 //! (`busway_core::group::publishes::forward_publish` queues them): pushed as room comes, and
 //! waited for by the links that bring publishes (they stop reading meanwhile).
 
-use crate::limits::{GROUP_HOP_WAIT_MS, GROUP_SLOW_MEMBER_WAIT_MS, ROUTED_RETRY_INTERVAL_MS};
+use crate::group::host;
+use crate::limits::TIMER_TICK_MS;
+use crate::route::registrations;
 use crate::shared::Shared;
 use busway_core::group::decode_publish;
 use busway_core::group::forwards::Push;
@@ -12,91 +14,78 @@ use bytes::Bytes;
 use std::sync::Arc;
 use std::time::Duration;
 
-impl Shared {
-    /// Passes on the publishes that wait for room, in order, as far as the queues allow
-    /// (cut-off ones past their time are dropped instead, see `forward_publish`); returns the
-    /// first that still waits: its peer, length and give-up time.
-    pub(crate) fn push_blocked_forwards(
-        &self,
-    ) -> Option<(Arc<crate::peer::Peer>, usize, Option<u64>)> {
-        let now_ms = self.clock.coarse_ms();
-        let upstream = self.upstream_id();
-        let push = |id: BusId, body: &Bytes| {
-            let Ok(head) = decode_publish(body) else {
-                self.forwards_dropped(body);
-                return Push::Gone;
-            };
-            // A forward that waited may no longer go up: its publisher's range was taken back
-            // meanwhile (see `forward_publish`).
-            if Some(id) == upstream && !self.may_pass_to(id, head.publisher) {
-                self.forwards_dropped(body);
-                return Push::Gone;
-            }
-            // The gap mark owed to that peer of its stream first (`push_paying`).
-            let pushed = self.with_group_host(|h| publishes::push_paying(h, id, body, &head));
-            if pushed == Push::Gone {
-                // Gone: that peer will not hear it.
-                self.forwards_dropped(body);
-            }
-            pushed
+/// Passes on the publishes that wait for room, in order, as far as the queues allow
+/// (cut-off ones past their time are dropped instead, see `forward_publish`); returns the
+/// first that still waits: its peer, length and give-up time.
+pub(crate) fn push_blocked_forwards(
+    shared: &Shared,
+) -> Option<(Arc<crate::peer::Peer>, usize, Option<u64>)> {
+    let now_ms = shared.clock.coarse_ms();
+    let upstream = shared.upstream_id();
+    let push = |id: BusId, body: &Bytes| {
+        let Ok(head) = decode_publish(body) else {
+            forwards_dropped(shared, body);
+            return Push::Gone;
         };
-        let given_up = |id, body: &Bytes| {
-            self.with_group_host(|h| publishes::given_up(h, id, body));
-        };
-        let pushed = self.group.table.waiting.push(now_ms, push, given_up);
-        if !pushed.dropped.is_empty() {
-            self.with_group_host(|h| publishes::forwards_given_up(h, &pushed.dropped));
-            tracing::debug!(
-                dropped = pushed.dropped.len(),
-                "a link to members stayed full: its cut-off publishes are dropped until it has room"
-            );
+        // A forward that waited may no longer go up: its publisher's range was taken back
+        // meanwhile (see `forward_publish`).
+        if Some(id) == upstream && !registrations::may_pass_to(shared, id, head.publisher) {
+            forwards_dropped(shared, body);
+            return Push::Gone;
         }
-        let (id, len, give_up_at) = pushed.waits?;
-        match self.peer(id) {
-            Some(p) => Some((p, len, give_up_at)),
-            None => self.push_blocked_forwards(),
+        // The gap mark owed to that peer of its stream first (`push_paying`).
+        let pushed = host::with_group_host(shared, |h| publishes::push_paying(h, id, body, &head));
+        if pushed == Push::Gone {
+            // Gone: that peer will not hear it.
+            forwards_dropped(shared, body);
         }
-    }
-
-    /// Waits until every publish that waited for room is passed on, or (cut-off) given up
-    /// on (the caller's link, to `link_peer`, stops reading meanwhile). Not while the first
-    /// waits for `link_peer` itself: the room toward it comes with the acknowledgements
-    /// that link reads (unless `WAITING_BYTES_MAX` wait already).
-    pub(crate) async fn wait_blocked_forwards(&self, link_peer: BusId) {
-        while let Some((peer, len, give_up_at)) = self.push_blocked_forwards() {
-            if peer.id == link_peer && !self.group.table.waiting.over_bound() {
-                return;
-            }
-            match give_up_at {
-                None => peer.wait_for_room(len).await,
-                Some(at) => {
-                    let now = self.clock.coarse_ms();
-                    // The coarse clock moves every `ROUTED_RETRY_INTERVAL_MS`: one more
-                    // interval and the give-up time is surely past on it.
-                    let left = at.saturating_sub(now) + ROUTED_RETRY_INTERVAL_MS;
-                    let _ =
-                        tokio::time::timeout(Duration::from_millis(left), peer.wait_for_room(len))
-                            .await;
-                }
-            }
-        }
-    }
-
-    /// The publishes of a PUBLISH `body` (a batch's each) could not be passed on: counted.
-    fn forwards_dropped(&self, body: &[u8]) {
-        self.counters.group_forwards_dropped.fetch_add(
-            publishes::publishes_in(body),
-            std::sync::atomic::Ordering::Relaxed,
+        pushed
+    };
+    let given_up = |id, body: &Bytes| {
+        host::with_group_host(shared, |h| publishes::given_up(h, id, body));
+    };
+    let pushed = shared.group.table.waiting.push(now_ms, push, given_up);
+    if !pushed.dropped.is_empty() {
+        host::with_group_host(shared, |h| publishes::forwards_given_up(h, &pushed.dropped));
+        tracing::debug!(
+            dropped = pushed.dropped.len(),
+            "a link to members stayed full: its cut-off publishes are dropped until it has room"
         );
     }
+    let (id, len, give_up_at) = pushed.waits?;
+    match shared.peer(id) {
+        Some(p) => Some((p, len, give_up_at)),
+        None => push_blocked_forwards(shared),
+    }
+}
 
-    /// How long a cut-off publish waits for room toward `peer`: `GROUP_HOP_WAIT_MS` if it
-    /// passes groups on, `GROUP_SLOW_MEMBER_WAIT_MS` otherwise.
-    pub(crate) fn group_wait_ms(&self, peer: &crate::peer::Peer) -> u64 {
-        if self.passes_groups_on(peer) {
-            GROUP_HOP_WAIT_MS
-        } else {
-            GROUP_SLOW_MEMBER_WAIT_MS
+/// Waits until every publish that waited for room is passed on, or (cut-off) given up
+/// on (the caller's link, to `link_peer`, stops reading meanwhile). Not while the first
+/// waits for `link_peer` itself: the room toward it comes with the acknowledgements
+/// that link reads (unless `WAITING_BYTES_MAX` wait already).
+pub(crate) async fn wait_blocked_forwards(shared: &Shared, link_peer: BusId) {
+    while let Some((peer, len, give_up_at)) = push_blocked_forwards(shared) {
+        if peer.id == link_peer && !shared.group.table.waiting.over_bound() {
+            return;
+        }
+        match give_up_at {
+            None => peer.wait_for_room(len).await,
+            Some(at) => {
+                let now = shared.clock.coarse_ms();
+                // The coarse clock moves every `TIMER_TICK_MS`: one more
+                // interval and the give-up time is surely past on it.
+                let left = at.saturating_sub(now) + TIMER_TICK_MS;
+                let _ = tokio::time::timeout(Duration::from_millis(left), peer.wait_for_room(len))
+                    .await;
+            }
         }
     }
+}
+
+/// The publishes of a PUBLISH `body` (a batch's each) could not be passed on: counted.
+fn forwards_dropped(shared: &Shared, body: &[u8]) {
+    shared.counters.group_forwards_dropped.fetch_add(
+        publishes::publishes_in(body),
+        std::sync::atomic::Ordering::Relaxed,
+    );
 }

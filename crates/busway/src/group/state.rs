@@ -16,12 +16,21 @@ pub(crate) struct GroupPart {
     /// multicasts to it.
     pub(crate) multicasts:
         busway_core::turns::InTurn<busway_core::multicast::state::MulticastState>,
+    /// The node's groups as its reads see them: the receive dispatcher and the ring readers
+    /// hand group messages here (`group::reads::NodeGroups`).
+    pub(crate) reads: std::sync::Arc<dyn crate::peer::ring_link::GroupMessages>,
 }
 
 impl GroupPart {
     /// The group part of node `id`: `retain_bytes` kept per stream for repairs (shared by
-    /// groups and multicasts through one budget), `log_bytes` per group log (0: no logs).
-    pub(crate) fn new(id: busway_core::BusId, retain_bytes: usize, log_bytes: usize) -> Self {
+    /// groups and multicasts through one budget), `log_bytes` per group log (0: no logs),
+    /// its reads handed to `reads`.
+    pub(crate) fn new(
+        id: busway_core::BusId,
+        retain_bytes: usize,
+        log_bytes: usize,
+        reads: std::sync::Arc<dyn crate::peer::ring_link::GroupMessages>,
+    ) -> Self {
         let held = std::sync::Arc::new(busway_core::group::stream::HeldBudget::default());
         GroupPart {
             table: busway_core::group::locked::GroupTable::new(retain_bytes, held.clone()),
@@ -31,6 +40,7 @@ impl GroupPart {
             multicasts: busway_core::turns::InTurn::new(
                 busway_core::multicast::state::MulticastState::new(retain_bytes, held),
             ),
+            reads,
         }
     }
 }

@@ -1,5 +1,6 @@
-//! The tasks that make connections: a listener's accept loop and a configured address's dial
-//! loop (redialed with backoff), each handing its connections to `link`.
+//! The tasks that make connections: a listener's accept loop, a configured address's dial
+//! loop (redialed with backoff), and the dials of on-demand direct links (hinted, see
+//! `route::direct`), each handing its connections to `link`.
 
 use crate::addr::Addr;
 use crate::link;
@@ -8,6 +9,7 @@ use crate::link::dial::{Dial, Outcome};
 use crate::link::transport::{self, StdListener};
 use crate::node::event::Event;
 use crate::shared::Shared;
+use busway_core::BusId;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
@@ -83,4 +85,57 @@ pub(crate) async fn dial_loop(shared: Arc<Shared>, addr: Addr, upstream: bool) {
 /// Resolves once the node is shutting down.
 async fn stopped(rx: &mut watch::Receiver<bool>) {
     let _ = rx.wait_for(|stop| *stop).await;
+}
+
+/// Starts a dial task for each hint (`route::direct`).
+pub(crate) async fn direct_dial_loop(shared: Arc<Shared>) {
+    loop {
+        let dials = shared.routes.hints.next_dials().await;
+        if shared.is_shutting_down() {
+            return;
+        }
+        for (dst, addrs) in dials {
+            let node = shared.clone();
+            shared.links.loops.pick().spawn(async move {
+                dial_direct(&node, dst, &addrs).await;
+                node.routes.hints.end_dial(dst);
+            });
+        }
+    }
+}
+
+/// Dials `dst` at the first of `addrs` that answers and keeps the link up (redialing with
+/// backoff) until the node stops or `dst` stays down past its deadline.
+async fn dial_direct(shared: &Arc<Shared>, dst: BusId, addrs: &[String]) {
+    let addrs: Vec<Addr> = addrs.iter().filter_map(|a| a.parse().ok()).collect();
+    let mut backoff = Backoff::new(
+        shared.config().dial_backoff_min_ms,
+        shared.config().id.0 ^ dst.0 ^ shared.incarnation(),
+    );
+    let started = shared.clock_ms();
+    while !shared.is_shutting_down() {
+        let mut outcome = Outcome::NeverUp;
+        for addr in &addrs {
+            if let Ok(stream) = transport::dial(addr).await {
+                outcome =
+                    link::serve(shared.clone(), stream, Dial::Direct(dst), addr.to_string()).await;
+                if outcome == Outcome::WasUp {
+                    break;
+                }
+            }
+        }
+        if outcome == Outcome::WasUp {
+            backoff.reset();
+        }
+        let given_up = match shared.peer(dst) {
+            Some(p) => p.is_dead() || p.is_up(),
+            None => shared.clock_ms().saturating_sub(started) >= shared.config().peer_dead_after_ms,
+        };
+        if given_up {
+            // Down past its deadline (traffic goes back through relays), another link
+            // (dialed by the peer) serves it, or it never answered: stop.
+            return;
+        }
+        tokio::time::sleep(backoff.next_delay()).await;
+    }
 }

@@ -3,6 +3,7 @@
 
 use crate::node::event::Event;
 use crate::node::stats::bump;
+use crate::peer::lifecycle;
 use crate::shared::Shared;
 use busway_core::handshake::{Established, HandshakeError};
 use busway_core::link::{Link, LinkError, LinkEvent, Spans};
@@ -64,7 +65,7 @@ where
     loop {
         // Bounded by the handshake's deadline too: a peer that reads nothing cannot hold it.
         let deadline = shared.instant_at(machine.poll_timeout().unwrap_or_default());
-        match tokio::time::timeout_at(deadline.into(), write_transmits(w, machine)).await {
+        match tokio::time::timeout_at(deadline, write_transmits(w, machine)).await {
             Ok(Ok(())) => {}
             Ok(Err(e)) => machine.fail(LinkError::Refused(format!("sending the handshake: {e}"))),
             Err(_) => machine.handle_timeout(shared.now()),
@@ -75,7 +76,7 @@ where
         while let Some(event) = machine.poll_event() {
             match event {
                 LinkEvent::PeerHello(hello) => {
-                    let (next_send, next_expected) = shared.resume_point(&hello);
+                    let (next_send, next_expected) = lifecycle::resume_point(shared, &hello);
                     machine.send_auth(next_send, next_expected);
                     progressed = true;
                 }
@@ -94,7 +95,7 @@ where
             continue;
         }
         let deadline = machine.poll_timeout().unwrap_or_default();
-        let read = tokio::time::timeout_at(shared.instant_at(deadline).into(), r.read_buf(buf));
+        let read = tokio::time::timeout_at(shared.instant_at(deadline), r.read_buf(buf));
         match read.await {
             Ok(Ok(0)) => {
                 machine.fail(LinkError::Refused(

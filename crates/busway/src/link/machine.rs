@@ -59,7 +59,7 @@ pub(super) fn timers<'a>(
             let Some(at_us) = lock(machine).poll_timeout() else {
                 return std::future::pending().await;
             };
-            tokio::time::sleep_until(shared.instant_at(at_us).into()).await;
+            tokio::time::sleep_until(shared.instant_at(at_us)).await;
             let mut m = lock(machine);
             m.handle_timeout(shared.now());
             while let Some(frame) = m.poll_transmit() {

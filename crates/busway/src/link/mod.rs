@@ -11,7 +11,7 @@
 //!
 //! **May call**: the peer part (attach a link to its `Peer`, take its queued frames, ring
 //! negotiation), the route part (relayed frames, registrations, hints), the inbox's sender and
-//! the node's events and counters, through `Shared`. It decides nothing of the protocol:
+//! the node's events and counters, as functions that take the node (`Shared`). It decides nothing of the protocol:
 //! busway-core's `link::Link` does.
 //!
 //! # One connection
@@ -52,8 +52,12 @@ use crate::link::dial::{Dial, Outcome};
 use crate::link::transport::{StdStream, Stream};
 use crate::node::event::{DownReason, Event};
 use crate::node::stats::bump;
+use crate::peer::lifecycle;
 use crate::peer::shm_link::ShmLink;
 use crate::peer::Peer;
+use crate::route::direct;
+use crate::route::registrations;
+use crate::route::tasks;
 use crate::shared::Shared;
 use busway_core::cert_ids::CertIds;
 use busway_core::control::{ack_frame, Close, CloseCode};
@@ -328,7 +332,7 @@ struct Attachment<'a> {
 impl Attachment<'_> {
     fn detach(mut self, reason: DownReason) {
         self.detached = true;
-        self.shared.detach_peer(self.peer, self.link_id, reason);
+        lifecycle::detach_peer(self.shared, self.peer, self.link_id, reason);
     }
 }
 
@@ -343,8 +347,12 @@ impl Drop for Attachment<'_> {
             "the link's task was stopped"
         };
         tracing::error!(peer = %self.peer.id, why, "link ended abnormally");
-        self.shared
-            .detach_peer(self.peer, self.link_id, DownReason::Io(why.into()));
+        lifecycle::detach_peer(
+            self.shared,
+            self.peer,
+            self.link_id,
+            DownReason::Io(why.into()),
+        );
     }
 }
 
@@ -376,7 +384,7 @@ where
     drop(handshaking);
     let id = established.peer.bus_id;
     let link_id = shared.next_link_id();
-    let peer = match shared.attach_peer(&established, &remote, link_id, role) {
+    let peer = match lifecycle::attach_peer(shared, &established, &remote, link_id, role) {
         Ok(p) => p,
         Err(reason) => {
             m.reject(CloseCode::Duplicate, &reason);
@@ -386,13 +394,13 @@ where
     };
     // Before anyone hears of the link: what went to this id through relays first must be
     // acknowledged before the link carries messages (order across the switch).
-    shared.switch_to_direct(&peer);
-    shared.peer_ready(&peer, role);
+    direct::switch_to_direct(shared, &peer);
+    lifecycle::peer_ready(shared, &peer, role);
     // A downstream's range goes to our upstream before the downstream is read: what it sends
     // first can go up.
-    shared.downstream_came(&peer).await;
+    registrations::downstream_came(shared, &peer).await;
     // Relayed messages held for want of a path may have one now.
-    shared.relink_remotes();
+    tasks::relink_remotes(shared);
     tracing::debug!(peer = %id, %remote, "link up");
     shared.emit(Event::PeerUp {
         peer: id,

@@ -2,6 +2,8 @@
 //! reports, and hands the messages of each read to the inbox as one batch cut out of the read.
 
 use super::machine::{down_reason, lock};
+use crate::group::relay;
+use crate::group::{host, reads};
 use crate::limits::{
     IDLE_READ_BYTES, READ_CHUNK_FIRST_BYTES, READ_CHUNK_MAX_BYTES, READ_CHUNK_MIN_BYTES,
 };
@@ -12,7 +14,9 @@ use crate::node::stats::bump;
 use crate::peer::ring_rx::InboundRing;
 use crate::peer::shm_link::ShmLink;
 use crate::peer::Peer;
+use crate::route;
 use crate::route::inner_spans;
+use crate::route::registrations;
 use crate::shared::Shared;
 use busway_core::control::{ack_frame, Close};
 use busway_core::frame::SPAN_LEN_MASK;
@@ -84,7 +88,7 @@ fn act_on(parts: &Parts<'_>, buf: &[u8], event: LinkEvent, work: &mut ReadWork) 
             }
         }
         LinkEvent::Rtt(us) => peer.rtt_us.store(us, Relaxed),
-        LinkEvent::Register(op) => shared.register_received(peer, op),
+        LinkEvent::Register(op) => registrations::register_received(shared, peer, op),
         LinkEvent::Routed(body) => {
             if let Err(what) = routed_in(shared, sources, buf, body, work) {
                 work.refused_mid_read = true;
@@ -158,7 +162,7 @@ fn routed_in(
         return Ok(());
     }
     if h.kind != RoutedType::Data {
-        return shared.routed_control(&h, inner);
+        return route::routed_control(shared, &h, inner);
     }
     let spans = inner_spans(inner)?;
     let pending = work
@@ -167,8 +171,8 @@ fn routed_in(
         .rev()
         .find(|r| r.src == h.src)
         .map(|r| r.next);
-    match shared.check_routed(&h, pending) {
-        Err(expected) => shared.report_gap(h.src, expected),
+    match route::check_routed(shared, &h, pending) {
+        Err(expected) => route::report_gap(shared, h.src, expected),
         Ok(skip) => {
             let base = base + inner_at;
             let fresh: Vec<(u32, u32)> = spans
@@ -214,9 +218,16 @@ async fn hand_over_sorted(
     spans: Vec<(u32, u32)>,
 ) {
     let decline = |chunk: &bytes::Bytes, spans: &mut Vec<(u32, u32)>| {
-        shared.decline_log_offers(src, chunk, spans);
+        reads::decline_log_offers(shared, src, chunk, spans);
     };
-    let (batch, _) = dispatch(Some(shared), &shared.calls, src, chunk, spans, decline);
+    let (batch, _) = dispatch(
+        Some(&*shared.group.reads),
+        &shared.calls,
+        src,
+        chunk,
+        spans,
+        decline,
+    );
     if let Some(batch) = batch {
         hand_over(shared, machine, batch).await;
     }
@@ -227,15 +238,15 @@ async fn hand_over_sorted(
 /// reads on: the wait goes back to the publisher.
 async fn wait_for_group_room(shared: &Shared, machine: &Mutex<Link>, peer: BusId) {
     if shared.app.inbox.group_backlogged() {
-        shared.note_app_behind();
+        host::note_app_behind(shared);
         blocked_while(shared, machine, shared.app.inbox.wait_group_room()).await;
         // Noted again as the wait ends: an application that stopped reading for longer
         // than `GROUP_REPAIR_WAIT_MS` fell behind until now, not only when it began.
-        shared.note_app_behind();
+        host::note_app_behind(shared);
     }
     if shared.group.table.waiting.any() {
         // Publishes wait here for room toward a member.
-        blocked_while(shared, machine, shared.wait_blocked_forwards(peer)).await;
+        blocked_while(shared, machine, relay::wait_blocked_forwards(shared, peer)).await;
     }
 }
 
@@ -451,7 +462,7 @@ async fn pass_on(
             } else {
                 bytes::Bytes::copy_from_slice(&chunk[body])
             };
-            shared.forward(peer.id, h, body).await;
+            route::forward(shared, peer.id, h, body).await;
         }
     };
     // Boxed: only a relay's reads have forwards, and the wait is large; an idle link's task
@@ -489,7 +500,7 @@ async fn hand_over_routed(parts: &Parts<'_>, link_id: u64, chunk: &bytes::Bytes,
         hand_over_sorted(shared, machine, r.src, chunk.clone(), r.spans).await;
     }
     claim.finish(r.incarnation, r.next, shared.clock_ms());
-    shared.send_routed_ack(r.src, r.next);
+    route::send_routed_ack(shared, r.src, r.next);
     if fresh {
         wait_for_group_room(shared, machine, peer.id).await;
     }

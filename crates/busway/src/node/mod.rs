@@ -8,7 +8,8 @@
 //! **Runs on**: the application's threads and tasks; the inbox also reads peers' rings there.
 //! At start it builds `Shared` and spawns the other parts' tasks on the I/O loops.
 //!
-//! **May call**: every other part, through `Shared`: it is the top of the runtime.
+//! **May call**: every other part: it is the top of the runtime. Its timer (`timer`) runs
+//! the periodic work each part registers at start.
 //!
 //! # The handle
 //!
@@ -29,15 +30,17 @@ pub(crate) mod info;
 pub(crate) mod message;
 pub(crate) mod own;
 pub(crate) mod stats;
+pub(crate) mod timer;
 
 pub use errors::{SendError, StartError};
 pub use info::{PeerInfo, RelayedInfo};
 
 use crate::addr::Addr;
 use crate::clock::Clock;
+use crate::group::reads::NodeGroups;
 use crate::group::state::GroupPart;
-use crate::limits::CALLS_PENDING_MAX;
-use crate::link::connector::{accept_loop, dial_loop};
+use crate::limits::{CALLS_PENDING_MAX, FORGET_SWEEP_INTERVAL_MS};
+use crate::link::connector::{accept_loop, dial_loop, direct_dial_loop};
 use crate::link::io_loops::IoLoops;
 use crate::link::state::Links;
 use crate::link::transport;
@@ -49,10 +52,15 @@ use crate::node::inbox::{inbox, Inbox};
 use crate::node::message::MessageBatch;
 use crate::node::own::Own;
 use crate::node::stats::{Counters, Stats};
+use crate::node::timer::Periodic;
 use crate::peer::deferred::Deferred;
 use crate::peer::table::PeerTable;
+use crate::route;
+use crate::route::outgoing;
 use crate::route::outgoing::{Blocked, Outgoing};
+use crate::route::registrations;
 use crate::route::state::RouteTables;
+use crate::route::tasks;
 use crate::rpc::call_table::CallTable;
 use crate::shared::{random_bytes, Shared};
 use busway_core::BusId;
@@ -101,7 +109,7 @@ fn report_held(shared: &Shared) {
             Some(p.incarnation()),
         );
     }
-    for r in shared.remotes_snapshot() {
+    for r in route::remotes_snapshot(shared) {
         let seqs = r.fail_all();
         shared.report_undeliverable(r.id, seqs, reason(r.id), Path::Relayed, r.incarnation());
     }
@@ -160,8 +168,13 @@ impl Node {
         } else {
             0
         };
-        let shared = Arc::new(Shared {
-            group: GroupPart::new(config.id, config.group_retain_bytes, group_log_bytes),
+        let shared = Arc::new_cyclic(|node| Shared {
+            group: GroupPart::new(
+                config.id,
+                config.group_retain_bytes,
+                group_log_bytes,
+                Arc::new(NodeGroups(node.clone())),
+            ),
             links: Links::new(config.connections_max, loops),
             own: Own {
                 incarnation: u64::from_le_bytes(random_bytes::<8>()),
@@ -177,8 +190,8 @@ impl Node {
             directory: Default::default(),
             counters,
         });
-        let replier: Arc<dyn crate::rpc::request::Replier> = shared.clone();
-        shared.calls.set_replier(Arc::downgrade(&replier));
+        let replier = crate::rpc::replier::NodeReplier(Arc::downgrade(&shared));
+        shared.calls.set_replier(Arc::new(replier));
         spawn_tasks(&shared, listeners, connect);
         Ok(Node {
             owner: Arc::new(Owner {
@@ -228,11 +241,11 @@ impl Node {
     /// message's sequence number to `dst` (what `Event::Undeliverable` names).
     pub fn try_send(&self, dst: BusId, payload: Bytes) -> Result<u64, SendError> {
         let shared = self.shared();
-        shared.check_size(payload.len())?;
+        outgoing::check_size(shared, payload.len())?;
         if dst == self.id() {
             return self.deliver_local(payload);
         }
-        match shared.try_enqueue(dst, None, &Outgoing::single(&payload)) {
+        match outgoing::try_enqueue(shared, dst, None, &Outgoing::single(&payload)) {
             Ok(q) => Ok(q.seqs.start),
             Err(Blocked::Full(_)) => Err(SendError::Full(dst)),
             Err(Blocked::Failed(e)) => Err(e),
@@ -244,15 +257,12 @@ impl Node {
     /// sequence from 0, as a peer's messages are).
     pub async fn send(&self, dst: BusId, payload: Bytes) -> Result<u64, SendError> {
         if dst == self.id() {
-            self.shared().check_size(payload.len())?;
+            outgoing::check_size(self.shared(), payload.len())?;
             let batch = MessageBatch::single(dst, payload);
             self.shared().app.inbox.deliver(batch).await;
             return Ok(self.seqs_to_self(1).start);
         }
-        let queued = self
-            .shared()
-            .enqueue(dst, Outgoing::single(&payload))
-            .await?;
+        let queued = outgoing::enqueue(self.shared(), dst, Outgoing::single(&payload)).await?;
         Ok(queued.seqs.start)
     }
 
@@ -281,13 +291,10 @@ impl Node {
         }
         if payloads.is_empty() {
             // Nothing to queue, but an id with no route is still an error (as with one).
-            self.shared().route_or_discover(dst, 0).await?;
+            outgoing::route_or_discover(self.shared(), dst, 0).await?;
             return Ok(0..0);
         }
-        let queued = self
-            .shared()
-            .enqueue(dst, Outgoing::Copies(payloads))
-            .await?;
+        let queued = outgoing::enqueue(self.shared(), dst, Outgoing::Copies(payloads)).await?;
         Ok(queued.seqs)
     }
 
@@ -326,7 +333,7 @@ impl Node {
 
     /// Waits until a link to `id` is up, at most `timeout`; true if it is.
     pub async fn wait_for_peer(&self, id: BusId, timeout: Duration) -> bool {
-        self.shared().wait_for_peer(id, timeout).await
+        outgoing::wait_for_peer(self.shared(), id, timeout).await
     }
 
     /// What this node knows from etcd (`NodeConfig::etcd`): whether its session is up, how
@@ -371,8 +378,7 @@ impl Node {
                     .find(|p| p.unacked() > 0)
                 {
                     p.wait_all_acked().await;
-                } else if let Some(r) = shared
-                    .remotes_snapshot()
+                } else if let Some(r) = route::remotes_snapshot(shared)
                     .into_iter()
                     .find(|r| r.unacked() > 0)
                 {
@@ -403,7 +409,7 @@ impl Node {
         let shared = self.owner.shared.clone();
         shared.app.shut_down();
         #[cfg(feature = "etcd")]
-        shared.deregister().await;
+        crate::discovery::etcd::deregister(&shared).await;
         let peers = shared.peers.snapshot();
         for p in &peers {
             p.close();
@@ -430,6 +436,32 @@ impl Node {
     }
 }
 
+/// The parts' periodic work, in the order the node's timer runs it each tick.
+fn periodic_work() -> Vec<Periodic> {
+    vec![
+        Periodic {
+            name: "forget idle state",
+            every_ms: FORGET_SWEEP_INTERVAL_MS,
+            run: tasks::forget_idle,
+        },
+        Periodic {
+            name: "registrations",
+            every_ms: 0,
+            run: |node, _| registrations::registrations_tick(node),
+        },
+        Periodic {
+            name: "groups and multicasts",
+            every_ms: 0,
+            run: crate::group::tick::tick,
+        },
+        Periodic {
+            name: "relayed destinations",
+            every_ms: 0,
+            run: tasks::retry_remotes,
+        },
+    ]
+}
+
 /// Starts a new node's tasks on its I/O loops: the listeners' accept loops, the dial loops of
 /// its configured addresses and upstream, the retry and pump tasks, the group logs' wake-ups
 /// and discovery. Each holds the node's state and ends with its shutdown.
@@ -454,8 +486,16 @@ fn spawn_tasks(shared: &Arc<Shared>, listeners: Vec<transport::StdListener>, con
             .pick()
             .spawn(dial_loop(shared2, addr, true));
     }
-    shared.links.loops.pick().spawn(shared.clone().retry_loop());
-    shared.links.loops.pick().spawn(shared.clone().pump_loop());
+    shared
+        .links
+        .loops
+        .pick()
+        .spawn(timer::run(shared.clone(), periodic_work()));
+    shared
+        .links
+        .loops
+        .pick()
+        .spawn(tasks::pump_loop(shared.clone()));
     // Holds the logs alone (not the node), and ends with the node.
     let (logs, mut down) = (shared.group.logs.clone(), shared.app.stop_signal());
     shared.links.loops.pick().spawn(async move {
@@ -468,13 +508,13 @@ fn spawn_tasks(shared: &Arc<Shared>, listeners: Vec<transport::StdListener>, con
         .links
         .loops
         .pick()
-        .spawn(shared.clone().discovery_loop());
+        .spawn(direct_dial_loop(shared.clone()));
     #[cfg(feature = "etcd")]
     if let Some(etcd) = shared.config().etcd.clone() {
         shared
             .links
             .loops
             .pick()
-            .spawn(shared.clone().etcd_loop(etcd));
+            .spawn(crate::discovery::etcd::etcd_loop(shared.clone(), etcd));
     }
 }

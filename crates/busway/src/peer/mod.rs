@@ -4,14 +4,16 @@
 //! wake-up on a change), each peer's outbox and its ring writer (this module, `ring`,
 //! `ring_tx`), the rings' negotiation and the state a link shares with the reader of its
 //! peer's ring (`shm_link`, `ring_link`), that reader (`ring_rx`), and the peers whose rings
-//! hold sends not yet published (`deferred`).
+//! hold sends not yet published (`deferred`); a peer's life as its links come and go
+//! (`lifecycle`).
 //!
 //! **Runs on**: the application's threads (pushes, waits for room, the ring reader inside the
 //! inbox) and the I/O loop of the one link attached to a peer at a time (its writer takes,
 //! its reader acknowledges). Every peer has its own lock; none is held across peers.
 //!
 //! **May call**: the inbox's sender and the node's counters; the ring reader hands what it
-//! reads to the group and rpc parts' sorting, as a socket's reader does.
+//! reads to the group and rpc parts' sorting, as a socket's reader does. `lifecycle` tells
+//! the route, group and rpc parts of a peer that came, went or was given up on.
 //!
 //! # One peer
 //!
@@ -24,6 +26,7 @@
 //! at a time (its writer: `take`; its reader: `delivered`, `ack`).
 
 pub(crate) mod deferred;
+pub(crate) mod lifecycle;
 pub(crate) mod ring_link;
 pub(crate) mod ring_rx;
 pub(crate) mod ring_tx;

@@ -74,7 +74,7 @@ impl ShmLink {
             shared.counters.clone(),
             shared.calls.clone(),
             shared.config().frame_body_max,
-            Arc::downgrade(&shared) as Weak<dyn crate::peer::ring_link::GroupMessages>,
+            Arc::downgrade(&shared.group.reads),
         );
         Self {
             shared,

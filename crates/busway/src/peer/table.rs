@@ -1,7 +1,8 @@
 //! The node's direct neighbors: one [`Peer`] per bus id (up, or down and waiting out its
 //! deadline with the messages it holds), which of them is the upstream, and a wake-up for
-//! whoever waits for a link to come or go. This module owns that table; links attach and
-//! detach through `Shared`, which reports what the table hands back.
+//! whoever waits for a link to come or go; the peers' deferred ring sends and the numbering
+//! of links. This module owns that table; links attach and detach through `peer::lifecycle`,
+//! which reports what the table hands back.
 
 use crate::id_hash::IdHashState;
 use crate::peer::Peer;

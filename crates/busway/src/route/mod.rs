@@ -2,14 +2,16 @@
 //!
 //! **Owns**: the relayed destinations and sources (`relayed_table`, `remote`), the queuing of
 //! a message on its way (`outgoing`), the registrations along the tree (`registrations`,
-//! `registration_table`), and the on-demand direct links (`hints`, `direct`); the pump and
-//! retry tasks (this module).
+//! `registration_table`), and the on-demand direct links (`hints`, `direct`), all in
+//! `state::RouteTables`; the pump task and the resends on the node's timer (`tasks`).
 //!
 //! **Runs on**: the application's threads (sends), the links' I/O loops (relayed frames,
-//! end-to-end control), and the pump and retry tasks on an I/O loop.
+//! end-to-end control), the pump task on an I/O loop, and the node's timer.
 //!
-//! **May call**: the peer part's queues and table, the discovery part's look-up of an id with
-//! no route, the link part's dialer (a direct link), and the node's events and counters.
+//! **May call**: the peer part's queues and table (and `peer::lifecycle` to give up on a
+//! relayed destination), the discovery part's look-up of an id with no route, and the node's
+//! events and counters. Direct links on hints are dialed by the link part
+//! (`link::connector::direct_dial_loop`), which reads the hints here.
 //! The rules (next hop, TTL, end-to-end numbering, when to hint) are busway-core's.
 //!
 //! # Routing
@@ -31,11 +33,12 @@ pub(crate) mod registrations;
 pub(crate) mod relayed_table;
 pub(crate) mod remote;
 pub(crate) mod state;
-mod tasks;
+pub(crate) mod tasks;
 
 use crate::addr::Addr;
 use crate::limits::{FORWARD_QUEUE_BYTES_MAX, FORWARD_WAIT_MS};
 use crate::node::event::Path;
+use crate::peer::lifecycle;
 use crate::peer::Peer;
 use crate::route::remote::Remote;
 use crate::shared::Shared;
@@ -53,7 +56,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Looks [`Shared::route`] takes at a destination whose direct link changes under it (comes
+/// Looks [`route`] takes at a destination whose direct link changes under it (comes
 /// up, or is given up, between its looks at the peer table and the relayed entry); a change
 /// takes a handshake or a deadline, so a second look almost always settles it.
 const ROUTE_LOOKS_MAX: usize = 3;
@@ -88,391 +91,414 @@ impl Hops {
     }
 }
 
-impl Shared {
-    /// A snapshot of the peers to route against.
-    pub(crate) fn hops(&self) -> Hops {
-        let peers = self.peers_snapshot();
-        let neighbors = peers.iter().map(|p| p.neighbor()).collect();
-        Hops {
-            peers,
-            neighbors,
-            upstream: self.upstream_id(),
-            registry: self.routes.registrations.below(),
+/// A snapshot of the peers to route against.
+pub(crate) fn hops(shared: &Shared) -> Hops {
+    let peers = shared.peers_snapshot();
+    let neighbors = peers.iter().map(|p| p.neighbor()).collect();
+    Hops {
+        peers,
+        neighbors,
+        upstream: shared.upstream_id(),
+        registry: shared.routes.registrations.below(),
+    }
+}
+
+/// The neighbor whose link is up that takes a frame for `dst` now, never `except`.
+pub(crate) fn next_hop(shared: &Shared, dst: BusId, except: Option<BusId>) -> Option<Arc<Peer>> {
+    hops(shared).next(dst, except)
+}
+
+/// Whether `dst` is reached through relays: a downstream registered it, or there is an
+/// upstream to ask.
+fn relayable(shared: &Shared, dst: BusId) -> bool {
+    shared.config().upstream.is_some() || hops(shared).registered_below(dst)
+}
+
+/// Whether [`route`] has a way to `dst`, without its side effects (no relayed
+/// destination made or woken), against the snapshot `hops`.
+pub(crate) fn has_route(shared: &Shared, dst: BusId, hops: &Hops) -> bool {
+    if shared
+        .peer(dst)
+        .is_some_and(|p| !(p.discovered && p.is_dead()))
+    {
+        return true;
+    }
+    remote_of(shared, dst).is_some()
+        || shared.config().upstream.is_some()
+        || hops.registered_below(dst)
+}
+
+/// How to send to `dst`, or `None` if nobody could know it.
+///
+/// A direct link that comes up is put in the peer table first and supersedes the relayed
+/// entry after (`switch_to_direct`); a send here looks at the relayed entry first and the
+/// peer table after. So a send that chose the relays either queued before the switch
+/// (counted: the direct link holds its messages until these are acknowledged) or sees the
+/// direct link and goes there: never through relays behind the switch.
+pub(crate) fn route(shared: &Shared, dst: BusId) -> Option<Route> {
+    // A direct link given up while we looked makes a second look go to the relays.
+    for _ in 0..ROUTE_LOOKS_MAX {
+        if let Some(p) = direct_in_use(shared, dst) {
+            return Some(Route::Direct(p));
         }
-    }
-
-    /// The neighbor whose link is up that takes a frame for `dst` now, never `except`.
-    pub(crate) fn next_hop(&self, dst: BusId, except: Option<BusId>) -> Option<Arc<Peer>> {
-        self.hops().next(dst, except)
-    }
-
-    /// Whether `dst` is reached through relays: a downstream registered it, or there is an
-    /// upstream to ask.
-    fn relayable(&self, dst: BusId) -> bool {
-        self.config().upstream.is_some() || self.hops().registered_below(dst)
-    }
-
-    /// Whether [`Shared::route`] has a way to `dst`, without its side effects (no relayed
-    /// destination made or woken), against the snapshot `hops`.
-    pub(crate) fn has_route(&self, dst: BusId, hops: &Hops) -> bool {
-        if self
-            .peer(dst)
-            .is_some_and(|p| !(p.discovered && p.is_dead()))
-        {
-            return true;
-        }
-        self.remote_of(dst).is_some()
-            || self.config().upstream.is_some()
-            || hops.registered_below(dst)
-    }
-
-    /// How to send to `dst`, or `None` if nobody could know it.
-    ///
-    /// A direct link that comes up is put in the peer table first and supersedes the relayed
-    /// entry after (`switch_to_direct`); a send here looks at the relayed entry first and the
-    /// peer table after. So a send that chose the relays either queued before the switch
-    /// (counted: the direct link holds its messages until these are acknowledged) or sees the
-    /// direct link and goes there: never through relays behind the switch.
-    pub(crate) fn route(&self, dst: BusId) -> Option<Route> {
-        // A direct link given up while we looked makes a second look go to the relays.
-        for _ in 0..ROUTE_LOOKS_MAX {
-            if let Some(p) = self.direct_in_use(dst) {
-                return Some(Route::Direct(p));
-            }
-            let r = match self.remote_of(dst) {
-                Some(r) => r,
-                None if !self.relayable(dst) => return None,
-                None => {
-                    let r = self.routes.relayed.get_or_insert(dst, || {
-                        Remote::new(dst, self.config().send_queue_bytes_max, self.clock_ms())
-                    });
-                    // A switch that looked for the entry before it was made superseded
-                    // nothing: its link is in the peer table already, and goes first.
-                    if let Some(p) = self.direct_in_use(dst) {
-                        return Some(Route::Direct(p));
-                    }
-                    r
-                }
-            };
-            // The direct link looked at again under `r`'s lock (see above): it may have come
-            // up since the first look.
-            if r.open_for_send(|| self.direct_in_use(dst).is_some()) {
-                r.touch(self.clock.coarse_ms());
-                return Some(Route::Relayed(r));
-            }
-        }
-        self.direct_in_use(dst).map(Route::Direct)
-    }
-
-    /// Whether `what` (a PUBLISH, mark or MULTICAST) of `speaker` (its publisher or source)
-    /// may come over the link to `from`, by the rule ROUTED frames follow (`relay::Sources`):
-    /// over the upstream link from anywhere, over a registered downstream's from its subtree,
-    /// over any other link from the peer alone; and never in this node's own name. The error
-    /// names the lie. `link` keeps what was looked up of the link for the rest of its read
-    /// (a publish from the link's own peer looks nothing up).
-    pub(crate) fn may_speak_for(
-        &self,
-        from: BusId,
-        speaker: BusId,
-        what: &str,
-        link: &mut Option<relay::Sources>,
-    ) -> Result<(), String> {
-        if speaker == self.config().id {
-            return Err(format!(
-                "{what} from peer {from} names this node ({speaker}) as its sender"
-            ));
-        }
-        if speaker == from {
-            return Ok(());
-        }
-        link.get_or_insert_with(|| relay::Sources {
-            peer: from,
-            serves: self.peer(from).and_then(|p| p.neighbor().serves),
-            upstream: self.upstream_id() == Some(from),
-        })
-        .check_frame(speaker, what, |id| {
-            self.routes.registrations.registered_by(id)
-        })
-    }
-
-    /// A lie came over the link to `from` (`why` names it): it changes nothing here, and the
-    /// link closes as for a protocol error (counted, logged, `PeerDown` with the reason); the
-    /// node and its other links go on.
-    pub(crate) fn refuse_link(&self, from: BusId, why: String) {
-        if let Some(p) = self.peer(from) {
-            p.refuse_link(why);
-        }
-    }
-
-    /// The peer `dst` if a link to it carries its traffic: not a direct link dialed on a hint
-    /// and given up (traffic to it goes back through relays).
-    fn direct_in_use(&self, dst: BusId) -> Option<Arc<Peer>> {
-        self.peer(dst).filter(|p| !(p.discovered && p.is_dead()))
-    }
-
-    pub(crate) fn remote_of(&self, dst: BusId) -> Option<Arc<Remote>> {
-        self.routes.relayed.get(dst)
-    }
-
-    pub(crate) fn remotes_snapshot(&self) -> Vec<Arc<Remote>> {
-        self.routes.relayed.snapshot()
-    }
-
-    /// Sends an end-to-end ACK or FAIL frame toward `dst`, best effort (they are regenerated).
-    pub(crate) fn send_routed_control(&self, dst: BusId, frame: Bytes) {
-        if let Some(hop) = self.next_hop(dst, None) {
-            hop.push_forward(vec![frame], Some(FORWARD_QUEUE_BYTES_MAX));
-        }
-    }
-
-    pub(crate) fn control_header(&self, kind: RoutedType, dst: BusId, seq: u64) -> RoutedHeader {
-        RoutedHeader {
-            kind,
-            ttl: self.config().ttl,
-            src: self.config().id,
-            src_incarnation: self.incarnation(),
-            dst,
-            seq,
-            settled: false,
-            route: Vec::new(),
-        }
-    }
-
-    pub(crate) fn send_routed_ack(&self, dst: BusId, next_expected: u64) {
-        let h = self.control_header(RoutedType::Ack, dst, next_expected);
-        self.send_routed_control(dst, routed_frame(&h, &[]));
-    }
-
-    fn send_fail(&self, to: BusId, seq: u64, reason: FailReason, about: BusId, text: &str) {
-        let h = self.control_header(RoutedType::Fail, to, seq);
-        self.send_routed_control(to, encode_fail(&h, reason, about, text));
-    }
-
-    /// A ROUTED frame for another node, whose body is `body`, arrived from neighbor `from`:
-    /// pass it on (a new route prefix, its content shared with the read it came in, neither
-    /// copied nor hashed again), or report why not to its source.
-    pub(crate) async fn forward(&self, from: BusId, mut header: RoutedHeader, body: Bytes) {
-        let me = self.config().id;
-        let peers = self.peers_snapshot();
-        let neighbors: Vec<Neighbor> = peers.iter().map(|p| p.neighbor()).collect();
-        let upstream = self.upstream_id();
-        // The registry snapshot goes before any wait: held, it would make each change of
-        // registrations copy the registry.
-        let decided = {
-            let registry = self.routes.registrations.below();
-            let view = relay::RelayView {
-                me,
-                neighbors: &neighbors,
-                upstream,
-                uptime_ms: self.clock_ms(),
-                grace_ms: self.config().relay_grace_ms,
-                registry: &registry,
-            };
-            relay::forward(&mut header, from, &view)
-        };
-        let hop = match decided {
-            Ok(id) => peers.into_iter().find(|p| p.id == id),
-            Err(refusal) => {
-                if refusal.report {
-                    let (src, seq, dst) = (header.src, header.seq, header.dst);
-                    self.send_fail(src, seq, refusal.reason, dst, &refusal.text);
-                }
-                return;
-            }
-        };
-        let Some(hop) = hop else {
-            return;
-        };
-        if Some(hop.id) == upstream {
-            if let Err(why) = self.wait_gate_up(header.src).await {
-                // Up there it would close our link: the source hears why, and sends again.
-                self.fail_data(&header, FailReason::PeerDown, || {
-                    format!("relay {me}: {why}")
+        let r = match remote_of(shared, dst) {
+            Some(r) => r,
+            None if !relayable(shared, dst) => return None,
+            None => {
+                let r = shared.routes.relayed.get_or_insert(dst, || {
+                    Remote::new(dst, shared.config().send_queue_bytes_max, shared.clock_ms())
                 });
-                return;
-            }
-        }
-        if hop.id == header.dst && header.kind == RoutedType::Data {
-            self.maybe_hint(header.src, &hop);
-        }
-        let frame = forwarded_parts(&header, &body);
-        let body_len = frame.iter().map(Bytes::len).sum::<usize>() - HEADER_LEN;
-        if let Some(max) = hop.frame_body_max().filter(|&max| body_len > max) {
-            // The next hop would close the link over it (and the source send it again): the
-            // source hears why instead.
-            self.fail_data(&header, FailReason::TooLarge, || {
-                format!(
-                    "relay {me}: a frame of {body_len} bytes is over the {max} bytes bus id {} accepts",
-                    hop.id
-                )
-            });
-            return;
-        }
-        let wait = Duration::from_millis(FORWARD_WAIT_MS);
-        if !hop
-            .push_forward_wait(frame, FORWARD_QUEUE_BYTES_MAX, wait)
-            .await
-        {
-            bumped_congestion(self);
-            self.fail_data(&header, FailReason::Congested, || {
-                format!("relay {me}: queue toward {} is full", hop.id)
-            });
-        }
-    }
-
-    /// Tells the source of a relayed DATA frame that it was not passed on, and why (`text`,
-    /// made only then); control frames are not answered.
-    fn fail_data(&self, header: &RoutedHeader, reason: FailReason, text: impl FnOnce() -> String) {
-        if header.kind == RoutedType::Data {
-            self.send_fail(header.src, header.seq, reason, header.dst, &text());
-        }
-    }
-
-    /// Where a ROUTED DATA frame from `src` stands against what was delivered: the number of
-    /// its messages to skip (already delivered), or `Err(expected)` if it leaves a gap.
-    /// `pending` is what this read already accepted from `src`.
-    pub(crate) fn check_routed(&self, h: &RoutedHeader, pending: Option<u64>) -> Result<u64, u64> {
-        self.routes.relayed.check_arrival(h, pending)
-    }
-
-    /// A gap in what `src` sent: tell it where to resume.
-    pub(crate) fn report_gap(&self, src: BusId, expected: u64) {
-        let me = self.config().id;
-        self.send_fail(
-            src,
-            expected,
-            FailReason::Gap,
-            me,
-            &format!("bus id {me} expects message {expected} next"),
-        );
-    }
-
-    /// An end-to-end ACK or FAIL for this node.
-    pub(crate) fn routed_control(&self, header: &RoutedHeader, inner: &[u8]) -> Result<(), String> {
-        match header.kind {
-            RoutedType::Ack => {
-                if let Some(r) = self.remote_of(header.src) {
-                    let v = r.ack(header.src_incarnation, header.seq, self.clock_ms());
-                    self.report_verdict(&r, v);
-                    self.release_if_drained(r.id);
-                    if let Some(addrs) = r.acked_through(&header.route) {
-                        self.dial_hinted(r.id, addrs);
-                    }
-                    // The window moved: what it held back may go now.
-                    if r.has_unwritten() {
-                        self.schedule_pump(&r);
-                    }
+                // A switch that looked for the entry before it was made superseded
+                // nothing: its link is in the peer table already, and goes first.
+                if let Some(p) = direct_in_use(shared, dst) {
+                    return Some(Route::Direct(p));
                 }
+                r
             }
-            RoutedType::Hint => {
-                let (about, addrs) = decode_hint(inner)?;
-                self.hint_received(header.src, about, addrs);
-            }
-            RoutedType::Fail => {
-                let (reason, about, text) = decode_fail(inner)?;
-                let Some(r) = self.remote_of(about) else {
-                    return Ok(());
-                };
-                match r.on_fail(reason, header.src_incarnation, header.seq, self.clock_ms()) {
-                    FailOutcome::Resend(v) => {
-                        self.report_verdict(&r, v);
-                        self.pump(&r);
-                    }
-                    FailOutcome::Stalled => {}
-                    FailOutcome::GaveUp(seqs) => {
-                        if reason == FailReason::TooLarge {
-                            // That message could not pass; the destination is not down:
-                            // later ones go on (their first frame says the gap is settled).
-                            // Before the report, so that a send it prompts is taken.
-                            r.revive();
-                        }
-                        self.release_if_drained(about);
-                        self.report_undeliverable(
-                            about,
-                            seqs,
-                            format!("{reason}: {text}"),
-                            Path::Relayed,
-                            r.incarnation(),
-                        );
-                    }
-                }
-            }
-            RoutedType::Data => unreachable!("data is delivered by the reader"),
-        }
-        Ok(())
-    }
-
-    /// Relay side: data from `src` is being passed to `dst_peer`, its final hop. Hints `src`
-    /// (at most every `busway_core::hints::HINT_INTERVAL_MS`) if the destination accepts direct links.
-    fn maybe_hint(&self, src: BusId, dst_peer: &Peer) {
-        if !dst_peer.accepts_direct() {
-            return;
-        }
-        if !self.routes.hints.due(src, dst_peer.id, self.clock_ms()) {
-            return;
-        }
-        let snap = dst_peer.snapshot();
-        let addrs: Vec<String> = snap
-            .intro
-            .listen_addrs
-            .iter()
-            .filter_map(|a| dialable(a, &snap.addr))
-            .collect();
-        let h = self.control_header(RoutedType::Hint, src, 0);
-        self.send_routed_control(src, encode_hint(&h, dst_peer.id, &addrs));
-    }
-
-    /// Source side: relay `relay` says `dst` listens at `addrs`. Taken only from a relay that
-    /// carries our traffic to `dst` (held until one of its acknowledgements shows that), and
-    /// only for a destination we send to through relays.
-    fn hint_received(&self, relay: BusId, dst: BusId, addrs: Vec<String>) {
-        if !self.config().direct_links || dst == self.config().id || addrs.is_empty() {
-            return;
-        }
-        let Some(r) = self.remote_of(dst) else {
-            return;
         };
-        if let Some(addrs) = r.hint(relay, addrs) {
-            self.dial_hinted(dst, addrs);
+        // The direct link looked at again under `r`'s lock (see above): it may have come
+        // up since the first look.
+        if r.open_for_send(|| direct_in_use(shared, dst).is_some()) {
+            r.touch(shared.clock.coarse_ms());
+            return Some(Route::Relayed(r));
         }
     }
+    direct_in_use(shared, dst).map(Route::Direct)
+}
 
-    /// Dials `dst` at `addrs`, a hint that checked out, unless a link to it is up already.
-    fn dial_hinted(&self, dst: BusId, addrs: Vec<String>) {
-        if !self.config().direct_links || addrs.is_empty() {
+/// Whether `what` (a PUBLISH, mark or MULTICAST) of `speaker` (its publisher or source)
+/// may come over the link to `from`, by the rule ROUTED frames follow (`relay::Sources`):
+/// over the upstream link from anywhere, over a registered downstream's from its subtree,
+/// over any other link from the peer alone; and never in this node's own name. The error
+/// names the lie. `link` keeps what was looked up of the link for the rest of its read
+/// (a publish from the link's own peer looks nothing up).
+pub(crate) fn may_speak_for(
+    shared: &Shared,
+    from: BusId,
+    speaker: BusId,
+    what: &str,
+    link: &mut Option<relay::Sources>,
+) -> Result<(), String> {
+    if speaker == shared.config().id {
+        return Err(format!(
+            "{what} from peer {from} names this node ({speaker}) as its sender"
+        ));
+    }
+    if speaker == from {
+        return Ok(());
+    }
+    link.get_or_insert_with(|| relay::Sources {
+        peer: from,
+        serves: shared.peer(from).and_then(|p| p.neighbor().serves),
+        upstream: shared.upstream_id() == Some(from),
+    })
+    .check_frame(speaker, what, |id| {
+        shared.routes.registrations.registered_by(id)
+    })
+}
+
+/// A lie came over the link to `from` (`why` names it): it changes nothing here, and the
+/// link closes as for a protocol error (counted, logged, `PeerDown` with the reason); the
+/// node and its other links go on.
+pub(crate) fn refuse_link(shared: &Shared, from: BusId, why: String) {
+    if let Some(p) = shared.peer(from) {
+        p.refuse_link(why);
+    }
+}
+
+/// The peer `dst` if a link to it carries its traffic: not a direct link dialed on a hint
+/// and given up (traffic to it goes back through relays).
+fn direct_in_use(shared: &Shared, dst: BusId) -> Option<Arc<Peer>> {
+    shared.peer(dst).filter(|p| !(p.discovered && p.is_dead()))
+}
+
+pub(crate) fn remote_of(shared: &Shared, dst: BusId) -> Option<Arc<Remote>> {
+    shared.routes.relayed.get(dst)
+}
+
+pub(crate) fn remotes_snapshot(shared: &Shared) -> Vec<Arc<Remote>> {
+    shared.routes.relayed.snapshot()
+}
+
+/// Sends an end-to-end ACK or FAIL frame toward `dst`, best effort (they are regenerated).
+pub(crate) fn send_routed_control(shared: &Shared, dst: BusId, frame: Bytes) {
+    if let Some(hop) = next_hop(shared, dst, None) {
+        hop.push_forward(vec![frame], Some(FORWARD_QUEUE_BYTES_MAX));
+    }
+}
+
+pub(crate) fn control_header(
+    shared: &Shared,
+    kind: RoutedType,
+    dst: BusId,
+    seq: u64,
+) -> RoutedHeader {
+    RoutedHeader {
+        kind,
+        ttl: shared.config().ttl,
+        src: shared.config().id,
+        src_incarnation: shared.incarnation(),
+        dst,
+        seq,
+        settled: false,
+        route: Vec::new(),
+    }
+}
+
+pub(crate) fn send_routed_ack(shared: &Shared, dst: BusId, next_expected: u64) {
+    let h = control_header(shared, RoutedType::Ack, dst, next_expected);
+    send_routed_control(shared, dst, routed_frame(&h, &[]));
+}
+
+fn send_fail(shared: &Shared, to: BusId, seq: u64, reason: FailReason, about: BusId, text: &str) {
+    let h = control_header(shared, RoutedType::Fail, to, seq);
+    send_routed_control(shared, to, encode_fail(&h, reason, about, text));
+}
+
+/// A ROUTED frame for another node, whose body is `body`, arrived from neighbor `from`:
+/// pass it on (a new route prefix, its content shared with the read it came in, neither
+/// copied nor hashed again), or report why not to its source.
+pub(crate) async fn forward(shared: &Shared, from: BusId, mut header: RoutedHeader, body: Bytes) {
+    let me = shared.config().id;
+    let peers = shared.peers_snapshot();
+    let neighbors: Vec<Neighbor> = peers.iter().map(|p| p.neighbor()).collect();
+    let upstream = shared.upstream_id();
+    // The registry snapshot goes before any wait: held, it would make each change of
+    // registrations copy the registry.
+    let decided = {
+        let registry = shared.routes.registrations.below();
+        let view = relay::RelayView {
+            me,
+            neighbors: &neighbors,
+            upstream,
+            uptime_ms: shared.clock_ms(),
+            grace_ms: shared.config().relay_grace_ms,
+            registry: &registry,
+        };
+        relay::forward(&mut header, from, &view)
+    };
+    let hop = match decided {
+        Ok(id) => peers.into_iter().find(|p| p.id == id),
+        Err(refusal) => {
+            if refusal.report {
+                let (src, seq, dst) = (header.src, header.seq, header.dst);
+                send_fail(shared, src, seq, refusal.reason, dst, &refusal.text);
+            }
             return;
         }
-        if self.peer(dst).is_some_and(|p| !p.is_dead()) {
+    };
+    let Some(hop) = hop else {
+        return;
+    };
+    if Some(hop.id) == upstream {
+        if let Err(why) = registrations::wait_gate_up(shared, header.src).await {
+            // Up there it would close our link: the source hears why, and sends again.
+            fail_data(shared, &header, FailReason::PeerDown, || {
+                format!("relay {me}: {why}")
+            });
             return;
         }
-        self.routes.hints.queue(dst, addrs);
     }
-
-    /// Relayed messages written again (after a path may have lost them) count as resent.
-    fn count_resent(&self, n: u64) {
-        self.counters.msgs_resent.fetch_add(n, Relaxed);
+    if hop.id == header.dst && header.kind == RoutedType::Data {
+        maybe_hint(shared, header.src, &hop);
     }
+    let frame = forwarded_parts(&header, &body);
+    let body_len = frame.iter().map(Bytes::len).sum::<usize>() - HEADER_LEN;
+    if let Some(max) = hop.frame_body_max().filter(|&max| body_len > max) {
+        // The next hop would close the link over it (and the source send it again): the
+        // source hears why instead.
+        fail_data(shared, &header, FailReason::TooLarge, || {
+            format!(
+                "relay {me}: a frame of {body_len} bytes is over the {max} bytes bus id {} accepts",
+                hop.id
+            )
+        });
+        return;
+    }
+    let wait = Duration::from_millis(FORWARD_WAIT_MS);
+    if !hop
+        .push_forward_wait(frame, FORWARD_QUEUE_BYTES_MAX, wait)
+        .await
+    {
+        bumped_congestion(shared);
+        fail_data(shared, &header, FailReason::Congested, || {
+            format!("relay {me}: queue toward {} is full", hop.id)
+        });
+    }
+}
 
-    /// Lets a held direct link go once nothing sent to `id` through relays is unacknowledged.
-    pub(crate) fn release_if_drained(&self, id: BusId) {
-        let drained = self.remote_of(id).is_none_or(|r| r.unacked() == 0);
-        if drained {
-            if let Some(p) = self.peer(id) {
-                p.release();
+/// Tells the source of a relayed DATA frame that it was not passed on, and why (`text`,
+/// made only then); control frames are not answered.
+fn fail_data(
+    shared: &Shared,
+    header: &RoutedHeader,
+    reason: FailReason,
+    text: impl FnOnce() -> String,
+) {
+    if header.kind == RoutedType::Data {
+        send_fail(shared, header.src, header.seq, reason, header.dst, &text());
+    }
+}
+
+/// Where a ROUTED DATA frame from `src` stands against what was delivered: the number of
+/// its messages to skip (already delivered), or `Err(expected)` if it leaves a gap.
+/// `pending` is what this read already accepted from `src`.
+pub(crate) fn check_routed(
+    shared: &Shared,
+    h: &RoutedHeader,
+    pending: Option<u64>,
+) -> Result<u64, u64> {
+    shared.routes.relayed.check_arrival(h, pending)
+}
+
+/// A gap in what `src` sent: tell it where to resume.
+pub(crate) fn report_gap(shared: &Shared, src: BusId, expected: u64) {
+    let me = shared.config().id;
+    send_fail(
+        shared,
+        src,
+        expected,
+        FailReason::Gap,
+        me,
+        &format!("bus id {me} expects message {expected} next"),
+    );
+}
+
+/// An end-to-end ACK or FAIL for this node.
+pub(crate) fn routed_control(
+    shared: &Shared,
+    header: &RoutedHeader,
+    inner: &[u8],
+) -> Result<(), String> {
+    match header.kind {
+        RoutedType::Ack => {
+            if let Some(r) = remote_of(shared, header.src) {
+                let v = r.ack(header.src_incarnation, header.seq, shared.clock_ms());
+                report_verdict(shared, &r, v);
+                release_if_drained(shared, r.id);
+                if let Some(addrs) = r.acked_through(&header.route) {
+                    dial_hinted(shared, r.id, addrs);
+                }
+                // The window moved: what it held back may go now.
+                if r.has_unwritten() {
+                    tasks::schedule_pump(shared, &r);
+                }
             }
         }
-    }
-
-    fn report_verdict(&self, r: &Remote, v: Verdict) {
-        if let Verdict::Restarted(seqs, old) = v {
-            self.give_up_on_peer(
-                r.id,
-                seqs,
-                format!("bus id {} restarted (incarnation {old:#x} replaced)", r.id),
-                Path::Relayed,
-                Some(old),
-            );
+        RoutedType::Hint => {
+            let (about, addrs) = decode_hint(inner)?;
+            hint_received(shared, header.src, about, addrs);
         }
+        RoutedType::Fail => {
+            let (reason, about, text) = decode_fail(inner)?;
+            let Some(r) = remote_of(shared, about) else {
+                return Ok(());
+            };
+            match r.on_fail(
+                reason,
+                header.src_incarnation,
+                header.seq,
+                shared.clock_ms(),
+            ) {
+                FailOutcome::Resend(v) => {
+                    report_verdict(shared, &r, v);
+                    tasks::pump(shared, &r);
+                }
+                FailOutcome::Stalled => {}
+                FailOutcome::GaveUp(seqs) => {
+                    if reason == FailReason::TooLarge {
+                        // That message could not pass; the destination is not down:
+                        // later ones go on (their first frame says the gap is settled).
+                        // Before the report, so that a send it prompts is taken.
+                        r.revive();
+                    }
+                    release_if_drained(shared, about);
+                    shared.report_undeliverable(
+                        about,
+                        seqs,
+                        format!("{reason}: {text}"),
+                        Path::Relayed,
+                        r.incarnation(),
+                    );
+                }
+            }
+        }
+        RoutedType::Data => unreachable!("data is delivered by the reader"),
+    }
+    Ok(())
+}
+
+/// Relay side: data from `src` is being passed to `dst_peer`, its final hop. Hints `src`
+/// (at most every `busway_core::hints::HINT_INTERVAL_MS`) if the destination accepts direct links.
+fn maybe_hint(shared: &Shared, src: BusId, dst_peer: &Peer) {
+    if !dst_peer.accepts_direct() {
+        return;
+    }
+    if !shared.routes.hints.due(src, dst_peer.id, shared.clock_ms()) {
+        return;
+    }
+    let snap = dst_peer.snapshot();
+    let addrs: Vec<String> = snap
+        .intro
+        .listen_addrs
+        .iter()
+        .filter_map(|a| dialable(a, &snap.addr))
+        .collect();
+    let h = control_header(shared, RoutedType::Hint, src, 0);
+    send_routed_control(shared, src, encode_hint(&h, dst_peer.id, &addrs));
+}
+
+/// Source side: relay `relay` says `dst` listens at `addrs`. Taken only from a relay that
+/// carries our traffic to `dst` (held until one of its acknowledgements shows that), and
+/// only for a destination we send to through relays.
+fn hint_received(shared: &Shared, relay: BusId, dst: BusId, addrs: Vec<String>) {
+    if !shared.config().direct_links || dst == shared.config().id || addrs.is_empty() {
+        return;
+    }
+    let Some(r) = remote_of(shared, dst) else {
+        return;
+    };
+    if let Some(addrs) = r.hint(relay, addrs) {
+        dial_hinted(shared, dst, addrs);
+    }
+}
+
+/// Dials `dst` at `addrs`, a hint that checked out, unless a link to it is up already.
+fn dial_hinted(shared: &Shared, dst: BusId, addrs: Vec<String>) {
+    if !shared.config().direct_links || addrs.is_empty() {
+        return;
+    }
+    if shared.peer(dst).is_some_and(|p| !p.is_dead()) {
+        return;
+    }
+    shared.routes.hints.queue(dst, addrs);
+}
+
+/// Relayed messages written again (after a path may have lost them) count as resent.
+fn count_resent(shared: &Shared, n: u64) {
+    shared.counters.msgs_resent.fetch_add(n, Relaxed);
+}
+
+/// Lets a held direct link go once nothing sent to `id` through relays is unacknowledged.
+pub(crate) fn release_if_drained(shared: &Shared, id: BusId) {
+    let drained = remote_of(shared, id).is_none_or(|r| r.unacked() == 0);
+    if drained {
+        if let Some(p) = shared.peer(id) {
+            p.release();
+        }
+    }
+}
+
+fn report_verdict(shared: &Shared, r: &Remote, v: Verdict) {
+    if let Verdict::Restarted(seqs, old) = v {
+        lifecycle::give_up_on_peer(
+            shared,
+            r.id,
+            seqs,
+            format!("bus id {} restarted (incarnation {old:#x} replaced)", r.id),
+            Path::Relayed,
+            Some(old),
+        );
     }
 }
 

@@ -9,6 +9,8 @@ use crate::limits::{REROUTES_MAX, ROUTED_OVERHEAD_BYTES_MAX};
 use crate::node::errors::SendError;
 use crate::node::event::Path;
 use crate::peer::PushError;
+use crate::route;
+use crate::route::tasks;
 use crate::route::Route;
 use crate::shared::Shared;
 use busway_core::frame::FrameKind;
@@ -17,98 +19,96 @@ use bytes::Bytes;
 use std::ops::Range;
 use std::time::Duration;
 
-impl Shared {
-    /// A payload over the node's frame limit is refused before it is routed.
-    pub(crate) fn check_size(&self, len: usize) -> Result<(), SendError> {
-        let max = self.config().frame_body_max;
-        if len > max {
-            return Err(SendError::TooLarge { len, max });
-        }
-        Ok(())
+/// A payload over the node's frame limit is refused before it is routed.
+pub(crate) fn check_size(shared: &Shared, len: usize) -> Result<(), SendError> {
+    let max = shared.config().frame_body_max;
+    if len > max {
+        return Err(SendError::TooLarge { len, max });
     }
+    Ok(())
+}
 
-    /// The way to `dst` for a message of `len` bytes.
-    pub(crate) fn route_for(&self, dst: BusId, len: usize) -> Result<Route, SendError> {
-        let route = self.route(dst).ok_or(SendError::NoRoute(dst))?;
-        match &route {
-            Route::Relayed(_) => {
-                // A relayed message also carries the ROUTED header and its route.
-                let max = self.config().frame_body_max - ROUTED_OVERHEAD_BYTES_MAX;
-                if len > max {
-                    return Err(SendError::TooLarge { len, max });
-                }
-            }
-            Route::Direct(p) => {
-                // Both ends use the smaller limit: the peer closes a link over a larger frame.
-                if let Some(max) = p.frame_body_max().filter(|&max| len > max) {
-                    return Err(SendError::TooLarge { len, max });
-                }
+/// The way to `dst` for a message of `len` bytes.
+pub(crate) fn route_for(shared: &Shared, dst: BusId, len: usize) -> Result<Route, SendError> {
+    let route = route::route(shared, dst).ok_or(SendError::NoRoute(dst))?;
+    match &route {
+        Route::Relayed(_) => {
+            // A relayed message also carries the ROUTED header and its route.
+            let max = shared.config().frame_body_max - ROUTED_OVERHEAD_BYTES_MAX;
+            if len > max {
+                return Err(SendError::TooLarge { len, max });
             }
         }
-        Ok(route)
-    }
-
-    pub(crate) fn push_error(dst: BusId, e: PushError) -> SendError {
-        match e {
-            PushError::Full => SendError::Full(dst),
-            PushError::Closed => SendError::Closed(dst),
-            PushError::Dead => SendError::PeerDown(dst),
-            // Callers route again; seen here only if the route keeps changing under them.
-            PushError::Rerouted => SendError::Full(dst),
-        }
-    }
-
-    /// [`Shared::route_for`]; for an id with no route that etcd names, dials it and waits
-    /// for the link (at most `DISCOVERED_DIAL_WAIT_MS`).
-    pub(crate) async fn route_or_discover(
-        &self,
-        dst: BusId,
-        len: usize,
-    ) -> Result<Route, SendError> {
-        match self.route_for(dst, len) {
-            #[cfg(feature = "etcd")]
-            Err(SendError::NoRoute(_)) if self.discover(dst) => {
-                let wait = Duration::from_millis(crate::discovery::etcd::DISCOVERED_DIAL_WAIT_MS);
-                self.wait_for_peer(dst, wait).await;
-                self.route_for(dst, len)
+        Route::Direct(p) => {
+            // Both ends use the smaller limit: the peer closes a link over a larger frame.
+            if let Some(max) = p.frame_body_max().filter(|&max| len > max) {
+                return Err(SendError::TooLarge { len, max });
             }
-            other => other,
         }
     }
+    Ok(route)
+}
 
-    /// Dials those of `ids` that etcd names (as `route_or_discover` does for one) and waits
-    /// for their links, at most `DISCOVERED_DIAL_WAIT_MS` in all; true if any was dialed.
-    #[cfg(feature = "etcd")]
-    pub(crate) async fn discover_all(&self, ids: &[BusId]) -> bool {
-        let dialed: Vec<BusId> = ids
-            .iter()
-            .copied()
-            .filter(|&id| self.discover(id))
-            .collect();
-        let wait = Duration::from_millis(crate::discovery::etcd::DISCOVERED_DIAL_WAIT_MS);
-        let deadline = tokio::time::Instant::now() + wait;
-        for &id in &dialed {
-            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-            self.wait_for_peer(id, left).await;
-        }
-        !dialed.is_empty()
+pub(crate) fn push_error(dst: BusId, e: PushError) -> SendError {
+    match e {
+        PushError::Full => SendError::Full(dst),
+        PushError::Closed => SendError::Closed(dst),
+        PushError::Dead => SendError::PeerDown(dst),
+        // Callers route again; seen here only if the route keeps changing under them.
+        PushError::Rerouted => SendError::Full(dst),
     }
+}
 
-    /// Waits until a link to `id` is up, at most `timeout`; false if it did not come.
-    pub(crate) async fn wait_for_peer(&self, id: BusId, timeout: Duration) -> bool {
-        let wait = async {
-            loop {
-                let changed = self.peers.changed();
-                tokio::pin!(changed);
-                changed.as_mut().enable();
-                if self.peer(id).is_some_and(|p| p.is_up()) {
-                    return;
-                }
-                changed.await;
+/// [`route_for`]; for an id with no route that etcd names, dials it and waits
+/// for the link (at most `DISCOVERED_DIAL_WAIT_MS`).
+pub(crate) async fn route_or_discover(
+    shared: &Shared,
+    dst: BusId,
+    len: usize,
+) -> Result<Route, SendError> {
+    match route_for(shared, dst, len) {
+        #[cfg(feature = "etcd")]
+        Err(SendError::NoRoute(_)) if crate::discovery::etcd::discover(shared, dst) => {
+            let wait = Duration::from_millis(crate::discovery::etcd::DISCOVERED_DIAL_WAIT_MS);
+            wait_for_peer(shared, dst, wait).await;
+            route_for(shared, dst, len)
+        }
+        other => other,
+    }
+}
+
+/// Dials those of `ids` that etcd names (as `route_or_discover` does for one) and waits
+/// for their links, at most `DISCOVERED_DIAL_WAIT_MS` in all; true if any was dialed.
+#[cfg(feature = "etcd")]
+pub(crate) async fn discover_all(shared: &Shared, ids: &[BusId]) -> bool {
+    let dialed: Vec<BusId> = ids
+        .iter()
+        .copied()
+        .filter(|&id| crate::discovery::etcd::discover(shared, id))
+        .collect();
+    let wait = Duration::from_millis(crate::discovery::etcd::DISCOVERED_DIAL_WAIT_MS);
+    let deadline = tokio::time::Instant::now() + wait;
+    for &id in &dialed {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        wait_for_peer(shared, id, left).await;
+    }
+    !dialed.is_empty()
+}
+
+/// Waits until a link to `id` is up, at most `timeout`; false if it did not come.
+pub(crate) async fn wait_for_peer(shared: &Shared, id: BusId, timeout: Duration) -> bool {
+    let wait = async {
+        loop {
+            let changed = shared.peers.changed();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            if shared.peer(id).is_some_and(|p| p.is_up()) {
+                return;
             }
-        };
-        tokio::time::timeout(timeout, wait).await.is_ok()
-    }
+            changed.await;
+        }
+    };
+    tokio::time::timeout(timeout, wait).await.is_ok()
 }
 
 /// A message on its way to a bus id: what the send path queues.
@@ -242,7 +242,7 @@ impl Route {
                     } => r.push_framed(*kind, head, payload).map(|s| s..s + 1),
                 };
                 // Pumped even when refused: what was queued before goes on.
-                shared.schedule_pump(r);
+                tasks::schedule_pump(shared, r);
                 (Path::Relayed, seqs?)
             }
         };
@@ -258,101 +258,99 @@ impl Route {
     }
 }
 
-impl Shared {
-    /// Routes `msg` to `dst` (not this node) and queues what fits, without waiting, routing
-    /// again at most `REROUTES_MAX` times when the route changes under it.
-    #[inline]
-    pub(crate) fn try_enqueue<P: AsRef<[u8]>>(
-        &self,
-        dst: BusId,
-        route: Option<Route>,
-        msg: &Outgoing<'_, P>,
-    ) -> Result<Queued, Blocked> {
-        let len = msg.longest();
-        let mut route = match route {
-            Some(r) => r,
-            None => self.route_for(dst, len).map_err(Blocked::Failed)?,
-        };
-        for _ in 0..=REROUTES_MAX {
-            match route.push(self, msg) {
-                Err(PushError::Rerouted) => {
-                    route = self.route_for(dst, len).map_err(Blocked::Failed)?;
-                }
-                Err(PushError::Full) => return Err(Blocked::Full(route)),
-                Ok(q) if q.seqs.is_empty() && msg.count() > 0 => return Err(Blocked::Full(route)),
-                other => return other.map_err(|e| Blocked::Failed(Self::push_error(dst, e))),
+/// Routes `msg` to `dst` (not this node) and queues what fits, without waiting, routing
+/// again at most `REROUTES_MAX` times when the route changes under it.
+#[inline]
+pub(crate) fn try_enqueue<P: AsRef<[u8]>>(
+    shared: &Shared,
+    dst: BusId,
+    route: Option<Route>,
+    msg: &Outgoing<'_, P>,
+) -> Result<Queued, Blocked> {
+    let len = msg.longest();
+    let mut route = match route {
+        Some(r) => r,
+        None => route_for(shared, dst, len).map_err(Blocked::Failed)?,
+    };
+    for _ in 0..=REROUTES_MAX {
+        match route.push(shared, msg) {
+            Err(PushError::Rerouted) => {
+                route = route_for(shared, dst, len).map_err(Blocked::Failed)?;
             }
+            Err(PushError::Full) => return Err(Blocked::Full(route)),
+            Ok(q) if q.seqs.is_empty() && msg.count() > 0 => return Err(Blocked::Full(route)),
+            other => return other.map_err(|e| Blocked::Failed(push_error(dst, e))),
         }
-        // The route kept changing under it: as a full queue, for a caller that does not wait.
-        Err(Blocked::Full(route))
     }
+    // The route kept changing under it: as a full queue, for a caller that does not wait.
+    Err(Blocked::Full(route))
+}
 
-    /// Routes `msg` to `dst` (not this node) and queues all of it, waiting for room while the
-    /// queue is full; an id with no route that etcd names is dialed first. Returns the path
-    /// and the numbers given (copies queued in parts: from the first part's first number to
-    /// the last part's end, on the last part's path).
-    pub(crate) async fn enqueue<P: AsRef<[u8]>>(
-        &self,
-        dst: BusId,
-        msg: Outgoing<'_, P>,
-    ) -> Result<Queued, SendError> {
-        self.check_size(msg.longest())?;
-        // The common case at once, with no await: a route, and room for all of it. A send in
-        // a loop pays for no more than this (the waiting below is boxed, out of its future).
-        let route = match self.try_enqueue(dst, None, &msg) {
-            Ok(q) if (q.seqs.end - q.seqs.start) as usize >= msg.count() => return Ok(q),
+/// Routes `msg` to `dst` (not this node) and queues all of it, waiting for room while the
+/// queue is full; an id with no route that etcd names is dialed first. Returns the path
+/// and the numbers given (copies queued in parts: from the first part's first number to
+/// the last part's end, on the last part's path).
+pub(crate) async fn enqueue<P: AsRef<[u8]>>(
+    shared: &Shared,
+    dst: BusId,
+    msg: Outgoing<'_, P>,
+) -> Result<Queued, SendError> {
+    check_size(shared, msg.longest())?;
+    // The common case at once, with no await: a route, and room for all of it. A send in
+    // a loop pays for no more than this (the waiting below is boxed, out of its future).
+    let route = match try_enqueue(shared, dst, None, &msg) {
+        Ok(q) if (q.seqs.end - q.seqs.start) as usize >= msg.count() => return Ok(q),
+        Ok(q) => {
+            let rest = msg.after((q.seqs.end - q.seqs.start) as usize);
+            return Box::pin(enqueue_waiting(shared, dst, rest, Some(q), None)).await;
+        }
+        Err(Blocked::Full(route)) => Some(route),
+        // Perhaps etcd knows it: looked up (and dialed) on the way that waits.
+        Err(Blocked::Failed(SendError::NoRoute(_))) => None,
+        Err(Blocked::Failed(e)) => return Err(e),
+    };
+    Box::pin(enqueue_waiting(shared, dst, msg, None, route)).await
+}
+
+/// [`enqueue`] past its first try: waits for room on `route` (or finds one, with
+/// etcd if need be), then queues what is left of `msg`, `queued` being what went before.
+async fn enqueue_waiting<P: AsRef<[u8]>>(
+    shared: &Shared,
+    dst: BusId,
+    mut msg: Outgoing<'_, P>,
+    mut queued: Option<Queued>,
+    route: Option<Route>,
+) -> Result<Queued, SendError> {
+    let mut route = match route {
+        Some(full) => {
+            full.wait_for_room(msg.first_len()).await;
+            Some(full)
+        }
+        None if queued.is_none() => Some(route_or_discover(shared, dst, msg.longest()).await?),
+        None => None,
+    };
+    loop {
+        match try_enqueue(shared, dst, route.take(), &msg) {
             Ok(q) => {
-                let rest = msg.after((q.seqs.end - q.seqs.start) as usize);
-                return Box::pin(self.enqueue_waiting(dst, rest, Some(q), None)).await;
+                let n = (q.seqs.end - q.seqs.start) as usize;
+                let q = match queued.take() {
+                    Some(before) => Queued {
+                        path: q.path,
+                        seqs: before.seqs.start..q.seqs.end,
+                    },
+                    None => q,
+                };
+                if n >= msg.count() {
+                    return Ok(q);
+                }
+                queued = Some(q);
+                msg = msg.after(n);
             }
-            Err(Blocked::Full(route)) => Some(route),
-            // Perhaps etcd knows it: looked up (and dialed) on the way that waits.
-            Err(Blocked::Failed(SendError::NoRoute(_))) => None,
-            Err(Blocked::Failed(e)) => return Err(e),
-        };
-        Box::pin(self.enqueue_waiting(dst, msg, None, route)).await
-    }
-
-    /// [`Shared::enqueue`] past its first try: waits for room on `route` (or finds one, with
-    /// etcd if need be), then queues what is left of `msg`, `queued` being what went before.
-    async fn enqueue_waiting<P: AsRef<[u8]>>(
-        &self,
-        dst: BusId,
-        mut msg: Outgoing<'_, P>,
-        mut queued: Option<Queued>,
-        route: Option<Route>,
-    ) -> Result<Queued, SendError> {
-        let mut route = match route {
-            Some(full) => {
+            Err(Blocked::Full(full)) => {
                 full.wait_for_room(msg.first_len()).await;
-                Some(full)
+                route = Some(full);
             }
-            None if queued.is_none() => Some(self.route_or_discover(dst, msg.longest()).await?),
-            None => None,
-        };
-        loop {
-            match self.try_enqueue(dst, route.take(), &msg) {
-                Ok(q) => {
-                    let n = (q.seqs.end - q.seqs.start) as usize;
-                    let q = match queued.take() {
-                        Some(before) => Queued {
-                            path: q.path,
-                            seqs: before.seqs.start..q.seqs.end,
-                        },
-                        None => q,
-                    };
-                    if n >= msg.count() {
-                        return Ok(q);
-                    }
-                    queued = Some(q);
-                    msg = msg.after(n);
-                }
-                Err(Blocked::Full(full)) => {
-                    full.wait_for_room(msg.first_len()).await;
-                    route = Some(full);
-                }
-                Err(Blocked::Failed(e)) => return Err(e),
-            }
+            Err(Blocked::Failed(e)) => return Err(e),
         }
     }
 }

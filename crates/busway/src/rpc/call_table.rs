@@ -18,7 +18,7 @@ use busway_core::BusId;
 use bytes::Bytes;
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::sync::{Arc, Mutex, OnceLock};
 use tokio::sync::{oneshot, Notify, OwnedSemaphorePermit, Semaphore};
 
 /// The answer to a call.
@@ -123,7 +123,7 @@ pub(crate) struct CallTable {
     /// Told when a call is registered (links with rings watch for replies only meanwhile).
     registered: Notify,
     /// The node, to give received requests a way to be answered (set once it exists).
-    replier: OnceLock<Weak<dyn Replier>>,
+    replier: OnceLock<Arc<dyn Replier>>,
     counters: Arc<Counters>,
 }
 
@@ -152,7 +152,7 @@ impl CallTable {
         }
     }
 
-    pub(crate) fn set_replier(&self, node: Weak<dyn Replier>) {
+    pub(crate) fn set_replier(&self, node: Arc<dyn Replier>) {
         let _ = self.replier.set(node);
     }
 
@@ -326,7 +326,7 @@ impl CallTable {
                 }
                 SPAN_CALL => {
                     if let Some(node) = self.replier.get() {
-                        let request = Request::new(src, read_id(&buf[at..]), node.clone());
+                        let request = Request::new(src, read_id(&buf[at..]), Arc::downgrade(node));
                         requests.push((kept as u32, request));
                     }
                 }

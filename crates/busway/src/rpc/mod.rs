@@ -17,15 +17,16 @@
 //! dropped link, reported when given up.
 
 pub(crate) mod call_table;
+pub(crate) mod replier;
 pub(crate) mod request;
 
 use crate::node::message::MessageBatch;
 use crate::node::Node;
-use crate::route::outgoing::{Blocked, Outgoing, Queued};
-use crate::rpc::call_table::{reply_head, CallError, Reply};
-use crate::rpc::request::{Replier, ReplyError, ReplyFuture};
+use crate::route::outgoing;
+use crate::route::outgoing::{Outgoing, Queued};
+use crate::rpc::call_table::{CallError, Reply};
 use crate::shared::Shared;
-use busway_core::frame::{FrameKind, CALL_HEADER_LEN, REPLY_HEADER_LEN, SPAN_CALL};
+use busway_core::frame::{FrameKind, CALL_HEADER_LEN, SPAN_CALL};
 use busway_core::BusId;
 use bytes::{Bytes, BytesMut};
 use std::time::Duration;
@@ -91,11 +92,10 @@ impl Node {
             let mut call = shared.calls.register(dst, slot);
             let head = call.id.to_le_bytes();
             if dst == shared.config().id {
-                shared.call_self(call.id, &payload)?;
+                call_self(shared, call.id, &payload)?;
             } else {
                 let call_frame = Outgoing::framed(FrameKind::Call, &head, &payload);
-                let queued: Queued = shared
-                    .enqueue(dst, call_frame)
+                let queued: Queued = outgoing::enqueue(shared, dst, call_frame)
                     .await
                     .map_err(CallError::Send)?;
                 shared.calls.sent(call.id, queued.path, queued.seqs.start);
@@ -108,66 +108,19 @@ impl Node {
     }
 }
 
-impl Shared {
-    /// A call to this node itself: its request goes into the inbox as a message from us.
-    fn call_self(&self, id: u64, payload: &Bytes) -> Result<(), CallError> {
-        let mut buf = BytesMut::with_capacity(CALL_HEADER_LEN + payload.len());
-        buf.extend_from_slice(&id.to_le_bytes());
-        buf.extend_from_slice(payload);
-        let buf = buf.freeze();
-        let mut spans = vec![(0, buf.len() as u32 | SPAN_CALL)];
-        let me = self.config().id;
-        let requests = self.calls.sort_out(me, &buf, &mut spans);
-        let batch = MessageBatch::with_requests(me, buf, spans, requests);
-        if self.app.inbox.try_deliver(batch) {
-            Ok(())
-        } else {
-            Err(CallError::Send(crate::SendError::Full(me)))
-        }
-    }
-
-    /// The head of a REPLY to `to`, or `None` when the reply is to this node's own call
-    /// (which it ends here).
-    fn reply_head_to(
-        &self,
-        to: BusId,
-        id: u64,
-        status: u8,
-        payload: &Bytes,
-    ) -> Option<[u8; REPLY_HEADER_LEN]> {
-        if to == self.config().id {
-            self.calls.on_reply(to, id, status, payload.clone());
-            return None;
-        }
-        Some(reply_head(id, status))
-    }
-}
-
-impl Replier for Shared {
-    fn reply(&self, to: BusId, id: u64, status: u8, payload: Bytes) -> ReplyFuture<'_> {
-        Box::pin(async move {
-            let Some(head) = self.reply_head_to(to, id, status, &payload) else {
-                return Ok(());
-            };
-            let reply = Outgoing::framed(FrameKind::Reply, &head, &payload);
-            self.enqueue(to, reply)
-                .await
-                .map(drop)
-                .map_err(ReplyError::Send)
-        })
-    }
-
-    fn try_reply(&self, to: BusId, id: u64, status: u8, payload: Bytes) -> Result<(), ReplyError> {
-        let Some(head) = self.reply_head_to(to, id, status, &payload) else {
-            return Ok(());
-        };
-        self.check_size(head.len() + payload.len())
-            .map_err(ReplyError::Send)?;
-        let reply = Outgoing::framed(FrameKind::Reply, &head, &payload);
-        match self.try_enqueue(to, None, &reply) {
-            Ok(_) => Ok(()),
-            Err(Blocked::Full(_)) => Err(ReplyError::Full(to)),
-            Err(Blocked::Failed(e)) => Err(ReplyError::Send(e)),
-        }
+/// A call to this node itself: its request goes into the inbox as a message from us.
+fn call_self(shared: &Shared, id: u64, payload: &Bytes) -> Result<(), CallError> {
+    let mut buf = BytesMut::with_capacity(CALL_HEADER_LEN + payload.len());
+    buf.extend_from_slice(&id.to_le_bytes());
+    buf.extend_from_slice(payload);
+    let buf = buf.freeze();
+    let mut spans = vec![(0, buf.len() as u32 | SPAN_CALL)];
+    let me = shared.config().id;
+    let requests = shared.calls.sort_out(me, &buf, &mut spans);
+    let batch = MessageBatch::with_requests(me, buf, spans, requests);
+    if shared.app.inbox.try_deliver(batch) {
+        Ok(())
+    } else {
+        Err(CallError::Send(crate::SendError::Full(me)))
     }
 }
