@@ -261,6 +261,34 @@ pub async fn until(what: &str, mut cond: impl FnMut() -> bool) {
     assert!(ok.is_ok(), "{what} within {WAIT:?}");
 }
 
+/// A node's config for a test in virtual time (`#[tokio::test(start_paused = true)]`): its
+/// tasks run on the test's runtime, whose clock moves only to the next timer when nothing
+/// else is to do, so the node's timers run at their default lengths in no real time.
+pub fn virtual_config(id: u64) -> NodeConfig {
+    NodeConfig::new(BusId(id)).io_threads(IoThreads::Current)
+}
+
+/// How often `until_virtual` looks, in virtual ms: the node's timer runs no more often.
+pub const VIRTUAL_POLL_MS: u64 = 100;
+
+/// Waits until `cond` holds, in virtual time, at most `limit` of it; returns how much virtual
+/// time that took.
+pub async fn until_virtual(
+    what: &str,
+    limit: Duration,
+    mut cond: impl FnMut() -> bool,
+) -> Duration {
+    let started = tokio::time::Instant::now();
+    let ok = tokio::time::timeout(limit, async {
+        while !cond() {
+            tokio::time::sleep(Duration::from_millis(VIRTUAL_POLL_MS)).await;
+        }
+    })
+    .await;
+    assert!(ok.is_ok(), "{what} within {limit:?} of virtual time");
+    started.elapsed()
+}
+
 /// Starts a node again with the config it had (its old listening socket may linger a moment).
 pub async fn start_again(config: NodeConfig) -> Node {
     for _ in 0..200 {

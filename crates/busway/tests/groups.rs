@@ -94,17 +94,18 @@ async fn publishes_reach_a_member_over_every_transport_once_in_order() {
 /// `Node::drain`: a publisher's drain returns once its publishes are acknowledged and no
 /// member asked for copies for `DRAIN_QUIET_MS`; a timeout shorter than that fails; a node
 /// that published nothing drains as it flushes.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn a_publisher_drains_once_its_members_have_had_their_time() {
     use busway::limits::DRAIN_QUIET_MS;
-    let (a, b) = pair("tcp4", config(1), config(2)).await;
+    let (a, b) = pair("tcp4", virtual_config(1), virtual_config(2)).await;
     let mut inbox = b.take_inbox().unwrap();
     b.join(GROUP).unwrap();
     until_linked(&a, &[2]).await;
     for i in 0..1_000 {
         a.publish(GROUP, numbered(i)).await.unwrap();
     }
-    let started = std::time::Instant::now();
+    // In virtual time: the quiet period is measured exactly, on any machine.
+    let started = tokio::time::Instant::now();
     assert!(a.drain(WAIT).await, "drained");
     assert!(started.elapsed() >= std::time::Duration::from_millis(DRAIN_QUIET_MS));
     assert_eq!(a.peers()[0].unacked_msgs, 0, "acknowledged");
@@ -209,15 +210,17 @@ async fn a_publisher_linked_by_connect_reaches_the_members_below_a_relay() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+/// In virtual time: on a busy machine in real time, the relay's waits for room ran out
+/// (issue #27: an exact count failed within 10 s); here they are what they say.
+#[tokio::test(start_paused = true)]
 async fn a_copy_by_a_second_path_is_dropped() {
     // The member is linked to the publisher directly and, through the relay, again.
-    let relay = start(config(100).listen(listen_addr("tcp4"))).await;
+    let relay = start(virtual_config(100).listen(listen_addr("tcp4"))).await;
     let addr = relay.listen_addrs()[0].clone();
     let member = start(
         NodeConfig {
             direct_links: false,
-            ..config(2)
+            ..virtual_config(2)
         }
         .upstream(addr.clone())
         .listen(listen_addr("tcp4")),
@@ -228,7 +231,7 @@ async fn a_copy_by_a_second_path_is_dropped() {
     let publisher = start(
         NodeConfig {
             direct_links: false,
-            ..config(1)
+            ..virtual_config(1)
         }
         .upstream(addr)
         .connect(member.listen_addrs()[0].clone()),
@@ -241,13 +244,12 @@ async fn a_copy_by_a_second_path_is_dropped() {
     expect_publishes(&mut inbox, BusId(1), 1_000, "member on two paths").await;
     nothing_more_from(&publisher, &mut inbox, BusId(2)).await;
     // Every publish went both ways; each second copy that reached the member was dropped
-    // there. On a busy machine the relay may drop some for a full link (the cut-off policy:
-    // the member has them already), so the two counts add up, rather than one being exact.
+    // there, and the relay, which waits for room as long as it says, dropped none.
     until("the member dropped the second copies", || {
-        member.stats().group_copies_dropped + relay.stats().group_forwards_dropped == 1_000
+        member.stats().group_copies_dropped == 1_000
     })
     .await;
-    assert!(member.stats().group_copies_dropped > 0);
+    assert_eq!(relay.stats().group_forwards_dropped, 0);
     for n in [publisher, member, relay] {
         n.shutdown().await;
     }
@@ -348,6 +350,7 @@ mod lies {
 
     use super::*;
     use busway_core::frame::{frame_bytes, FrameKind};
+    use busway_core::group::stream::GROUP_REPAIR_WAIT_MS;
     use busway_core::group::{encode_interest, encode_publish_head};
     use tokio::io::AsyncWriteExt;
 
@@ -370,10 +373,10 @@ mod lies {
     /// repairs it costs a member that keeps up that gap alone: after `GROUP_REPAIR_WAIT_MS`
     /// the member gets what waited behind it, a `GroupGap` naming the count and the reason,
     /// and stays in the group; another publisher's stream goes on reaching it.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[tokio::test(start_paused = true)]
     async fn a_gap_its_publisher_never_repairs_costs_a_member_that_keeps_up_the_gap_not_the_group()
     {
-        let (node, healthy) = pair("tcp4", config(1), config(2)).await;
+        let (node, healthy) = pair("tcp4", virtual_config(1), virtual_config(2)).await;
         let mut events = node.take_events().unwrap();
         let mut inbox = node.take_inbox().unwrap();
         node.join(GROUP).unwrap();
@@ -383,6 +386,8 @@ mod lies {
         };
         let mut liar = authenticated(addr, 20, None).await;
         assert!(node.wait_for_peer(BusId(20), WAIT).await);
+        // In virtual time: the member's repair timer is measured exactly, on any machine.
+        let started = tokio::time::Instant::now();
         for number in [1u64, 2, 5] {
             let mut body = encode_publish_head(BusId(20), 1, number, GROUP);
             body.extend_from_slice(&number.to_le_bytes());
@@ -401,6 +406,14 @@ mod lies {
             _ => None,
         })
         .await;
+        let waited = started.elapsed();
+        let repair_wait = std::time::Duration::from_millis(GROUP_REPAIR_WAIT_MS);
+        // The gap is stamped by the node's coarse clock, up to one timer tick behind.
+        let tick = std::time::Duration::from_millis(VIRTUAL_POLL_MS);
+        assert!(
+            waited >= repair_wait - tick && waited <= repair_wait * 2,
+            "the gap was given up on after {waited:?}, not after {repair_wait:?}"
+        );
         assert_eq!(missed, 2, "3 and 4 never came: {reason}");
         assert!(reason.contains("no repair came"), "{reason}");
         assert_eq!(node.groups(), vec![GROUP.to_string()], "still a member");

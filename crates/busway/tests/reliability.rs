@@ -3,7 +3,10 @@
 
 mod common;
 
-use busway::{BusId, Event};
+use busway::limits::{
+    DEFAULT_HEARTBEAT_INTERVAL_MS, DEFAULT_PEER_DEAD_AFTER_MS, HEARTBEAT_MISSES_MAX,
+};
+use busway::{BusId, Event, IoThreads};
 use bytes::Bytes;
 use common::*;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
@@ -107,33 +110,43 @@ async fn a_link_cut_a_thousand_times_loses_and_repeats_nothing() {
     b.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+/// In virtual time: the node's tasks run on the test's runtime, whose clock is paused and
+/// moves only to the next timer when nothing else is to do. The default heartbeat is
+/// measured exactly, in no real time, however busy the machine.
+#[tokio::test(start_paused = true)]
 async fn a_silent_peer_is_declared_down_within_three_heartbeats() {
-    let mut ca = config(1);
-    ca.heartbeat_interval_ms = 100;
-    let a = start(ca.listen(listen_addr("tcp4"))).await;
+    let a = start(
+        config(1)
+            .io_threads(IoThreads::Current)
+            .listen(listen_addr("tcp4")),
+    )
+    .await;
     let mut ea = a.take_events().unwrap();
     let busway::Addr::Tcp(addr) = a.listen_addrs()[0] else {
         unreachable!()
     };
     // A real peer that completes the handshake, then answers nothing.
     let _silent = authenticated(addr, 9, None).await;
-    let started = std::time::Instant::now();
+    let started = tokio::time::Instant::now();
     let reason = wait_event(&mut ea, |e| match e {
         Event::PeerDown { peer, reason, .. } if *peer == BusId(9) => Some(reason.clone()),
         _ => None,
     })
     .await;
     let elapsed = started.elapsed();
+    let interval = Duration::from_millis(DEFAULT_HEARTBEAT_INTERVAL_MS);
     assert!(
-        reason
-            .to_string()
-            .contains("3 heartbeat intervals of 100 ms"),
+        reason.to_string().contains(&format!(
+            "3 heartbeat intervals of {DEFAULT_HEARTBEAT_INTERVAL_MS} ms"
+        )),
         "{reason}"
     );
+    // Down once three intervals passed without a frame from the peer (it last spoke in the
+    // handshake), checked on the interval: never before the second, never after the fourth.
+    let misses = HEARTBEAT_MISSES_MAX as u32;
     assert!(
-        elapsed < Duration::from_millis(1_000),
-        "declared down after {elapsed:?}"
+        elapsed >= interval * (misses - 1) && elapsed <= interval * (misses + 1),
+        "declared down after {elapsed:?} of virtual time"
     );
     assert!(a.stats().heartbeat_timeouts >= 1);
     a.shutdown().await;
@@ -161,13 +174,13 @@ async fn round_trips_are_measured() {
 /// The sender's outbox in `a_receiver_killed_for_good_...`: small, but holding one largest frame.
 const OUTBOX_BYTES: usize = 2 << 20;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+/// In virtual time, with the default deadline (`peer_dead_after_ms`, 30 s).
+#[tokio::test(start_paused = true)]
 async fn a_receiver_killed_for_good_gets_exactly_the_unacknowledged_messages_reported() {
-    let mut ca = config(1);
-    ca.peer_dead_after_ms = 300;
+    let mut ca = virtual_config(1);
     ca.send_queue_bytes_max = OUTBOX_BYTES;
     ca.frame_body_max = busway::limits::FRAME_BODY_MIN_BYTES;
-    let (a, b) = pair("tcp4", ca, config(2)).await;
+    let (a, b) = pair("tcp4", ca, virtual_config(2)).await;
     let mut ea = a.take_events().unwrap();
     let mut ib = b.take_inbox().unwrap();
     // Some messages get through and are read...
@@ -183,6 +196,7 @@ async fn a_receiver_killed_for_good_gets_exactly_the_unacknowledged_messages_rep
     // ...then the receiver dies at once (its loops stop; nothing is closed cleanly).
     drop(ib);
     drop(b);
+    let died = tokio::time::Instant::now();
     // The sender keeps sending: its memory stays bounded (Full), nothing blocks.
     let mut sent = 1000u64;
     let full = tokio::time::timeout(WAIT, async {
@@ -210,11 +224,26 @@ async fn a_receiver_killed_for_good_gets_exactly_the_unacknowledged_messages_rep
         sent - 1000 <= OUTBOX_BYTES as u64 / 100,
         "bounded by the outbox limit: {sent}"
     );
-    let seqs = wait_event(&mut ea, |e| match e {
-        Event::Undeliverable { peer, seqs, .. } if *peer == BusId(2) => Some(seqs.clone()),
-        _ => None,
+    let deadline = Duration::from_millis(DEFAULT_PEER_DEAD_AFTER_MS);
+    let seqs = tokio::time::timeout(2 * deadline, async {
+        loop {
+            if let Event::Undeliverable {
+                peer: BusId(2),
+                seqs,
+                ..
+            } = ea.recv().await.expect("events open")
+            {
+                return seqs;
+            }
+        }
     })
-    .await;
+    .await
+    .expect("reported within twice the deadline");
+    let waited = died.elapsed();
+    assert!(
+        waited >= deadline && waited <= deadline + WAIT,
+        "reported {waited:?} after the receiver died, not past its deadline of {deadline:?}"
+    );
     // Exactly what was not acknowledged: everything after what the receiver acknowledged
     // (at most the 1000 it read), up to the last message accepted.
     assert_eq!(seqs.end, sent);

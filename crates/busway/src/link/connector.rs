@@ -30,7 +30,6 @@ pub(crate) async fn accept_loop(shared: Arc<Shared>, listener: StdListener) {
                     let shared2 = shared.clone();
                     shared
                         .links.loops
-                        .pick()
                         .spawn(link::serve_std(shared2, stream, remote));
                 }
                 Err(e) => {
@@ -96,7 +95,7 @@ pub(crate) async fn direct_dial_loop(shared: Arc<Shared>) {
         }
         for (dst, addrs) in dials {
             let node = shared.clone();
-            shared.links.loops.pick().spawn(async move {
+            shared.links.loops.spawn(async move {
                 dial_direct(&node, dst, &addrs).await;
                 node.routes.hints.end_dial(dst);
             });

@@ -2,18 +2,23 @@
 //!
 //! Each dedicated loop is one thread running a single-threaded tokio runtime; a link is spawned
 //! onto one loop and stays there. Other threads reach a loop only by spawning onto its handle.
+//! On the caller's runtime (`IoThreads::Current`) the node's tasks end when told, as they
+//! would with a dedicated loop's runtime: a node dropped leaves no task behind.
 
 use crate::node::config::IoThreads;
+use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::Mutex;
 use tokio::runtime::Handle;
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, watch};
 
 pub(crate) struct IoLoops {
     handles: Vec<Handle>,
     next: AtomicUsize,
     /// Dropping or firing a sender stops its loop (its tasks are dropped).
     stops: Mutex<Vec<oneshot::Sender<()>>>,
+    /// On the caller's runtime: set to true to end the node's tasks there.
+    stop_current: Option<watch::Sender<bool>>,
 }
 
 impl IoLoops {
@@ -57,17 +62,43 @@ impl IoLoops {
             handles,
             next: AtomicUsize::new(0),
             stops: Mutex::new(stops),
+            stop_current: (io == IoThreads::Current).then(|| watch::channel(false).0),
         })
     }
 
-    /// The loop for the next link (round robin).
-    pub(crate) fn pick(&self) -> &Handle {
+    /// Runs `task` on the next loop (round robin) until it ends or the loops stop.
+    pub(crate) fn spawn<F>(&self, task: F)
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        let handle = self.pick();
+        match &self.stop_current {
+            None => drop(handle.spawn(task)),
+            Some(stop) => {
+                let mut stopped = stop.subscribe();
+                drop(handle.spawn(async move {
+                    tokio::select! {
+                        _ = task => {}
+                        _ = stopped.wait_for(|s| *s) => {}
+                    }
+                }));
+            }
+        }
+    }
+
+    /// The loop for the next task (round robin).
+    fn pick(&self) -> &Handle {
         let i = self.next.fetch_add(1, Relaxed) % self.handles.len();
         &self.handles[i]
     }
 
-    /// Stops the dedicated loops; their remaining tasks are dropped.
+    /// Stops the loops; their remaining tasks are dropped (on the caller's runtime, at their
+    /// next poll).
     pub(crate) fn stop(&self) {
         self.stops.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        if let Some(stop) = &self.stop_current {
+            stop.send_replace(true);
+        }
     }
 }

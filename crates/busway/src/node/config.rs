@@ -13,7 +13,11 @@ pub enum IoThreads {
     /// a link lives on one loop for its whole life).
     Dedicated(usize),
     /// The tokio runtime that calls [`crate::Node::start`]: one loop, shared with the
-    /// application (fewest threads, best for one busy link on a small machine).
+    /// application (fewest threads, best for one busy link on a small machine). The node's
+    /// tasks end when it is dropped or shut down, as on its own threads. On a runtime whose
+    /// time is paused (a test's `#[tokio::test(start_paused = true)]`), the node lives in that
+    /// virtual time: its heartbeats, deadlines and group timers run at their full lengths in
+    /// no real time (busway's own timer tests do).
     Current,
 }
 

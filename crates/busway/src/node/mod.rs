@@ -468,53 +468,35 @@ fn periodic_work() -> Vec<Periodic> {
 fn spawn_tasks(shared: &Arc<Shared>, listeners: Vec<transport::StdListener>, connect: Vec<Addr>) {
     for l in listeners {
         let shared2 = shared.clone();
-        shared.links.loops.pick().spawn(accept_loop(shared2, l));
+        shared.links.loops.spawn(accept_loop(shared2, l));
     }
     for addr in connect {
         let shared2 = shared.clone();
-        shared
-            .links
-            .loops
-            .pick()
-            .spawn(dial_loop(shared2, addr, false));
+        shared.links.loops.spawn(dial_loop(shared2, addr, false));
     }
     if let Some(addr) = shared.config().upstream.clone() {
         let shared2 = shared.clone();
-        shared
-            .links
-            .loops
-            .pick()
-            .spawn(dial_loop(shared2, addr, true));
+        shared.links.loops.spawn(dial_loop(shared2, addr, true));
     }
     shared
         .links
         .loops
-        .pick()
         .spawn(timer::run(shared.clone(), periodic_work()));
-    shared
-        .links
-        .loops
-        .pick()
-        .spawn(tasks::pump_loop(shared.clone()));
+    shared.links.loops.spawn(tasks::pump_loop(shared.clone()));
     // Holds the logs alone (not the node), and ends with the node.
     let (logs, mut down) = (shared.group.logs.clone(), shared.app.stop_signal());
-    shared.links.loops.pick().spawn(async move {
+    shared.links.loops.spawn(async move {
         tokio::select! {
             () = logs.wake_loop() => {}
             _ = down.wait_for(|&d| d) => {}
         }
     });
-    shared
-        .links
-        .loops
-        .pick()
-        .spawn(direct_dial_loop(shared.clone()));
+    shared.links.loops.spawn(direct_dial_loop(shared.clone()));
     #[cfg(feature = "etcd")]
     if let Some(etcd) = shared.config().etcd.clone() {
         shared
             .links
             .loops
-            .pick()
             .spawn(crate::discovery::etcd::etcd_loop(shared.clone(), etcd));
     }
 }

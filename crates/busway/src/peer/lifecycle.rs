@@ -146,18 +146,18 @@ pub(crate) fn detach_peer(shared: &Arc<Shared>, peer: &Arc<Peer>, link: u64, rea
         unacked,
     });
     shared.peers.notify_changed();
-    let shared = shared.clone();
+    let node = shared.clone();
     let peer = peer.clone();
     // A link task dropped with its runtime (the node going away) has no runtime to arm a
     // timer on, and needs none: nothing will be sent any more.
-    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+    if tokio::runtime::Handle::try_current().is_err() {
         return;
-    };
-    runtime.spawn(async move {
+    }
+    shared.links.loops.spawn(async move {
         tokio::time::sleep(deadline).await;
-        if let Some(seqs) = peer.expire(epoch, shared.clock_ms()) {
+        if let Some(seqs) = peer.expire(epoch, node.clock_ms()) {
             give_up_on_peer(
-                &shared,
+                &node,
                 peer.id,
                 seqs,
                 why,
