@@ -150,13 +150,13 @@ impl Shared {
     /// (`warn_limit`); counters and events see every one.
     pub(crate) fn warn_repeated(&self, what: &'static str, remote: &str, why: &str) {
         let key = format!("{what} {}", crate::link::warn_limit::host_of(remote));
-        if let Some(held_back) = self.links.warnings.admit(&key, self.clock_ms()) {
+        if let Some(held_back) = self.links.admit_warning(&key, self.clock_ms()) {
             tracing::warn!(%remote, %why, held_back, "{what}");
         }
     }
 
     pub(crate) fn emit(&self, event: Event) {
-        if !self.app.events.push(event) {
+        if !self.app.emit(event) {
             bump(&self.counters.events_dropped);
         }
     }

@@ -250,7 +250,7 @@ fn take_registration(
             }
             if shared.peer(n.id).is_some_and(|p| !p.is_up()) {
                 // Restarted somewhere else, perhaps: dial where it says it is now.
-                shared.routes.hints.queue(n.id, n.addrs.clone());
+                shared.routes.queue_dial(n.id, n.addrs.clone());
             }
             known.insert(n.id, n);
         }
@@ -279,7 +279,7 @@ pub(crate) fn discover(shared: &Shared, dst: BusId) -> bool {
     }
     match shared.directory.lookup(dst) {
         Some(n) if !n.addrs.is_empty() => {
-            shared.routes.hints.queue(dst, n.addrs);
+            shared.routes.queue_dial(dst, n.addrs);
             true
         }
         _ => false,

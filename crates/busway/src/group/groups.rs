@@ -145,7 +145,7 @@ impl Node {
         }
         if published.member {
             let batch = MessageBatch::of_payload(shared.config().id, Some(group), payload);
-            shared.app.inbox.deliver(batch).await;
+            shared.app.inbox().deliver(batch).await;
             reached += 1;
         }
         if reached == 0 {

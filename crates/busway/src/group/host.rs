@@ -221,7 +221,7 @@ impl<'s> Host for GroupHost<'s, '_, '_> {
     fn app_behind(&self) -> (bool, Option<u64>) {
         let shared = self.shared;
         (
-            shared.app.inbox.group_backlogged(),
+            shared.app.inbox().group_backlogged(),
             shared.group.table.app_behind_at(),
         )
     }
@@ -451,9 +451,9 @@ pub(crate) fn push_own_publish(
     head: &[u8],
     payload: &Bytes,
 ) -> Result<(), PushError> {
-    let (_, note) = peer.push_publish(head, payload, shared.peers.deferred.looks())?;
+    let (_, note) = peer.push_publish(head, payload, shared.peers.deferred().looks())?;
     if note {
-        shared.peers.deferred.note(peer);
+        shared.peers.deferred().note(peer);
     }
     Ok(())
 }
@@ -493,7 +493,7 @@ pub(crate) fn sync_group_adverts(shared: &Shared) {
 /// Deliveries to this node's application about to be decided, handed over in the order
 /// decided (see `busway_core::turns`).
 pub(crate) fn delivered(shared: &Shared) -> Delivered<'_> {
-    Delivered::new(&shared.group.handover, &shared.app.inbox)
+    Delivered::new(&shared.group.handover, shared.app.inbox())
 }
 
 /// A link stops reading because the application left `GROUP_INBOX_BYTES_MAX` of group

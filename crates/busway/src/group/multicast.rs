@@ -106,7 +106,7 @@ impl Node {
         }
         if to_me {
             let batch = crate::node::message::MessageBatch::single(me, payload);
-            shared.app.inbox.deliver(batch).await;
+            shared.app.inbox().deliver(batch).await;
             reached += 1;
         }
         Ok(reached)

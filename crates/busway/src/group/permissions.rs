@@ -10,7 +10,7 @@ use busway_core::BusId;
 /// `busway_core::group::permitted::interest_quota`).
 pub(crate) fn interest_quota(shared: &Shared, from: BusId) -> usize {
     let declared = shared.peer(from).and_then(|p| p.neighbor().serves);
-    let registered = shared.routes.registrations.below().ranges_held_by(from);
+    let registered = shared.routes.registered_below().ranges_held_by(from);
     quota_for(shared.upstream_id() == Some(from), declared, registered)
 }
 
@@ -23,5 +23,5 @@ pub(crate) fn passes_groups_on(shared: &Shared, peer: &crate::peer::Peer) -> boo
         .is_some_and(|(lo, hi)| (lo, hi) != (peer.id, peer.id));
     serves_others
         || shared.upstream_id() == Some(peer.id)
-        || shared.routes.registrations.below().holds_any(peer.id)
+        || shared.routes.registered_below().holds_any(peer.id)
 }

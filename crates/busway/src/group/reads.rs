@@ -57,7 +57,7 @@ impl GroupMessages for NodeGroups {
 /// Whether the inbox holds too many publishes not taken, or a publish waits for room
 /// toward a peer other than `ring_peer` (see [`GroupMessages::backlogged`]).
 fn backlogged(shared: &Shared, ring_peer: BusId) -> bool {
-    if shared.app.inbox.group_backlogged() {
+    if shared.app.inbox().group_backlogged() {
         host::note_app_behind(shared);
         return true;
     }

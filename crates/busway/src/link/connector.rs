@@ -89,7 +89,7 @@ async fn stopped(rx: &mut watch::Receiver<bool>) {
 /// Starts a dial task for each hint (`route::direct`).
 pub(crate) async fn direct_dial_loop(shared: Arc<Shared>) {
     loop {
-        let dials = shared.routes.hints.next_dials().await;
+        let dials = shared.routes.next_dials().await;
         if shared.is_shutting_down() {
             return;
         }
@@ -97,7 +97,7 @@ pub(crate) async fn direct_dial_loop(shared: Arc<Shared>) {
             let node = shared.clone();
             shared.links.loops.spawn(async move {
                 dial_direct(&node, dst, &addrs).await;
-                node.routes.hints.end_dial(dst);
+                node.routes.end_dial(dst);
             });
         }
     }

@@ -155,7 +155,7 @@ fn routed_in(
     let base = body.start;
     let body = &buf[body];
     let (h, inner_at) = RoutedHeader::decode(body)?;
-    sources.check(h.src, |id| shared.routes.registrations.registered_by(id))?;
+    sources.check(h.src, |id| shared.routes.registered_by(id))?;
     let inner = &body[inner_at..];
     if h.dst != shared.config().id {
         work.forwards.push((h, base..base + body.len()));
@@ -221,7 +221,7 @@ async fn hand_over_sorted(
         reads::decline_log_offers(shared, src, chunk, spans);
     };
     let (batch, _) = dispatch(
-        Some(&*shared.group.reads),
+        Some(&**shared.group.reads()),
         &shared.calls,
         src,
         chunk,
@@ -237,14 +237,15 @@ async fn hand_over_sorted(
 /// as it takes under backpressure, a bounded time under cut-off), this link waits before it
 /// reads on: the wait goes back to the publisher.
 async fn wait_for_group_room(shared: &Shared, machine: &Mutex<Link>, peer: BusId) {
-    if shared.app.inbox.group_backlogged() {
+    let inbox = shared.app.inbox();
+    if inbox.group_backlogged() {
         host::note_app_behind(shared);
-        blocked_while(shared, machine, shared.app.inbox.wait_group_room()).await;
+        blocked_while(shared, machine, inbox.wait_group_room()).await;
         // Noted again as the wait ends: an application that stopped reading for longer
         // than `GROUP_REPAIR_WAIT_MS` fell behind until now, not only when it began.
         host::note_app_behind(shared);
     }
-    if shared.group.table.waiting.any() {
+    if shared.group.forwards_waiting() {
         // Publishes wait here for room toward a member.
         blocked_while(shared, machine, relay::wait_blocked_forwards(shared, peer)).await;
     }
@@ -252,7 +253,7 @@ async fn wait_for_group_room(shared: &Shared, machine: &Mutex<Link>, peer: BusId
 
 /// Hands one batch to the inbox, waiting for room if need be.
 async fn hand_over(shared: &Shared, machine: &Mutex<Link>, batch: MessageBatch) {
-    if let Err(batch) = shared.app.inbox.deliver_now(batch) {
+    if let Err(batch) = shared.app.inbox().deliver_now(batch) {
         wait_to_deliver(shared, machine, batch).await;
     }
 }
@@ -269,7 +270,7 @@ fn wait_to_deliver<'a>(
     Box::pin(async move {
         // Whether the application still had an inbox: without one, as on the fast path, the
         // messages are dropped (it stopped receiving).
-        let _ = blocked_while(shared, machine, shared.app.inbox.deliver(batch)).await;
+        let _ = blocked_while(shared, machine, shared.app.inbox().deliver(batch)).await;
     })
 }
 
@@ -484,10 +485,11 @@ async fn hand_over_routed(parts: &Parts<'_>, link_id: u64, chunk: &bytes::Bytes,
     // its claim. The claim covers the hand-over alone (no wait for a group's members under it:
     // their acknowledgements may come by the link that waits for the claim).
     let first = (r.incarnation, r.next - r.spans.len() as u64);
-    let (claim, done) = match shared.routes.relayed.try_claim(r.src, link_id, first) {
+    let sources = shared.routes.relayed_sources();
+    let (claim, done) = match sources.try_claim(r.src, link_id, first) {
         Some(got) => got,
         None => {
-            let wait = shared.routes.relayed.claim(r.src, link_id, first);
+            let wait = sources.claim(r.src, link_id, first);
             blocked_while(shared, machine, wait).await
         }
     };
@@ -537,7 +539,7 @@ fn start_ring_reader(parts: &Parts<'_>) {
     if let Some((shm, c)) = parts.shm.and_then(|s| Some((s, s.switch_in()?))) {
         let ring = InboundRing::new(c, shm.ring.clone());
         shm.set_reader(ring.handle());
-        if let Err(ring) = parts.shared.app.inbox.add_ring(ring) {
+        if let Err(ring) = parts.shared.app.inbox().add_ring(ring) {
             ring.discard_on_a_thread();
         }
     }

@@ -10,12 +10,12 @@ use tokio::sync::watch;
 /// What the runtime hands the application, and the node's stop.
 pub(crate) struct AppSide {
     /// Events (peer up and down, undeliverable, ...) for `Node::events`.
-    pub(crate) events: Arc<EventQueue>,
+    pub(in crate::node) events: Arc<EventQueue>,
     /// The inbox's sending half: every message for this node's application goes through it.
-    pub(crate) inbox: InboxSender,
+    inbox: InboxSender,
     /// The sequence number of this node's next message to itself: its own numbering, from 0,
     /// as a link's to a peer.
-    pub(crate) next_seq_to_self: AtomicU64,
+    pub(in crate::node) next_seq_to_self: AtomicU64,
     /// Set once the node starts shutting down: nothing new is attached or sent.
     shutting_down: AtomicBool,
     /// Tells the node's tasks to stop (true) when the node shuts down.
@@ -32,6 +32,17 @@ impl AppSide {
             shutting_down: AtomicBool::new(false),
             shutdown_tx: watch::channel(false).0,
         }
+    }
+
+    /// The inbox's sending half: where every message for the application is handed over.
+    pub(crate) fn inbox(&self) -> &InboxSender {
+        &self.inbox
+    }
+
+    /// Queues `event` for `Node::events`; false if an ordinary event was dropped for a full
+    /// queue (see `EventQueue::push`).
+    pub(crate) fn emit(&self, event: crate::node::event::Event) -> bool {
+        self.events.push(event)
     }
 
     /// Whether the node is shutting down.

@@ -29,8 +29,8 @@ impl Node {
         if !self.flush(timeout).await {
             return false;
         }
-        let groups = self.shared().group.table.lock().published_groups();
-        if groups.is_empty() && !self.shared().group.multicasts.lock().made_any() {
+        let (groups, multicast) = self.shared().group.published();
+        if groups.is_empty() && !multicast {
             return true;
         }
         let links_back_by = Instant::now() + Duration::from_millis(DRAIN_LINKS_BACK_MS);

@@ -85,7 +85,7 @@ impl Node {
 
     /// Every destination this node reaches through relays, with what it holds for each.
     pub fn relayed_peers(&self) -> Vec<RelayedInfo> {
-        let remotes = self.shared().routes.relayed.snapshot();
+        let remotes = crate::route::remotes_snapshot(self.shared());
         let mut out: Vec<RelayedInfo> = remotes
             .iter()
             .map(|r| {

@@ -87,7 +87,7 @@ struct Owner {
 impl Drop for Owner {
     fn drop(&mut self) {
         self.shared.app.shut_down();
-        self.shared.links.loops.stop();
+        self.shared.links.stop();
         report_held(&self.shared);
         self.shared.calls.fail_all();
         self.shared.app.events.close();
@@ -259,7 +259,7 @@ impl Node {
         if dst == self.id() {
             outgoing::check_size(self.shared(), payload.len())?;
             let batch = MessageBatch::single(dst, payload);
-            self.shared().app.inbox.deliver(batch).await;
+            self.shared().app.inbox().deliver(batch).await;
             return Ok(self.seqs_to_self(1).start);
         }
         let queued = outgoing::enqueue(self.shared(), dst, Outgoing::single(&payload)).await?;
@@ -285,7 +285,7 @@ impl Node {
         if dst == self.id() {
             for p in payloads {
                 let batch = MessageBatch::single(dst, Bytes::copy_from_slice(p.as_ref()));
-                self.shared().app.inbox.deliver(batch).await;
+                self.shared().app.inbox().deliver(batch).await;
             }
             return Ok(self.seqs_to_self(payloads.len() as u64));
         }
@@ -309,7 +309,7 @@ impl Node {
         if self
             .shared()
             .app
-            .inbox
+            .inbox()
             .try_deliver(MessageBatch::single(self.id(), payload))
         {
             Ok(self.seqs_to_self(1).start)
@@ -366,8 +366,8 @@ impl Node {
     /// destination (or reported undeliverable), at most `timeout`; true if so.
     pub async fn flush(&self, timeout: Duration) -> bool {
         let shared = self.shared();
-        shared.peers.deferred.publish_all();
-        shared.group.logs.wake_due();
+        shared.peers.deferred().publish_all();
+        shared.group.logs().wake_due();
         // One unsettled peer or destination waited on at a time, each woken by what settles
         // it: all of them must settle, so waiting on any one is never too early to look again.
         let wait = async {
@@ -394,7 +394,7 @@ impl Node {
     /// A snapshot of the node's counters.
     pub fn stats(&self) -> Stats {
         let mut s = self.shared().counters.snapshot();
-        s.connections_open = self.shared().links.admission.open() as u64;
+        s.connections_open = self.shared().links.connections_open() as u64;
         s.calls_pending = self.shared().calls.len() as u64;
         for p in self.peers() {
             s.peers_up += u64::from(p.up);
@@ -468,35 +468,33 @@ fn periodic_work() -> Vec<Periodic> {
 fn spawn_tasks(shared: &Arc<Shared>, listeners: Vec<transport::StdListener>, connect: Vec<Addr>) {
     for l in listeners {
         let shared2 = shared.clone();
-        shared.links.loops.spawn(accept_loop(shared2, l));
+        shared.links.spawn(accept_loop(shared2, l));
     }
     for addr in connect {
         let shared2 = shared.clone();
-        shared.links.loops.spawn(dial_loop(shared2, addr, false));
+        shared.links.spawn(dial_loop(shared2, addr, false));
     }
     if let Some(addr) = shared.config().upstream.clone() {
         let shared2 = shared.clone();
-        shared.links.loops.spawn(dial_loop(shared2, addr, true));
+        shared.links.spawn(dial_loop(shared2, addr, true));
     }
     shared
         .links
-        .loops
         .spawn(timer::run(shared.clone(), periodic_work()));
-    shared.links.loops.spawn(tasks::pump_loop(shared.clone()));
+    shared.links.spawn(tasks::pump_loop(shared.clone()));
     // Holds the logs alone (not the node), and ends with the node.
-    let (logs, mut down) = (shared.group.logs.clone(), shared.app.stop_signal());
-    shared.links.loops.spawn(async move {
+    let (logs, mut down) = (shared.group.logs().clone(), shared.app.stop_signal());
+    shared.links.spawn(async move {
         tokio::select! {
             () = logs.wake_loop() => {}
             _ = down.wait_for(|&d| d) => {}
         }
     });
-    shared.links.loops.spawn(direct_dial_loop(shared.clone()));
+    shared.links.spawn(direct_dial_loop(shared.clone()));
     #[cfg(feature = "etcd")]
     if let Some(etcd) = shared.config().etcd.clone() {
         shared
             .links
-            .loops
             .spawn(crate::discovery::etcd::etcd_loop(shared.clone(), etcd));
     }
 }

@@ -84,11 +84,11 @@ pub(crate) fn attach_peer(
         id,
         est.peer.incarnation,
         registers,
-        || shared.routes.registrations.below(),
+        || shared.routes.registered_below(),
         make,
     )?;
     if let Some(old) = replaced {
-        shared.routes.registrations.forget(id);
+        shared.routes.forget_registrations(id);
         if shared.upstream_id() == Some(id) {
             registrations::upstream_replaced(shared);
         }
@@ -120,7 +120,7 @@ pub(crate) fn peer_ready(shared: &Shared, peer: &Peer, dial: Dial) {
     }
     // A new peer (or a new incarnation) learns what this node wants through it, and the
     // receivers of this node's multicasts behind it where their streams stand.
-    shared.group.table.lock().peer_came(peer.id);
+    shared.group.peer_came(peer.id);
     host::sync_group_adverts(shared);
     host::multicast_link_up(shared, peer.id);
     shared.peers.notify_changed();
@@ -153,7 +153,7 @@ pub(crate) fn detach_peer(shared: &Arc<Shared>, peer: &Arc<Peer>, link: u64, rea
     if tokio::runtime::Handle::try_current().is_err() {
         return;
     }
-    shared.links.loops.spawn(async move {
+    shared.links.spawn(async move {
         tokio::time::sleep(deadline).await;
         if let Some(seqs) = peer.expire(epoch, node.clock_ms()) {
             give_up_on_peer(

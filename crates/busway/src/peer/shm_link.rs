@@ -74,7 +74,7 @@ impl ShmLink {
             shared.counters.clone(),
             shared.calls.clone(),
             shared.config().frame_body_max,
-            Arc::downgrade(&shared.group.reads),
+            Arc::downgrade(shared.group.reads()),
         );
         Self {
             shared,
@@ -229,12 +229,12 @@ impl ShmLink {
         let mut last_polls = 0;
         loop {
             let calls = &self.shared.calls;
-            if calls.len() == 0 && self.shared.group.table.lock().is_idle() {
+            if calls.len() == 0 && self.shared.group.is_idle() {
                 let idle = Duration::from_millis(RING_IDLE_WATCH_MS);
-                let active = self.shared.group.active.notified();
+                let active = self.shared.group.became_active();
                 tokio::pin!(active);
                 active.as_mut().enable();
-                if !self.shared.group.table.lock().is_idle() {
+                if !self.shared.group.is_idle() {
                     continue;
                 }
                 // Woken early by a call, or by the node's first part in a group (an accept of
@@ -254,7 +254,7 @@ impl ShmLink {
                 if take_over_replies(&reader, &mut last_polls) {
                     // What it left for the application must not wait for the ring's next
                     // record to be seen.
-                    self.shared.app.inbox.wake();
+                    self.shared.app.inbox().wake();
                 }
             }
         }
@@ -263,6 +263,6 @@ impl ShmLink {
     pub(crate) fn end(&self) {
         self.ring.set_gone();
         // A sleeping inbox drops the ring at once (and with it this link's state).
-        self.shared.app.inbox.wake();
+        self.shared.app.inbox().wake();
     }
 }

@@ -21,7 +21,7 @@ pub(crate) struct PeerTable {
     /// Woken when a link comes up or goes down.
     changed: Notify,
     /// Peers whose rings hold single sends not yet published.
-    pub(crate) deferred: Arc<crate::peer::deferred::Deferred>,
+    deferred: Arc<crate::peer::deferred::Deferred>,
     /// The number of the node's next link (its connections and rings).
     next_link_id: std::sync::atomic::AtomicU64,
 }
@@ -43,6 +43,11 @@ impl PeerTable {
             deferred,
             next_link_id: std::sync::atomic::AtomicU64::new(1),
         }
+    }
+
+    /// The peers whose rings hold single sends not yet published.
+    pub(crate) fn deferred(&self) -> &crate::peer::deferred::Deferred {
+        &self.deferred
     }
 
     /// A number for a new link, unique in this node.

@@ -471,7 +471,7 @@ fn dial_hinted(shared: &Shared, dst: BusId, addrs: Vec<String>) {
     if shared.peer(dst).is_some_and(|p| !p.is_dead()) {
         return;
     }
-    shared.routes.hints.queue(dst, addrs);
+    shared.routes.queue_dial(dst, addrs);
 }
 
 /// Relayed messages written again (after a path may have lost them) count as resent.

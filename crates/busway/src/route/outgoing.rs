@@ -213,9 +213,9 @@ impl Route {
     ) -> Result<Queued, PushError> {
         let (path, seqs) = match (self, msg) {
             (Route::Direct(p), Outgoing::Single(payload)) => {
-                let (seq, note) = p.push_single(payload, shared.peers.deferred.looks())?;
+                let (seq, note) = p.push_single(payload, shared.peers.deferred().looks())?;
                 if note {
-                    shared.peers.deferred.note(p);
+                    shared.peers.deferred().note(p);
                 }
                 (Path::Direct, seq..seq + 1)
             }

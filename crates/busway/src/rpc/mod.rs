@@ -118,7 +118,7 @@ fn call_self(shared: &Shared, id: u64, payload: &Bytes) -> Result<(), CallError>
     let me = shared.config().id;
     let requests = shared.calls.sort_out(me, &buf, &mut spans);
     let batch = MessageBatch::with_requests(me, buf, spans, requests);
-    if shared.app.inbox.try_deliver(batch) {
+    if shared.app.inbox().try_deliver(batch) {
         Ok(())
     } else {
         Err(CallError::Send(crate::SendError::Full(me)))
