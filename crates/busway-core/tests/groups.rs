@@ -67,7 +67,7 @@ const MEMBERS: [BusId; 3] = [M3, M4, M5];
 const PUBLISHERS: [BusId; 2] = [P1, P2];
 /// P2 also multicasts each of its publishes to every member.
 const MULTICAST_SOURCE: BusId = P2;
-/// The runtime's group tick (`ROUTED_RETRY_INTERVAL_MS`), in ms.
+/// The runtime's group tick (the node timer's `TIMER_TICK_MS`), in ms.
 const TICK_MS: u64 = 100;
 /// Bytes a publisher keeps for repairs: the runtime's default (`DEFAULT_GROUP_RETAIN_BYTES`).
 const RETAIN_BYTES: usize = 32 << 20;

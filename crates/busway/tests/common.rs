@@ -263,9 +263,14 @@ pub async fn until(what: &str, mut cond: impl FnMut() -> bool) {
 
 /// A node's config for a test in virtual time (`#[tokio::test(start_paused = true)]`): its
 /// tasks run on the test's runtime, whose clock moves only to the next timer when nothing
-/// else is to do, so the node's timers run at their default lengths in no real time.
+/// else is to do, so the node's timers run at their default lengths in no real time. Its
+/// links keep their data on the socket: a ring's reader is woken by a thread of its own,
+/// which the paused clock cannot see (it would move on while that thread is about to wake).
 pub fn virtual_config(id: u64) -> NodeConfig {
-    NodeConfig::new(BusId(id)).io_threads(IoThreads::Current)
+    let mut c = NodeConfig::new(BusId(id)).io_threads(IoThreads::Current);
+    c.shm_channels = false;
+    c.mem_channels = false;
+    c
 }
 
 /// How often `until_virtual` looks, in virtual ms: the node's timer runs no more often.

@@ -26,6 +26,11 @@ const NODE_GONE: &str = "the node stopped";
 
 impl GroupMessages for NodeGroups {
     fn sort_out(&self, from: BusId, chunk: &Bytes, spans: &mut Vec<(u32, u32)>) -> bool {
+        // Every read of every link passes here: one with no group message does not touch the
+        // node's count of references, shared by every I/O thread.
+        if !spans.iter().any(|&(_, tagged)| is_group_span(tagged)) {
+            return false;
+        }
         (self.0.upgrade()).is_some_and(|node| sort_out_groups(&node, from, chunk, spans))
     }
 

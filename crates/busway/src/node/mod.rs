@@ -45,7 +45,7 @@ use crate::link::io_loops::IoLoops;
 use crate::link::state::Links;
 use crate::link::transport;
 use crate::node::app_side::AppSide;
-use crate::node::config::NodeConfig;
+use crate::node::config::{IoThreads, NodeConfig};
 use crate::node::event::{Event, Path};
 use crate::node::event_queue::EventQueue;
 use crate::node::inbox::{inbox, Inbox};
@@ -168,6 +168,7 @@ impl Node {
         } else {
             0
         };
+        let on_callers_runtime = config.io_threads == IoThreads::Current;
         let shared = Arc::new_cyclic(|node| Shared {
             group: GroupPart::new(
                 config.id,
@@ -182,7 +183,7 @@ impl Node {
                 config,
                 listen_addrs,
             },
-            clock: Clock::start(),
+            clock: Clock::start(on_callers_runtime),
             peers: PeerTable::new(deferred),
             routes: RouteTables::default(),
             app: AppSide::new(events.clone(), inbox_tx),
@@ -463,8 +464,8 @@ fn periodic_work() -> Vec<Periodic> {
 }
 
 /// Starts a new node's tasks on its I/O loops: the listeners' accept loops, the dial loops of
-/// its configured addresses and upstream, the retry and pump tasks, the group logs' wake-ups
-/// and discovery. Each holds the node's state and ends with its shutdown.
+/// its configured addresses and upstream, the node's timer and the pump task, the group logs'
+/// wake-ups and discovery. Each holds the node's state and ends with its shutdown.
 fn spawn_tasks(shared: &Arc<Shared>, listeners: Vec<transport::StdListener>, connect: Vec<Addr>) {
     for l in listeners {
         let shared2 = shared.clone();
