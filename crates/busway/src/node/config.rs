@@ -230,7 +230,7 @@ impl NodeConfig {
         }
         if self.inbox_bytes_max < self.frame_body_max {
             return Err(format!(
-                "inbox_bytes_max ({}) must hold at least one largest message ({} bytes)",
+                "inbox_bytes_max ({}) must hold at least one largest message (frame_body_max, {} bytes)",
                 self.inbox_bytes_max, self.frame_body_max
             ));
         }

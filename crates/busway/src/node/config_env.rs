@@ -36,6 +36,16 @@ fn env_line(key: &str, value: &str) -> String {
 }
 
 /// `s` as a TOML basic string.
+/// Whether `text` names the setting `key` as a word (not inside a longer key).
+fn names_key(text: &str, key: &str) -> bool {
+    let is_key_char = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    text.match_indices(key).any(|(at, _)| {
+        let before = text[..at].chars().next_back();
+        let after = text[at + key.len()..].chars().next();
+        !before.is_some_and(is_key_char) && !after.is_some_and(is_key_char)
+    })
+}
+
 fn toml_string(s: &str) -> String {
     let mut out = String::from("\"");
     for c in s.chars() {
@@ -120,14 +130,26 @@ impl NodeConfig {
         let merged = format!("{}\n{}", lines.join("\n"), without_keys(text, &keys));
         // The variables' lines come first in `merged`: an error on one names its variable, an
         // error on the file's names the file's own line.
-        NodeConfig::from_toml(&merged).map_err(|e| match e.line() {
-            Some(n) if (1..=lines.len()).contains(&n) => {
-                e.within(&set[n - 1].0).about(&set[n - 1].0)
+        NodeConfig::from_toml(&merged).map_err(|e| {
+            // An error of two settings (the file's, and one a variable set) names the
+            // variables it is about as well.
+            let text = e.to_string();
+            let named: Vec<&str> = set
+                .iter()
+                .filter(|(_, k, _)| names_key(&text, k))
+                .map(|(var, _, _)| var.as_str())
+                .collect();
+            let place = match named.is_empty() {
+                true => "the file with BUSWAY_* variables over it".to_owned(),
+                false => format!("the file with {} over it", named.join(", ")),
+            };
+            match e.line() {
+                Some(n) if (1..=lines.len()).contains(&n) => {
+                    e.within(&set[n - 1].0).about(&set[n - 1].0)
+                }
+                Some(n) => e.at_line(n - lines.len()).within(&place),
+                None => e.within(&place),
             }
-            Some(n) => e
-                .at_line(n - lines.len())
-                .within("the file with BUSWAY_* variables over it"),
-            None => e.within("the file with BUSWAY_* variables over it"),
         })
     }
 }

@@ -503,13 +503,31 @@ mod tests {
         assert!(bad.contains("power of two"), "{bad}");
         // A setting of the file that a variable made wrong: the file's own line.
         let clash = NodeConfig::from_toml_with_env(
-            "id = 1\ninbox_bytes_max = 2000000\n",
-            vars(&[("BUSWAY_FRAME_BODY_MAX", "4000000")]),
+            "id = 1\ninbox_bytes_max = 5000000\n",
+            vars(&[("BUSWAY_FRAME_BODY_MAX", "6000000")]),
         )
         .unwrap_err();
         assert_eq!(clash.setting(), Some("inbox_bytes_max"), "{clash}");
         assert_eq!(clash.line(), Some(2), "{clash}");
         assert!(clash.to_string().contains("at line 2"), "{clash}");
+        // ... and the variable behind the other setting the error names.
+        assert!(
+            clash
+                .to_string()
+                .starts_with("the file with BUSWAY_FRAME_BODY_MAX over it: "),
+            "{clash}"
+        );
+        // A rule between two settings, broken by a variable: the variable is named.
+        let window = NodeConfig::from_toml_with_env(
+            "id = 1\nforget_after_ms = 60000\n",
+            vars(&[("BUSWAY_PEER_DEAD_AFTER_MS", "40000")]),
+        )
+        .unwrap_err();
+        assert_eq!(window.setting(), Some("forget_after_ms"), "{window}");
+        assert!(
+            window.to_string().contains("BUSWAY_PEER_DEAD_AFTER_MS"),
+            "{window}"
+        );
         // A mistake in the file still names the file's line.
         let typo = NodeConfig::from_toml_with_env(
             "id = 1\nlingr_ms = 1\n",
