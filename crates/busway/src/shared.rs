@@ -1,5 +1,7 @@
 //! What a node's handle, listeners, dialers and links share: the node's parts, one field
-//! each. This module also attaches and detaches links and reports what that costs.
+//! each, and the few things every part asks of the node as a whole (its config and identity,
+//! its HELLO, its clock, events, held-back warnings, what it gave up on). A link's attach and
+//! detach live in `peer::lifecycle`.
 
 use crate::clock::Clock;
 use crate::group::state::GroupPart;
