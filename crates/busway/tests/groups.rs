@@ -37,11 +37,23 @@ async fn until_linked(publisher: &Node, links: &[u64]) {
 
 /// Receives publishes 0..n of `publisher` to `GROUP`, in order, each once.
 async fn expect_publishes(inbox: &mut Inbox, publisher: BusId, n: u64, what: &str) {
-    let mut next = 0;
-    while next < n {
+    expect_publishes_from(inbox, publisher, Some(0), n, what).await;
+}
+
+/// Receives publishes `start`..n of `publisher` to `GROUP`, in order, each once; with no
+/// `start`, from the number of the first publish that comes.
+async fn expect_publishes_from(
+    inbox: &mut Inbox,
+    publisher: BusId,
+    start: Option<u64>,
+    n: u64,
+    what: &str,
+) {
+    let mut next = start;
+    while next.is_none_or(|next| next < n) {
         let batch = tokio::time::timeout(WAIT, inbox.recv_batch())
             .await
-            .unwrap_or_else(|_| panic!("{what}: stalled at {next}"))
+            .unwrap_or_else(|_| panic!("{what}: stalled at {next:?}"))
             .expect("inbox open");
         assert_eq!(batch.group(), Some(GROUP), "{what}");
         assert_eq!(
@@ -50,8 +62,9 @@ async fn expect_publishes(inbox: &mut Inbox, publisher: BusId, n: u64, what: &st
             "{what}: the publisher is the source"
         );
         for p in batch.iter() {
-            assert_eq!(p, &next.to_le_bytes()[..], "{what}: in order, each once");
-            next += 1;
+            let number = next.unwrap_or_else(|| u64::from_le_bytes(p[..8].try_into().unwrap()));
+            assert_eq!(p, &number.to_le_bytes()[..], "{what}: in order, each once");
+            next = Some(number + 1);
         }
     }
 }
@@ -179,25 +192,7 @@ async fn a_publisher_that_joins_its_own_group_through_a_relay_keeps_its_link() {
     // this test's subject: under load the first publish has been seen to reach the member
     // never (issue #27 note of session 34: under investigation), so the start is taken as
     // it comes and everything after it must follow.
-    let first = tokio::time::timeout(WAIT, inbox.recv_batch())
-        .await
-        .expect("the first publishes within the wait")
-        .expect("inbox open");
-    let mut next = u64::from_le_bytes(first.iter().next().unwrap()[..8].try_into().unwrap());
-    for p in first.iter() {
-        assert_eq!(p, &next.to_le_bytes()[..], "member 2: in order, each once");
-        next += 1;
-    }
-    while next < 100 {
-        let batch = tokio::time::timeout(WAIT, inbox.recv_batch())
-            .await
-            .unwrap_or_else(|_| panic!("member 2: stalled at {next}"))
-            .expect("inbox open");
-        for p in batch.iter() {
-            assert_eq!(p, &next.to_le_bytes()[..], "member 2: in order, each once");
-            next += 1;
-        }
-    }
+    expect_publishes_from(&mut inbox, BusId(1), None, 100, "member 2").await;
     publisher.join(GROUP).unwrap();
     until_linked(&relay, &[1, 2]).await;
     // What the relay sent 1 after its marks has come: a message through the relay.
