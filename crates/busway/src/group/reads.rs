@@ -26,8 +26,8 @@ const NODE_GONE: &str = "the node stopped";
 
 impl GroupMessages for NodeGroups {
     fn sort_out(&self, from: BusId, chunk: &Bytes, spans: &mut Vec<(u32, u32)>) -> bool {
-        // Every read of every link passes here: one with no group message does not touch the
-        // node's count of references, shared by every I/O thread.
+        // Every read of every link passes here: one with no group message takes none of the
+        // groups' locks, nor touches the node's count of references (every I/O thread's).
         if !spans.iter().any(|&(_, tagged)| is_group_span(tagged)) {
             return false;
         }
@@ -130,17 +130,13 @@ pub(crate) fn decline_log_offers(
 /// backlogged). A GROUP_LOG answer is taken here; an offer stays for the reader of the
 /// ring it came on (see `ring_rx`; a socket's reader declines it). True if publishes went
 /// to the inbox, or wait for room.
-pub(crate) fn sort_out_groups(
+fn sort_out_groups(
     shared: &Shared,
     from: BusId,
     chunk: &Bytes,
     spans: &mut Vec<(u32, u32)>,
 ) -> bool {
-    // Every read of every link passes here: one that carries no group message takes
-    // none of the groups' locks.
-    if !spans.iter().any(|&(_, tagged)| is_group_span(tagged)) {
-        return false;
-    }
+    // `NodeGroups::sort_out` looked: the read carries a group message.
     take_log_answers(shared, from, chunk, spans);
     let now_ms = shared.clock.coarse_ms();
     let (interest_changed, handed, left) = host::group_decide(shared, None, |h| {
