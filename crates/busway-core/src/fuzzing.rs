@@ -28,10 +28,11 @@ pub fn frame_decoder(data: &[u8]) {
                     let again = crate::frame::frame_bytes(f.kind, &f.body);
                     assert_eq!(again.len(), f.body.len() + crate::frame::HEADER_LEN);
                     let mut spans = Vec::new();
-                    if crate::frame::message_spans(f.kind, &f.body, 0, &mut spans).is_ok() {
-                        for (start, len) in spans {
-                            let len = len & crate::frame::SPAN_LEN_MASK;
-                            assert!((start + len) as usize <= f.body.len());
+                    if crate::body::message_spans(f.kind, &f.body, 0, &mut spans).is_ok() {
+                        for span in spans {
+                            // What the reader checked parses again, typed, within the body.
+                            assert!(span.range().end <= f.body.len());
+                            assert!(span.parse(&f.body).is_ok(), "{span:?}");
                         }
                     } else {
                         assert!(spans.is_empty(), "nothing kept from a bad frame");
@@ -281,10 +282,9 @@ pub fn link(data: &[u8]) {
     while pos < stream.len() {
         spans.clear();
         let n = b.handle_input(&stream[pos..], now, &mut spans);
-        for &(s, l) in &spans {
-            let l = l & crate::frame::SPAN_LEN_MASK;
+        for span in &spans {
             assert!(
-                (s + l) as usize <= stream.len() - pos,
+                span.range().end <= stream.len() - pos,
                 "a message outside the input"
             );
         }

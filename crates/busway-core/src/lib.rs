@@ -6,6 +6,7 @@
 //!
 //! - [`id`]: bus ids and incarnations.
 //! - [`frame`]: the v1 frame layout, its integrity check and the streaming decoder.
+//! - [`body`]: one message of a read: where it lies, its kind, its body typed.
 //! - [`channel`]: the CHANNEL frame that moves a link's data to shared memory.
 //! - [`control`]: bodies of the small control frames (close, ping/pong).
 //! - [`handshake`]: the HELLO/AUTH exchange, shared-secret proofs and the replay cache.
@@ -21,6 +22,7 @@
 
 #![deny(missing_docs)]
 
+pub mod body;
 pub mod cert_ids;
 pub mod channel;
 pub mod control;

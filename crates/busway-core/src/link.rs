@@ -22,10 +22,11 @@
 //!        └────── bad handshake ─────┴── bad frame, silence past the heartbeat ──────┴─▶ Closed
 //! ```
 
+use crate::body::message_spans;
 use crate::channel::Channel;
 use crate::control::{decode_token, ping_frame, Close, CloseCode};
 use crate::frame::{frame_bytes, Frame, HEADER_LEN};
-use crate::frame::{message_spans, DecodeError, FrameDecoder, FrameKind, HANDSHAKE_BODY_LEN_MAX};
+use crate::frame::{DecodeError, FrameDecoder, FrameKind, HANDSHAKE_BODY_LEN_MAX};
 use crate::handshake::Secret;
 use crate::handshake::{caps, Established, Handshake, HandshakeError, Hello, NonceCache, Role};
 use crate::BusId;
@@ -207,8 +208,8 @@ pub enum LinkEvent {
     Lost(LinkError),
 }
 
-/// Places of the messages that one `handle_input` found, as (start, length) in its buffer.
-pub type Spans = Vec<(u32, u32)>;
+/// Places of the messages that one `handle_input` found in its buffer, each with its kind.
+pub type Spans = Vec<crate::body::Span>;
 
 /// What only the handshake needs: boxed in [`Phase::Handshaking`] and gone once the link is
 /// up (an idle link's memory is what its task and machine keep).

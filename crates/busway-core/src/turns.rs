@@ -14,6 +14,7 @@
 //! for their turn count in the sink from the moment they wait ([`Sink::reserve`]), so a host
 //! that stops reading for a backlog stops for them too.
 
+use crate::body::Span;
 use crate::BusId;
 use bytes::Bytes;
 use std::collections::BTreeMap;
@@ -73,13 +74,13 @@ impl<T> Turns<T> {
 /// `MessageBatch`).
 pub trait Batch: Sized {
     /// The messages at `spans` of `chunk`, from `src` to `group`.
-    fn of_spans(src: BusId, group: Option<&str>, chunk: &Bytes, spans: Vec<(u32, u32)>) -> Self;
+    fn of_spans(src: BusId, group: Option<&str>, chunk: &Bytes, spans: Vec<Span>) -> Self;
     /// One message from `src` to `group` that waited (a buffer of its own).
     fn of_payload(src: BusId, group: Option<&str>, payload: Bytes) -> Self;
     /// Whether the batch holds messages of `src` to `group`.
     fn is_of(&self, src: BusId, group: Option<&str>) -> bool;
     /// Appends the message at `span` of the batch's buffer.
-    fn push_span(&mut self, span: (u32, u32));
+    fn push_span(&mut self, span: Span);
     /// The bytes it holds the host to, as its sink counts them ([`Sink::reserve`]).
     fn footprint(&self) -> usize;
 }
@@ -274,7 +275,7 @@ impl<B: Batch> Decided<B> {
     }
 
     /// The message at `span` of `chunk`, from `src` to `group`, next in its stream.
-    pub fn span(&mut self, src: BusId, group: Option<&str>, chunk: &Bytes, span: (u32, u32)) {
+    pub fn span(&mut self, src: BusId, group: Option<&str>, chunk: &Bytes, span: Span) {
         let grows = self.last_is_span;
         let batches = self.batches();
         match batches.last_mut() {
@@ -286,7 +287,7 @@ impl<B: Batch> Decided<B> {
 
     /// Publishes of `src` to `group` at `spans` of `chunk`, next in their stream, as one
     /// batch.
-    pub fn run(&mut self, src: BusId, group: &str, chunk: &Bytes, spans: Vec<(u32, u32)>) {
+    pub fn run(&mut self, src: BusId, group: &str, chunk: &Bytes, spans: Vec<Span>) {
         let batch = B::of_spans(src, Some(group), chunk, spans);
         self.batches().push(batch);
         self.last_is_span = false;
@@ -346,8 +347,8 @@ mod tests {
     struct Numbers(BusId, Vec<u32>);
 
     impl Batch for Numbers {
-        fn of_spans(src: BusId, _: Option<&str>, _: &Bytes, spans: Vec<(u32, u32)>) -> Self {
-            Numbers(src, spans.iter().map(|s| s.0).collect())
+        fn of_spans(src: BusId, _: Option<&str>, _: &Bytes, spans: Vec<Span>) -> Self {
+            Numbers(src, spans.iter().map(|s| s.start()).collect())
         }
         fn of_payload(src: BusId, _: Option<&str>, p: Bytes) -> Self {
             Numbers(src, vec![p[0] as u32])
@@ -355,8 +356,8 @@ mod tests {
         fn is_of(&self, src: BusId, _: Option<&str>) -> bool {
             self.0 == src
         }
-        fn push_span(&mut self, span: (u32, u32)) {
-            self.1.push(span.0);
+        fn push_span(&mut self, span: Span) {
+            self.1.push(span.start());
         }
         fn footprint(&self) -> usize {
             self.1.len()
@@ -430,7 +431,7 @@ mod tests {
                             *n
                         };
                         let n = stream.with(|_| true, next, &mut out, |_| {});
-                        let spans = vec![(n, 0)];
+                        let spans = vec![Span::data(n, 0)];
                         out.decided.run(BusId(1), "g", &Bytes::new(), spans);
                     }
                 });
@@ -454,11 +455,11 @@ mod tests {
         let (chunk, src) = (Bytes::new(), BusId(1));
         let mut d = Decided::default();
         d.turn(0);
-        d.span(src, Some("g"), &chunk, (1, 4));
+        d.span(src, Some("g"), &chunk, Span::data(1, 4));
         d.turn(1);
-        d.span(src, Some("g"), &chunk, (2, 4));
+        d.span(src, Some("g"), &chunk, Span::data(2, 4));
         d.payloads(src, Some("g"), vec![Bytes::from_static(&[3])]);
-        d.span(src, Some("g"), &chunk, (4, 4));
+        d.span(src, Some("g"), &chunk, Span::data(4, 4));
         assert!(d.any());
         let got = handed(&mut Turns::default(), &mut d);
         let want = [
@@ -477,11 +478,11 @@ mod tests {
         let (mut a, mut b) = (Decided::default(), Decided::default());
         let mut turns = Turns::default();
         a.turn(0);
-        a.span(src, None, &chunk, (0, 4));
+        a.span(src, None, &chunk, Span::data(0, 4));
         b.turn(1);
-        b.span(src, None, &chunk, (1, 4));
+        b.span(src, None, &chunk, Span::data(1, 4));
         a.turn(2);
-        a.span(src, None, &chunk, (2, 4));
+        a.span(src, None, &chunk, Span::data(2, 4));
         assert_eq!(a.segments.len(), 2, "not merged across another's ticket");
         assert!(handed(&mut turns, &mut b).is_empty());
         let got = handed(&mut turns, &mut a);

@@ -36,9 +36,10 @@
 //! acknowledged.
 //! `BUSWAY_SIM_SEEDS=N` runs N schedules (default 200); `BUSWAY_SIM_SEED=S` runs one.
 
+use busway_core::body::message_spans;
 use busway_core::control::{ack_frame, decode_token};
 use busway_core::e2e::{Arrivals, Check, Departures, FailOutcome, Verdict};
-use busway_core::frame::{message_spans, FrameKind, BODY_LEN_CEILING, HEADER_LEN};
+use busway_core::frame::{FrameKind, BODY_LEN_CEILING, HEADER_LEN};
 use busway_core::hints::HintBook;
 use busway_core::outbox::Outbox;
 use busway_core::relay::{self, Neighbor};
@@ -854,8 +855,9 @@ impl Cluster {
                     message_spans(kind, body, 0, &mut spans).unwrap();
                     let numbers: Vec<u64> = spans
                         .iter()
-                        .map(|&(s, _)| {
-                            let m = &body[s as usize..s as usize + 8];
+                        .map(|span| {
+                            let s = span.start() as usize;
+                            let m = &body[s..s + 8];
                             u64::from_le_bytes(m.try_into().unwrap())
                         })
                         .collect();

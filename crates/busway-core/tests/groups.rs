@@ -30,7 +30,8 @@
 //!
 //! `BUSWAY_SIM_SEEDS=N` runs N schedules (default 100); `BUSWAY_SIM_SEED=S` runs one.
 
-use busway_core::frame::{FrameKind, SPAN_INTEREST, SPAN_MULTICAST, SPAN_PUBLISH, SPAN_REPAIR};
+use busway_core::body::{BodyKind, Span};
+use busway_core::frame::FrameKind;
 use busway_core::group::forwards::{Push, WaitingForwards};
 use busway_core::group::host::{Host, Report, Routes, Unsent};
 use busway_core::group::permissions::GroupPermissions;
@@ -428,11 +429,11 @@ impl Sim {
         if (!e2e && !self.link_up(from, to)) || (e2e && to == LIAR) {
             return;
         }
-        let tag = match f.kind {
-            Kind::Interest => SPAN_INTEREST,
-            Kind::Publish => SPAN_PUBLISH,
-            Kind::Multicast => SPAN_MULTICAST,
-            Kind::Repair => SPAN_REPAIR,
+        let kind = match f.kind {
+            Kind::Interest => BodyKind::Interest,
+            Kind::Publish => BodyKind::Publish,
+            Kind::Multicast => BodyKind::Multicast,
+            Kind::Repair => BodyKind::Repair,
         };
         let body = Bytes::from(f.body);
         if f.kind == Kind::Publish && decode_publish(&body).is_ok_and(|h| h.batch) {
@@ -441,12 +442,12 @@ impl Sim {
         if let (true, Ok(Repair::Copy(copy))) = (e2e, decode_repair(&body)) {
             assert_eq!(copy.publisher, from, "a copy in its sender's own name");
         }
-        let mut spans = vec![(0, tag | body.len() as u32)];
+        let spans = [Span::new(0, body.len() as u32, kind)];
         let now = self.now;
         let mut host = self.host(to);
         host.arrived = Some(body.clone());
-        // The core's own read, as the runtime's `sort_out_groups` makes it.
-        if group::reads::read(&mut host, from, &body, &mut spans, now) {
+        // The core's own read, as the runtime's receive dispatcher makes it.
+        if group::reads::read(&mut host, from, &body, &spans, now) {
             self.sync_adverts(to);
         }
     }
@@ -823,16 +824,12 @@ impl Host for SimHost<'_> {
         (behind_now, behind_at)
     }
 
-    fn deliver_span(&mut self, from: BusId, group: Option<&str>, chunk: &Bytes, span: (u32, u32)) {
-        let (start, len) = (span.0 as usize, span.1 as usize);
-        self.deliver(from, group, vec![chunk.slice(start..start + len)]);
+    fn deliver_span(&mut self, from: BusId, group: Option<&str>, chunk: &Bytes, span: Span) {
+        self.deliver(from, group, vec![chunk.slice(span.range())]);
     }
 
-    fn deliver_run(&mut self, from: BusId, _: &str, chunk: &Bytes, spans: Vec<(u32, u32)>) {
-        let payloads = spans
-            .into_iter()
-            .map(|(start, len)| chunk.slice(start as usize..(start + len) as usize))
-            .collect();
+    fn deliver_run(&mut self, from: BusId, _: &str, chunk: &Bytes, spans: Vec<Span>) {
+        let payloads = spans.into_iter().map(|s| chunk.slice(s.range())).collect();
         self.sim.deliver(self.me, from, payloads);
     }
 

@@ -13,8 +13,9 @@
 //! resume, ring switch) must have been taken.
 //! `BUSWAY_SIM_SEEDS=N` runs N schedules (default 100); `BUSWAY_SIM_SEED=S` runs one.
 
+use busway_core::body::message_spans;
 use busway_core::control::ack_frame;
-use busway_core::frame::{message_spans, FrameDecoder, HEADER_LEN};
+use busway_core::frame::{FrameDecoder, HEADER_LEN};
 use busway_core::handshake::{caps, local_hello, Role, NONCE_LEN};
 use busway_core::link::{Carrier, Link, LinkConfig, LinkError, LinkEvent, LinkState, Now, Spans};
 use busway_core::outbox::Outbox;
@@ -469,10 +470,10 @@ fn deliver(
     them: u64,
     peer: &mut PeerState,
     buf: &[u8],
-    spans: &[(u32, u32)],
+    spans: &[busway_core::body::Span],
 ) {
-    for &(s, l) in spans {
-        let n = u64::from_le_bytes(buf[s as usize..(s + l) as usize].try_into().unwrap());
+    for span in spans {
+        let n = u64::from_le_bytes(buf[span.range()].try_into().unwrap());
         if n != peer.delivered + 1 && failures.len() < 10 {
             failures.push(format!(
                 "{them}->{me}: message {n} delivered after {} ({})",

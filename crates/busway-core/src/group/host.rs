@@ -7,6 +7,7 @@ use super::forwards::{Push, WaitingForwards};
 use super::permissions::GroupPermissions;
 use super::repairs::{AskRefused, Repairs};
 use super::state::GroupState;
+use crate::body::Span;
 use crate::frame::FrameKind;
 use crate::multicast::state::MulticastState;
 use crate::BusId;
@@ -249,9 +250,9 @@ pub trait Host {
     fn left_log(&mut self, from: BusId, group: &str);
     /// Hands `from`'s publish to `group` (`None`: a multicast) at `span` (start, length) of
     /// `chunk` to the application.
-    fn deliver_span(&mut self, from: BusId, group: Option<&str>, chunk: &Bytes, span: (u32, u32));
+    fn deliver_span(&mut self, from: BusId, group: Option<&str>, chunk: &Bytes, span: Span);
     /// Hands `from`'s publishes to `group` at `spans` of `chunk`, in order, to the application.
-    fn deliver_run(&mut self, from: BusId, group: &str, chunk: &Bytes, spans: Vec<(u32, u32)>);
+    fn deliver_run(&mut self, from: BusId, group: &str, chunk: &Bytes, spans: Vec<Span>);
     /// Hands `from`'s `payloads` (that waited for a gap) to the application.
     fn deliver(&mut self, from: BusId, group: Option<&str>, payloads: Vec<Bytes>);
     /// Tells the host what happened.
@@ -416,19 +417,12 @@ pub(crate) mod fake {
         fn app_behind(&self) -> (bool, Option<u64>) {
             (false, None)
         }
-        fn deliver_span(
-            &mut self,
-            from: BusId,
-            group: Option<&str>,
-            chunk: &Bytes,
-            span: (u32, u32),
-        ) {
-            let (start, len) = (span.0 as usize, span.1 as usize);
-            let payload = chunk.slice(start..start + len);
+        fn deliver_span(&mut self, from: BusId, group: Option<&str>, chunk: &Bytes, span: Span) {
+            let payload = chunk.slice(span.range());
             self.delivered
                 .push((from, group.map(str::to_owned), payload));
         }
-        fn deliver_run(&mut self, from: BusId, group: &str, chunk: &Bytes, spans: Vec<(u32, u32)>) {
+        fn deliver_run(&mut self, from: BusId, group: &str, chunk: &Bytes, spans: Vec<Span>) {
             for span in spans {
                 self.deliver_span(from, Some(group), chunk, span);
             }

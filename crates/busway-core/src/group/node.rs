@@ -12,8 +12,9 @@ use super::repairs::{AskRefused, RepairJob};
 use super::state::RepairPlan;
 use super::stream::{cuts_off, Offer, Skipped};
 use super::MULTICAST_STREAM;
-use super::{decode_repair, encode_gap_mark, encode_mark, encode_repair_ask, Repair};
+use super::{encode_gap_mark, encode_mark, encode_repair_ask, Repair};
 use super::{encode_repair_copy_head, encode_repair_lost};
+use crate::body::Span;
 use crate::frame::FrameKind;
 use crate::multicast;
 use crate::BusId;
@@ -45,7 +46,8 @@ pub fn answer_ask<H: Host>(
     }
 }
 
-/// A REPAIR from `from` (end to end), its body `body` at `start` of `chunk`: an ask
+/// A REPAIR from `from` (end to end), its body `body` at `start` of `chunk`, parsed into
+/// `repair`: an ask
 /// answered, a copy or a loss applied to this member's stream, a refusal told to the
 /// application; the multicast stream's go to `multicast::node`. True if a gap is left to ask
 /// for.
@@ -53,13 +55,9 @@ pub fn repair_received<H: Host>(
     host: &mut H,
     from: BusId,
     (chunk, start, body): (&Bytes, u32, &Bytes),
+    repair: Repair<'_>,
     now_ms: u64,
 ) -> bool {
-    // Checked by the frame's reader; a host that did not check refuses it here.
-    let Ok(repair) = decode_repair(body) else {
-        host.report(Report::RepairRefused);
-        return false;
-    };
     if stream_of(&repair) == MULTICAST_STREAM {
         let at = (chunk, start, body);
         return multicast::node::repair_received(host, from, at, repair, now_ms);
@@ -148,7 +146,12 @@ pub(crate) fn copy_taken<H: Host>(
     };
     if let Offer::Deliver { then } = offer {
         let at = payload_at as u32;
-        host.deliver_span(from, group, chunk, (start + at, body.len() as u32 - at));
+        host.deliver_span(
+            from,
+            group,
+            chunk,
+            Span::data(start + at, body.len() as u32 - at),
+        );
         host.deliver(from, group, then);
     }
     gap

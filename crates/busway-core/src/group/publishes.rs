@@ -14,11 +14,13 @@ use super::state::{GroupPolicy, Published};
 use super::stream::Skipped;
 use super::{as_plain_mark, decode_publish};
 use super::{split_publish_batch, PublishHead};
+use crate::body::Span;
 use crate::frame::FrameKind;
 use crate::BusId;
 use bytes::Bytes;
 
-/// A PUBLISH from the direct peer `from`, its body `body` at `start` of `chunk`: refused if
+/// A PUBLISH from the direct peer `from`, its body `body` at `start` of `chunk` and its head
+/// parsed from it: refused if
 /// `from` may not speak for its publisher (the link is closed), dropped if not permitted,
 /// else passed on and, for this node's application if a member, handed over in order. True
 /// if a gap is open.
@@ -26,15 +28,9 @@ pub fn publish_received<H: Host>(
     host: &mut H,
     from: BusId,
     (chunk, start, body): (&Bytes, u32, &Bytes),
+    head: PublishHead<'_>,
     now_ms: u64,
 ) -> bool {
-    let head = match decode_publish(body) {
-        Ok(head) => head,
-        Err(why) => {
-            host.report(Report::PublishLie { from, why });
-            return false;
-        }
-    };
     let what = if head.mark { "PUBLISH mark" } else { "PUBLISH" };
     if let Err(why) = host.may_speak_for(from, head.publisher, what) {
         host.report(Report::PublishLie { from, why });
@@ -97,7 +93,7 @@ pub fn act_on_intake<H: Host>(
         );
         skipped(host, (publisher, group), ended, (why, false), now_ms);
     }
-    let at = |(start, len): (usize, usize)| ((base + start) as u32, len as u32);
+    let at = |(start, len): (usize, usize)| Span::data((base + start) as u32, len as u32);
     for handed in intake.handed {
         match handed {
             Handed::Spans(spans) if spans.len() == 1 => {
@@ -572,7 +568,8 @@ mod tests {
         host.groups.join("g").unwrap();
         let take = |host: &mut FakeHost, body: Vec<u8>| {
             let body = Bytes::from(body);
-            publish_received(host, BusId(3), (&body, 0, &body), 0)
+            let head = decode_publish(&body).unwrap();
+            publish_received(host, BusId(3), (&body, 0, &body), head, 0)
         };
         let mut five = encode_publish_head(BusId(3), 1, 5, "g");
         five.push(5);

@@ -1,53 +1,43 @@
 //! One read's group frames, for a [`Host`]: INTEREST recorded (as permitted, within the
 //! link's quota; a peer that newly asks is sent a mark per publisher known), PUBLISH, MULTICAST
 //! and REPAIR handed to their machines (`publishes`, `multicast::node`, `node`), then the gaps
-//! asked for and the repairs under way pumped. GROUP_LOG frames are the host's (a log is
-//! shared memory). Also what each peer is told this node wants ([`sync_adverts`]).
+//! asked for and the repairs under way pumped. The runtime's receive dispatcher sorts them
+//! out of a read by their [`Span`]s' kinds; GROUP_LOG frames are the host's (a log is shared
+//! memory). Also what each peer is told this node wants ([`sync_adverts`]).
 
 use super::forwards::Push;
 use super::host::{Host, Report};
 use super::node::{ask_repairs, pump_repairs, repair_received, send_marks};
 use super::publishes::publish_received;
-use super::{decode_interest, encode_interest};
-use crate::frame::{FrameKind, SPAN_GROUP_LOG, SPAN_INTEREST, SPAN_LEN_MASK, SPAN_MULTICAST};
-use crate::frame::{SPAN_PUBLISH, SPAN_REPAIR, SPAN_TAG_MASK};
-use crate::group::{decode_group_log, GroupLog};
+use super::{encode_interest, Interest};
+use crate::body::{Body, BodyKind, Span};
+use crate::frame::FrameKind;
 use crate::multicast;
 use crate::BusId;
 use bytes::Bytes;
 
-/// Whether a span's tag is a group frame's (this module's, or GROUP_LOG).
-pub fn is_group_span(tagged: u32) -> bool {
-    matches!(
-        tagged & SPAN_TAG_MASK,
-        SPAN_INTEREST | SPAN_PUBLISH | SPAN_REPAIR | SPAN_MULTICAST | SPAN_GROUP_LOG
-    )
-}
-
-/// Takes the INTEREST, PUBLISH, MULTICAST and REPAIR messages out of `spans` (messages from
-/// `from` in `chunk`: a direct peer, or for REPAIR the source end to end; GROUP_LOG ones
-/// stay for the host) and acts on them in order; then a peer that newly asked for a group is
-/// sent its marks, gaps are asked for and repairs pumped. True if a peer's interest changed
-/// (the host tells the others what it now wants through them: [`sync_adverts`]).
+/// Acts on a read's INTEREST, PUBLISH, MULTICAST and REPAIR messages, in order (`spans`, of
+/// kinds that [`BodyKind::is_group`]; from `from` in `chunk`: a direct peer, or for REPAIR
+/// the source end to end), each body parsed here once; then a peer that newly asked for a
+/// group is sent its marks, gaps are asked for and repairs pumped. A body that does not parse
+/// (its reader checked it: only a host that did not) is refused as a lie of its kind. True if
+/// a peer's interest changed (the host tells the others what it now wants through them:
+/// [`sync_adverts`]).
 pub fn read<H: Host>(
     host: &mut H,
     from: BusId,
     chunk: &Bytes,
-    spans: &mut Vec<(u32, u32)>,
+    spans: &[Span],
     now_ms: u64,
 ) -> bool {
     let mut interest_changed = false;
     let mut newly_asked: Vec<String> = Vec::new();
     let mut gaps = false;
-    spans.retain(|&(start, tagged)| {
-        let tag = tagged & SPAN_TAG_MASK;
-        if !is_group_span(tagged) || tag == SPAN_GROUP_LOG {
-            return true;
-        }
-        let len = tagged & SPAN_LEN_MASK;
-        let body = chunk.slice(start as usize..(start + len) as usize);
-        match tag {
-            SPAN_INTEREST => match interest(host, from, &body) {
+    for &span in spans {
+        let body = chunk.slice(span.range());
+        let parsed = Body::parse(span.kind(), &body);
+        match parsed {
+            Ok(Body::Interest(i)) => match interest(host, from, i) {
                 None => {}
                 Some(None) => interest_changed = true,
                 Some(Some(name)) => {
@@ -55,14 +45,19 @@ pub fn read<H: Host>(
                     newly_asked.push(name);
                 }
             },
-            SPAN_PUBLISH => gaps |= publish_received(host, from, (chunk, start, &body), now_ms),
-            SPAN_MULTICAST => {
-                gaps |= multicast::node::received(host, from, chunk, (start, len), now_ms)
+            Ok(Body::Publish(head)) => {
+                gaps |= publish_received(host, from, (chunk, span.start(), &body), head, now_ms)
             }
-            _ => gaps |= repair_received(host, from, (chunk, start, &body), now_ms),
+            Ok(Body::Multicast(head)) => {
+                gaps |= multicast::node::received(host, from, (chunk, span, &body), head, now_ms)
+            }
+            Ok(Body::Repair(repair)) => {
+                gaps |= repair_received(host, from, (chunk, span.start(), &body), repair, now_ms)
+            }
+            Ok(_) => debug_assert!(false, "{span:?} is no group message"),
+            Err(why) => refuse(host, from, span.kind(), why),
         }
-        false
-    });
+    }
     for name in newly_asked {
         send_marks(host, from, &name);
     }
@@ -73,17 +68,26 @@ pub fn read<H: Host>(
     interest_changed
 }
 
+/// A group message of `kind` from `from` that does not parse: a PUBLISH or MULTICAST closes
+/// the link (`from` lies), a REPAIR is counted refused, an INTEREST changes nothing.
+fn refuse<H: Host>(host: &mut H, from: BusId, kind: BodyKind, why: String) {
+    match kind {
+        BodyKind::Publish => host.report(Report::PublishLie { from, why }),
+        BodyKind::Multicast => host.report(Report::MulticastLie { from, why }),
+        BodyKind::Repair => host.report(Report::RepairRefused),
+        _ => {}
+    }
+}
+
 /// An INTEREST from `from`: `None` if it changed nothing (not taken on a link this node
 /// dialed on a hint, not permitted, refused past the quota, or not well formed), else
 /// `Some` of the group's name if `from` newly asks for it.
-fn interest<H: Host>(host: &mut H, from: BusId, body: &[u8]) -> Option<Option<String>> {
+fn interest<H: Host>(host: &mut H, from: BusId, i: Interest<'_>) -> Option<Option<String>> {
     // A link dialed on a hint carries no group traffic: the peer hears publishes by the tree
     // (see `sync_adverts`).
     if host.hinted(from) {
         return None;
     }
-    // Checked by the frame's reader.
-    let i = decode_interest(body).ok()?;
     if i.join && !super::permitted::join_permitted(host, from, i.name) {
         return None;
     }
@@ -112,19 +116,4 @@ pub fn sync_adverts<H: Host>(host: &mut H, peers: &[(BusId, bool)]) {
             Push::Gone => {}
         }
     }
-}
-/// Takes the GROUP_LOG frames that `take` wants out of a read's `spans` (their bodies in
-/// `chunk`); the others stay, as does one that does not decode (the reader checked it).
-pub fn take_log_frames<'a>(
-    chunk: &'a [u8],
-    spans: &mut Vec<(u32, u32)>,
-    mut take: impl FnMut(GroupLog<'a>) -> bool,
-) {
-    spans.retain(|&(start, tagged)| {
-        if tagged & SPAN_TAG_MASK != SPAN_GROUP_LOG {
-            return true;
-        }
-        let body = &chunk[start as usize..(start + (tagged & SPAN_LEN_MASK)) as usize];
-        decode_group_log(body).map_or(true, |frame| !take(frame))
-    });
 }

@@ -104,9 +104,8 @@ impl Pair {
         loop {
             let mut spans = Spans::new();
             let n = to.link.handle_input(&to.inbox, now, &mut spans);
-            for &(s, l) in &spans {
-                to.messages
-                    .push(to.inbox[s as usize..(s + l) as usize].to_vec());
+            for span in &spans {
+                to.messages.push(to.inbox[span.range()].to_vec());
             }
             to.inbox.drain(..n);
             let mut answered = false;

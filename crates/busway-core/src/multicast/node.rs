@@ -5,8 +5,9 @@
 //! (the runtime, or the simulation).
 
 use super::state::Arrived;
-use super::{decode_multicast, encode_multicast_head, MulticastHead};
+use super::{encode_multicast_head, MulticastHead};
 use super::{MULTICAST_HOPS_MAX, MULTICAST_RECEIVERS_MAX};
+use crate::body::Span;
 use crate::frame::FrameKind;
 use crate::group::forwards::Push;
 use crate::group::host::{Host, Report, Routes};
@@ -46,25 +47,18 @@ pub fn split_by_hop(
     (split, unrouted)
 }
 
-/// A MULTICAST (or mark) from the direct peer `from`, its body at `start..start + len` of
-/// `chunk`: refused if `from` may not speak for its source (the link is closed), delivered
+/// A MULTICAST (or mark) from the direct peer `from`, its body `body` at `span` of `chunk`
+/// and its head parsed from it: refused if `from` may not speak for its source (the link is closed), delivered
 /// here if this node is named, passed on toward the others; true if this node's stream has
 /// a gap to ask for.
 pub fn received<H: Host>(
     host: &mut H,
     from: BusId,
-    chunk: &Bytes,
-    (start, len): (u32, u32),
+    (chunk, span, body): (&Bytes, Span, &Bytes),
+    head: MulticastHead<'_>,
     now_ms: u64,
 ) -> bool {
-    let body = chunk.slice(start as usize..(start + len) as usize);
-    let head = match decode_multicast(&body) {
-        Ok(head) => head,
-        Err(why) => {
-            host.report(Report::MulticastLie { from, why });
-            return false;
-        }
-    };
+    let (start, len) = (span.start(), span.len());
     if let Err(why) = host.may_speak_for(from, head.source, "MULTICAST") {
         host.report(Report::MulticastLie { from, why });
         return false;
@@ -95,7 +89,7 @@ pub fn received<H: Host>(
         match got.offer {
             Some(Offer::Deliver { then }) => {
                 let at = head.payload_at as u32;
-                host.deliver_span(head.source, None, chunk, (start + at, len - at));
+                host.deliver_span(head.source, None, chunk, Span::data(start + at, len - at));
                 host.deliver(head.source, None, then);
             }
             Some(Offer::Stale) => host.report(Report::CopiesDropped(1)),
@@ -104,7 +98,7 @@ pub fn received<H: Host>(
         gap |= got.gap;
     }
     if !onward.is_empty() {
-        pass_on(host, from, &head, &body, onward, now_ms);
+        pass_on(host, from, &head, body, onward, now_ms);
     }
     gap
 }
@@ -336,8 +330,9 @@ mod tests {
         let mut body = encode_multicast_head(BusId(5), 1, false, 1, &[(BusId(8), 1)]);
         body.extend_from_slice(b"payload");
         let chunk = Bytes::from(body);
-        let span = (0, chunk.len() as u32);
-        received(&mut host, BusId(5), &chunk, span, 0);
+        let span = Span::new(0, chunk.len() as u32, crate::body::BodyKind::Multicast);
+        let head = crate::multicast::decode_multicast(&chunk).unwrap();
+        received(&mut host, BusId(5), (&chunk, span, &chunk), head, 0);
         assert!(host.pushed.is_empty(), "not passed on without a hop left");
         assert_eq!(host.reports, [Report::MulticastForwardsDropped(1)]);
         let [(to, report)] = &host.repairs_sent[..] else {
@@ -351,7 +346,7 @@ mod tests {
                 ..
             })
         ));
-        received(&mut host, BusId(5), &chunk, span, 10);
+        received(&mut host, BusId(5), (&chunk, span, &chunk), head, 10);
         assert_eq!(host.repairs_sent.len(), 1, "told once a second at most");
     }
 

@@ -17,6 +17,7 @@ use crate::route::outgoing::{Blocked, Outgoing};
 use crate::route::registrations;
 use crate::route::Hops;
 use crate::shared::Shared;
+use busway_core::body::Span;
 use busway_core::frame::FrameKind;
 use busway_core::group::forwards::{Push, WaitingForwards};
 use busway_core::group::host::{Host, Report, Routes, Unsent};
@@ -226,11 +227,11 @@ impl<'s> Host for GroupHost<'s, '_, '_> {
         )
     }
 
-    fn deliver_span(&mut self, from: BusId, group: Option<&str>, chunk: &Bytes, span: (u32, u32)) {
+    fn deliver_span(&mut self, from: BusId, group: Option<&str>, chunk: &Bytes, span: Span) {
         self.out.decided.span(from, group, chunk, span);
     }
 
-    fn deliver_run(&mut self, from: BusId, group: &str, chunk: &Bytes, spans: Vec<(u32, u32)>) {
+    fn deliver_run(&mut self, from: BusId, group: &str, chunk: &Bytes, spans: Vec<Span>) {
         self.out.decided.run(from, group, chunk, spans);
     }
 

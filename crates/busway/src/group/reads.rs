@@ -1,6 +1,6 @@
 //! What a node does with the group messages its peers send, read by a socket's link or a
-//! ring's reader: INTEREST and PUBLISH sorted out of a read, log offers and answers, the
-//! group logs read from a peer's ring. The receive dispatcher (`node::dispatch`) and the
+//! ring's reader: a read's INTEREST, PUBLISH, MULTICAST and REPAIR messages, log offers and
+//! answers, the group logs read from a peer's ring. The receive dispatcher (`node::dispatch`) and the
 //! ring readers reach this through `peer::ring_link::GroupMessages`.
 
 use crate::group::log_in::{self, AttachedLog};
@@ -8,8 +8,8 @@ use crate::group::{host, relay};
 use crate::node::stats::bump;
 use crate::peer::ring_link::GroupMessages;
 use crate::shared::Shared;
+use busway_core::body::Span;
 use busway_core::frame::FrameKind;
-use busway_core::group::reads::{is_group_span, take_log_frames};
 use busway_core::group::state::GroupName;
 use busway_core::group::{encode_log_answer, GroupLog, LogOffer};
 use busway_core::{group, BusId};
@@ -25,13 +25,14 @@ pub(crate) struct NodeGroups(pub(crate) Weak<Shared>);
 const NODE_GONE: &str = "the node stopped";
 
 impl GroupMessages for NodeGroups {
-    fn sort_out(&self, from: BusId, chunk: &Bytes, spans: &mut Vec<(u32, u32)>) -> bool {
-        // Every read of every link passes here: one with no group message takes none of the
-        // groups' locks, nor touches the node's count of references (every I/O thread's).
-        if !spans.iter().any(|&(_, tagged)| is_group_span(tagged)) {
-            return false;
+    fn read(&self, from: BusId, chunk: &Bytes, spans: &[Span]) -> bool {
+        (self.0.upgrade()).is_some_and(|node| read_groups(&node, from, chunk, spans))
+    }
+
+    fn log_answered(&self, from: BusId, answer: GroupLog<'_>) {
+        if let Some(node) = self.0.upgrade() {
+            log_answered(&node, from, answer);
         }
-        (self.0.upgrade()).is_some_and(|node| sort_out_groups(&node, from, chunk, spans))
     }
 
     fn backlogged(&self, ring_peer: BusId) -> bool {
@@ -105,39 +106,21 @@ fn sort_out_log(
     Ok(handed || shared.group.table.waiting.any())
 }
 
-/// Declines the GROUP_LOG offers left in `spans` (read from a socket, not a ring: a log
-/// is read beside the ring of the link it was offered on).
-pub(crate) fn decline_log_offers(
-    shared: &Shared,
-    from: BusId,
-    chunk: &Bytes,
-    spans: &mut Vec<(u32, u32)>,
-) {
-    let peer = shared.peer(from);
-    take_log_frames(chunk, spans, |frame| {
-        if let (GroupLog::Offer(o), Some(peer)) = (frame, &peer) {
-            let answer = encode_log_answer(o.name, o.token, o.serial, false);
-            let _ = peer.push_framed(FrameKind::GroupLog, &answer, &Bytes::new());
-        }
-        true
-    });
+/// Declines the direct peer `from`'s offer of its log of a group, read from a socket, not a
+/// ring: a log is read beside the ring of the link it was offered on.
+pub(crate) fn decline_log_offer(shared: &Shared, from: BusId, offer: LogOffer<'_>) {
+    if let Some(peer) = shared.peer(from) {
+        let answer = encode_log_answer(offer.name, offer.token, offer.serial, false);
+        let _ = peer.push_framed(FrameKind::GroupLog, &answer, &Bytes::new());
+    }
 }
 
-/// Takes the group messages out of `spans` (messages from `from` in `chunk`: a direct
-/// peer, or for REPAIR the source end to end) and acts on them (see
-/// `busway_core::group::reads`): publishes are handed to this node's inbox in each
-/// publisher's order (see `busway_core::turns`: the caller stops reading while the inbox is
-/// backlogged). A GROUP_LOG answer is taken here; an offer stays for the reader of the
-/// ring it came on (see `ring_rx`; a socket's reader declines it). True if publishes went
-/// to the inbox, or wait for room.
-fn sort_out_groups(
-    shared: &Shared,
-    from: BusId,
-    chunk: &Bytes,
-    spans: &mut Vec<(u32, u32)>,
-) -> bool {
-    // `NodeGroups::sort_out` looked: the read carries a group message.
-    take_log_answers(shared, from, chunk, spans);
+/// Acts on a read's group messages (`spans`, from `from` in `chunk`: a direct peer, or for
+/// REPAIR the source end to end; see `busway_core::group::reads`): publishes are handed to
+/// this node's inbox in each publisher's order (see `busway_core::turns`: the caller stops
+/// reading while the inbox is backlogged). True if publishes went to the inbox, or wait for
+/// room.
+fn read_groups(shared: &Shared, from: BusId, chunk: &Bytes, spans: &[Span]) -> bool {
     let now_ms = shared.clock.coarse_ms();
     let (interest_changed, handed, left) = host::group_decide(shared, None, |h| {
         group::reads::read(h, from, chunk, spans, now_ms)
@@ -151,25 +134,26 @@ fn sort_out_groups(
     handed || shared.group.table.waiting.any()
 }
 
-/// Takes the GROUP_LOG answers out of `spans`: `from` answered the offer of this node's
-/// log of a group (see `group::log_out`).
-fn take_log_answers(shared: &Shared, from: BusId, chunk: &Bytes, spans: &mut Vec<(u32, u32)>) {
-    let peer = shared.peer(from);
-    take_log_frames(chunk, spans, |frame| {
-        let GroupLog::Answer {
-            name,
-            token,
-            serial,
-            accept,
-        } = frame
-        else {
-            return false;
-        };
-        // The log's own account of its readers decides what goes by link (see `publish`).
-        let answered = |p| shared.group.logs.answered(name, p, (token, serial), accept);
-        if peer.as_ref().is_some_and(answered) {
-            bump(&shared.counters.group_logs_accepted);
-        }
-        true
-    });
+/// `from` answered the offer of this node's log of a group (see `group::log_out`).
+fn log_answered(shared: &Shared, from: BusId, answer: GroupLog<'_>) {
+    let GroupLog::Answer {
+        name,
+        token,
+        serial,
+        accept,
+    } = answer
+    else {
+        return;
+    };
+    let Some(peer) = shared.peer(from) else {
+        return;
+    };
+    // The log's own account of its readers decides what goes by link (see `publish`).
+    if shared
+        .group
+        .logs
+        .answered(name, &peer, (token, serial), accept)
+    {
+        bump(&shared.counters.group_logs_accepted);
+    }
 }

@@ -18,8 +18,9 @@ use crate::route;
 use crate::route::inner_spans;
 use crate::route::registrations;
 use crate::shared::Shared;
+use busway_core::body::Span;
 use busway_core::control::{ack_frame, Close};
-use busway_core::frame::SPAN_LEN_MASK;
+use busway_core::group::LogOffer;
 use busway_core::link::{Link, LinkError, LinkEvent, Spans};
 use busway_core::relay::Sources;
 use busway_core::routed::{RoutedHeader, RoutedType};
@@ -39,7 +40,7 @@ struct RoutedIn {
     incarnation: u64,
     /// The number expected from `src` once these are delivered.
     next: u64,
-    spans: Vec<(u32, u32)>,
+    spans: Vec<Span>,
 }
 
 /// What ended a link's read side.
@@ -175,10 +176,10 @@ fn routed_in(
         Err(expected) => route::report_gap(shared, h.src, expected),
         Ok(skip) => {
             let base = base + inner_at;
-            let fresh: Vec<(u32, u32)> = spans
+            let fresh: Vec<Span> = spans
                 .iter()
                 .skip(skip as usize)
-                .map(|&(s, n)| (base as u32 + s, n))
+                .map(|s| s.shifted(base as u32))
                 .collect();
             work.routed.push(RoutedIn {
                 src: h.src,
@@ -198,7 +199,7 @@ async fn deliver(
     machine: &Mutex<Link>,
     src: BusId,
     chunk: bytes::Bytes,
-    spans: Vec<(u32, u32)>,
+    spans: Vec<Span>,
 ) {
     hand_over_sorted(shared, machine, src, chunk, spans).await;
     wait_for_group_room(shared, machine, src).await;
@@ -215,11 +216,9 @@ async fn hand_over_sorted(
     machine: &Mutex<Link>,
     src: BusId,
     chunk: bytes::Bytes,
-    spans: Vec<(u32, u32)>,
+    spans: Vec<Span>,
 ) {
-    let decline = |chunk: &bytes::Bytes, spans: &mut Vec<(u32, u32)>| {
-        reads::decline_log_offers(shared, src, chunk, spans);
-    };
+    let decline = |offer: LogOffer<'_>| reads::decline_log_offer(shared, src, offer);
     let (batch, _) = dispatch(
         Some(&**shared.group.reads()),
         &shared.calls,
@@ -517,10 +516,7 @@ async fn deliver_direct(parts: &Parts<'_>, chunk: bytes::Bytes, spans: Spans) {
         machine,
         ..
     } = *parts;
-    let bytes: u64 = spans
-        .iter()
-        .map(|&(_, len)| u64::from(len & SPAN_LEN_MASK))
-        .sum();
+    let bytes: u64 = spans.iter().map(|s| u64::from(s.len())).sum();
     let c = &shared.counters;
     c.msgs_in.fetch_add(spans.len() as u64, Relaxed);
     c.bytes_in.fetch_add(bytes, Relaxed);

@@ -1,32 +1,203 @@
 //! The one receive dispatcher: what a read delivered is sorted the same way whichever way it
-//! came (a socket, a relay, a peer's ring). Group messages go to the group part, a peer's
-//! offers of its group logs to the reader's own rule, replies to the calls waiting for them;
-//! plain messages and requests go on to the inbox as one batch.
+//! came (a socket, a relay, a peer's ring), by each message's kind ([`Span::kind`]), each body
+//! parsed here (or, for group messages, by the group part) once into its typed value
+//! ([`Body`]): group messages go to the group part, a peer's offers of its group logs to the
+//! reader's own rule and their answers to the group part, replies to the calls waiting for
+//! them; plain messages and requests go on to the inbox as one batch.
 
 use crate::node::message::MessageBatch;
 use crate::peer::ring_link::GroupMessages;
 use crate::rpc::call_table::CallTable;
+use busway_core::body::{Body, BodyKind, Span};
+use busway_core::group::{GroupLog, LogOffer};
 use busway_core::BusId;
 use bytes::Bytes;
 
-/// Sorts what one read delivered from `src` (the spans of `chunk`): group messages to
-/// `groups` (the node; `None` once it is gone), the peer's offers of its group logs to
-/// `log_offers` (a ring's reader attaches them, as they live with its ring; a socket's reader
-/// declines them), replies to the calls in `calls`. Returns the batch left for the inbox
-/// (plain messages, and requests with the handle to answer them), if anything is left, and
-/// whether group publishes went to the inbox.
+/// Sorts what one read delivered from `src` (the `spans` of `chunk`, each checked by its
+/// reader): group messages to `groups` (the node; `None` once it is gone), the peer's offers
+/// of its group logs to `log_offer` (a ring's reader attaches them, as they live with its
+/// ring; a socket's reader declines them), replies to the calls in `calls`. Returns the batch
+/// left for the inbox (plain messages, and requests with the handle to answer them), if
+/// anything is left, and whether group publishes went to the inbox.
 pub(crate) fn dispatch(
     groups: Option<&dyn GroupMessages>,
     calls: &CallTable,
     src: BusId,
     chunk: Bytes,
-    mut spans: Vec<(u32, u32)>,
-    log_offers: impl FnOnce(&Bytes, &mut Vec<(u32, u32)>),
+    spans: Vec<Span>,
+    mut log_offer: impl FnMut(LogOffer<'_>),
 ) -> (Option<MessageBatch>, bool) {
-    let handed = groups.is_some_and(|g| g.sort_out(src, &chunk, &mut spans));
-    log_offers(&chunk, &mut spans);
-    let requests = calls.sort_out(src, &chunk, &mut spans);
-    let batch =
-        (!spans.is_empty()).then(|| MessageBatch::with_requests(src, chunk, spans, requests));
+    // The common read, plain messages only: handed over as they came, nothing parsed (every
+    // read of every link passes here).
+    if spans.iter().all(|s| s.is_data()) {
+        let batch = (!spans.is_empty()).then(|| MessageBatch::new(src, chunk, spans));
+        return (batch, false);
+    }
+    let mut kept = Vec::with_capacity(spans.len());
+    let mut requests = Vec::new();
+    let mut group = Vec::new();
+    for span in spans {
+        match span.kind() {
+            BodyKind::Data => kept.push(span),
+            kind if kind.is_group() => group.push(span),
+            _ => match span.parse(&chunk) {
+                Ok(Body::Call { id, .. }) => {
+                    if let Some(request) = calls.request(src, id) {
+                        requests.push((kept.len() as u32, request));
+                    }
+                    kept.push(span);
+                }
+                Ok(Body::Reply { id, status, .. }) => {
+                    let payload = chunk.slice(span.payload_range());
+                    calls.on_reply(src, id, status, payload);
+                }
+                Ok(Body::GroupLog(GroupLog::Offer(offer))) => log_offer(offer),
+                Ok(Body::GroupLog(answer)) => {
+                    if let Some(groups) = groups {
+                        groups.log_answered(src, answer);
+                    }
+                }
+                // Data and group messages were sorted above; a body that does not parse was
+                // refused by its reader (`body::message_spans`), which closed the link.
+                Ok(_) | Err(_) => debug_assert!(false, "{span:?} from {src} reached dispatch"),
+            },
+        }
+    }
+    // Last, in one go under the group part's lock: an answer to a log's offer (taken above)
+    // counts before the publishes that came with it.
+    let handed = !group.is_empty() && groups.is_some_and(|g| g.read(src, &chunk, &group));
+    let batch = (!kept.is_empty()).then(|| MessageBatch::with_requests(src, chunk, kept, requests));
     (batch, handed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::node::stats::Counters;
+    use busway_core::body::message_spans;
+    use busway_core::frame::{FrameKind, REPLY_OK};
+    use busway_core::group::{encode_log_answer, encode_log_offer};
+    use std::sync::{Arc, Mutex};
+
+    /// A node's group part as the dispatcher sees it: what it was handed.
+    #[derive(Default)]
+    struct Groups {
+        read: Mutex<Vec<Vec<BodyKind>>>,
+        answers: Mutex<Vec<(BusId, String, bool)>>,
+    }
+
+    impl GroupMessages for Groups {
+        fn read(&self, _: BusId, _: &Bytes, spans: &[Span]) -> bool {
+            let kinds = spans.iter().map(|s| s.kind()).collect();
+            self.read.lock().unwrap().push(kinds);
+            true
+        }
+        fn log_answered(&self, from: BusId, answer: GroupLog<'_>) {
+            if let GroupLog::Answer { name, accept, .. } = answer {
+                self.answers
+                    .lock()
+                    .unwrap()
+                    .push((from, name.to_owned(), accept));
+            }
+        }
+        fn backlogged(&self, _: BusId) -> bool {
+            false
+        }
+        fn open_log(
+            &self,
+            _: BusId,
+            _: &LogOffer<'_>,
+        ) -> Result<crate::group::log_in::AttachedLog, String> {
+            Err("not in this test".into())
+        }
+        fn wants_group(&self, _: &str) -> bool {
+            false
+        }
+        fn sort_out_log(
+            &self,
+            _: BusId,
+            _: &busway_core::group::state::GroupName,
+            _: &Bytes,
+            _: &[(u32, u32)],
+        ) -> Result<bool, String> {
+            Ok(false)
+        }
+    }
+
+    /// One read of `frames`, laid end to end as a reader finds them: its buffer and spans.
+    fn read_of(frames: &[(FrameKind, Vec<u8>)]) -> (Bytes, Vec<Span>) {
+        let (mut buf, mut spans) = (Vec::new(), Vec::new());
+        for (kind, body) in frames {
+            message_spans(*kind, body, buf.len(), &mut spans).unwrap();
+            buf.extend_from_slice(body);
+        }
+        (Bytes::from(buf), spans)
+    }
+
+    #[test]
+    fn a_read_is_sorted_by_kind_and_its_plain_messages_keep_their_order() {
+        let counters = Arc::new(Counters::default());
+        let calls = CallTable::new(counters.clone(), 1);
+        let mut call = 7u64.to_le_bytes().to_vec();
+        call.extend_from_slice(b"ask");
+        let mut reply = 9u64.to_le_bytes().to_vec();
+        reply.extend_from_slice(&[REPLY_OK, b'x']);
+        let offer = LogOffer {
+            name: "g",
+            token: 1,
+            serial: 2,
+            pid: 3,
+            fd: 4,
+            inode: 5,
+            capacity: 6,
+        };
+        let (chunk, spans) = read_of(&[
+            (FrameKind::Data, b"one".to_vec()),
+            (
+                FrameKind::Interest,
+                busway_core::group::encode_interest(true, "g"),
+            ),
+            (FrameKind::Call, call),
+            (FrameKind::Reply, reply),
+            (FrameKind::GroupLog, encode_log_offer(&offer)),
+            (FrameKind::GroupLog, encode_log_answer("h", 1, 2, true)),
+            (FrameKind::Data, b"two".to_vec()),
+        ]);
+        let groups = Groups::default();
+        let mut offers = Vec::new();
+        let (batch, handed) = dispatch(Some(&groups), &calls, BusId(5), chunk, spans, |o| {
+            offers.push(o.name.to_owned())
+        });
+        let batch = batch.expect("plain messages and the request are left for the inbox");
+        let payloads: Vec<&[u8]> = batch.iter().collect();
+        assert_eq!(payloads, [&b"one"[..], b"ask", b"two"]);
+        assert!(handed, "the group part said publishes went to the inbox");
+        assert_eq!(*groups.read.lock().unwrap(), [vec![BodyKind::Interest]]);
+        assert_eq!(
+            *groups.answers.lock().unwrap(),
+            [(BusId(5), "h".into(), true)]
+        );
+        assert_eq!(offers, ["g"]);
+        // The reply went to the calls, found none (none was made): counted late.
+        let late = counters
+            .late_replies
+            .load(std::sync::atomic::Ordering::Relaxed);
+        assert_eq!(late, 1);
+    }
+
+    #[test]
+    fn a_read_of_plain_messages_is_handed_over_whole() {
+        let calls = CallTable::new(Arc::new(Counters::default()), 1);
+        let (chunk, spans) = read_of(&[(FrameKind::Data, b"a".to_vec())]);
+        let (batch, handed) = dispatch(None, &calls, BusId(5), chunk, spans, |_| {
+            panic!("no offer in this read")
+        });
+        assert_eq!(batch.map(|b| b.len()), Some(1));
+        assert!(!handed);
+        let (batch, _) = dispatch(None, &calls, BusId(5), Bytes::new(), Vec::new(), |_| {});
+        assert!(
+            batch.is_none(),
+            "an empty read leaves nothing for the inbox"
+        );
+    }
 }

@@ -504,6 +504,7 @@ impl Drop for Inbox {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use busway_core::body::Span;
     use busway_core::BusId;
     use bytes::Bytes;
 
@@ -527,7 +528,11 @@ mod tests {
         let (tx, mut rx) = inbox(1 << 20, 0, Arc::default());
         assert!(rx.try_recv().is_none(), "nothing yet");
         let buf = Bytes::from_static(b"aabbb");
-        assert!(tx.try_deliver(MessageBatch::new(BusId(9), buf, vec![(0, 2), (2, 3)])));
+        assert!(tx.try_deliver(MessageBatch::new(
+            BusId(9),
+            buf,
+            vec![Span::data(0, 2), Span::data(2, 3)]
+        )));
         let got: Vec<Bytes> = std::iter::from_fn(|| rx.try_recv().map(|m| m.payload)).collect();
         assert_eq!(got, [&b"aa"[..], &b"bbb"[..]]);
         assert!(rx.try_recv().is_none(), "all taken");
@@ -543,7 +548,7 @@ mod tests {
             tx.deliver(MessageBatch::new(
                 BusId(9),
                 buf,
-                vec![(0, 2), (2, 3), (5, 2)]
+                vec![Span::data(0, 2), Span::data(2, 3), Span::data(5, 2)]
             ))
             .await
         );

@@ -1,7 +1,7 @@
 //! What the application receives: messages, in batches that share one buffer.
 
 use crate::rpc::request::{ReplyError, Request};
-use busway_core::frame::{CALL_HEADER_LEN, REPLY_HEADER_LEN, SPAN_CALL, SPAN_LEN_MASK, SPAN_REPLY};
+use busway_core::body::Span;
 use busway_core::BusId;
 use bytes::Bytes;
 use std::sync::Arc;
@@ -31,24 +31,14 @@ impl Message {
     }
 }
 
-/// Where a span's payload lies in its buffer: a CALL span starts with its call id, a REPLY
-/// span with its call id and status (see `busway_core::frame::message_spans`).
-pub(crate) fn payload_range((start, len): (u32, u32)) -> std::ops::Range<usize> {
-    let skip = match len & !SPAN_LEN_MASK {
-        SPAN_CALL => CALL_HEADER_LEN,
-        SPAN_REPLY => REPLY_HEADER_LEN,
-        _ => 0,
-    };
-    start as usize + skip..(start + (len & SPAN_LEN_MASK)) as usize
-}
-
 /// Messages from one sender, in the order sent, sharing one buffer.
 #[derive(Clone, Debug)]
 pub struct MessageBatch {
     src: BusId,
     buf: Bytes,
-    /// (start, length) of each payload in `buf`; a request's length carries `SPAN_CALL`.
-    spans: Vec<(u32, u32)>,
+    /// Where each message lies in `buf`, and its kind (a request's body starts with its call id:
+    /// see [`Span::payload_range`]).
+    spans: Vec<Span>,
     /// The requests among the messages, by index, in order (most batches have none).
     requests: Vec<(u32, Request)>,
     /// The group every message of the batch was published to, if they were.
@@ -56,7 +46,7 @@ pub struct MessageBatch {
 }
 
 impl busway_core::turns::Batch for MessageBatch {
-    fn of_spans(src: BusId, group: Option<&str>, chunk: &Bytes, spans: Vec<(u32, u32)>) -> Self {
+    fn of_spans(src: BusId, group: Option<&str>, chunk: &Bytes, spans: Vec<Span>) -> Self {
         Self {
             group: group.map(Arc::from),
             ..Self::new(src, chunk.clone(), spans)
@@ -65,14 +55,14 @@ impl busway_core::turns::Batch for MessageBatch {
 
     fn of_payload(src: BusId, group: Option<&str>, payload: Bytes) -> Self {
         let len = payload.len() as u32;
-        Self::of_spans(src, group, &payload, vec![(0, len)])
+        Self::of_spans(src, group, &payload, vec![Span::data(0, len)])
     }
 
     fn is_of(&self, src: BusId, group: Option<&str>) -> bool {
         self.src == src && self.group() == group
     }
 
-    fn push_span(&mut self, span: (u32, u32)) {
+    fn push_span(&mut self, span: Span) {
         self.spans.push(span);
     }
 
@@ -82,7 +72,7 @@ impl busway_core::turns::Batch for MessageBatch {
 }
 
 impl MessageBatch {
-    pub(crate) fn new(src: BusId, buf: Bytes, spans: Vec<(u32, u32)>) -> Self {
+    pub(crate) fn new(src: BusId, buf: Bytes, spans: Vec<Span>) -> Self {
         Self {
             src,
             buf,
@@ -102,7 +92,7 @@ impl MessageBatch {
     pub(crate) fn with_requests(
         src: BusId,
         buf: Bytes,
-        spans: Vec<(u32, u32)>,
+        spans: Vec<Span>,
         requests: Vec<(u32, Request)>,
     ) -> Self {
         Self {
@@ -116,7 +106,7 @@ impl MessageBatch {
 
     pub(crate) fn single(src: BusId, payload: Bytes) -> Self {
         let len = payload.len() as u32;
-        Self::new(src, payload, vec![(0, len)])
+        Self::new(src, payload, vec![Span::data(0, len)])
     }
 
     /// The node that sent every message of the batch (for publishes, their publisher).
@@ -136,12 +126,12 @@ impl MessageBatch {
 
     /// The payload of message `i`, borrowed from the batch.
     pub fn payload(&self, i: usize) -> &[u8] {
-        &self.buf[payload_range(self.spans[i])]
+        &self.buf[self.spans[i].payload_range()]
     }
 
     /// Every payload, in order.
     pub fn iter(&self) -> impl Iterator<Item = &[u8]> + '_ {
-        self.spans.iter().map(|&s| &self.buf[payload_range(s)])
+        self.spans.iter().map(|s| &self.buf[s.payload_range()])
     }
 
     /// The request message `i` is, if it is one (answer it with [`Request::reply`]).
@@ -157,7 +147,7 @@ impl MessageBatch {
     pub fn message(&self, i: usize) -> Message {
         Message {
             src: self.src,
-            payload: self.buf.slice(payload_range(self.spans[i])),
+            payload: self.buf.slice(self.spans[i].payload_range()),
             request: self.request(i).cloned(),
             group: self.group.clone(),
         }
@@ -173,7 +163,7 @@ impl MessageBatch {
             .map(|k| self.requests.remove(k).1);
         Message {
             src: self.src,
-            payload: self.buf.slice(payload_range(self.spans[i])),
+            payload: self.buf.slice(self.spans[i].payload_range()),
             request,
             group: self.group.clone(),
         }

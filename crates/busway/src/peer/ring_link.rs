@@ -6,7 +6,9 @@ use crate::limits::{RING_ACK_DELAY_MS, RING_DRAIN_POLL_MS};
 use crate::node::stats::Counters;
 use crate::peer::Peer;
 use crate::rpc::call_table::CallTable;
+use busway_core::body::Span;
 use busway_core::control::ack_frame;
+use busway_core::group::GroupLog;
 use busway_core::BusId;
 use busway_shm::ring::ReadWaiter;
 use bytes::Bytes;
@@ -23,9 +25,14 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// One link's side of the peer's ring, shared by the link task and the application's reader.
 /// What a ring's reader hands the group messages it reads to: the node (see `groups`).
 pub(crate) trait GroupMessages: Send + Sync {
-    /// Takes the group messages out of `spans` (from the direct peer `from`, in `chunk`);
-    /// the publishes for this node go to its inbox, in order. True if any went there.
-    fn sort_out(&self, from: BusId, chunk: &Bytes, spans: &mut Vec<(u32, u32)>) -> bool;
+    /// Acts on a read's group messages (`spans`, each of a kind that `BodyKind::is_group`;
+    /// from the direct peer `from`, in `chunk`); the publishes for this node go to its inbox,
+    /// in order. True if any went there.
+    fn read(&self, from: BusId, chunk: &Bytes, spans: &[Span]) -> bool;
+
+    /// The direct peer `from` answered an offer of this node's log of a group
+    /// (`GroupLog::Answer`; see `group::log_out`).
+    fn log_answered(&self, from: BusId, answer: GroupLog<'_>);
 
     /// Whether the inbox holds too many publishes not taken, or a publish waits for room
     /// toward a peer other than `ring_peer`: leave the ring unread.

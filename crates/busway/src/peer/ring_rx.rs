@@ -17,11 +17,13 @@ use crate::node::dispatch::dispatch;
 use crate::node::message::MessageBatch;
 use crate::node::stats::bump;
 use crate::peer::ring_link::RingLink;
+use busway_core::body::{message_spans, Span};
 use busway_core::control::ack_frame;
-use busway_core::frame::{message_spans, HEADER_LEN, SPAN_LEN_MASK};
+use busway_core::frame::HEADER_LEN;
+use busway_core::group::LogOffer;
 use busway_core::{DecodeError, FrameDecoder};
 use busway_shm::ring::{Consumer, ReadWaiter, Wait};
-use bytes::{Bytes, BytesMut};
+use bytes::BytesMut;
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::mpsc as std_mpsc;
@@ -289,16 +291,14 @@ impl RingReader {
         // application's thread: group messages to the node, the peer's log offers attached to
         // this ring (they live and die with it), replies ending their calls here.
         let node = link.node.upgrade();
-        let take_offers = |chunk: &Bytes, spans: &mut Vec<(u32, u32)>| {
-            self.take_log_offers(chunk, spans);
-        };
+        let take_offer = |offer: LogOffer<'_>| self.take_log_offer(offer);
         let (batch, handed) = dispatch(
             node.as_deref(),
             &link.calls,
             link.peer.id,
             chunk,
             spans,
-            take_offers,
+            take_offer,
         );
         self.groups_handed |= handed;
         match batch {
@@ -335,7 +335,7 @@ impl RingReader {
 
     /// Walks the whole frames at the head of `buf`: how many bytes they take and the messages
     /// they carry, or the link failed on a bad frame.
-    fn whole_frames(&mut self) -> Result<(usize, Vec<(u32, u32)>), Polled> {
+    fn whole_frames(&mut self) -> Result<(usize, Vec<Span>), Polled> {
         // Room for as many messages as small ones would make (no growth on the common path),
         // bounded for large ones.
         let mut spans =
@@ -368,15 +368,12 @@ impl RingReader {
     /// at once past `RING_ACK_EVERY_BYTES` (the sender's queue must not fill with delivered
     /// messages; returns true), otherwise a little later from the link task. None if the
     /// link this ring belongs to is gone.
-    fn count_and_ack(&mut self, read_len: usize, spans: &[(u32, u32)]) -> Option<bool> {
+    fn count_and_ack(&mut self, read_len: usize, spans: &[Span]) -> Option<bool> {
         let n = spans.len() as u64;
         let next = self.link.peer.delivered_on(self.link.link_id, n)?;
         let counters = &self.link.counters;
         counters.msgs_in.fetch_add(n, Relaxed);
-        let bytes: u64 = spans
-            .iter()
-            .map(|&(_, len)| u64::from(len & SPAN_LEN_MASK))
-            .sum();
+        let bytes: u64 = spans.iter().map(|s| u64::from(s.len())).sum();
         counters.bytes_in.fetch_add(bytes, Relaxed);
         let peer = &self.link.peer;
         peer.msgs_in.fetch_add(n, Relaxed);

@@ -42,6 +42,7 @@ use crate::peer::lifecycle;
 use crate::peer::Peer;
 use crate::route::remote::Remote;
 use crate::shared::Shared;
+use busway_core::body::Span;
 use busway_core::e2e::{FailOutcome, Verdict};
 use busway_core::frame::{FrameDecoder, FrameKind, BODY_LEN_CEILING, HEADER_LEN};
 use busway_core::registry::Registry;
@@ -527,9 +528,9 @@ fn bumped_congestion(shared: &Shared) {
     crate::node::stats::bump(&shared.counters.relay_congested);
 }
 
-/// The messages inside a ROUTED DATA frame's inner part, as (offset from the inner part's
-/// start, length with its tag) like `message_spans` gives them; an error names what is wrong.
-pub(crate) fn inner_spans(inner: &[u8]) -> Result<Vec<(u32, u32)>, String> {
+/// The messages inside a ROUTED DATA frame's inner part, their spans from the inner part's
+/// start, as `message_spans` gives them; an error names what is wrong.
+pub(crate) fn inner_spans(inner: &[u8]) -> Result<Vec<Span>, String> {
     let mut spans = Vec::new();
     // The ROUTED frame's own check covered these bytes on every hop: the inner checks need no
     // second look (kinds, lengths and batch entries still do).
@@ -552,7 +553,7 @@ pub(crate) fn inner_spans(inner: &[u8]) -> Result<Vec<(u32, u32)>, String> {
                 "ROUTED DATA: a {kind:?} frame inside, at {pos} (group frames travel on direct links only, as do multicasts)"
             ));
         }
-        busway_core::frame::message_spans(kind, body, body_at, &mut spans)
+        busway_core::body::message_spans(kind, body, body_at, &mut spans)
             .map_err(|what| format!("ROUTED DATA: {what}"))?;
         pos += len;
     }

@@ -1,5 +1,6 @@
-//! The calls this node made and waits on (`Node::call`), by call id; and the sorting of the
-//! requests and replies out of received messages.
+//! The calls this node made and waits on (`Node::call`), by call id: the receive
+//! dispatcher (`node::dispatch`) ends them with the replies it reads, and asks here for the
+//! handle a request it reads is answered with.
 //!
 //! A call holds one of `CALLS_PENDING_MAX` slots from before its request is queued until it
 //! ends: replied, timed out, cancelled (its future dropped), or failed (its request given up,
@@ -11,9 +12,7 @@ use crate::node::event::Path;
 use crate::node::stats::{bump, Counters};
 use crate::rpc::request::{Replier, Request};
 use busway_core::error_kind::ErrorKind;
-use busway_core::frame::{
-    CALL_HEADER_LEN, REPLY_HEADER_LEN, REPLY_OK, SPAN_CALL, SPAN_LEN_MASK, SPAN_REPLY,
-};
+use busway_core::frame::{CALL_HEADER_LEN, REPLY_HEADER_LEN, REPLY_OK};
 use busway_core::BusId;
 use bytes::Bytes;
 use std::collections::HashMap;
@@ -265,7 +264,7 @@ impl CallTable {
         self.lock().len()
     }
 
-    /// A REPLY `body` (call id, status, payload at `payload` in `buf`) from `src`.
+    /// A REPLY from `src`: the call id, the status, and the payload (sharing the read's buffer).
     pub(crate) fn on_reply(&self, src: BusId, id: u64, status: u8, payload: Bytes) {
         let mut pending = self.lock();
         match pending.get(&id) {
@@ -298,53 +297,12 @@ impl CallTable {
         }
     }
 
-    /// Sorts the requests and replies out of messages from `src` about to be delivered:
-    /// replies end their calls and leave `spans`; requests stay, and are returned (by index
-    /// in what is left of `spans`) with a handle to answer them.
-    pub(crate) fn sort_out(
-        &self,
-        src: BusId,
-        buf: &Bytes,
-        spans: &mut Vec<(u32, u32)>,
-    ) -> Vec<(u32, Request)> {
-        let mut requests = Vec::new();
-        if spans.iter().all(|&(_, len)| len & !SPAN_LEN_MASK == 0) {
-            return requests;
-        }
-        let mut kept = 0;
-        for i in 0..spans.len() {
-            let (start, len) = spans[i];
-            let at = start as usize;
-            match len & !SPAN_LEN_MASK {
-                SPAN_REPLY => {
-                    let end = at + (len & SPAN_LEN_MASK) as usize;
-                    let id = read_id(&buf[at..]);
-                    let status = buf[at + CALL_HEADER_LEN];
-                    let payload = buf.slice(at + REPLY_HEADER_LEN..end);
-                    self.on_reply(src, id, status, payload);
-                    continue;
-                }
-                SPAN_CALL => {
-                    if let Some(node) = self.replier.get() {
-                        let request = Request::new(src, read_id(&buf[at..]), Arc::downgrade(node));
-                        requests.push((kept as u32, request));
-                    }
-                }
-                _ => {}
-            }
-            spans[kept] = spans[i];
-            kept += 1;
-        }
-        spans.truncate(kept);
-        requests
+    /// The handle to answer a request from `src` with call id `id`, if the node that answers
+    /// is still there.
+    pub(crate) fn request(&self, src: BusId, id: u64) -> Option<Request> {
+        let node = self.replier.get()?;
+        Some(Request::new(src, id, Arc::downgrade(node)))
     }
-}
-
-/// The call id at the start of a CALL or REPLY body (`message_spans` checked its length).
-fn read_id(body: &[u8]) -> u64 {
-    let mut id = [0u8; 8];
-    id.copy_from_slice(&body[..8]);
-    u64::from_le_bytes(id)
 }
 
 /// A REPLY's head: call id and status.

@@ -26,7 +26,8 @@ use crate::route::outgoing;
 use crate::route::outgoing::{Outgoing, Queued};
 use crate::rpc::call_table::{CallError, Reply};
 use crate::shared::Shared;
-use busway_core::frame::{FrameKind, CALL_HEADER_LEN, SPAN_CALL};
+use busway_core::body::{BodyKind, Span};
+use busway_core::frame::{FrameKind, CALL_HEADER_LEN};
 use busway_core::BusId;
 use bytes::{Bytes, BytesMut};
 use std::time::Duration;
@@ -114,10 +115,10 @@ fn call_self(shared: &Shared, id: u64, payload: &Bytes) -> Result<(), CallError>
     buf.extend_from_slice(&id.to_le_bytes());
     buf.extend_from_slice(payload);
     let buf = buf.freeze();
-    let mut spans = vec![(0, buf.len() as u32 | SPAN_CALL)];
+    let spans = vec![Span::new(0, buf.len() as u32, BodyKind::Call)];
     let me = shared.config().id;
-    let requests = shared.calls.sort_out(me, &buf, &mut spans);
-    let batch = MessageBatch::with_requests(me, buf, spans, requests);
+    let requests = shared.calls.request(me, id).map(|r| (0, r));
+    let batch = MessageBatch::with_requests(me, buf, spans, requests.into_iter().collect());
     if shared.app.inbox().try_deliver(batch) {
         Ok(())
     } else {

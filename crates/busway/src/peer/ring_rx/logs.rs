@@ -5,8 +5,7 @@ use super::RingReader;
 use crate::limits::GROUP_LOG_READ_BYTES_MAX;
 use crate::node::stats::bump;
 use busway_core::frame::FrameKind;
-use busway_core::frame::{SPAN_GROUP_LOG, SPAN_LEN_MASK, SPAN_TAG_MASK};
-use busway_core::group::{decode_group_log, encode_log_answer, GroupLog};
+use busway_core::group::{encode_log_answer, LogOffer};
 use bytes::{Bytes, BytesMut};
 use std::sync::atomic::Ordering::Relaxed;
 
@@ -105,52 +104,31 @@ impl RingReader {
         *w = self.logs.iter().map(|l| l.reader.watch()).collect();
     }
 
-    /// Takes the GROUP_LOG offers out of `spans` (the peer's, read from its ring): each log
-    /// is opened and attached to this ring (replacing one of the same group) and accepted,
-    /// or declined with a warning that says why.
-    pub(super) fn take_log_offers(&mut self, chunk: &Bytes, spans: &mut Vec<(u32, u32)>) {
-        if !spans
-            .iter()
-            .any(|&(_, t)| t & SPAN_TAG_MASK == SPAN_GROUP_LOG)
-        {
-            return;
-        }
+    /// The peer's offer of its log of a group, read from its ring: the log is opened and
+    /// attached to this ring (replacing one of the same group) and accepted, or declined with
+    /// a warning that says why.
+    pub(super) fn take_log_offer(&mut self, offer: LogOffer<'_>) {
         let Some(node) = self.link.node.upgrade() else {
             return;
         };
         let src = self.link.peer.id;
-        let mut offers = Vec::new();
-        spans.retain(|&(start, tagged)| {
-            if tagged & SPAN_TAG_MASK != SPAN_GROUP_LOG {
-                return true;
+        let (name, token, serial) = (offer.name, offer.token, offer.serial);
+        let accept = match node.open_log(src, &offer) {
+            Ok(log) => {
+                self.logs.retain(|l| *l.group != *name);
+                self.logs.push(log);
+                self.refresh_watches();
+                true
             }
-            let len = tagged & SPAN_LEN_MASK;
-            offers.push(chunk.slice(start as usize..(start + len) as usize));
-            false
-        });
-        for body in offers {
-            // Checked by `message_spans`; answers were taken by the node.
-            let Ok(GroupLog::Offer(offer)) = decode_group_log(&body) else {
-                continue;
-            };
-            let (name, token, serial) = (offer.name, offer.token, offer.serial);
-            let accept = match node.open_log(src, &offer) {
-                Ok(log) => {
-                    self.logs.retain(|l| *l.group != *name);
-                    self.logs.push(log);
-                    self.refresh_watches();
-                    true
-                }
-                Err(why) => {
-                    tracing::warn!(peer = %src, group = name, %why, "declined the peer's group log");
-                    false
-                }
-            };
-            let answer = encode_log_answer(name, token, serial, accept);
-            let _ = self
-                .link
-                .peer
-                .push_framed(FrameKind::GroupLog, &answer, &Bytes::new());
-        }
+            Err(why) => {
+                tracing::warn!(peer = %src, group = name, %why, "declined the peer's group log");
+                false
+            }
+        };
+        let answer = encode_log_answer(name, token, serial, accept);
+        let _ = self
+            .link
+            .peer
+            .push_framed(FrameKind::GroupLog, &answer, &Bytes::new());
     }
 }
