@@ -455,5 +455,7 @@ pub(crate) fn describe(ev: &Event) -> String {
             "bus id {by} refused this node's {} group {group}: {reason}",
             if *publish { "publishes to" } else { "join of" }
         ),
+        // An event a newer library added (`Event` is non-exhaustive).
+        other => format!("{other:?}"),
     }
 }

@@ -256,6 +256,40 @@ async fn a_receiver_killed_for_good_gets_exactly_the_unacknowledged_messages_rep
     a.shutdown().await;
 }
 
+/// A message to this node itself that finds the node's own inbox full (defaults: the
+/// application took nothing) says so, naming the inbox, not a send queue; `try_send` and a
+/// call fail at once, nothing else is lost, and room taken lets them through again.
+#[tokio::test]
+async fn a_full_inbox_refuses_a_message_to_oneself_by_name() {
+    let node = start(config(1)).await;
+    let me = node.id();
+    let big = Bytes::from(vec![7u8; 1 << 20]);
+    let mut sent = 0;
+    let err = loop {
+        match node.try_send(me, big.clone()) {
+            Ok(_) => sent += 1,
+            Err(e) => break e,
+        }
+        assert!(sent <= 64, "a 32 MiB inbox took {sent} MiB");
+    };
+    assert_eq!(err, busway::SendError::InboxFull(me));
+    assert_eq!(err.kind(), busway::ErrorKind::Full);
+    let text = err.to_string();
+    assert!(text.contains("its own inbox is full"), "{text}");
+    assert!(!text.contains("send queue"), "{text}");
+    let call = node.call(me, Bytes::from_static(b"?"), WAIT).await;
+    match call {
+        Err(busway::CallError::Send(busway::SendError::InboxFull(id))) => assert_eq!(id, me),
+        other => panic!("a call to itself with its inbox full: {other:?}"),
+    }
+    let mut inbox = node.take_inbox().unwrap();
+    for _ in 0..sent {
+        assert_eq!(next_message(&mut inbox).await.payload.len(), big.len());
+    }
+    assert_eq!(node.try_send(me, big).unwrap(), sent);
+    node.shutdown().await;
+}
+
 /// A message to this node's own id is numbered in its own sequence from 0, as a message to a
 /// peer is in that pair's: `send`, `try_send` and `send_batch` go on from each other.
 #[tokio::test]

@@ -5,6 +5,7 @@ use super::{check_name, PUBLISH_FIXED_BYTES};
 
 /// Why a group call failed; nothing was sent.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum GroupError {
     /// The name is empty, too long, or the node joined too many groups; the text says which.
     BadName(String),

@@ -6,6 +6,7 @@ use crate::BusId;
 
 /// Why a multicast failed; nothing was sent.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum MulticastError {
     /// The list of receivers is empty.
     NoReceivers,

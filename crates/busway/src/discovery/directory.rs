@@ -9,6 +9,7 @@ use std::sync::Mutex;
 
 /// A node as its registration in etcd names it.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct DiscoveredNode {
     /// Its bus id.
     pub id: BusId,
@@ -20,6 +21,7 @@ pub struct DiscoveredNode {
 
 /// What `Node::discovery` reports: etcd's state as this node sees it, and the nodes it knows.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct DiscoveryInfo {
     /// A session with etcd is up (connected, registered, watching).
     pub connected: bool,

@@ -9,6 +9,7 @@ use std::fmt;
 
 /// Why a send failed. Nothing was queued.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum SendError {
     /// This node has never had a link to this id.
     NoRoute(BusId),
@@ -17,6 +18,9 @@ pub enum SendError {
     PeerDown(BusId),
     /// The peer's send queue holds its byte limit (`try_send` only).
     Full(BusId),
+    /// A message to this node itself found its own inbox full: the application has not taken
+    /// what it holds (`try_send`, and a call, to the node's own id; `send` waits instead).
+    InboxFull(BusId),
     /// The payload is over the node's `frame_body_max`.
     TooLarge {
         /// The payload's length, in bytes.
@@ -34,6 +38,10 @@ impl fmt::Display for SendError {
             Self::NoRoute(id) => write!(f, "no route to bus id {id}: it was never connected"),
             Self::PeerDown(id) => write!(f, "bus id {id} is down past its deadline"),
             Self::Full(id) => write!(f, "the send queue to bus id {id} is full"),
+            Self::InboxFull(id) => write!(
+                f,
+                "bus id {id} sent to itself and its own inbox is full (the application has not taken what it holds)"
+            ),
             Self::TooLarge { len, max } => {
                 write!(
                     f,
@@ -53,7 +61,7 @@ impl SendError {
         match self {
             Self::NoRoute(_) => ErrorKind::NoRoute,
             Self::PeerDown(_) => ErrorKind::PeerDown,
-            Self::Full(_) => ErrorKind::Full,
+            Self::Full(_) | Self::InboxFull(_) => ErrorKind::Full,
             Self::TooLarge { .. } => ErrorKind::TooLarge,
             Self::Closed(_) => ErrorKind::Closed,
         }
@@ -62,6 +70,7 @@ impl SendError {
 
 /// Why a node could not start.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum StartError {
     /// The configuration is not one a node can run with; the error says what and where.
     Config(ConfigError),

@@ -5,6 +5,7 @@ use std::fmt;
 
 /// Why a peer's link went down.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum DownReason {
     /// This node is shutting down.
     Shutdown,
@@ -63,6 +64,7 @@ impl fmt::Display for Path {
 /// `Undeliverable` (see [`Event::Undeliverable`]) and `GroupCutOff` (at most one per
 /// `Node::join`), which are never dropped once the stream was taken.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Event {
     /// A peer completed the handshake.
     PeerUp {

@@ -6,6 +6,7 @@ use std::sync::atomic::Ordering::Relaxed;
 
 /// What a node knows about one connected peer.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct PeerInfo {
     /// The peer's bus id.
     pub id: BusId,
@@ -41,6 +42,7 @@ pub struct PeerInfo {
 
 /// What a node knows about a destination it reaches through relays.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct RelayedInfo {
     /// The destination's bus id.
     pub id: BusId,

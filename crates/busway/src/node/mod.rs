@@ -315,7 +315,7 @@ impl Node {
         {
             Ok(self.seqs_to_self(1).start)
         } else {
-            Err(SendError::Full(self.id()))
+            Err(SendError::InboxFull(self.id()))
         }
     }
 

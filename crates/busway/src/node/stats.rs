@@ -55,6 +55,7 @@ pub(crate) fn bump(c: &AtomicU64) {
 
 /// A snapshot of a node's counters.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Stats {
     /// Connections opened (accepted or dialed).
     pub connections: u64,

@@ -31,6 +31,7 @@ pub struct Reply {
 
 /// Why a call failed. Only that call fails; the link and other calls go on.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum CallError {
     /// The request could not be queued; the send's error says why (no route, too large,
     /// shutting down, this node's own inbox full for a call to itself).

@@ -122,6 +122,6 @@ fn call_self(shared: &Shared, id: u64, payload: &Bytes) -> Result<(), CallError>
     if shared.app.inbox().try_deliver(batch) {
         Ok(())
     } else {
-        Err(CallError::Send(crate::SendError::Full(me)))
+        Err(CallError::Send(crate::SendError::InboxFull(me)))
     }
 }

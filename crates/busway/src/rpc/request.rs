@@ -27,6 +27,7 @@ pub(crate) trait Replier: Send + Sync {
 
 /// Why a reply was not queued.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ReplyError {
     /// The message is not a request (sent with `send`, not `call`).
     NotARequest,
