@@ -24,49 +24,76 @@ pub(crate) fn dispatch(
     calls: &CallTable,
     src: BusId,
     chunk: Bytes,
-    spans: Vec<Span>,
+    mut spans: Vec<Span>,
     mut log_offer: impl FnMut(LogOffer<'_>),
 ) -> (Option<MessageBatch>, bool) {
-    // The common read, plain messages only: handed over as they came, nothing parsed (every
-    // read of every link passes here).
-    if spans.iter().all(|s| s.is_data()) {
+    let (mut data, mut group_n) = (0, 0);
+    for span in &spans {
+        if span.is_data() {
+            data += 1;
+        } else if span.kind().is_group() {
+            group_n += 1;
+        }
+    }
+    // The common reads, one kind only, handed on as they came: plain messages (every read of
+    // every link passes here; nothing parsed), or group messages (a stream of publishes).
+    if data == spans.len() {
         let batch = (!spans.is_empty()).then(|| MessageBatch::new(src, chunk, spans));
         return (batch, false);
     }
-    let mut kept = Vec::with_capacity(spans.len());
+    if group_n == spans.len() {
+        return (None, groups.is_some_and(|g| g.read(src, &chunk, &spans)));
+    }
+    let mut kept = 0;
     let mut requests = Vec::new();
-    let mut group = Vec::new();
-    for span in spans {
+    let mut group = Vec::with_capacity(group_n);
+    for i in 0..spans.len() {
+        let span = spans[i];
         match span.kind() {
-            BodyKind::Data => kept.push(span),
-            kind if kind.is_group() => group.push(span),
+            BodyKind::Data => {}
+            kind if kind.is_group() => {
+                group.push(span);
+                continue;
+            }
             _ => match span.parse(&chunk) {
                 Ok(Body::Call { id, .. }) => {
                     if let Some(request) = calls.request(src, id) {
-                        requests.push((kept.len() as u32, request));
+                        requests.push((kept as u32, request));
                     }
-                    kept.push(span);
                 }
                 Ok(Body::Reply { id, status, .. }) => {
                     let payload = chunk.slice(span.payload_range());
                     calls.on_reply(src, id, status, payload);
+                    continue;
                 }
-                Ok(Body::GroupLog(GroupLog::Offer(offer))) => log_offer(offer),
+                Ok(Body::GroupLog(GroupLog::Offer(offer))) => {
+                    log_offer(offer);
+                    continue;
+                }
                 Ok(Body::GroupLog(answer)) => {
                     if let Some(groups) = groups {
                         groups.log_answered(src, answer);
                     }
+                    continue;
                 }
                 // Data and group messages were sorted above; a body that does not parse was
                 // refused by its reader (`body::message_spans`), which closed the link.
-                Ok(_) | Err(_) => debug_assert!(false, "{span:?} from {src} reached dispatch"),
+                Ok(_) | Err(_) => {
+                    debug_assert!(false, "{span:?} from {src} reached dispatch");
+                    continue;
+                }
             },
         }
+        // A plain message or a request: kept for the inbox, in order.
+        spans[kept] = span;
+        kept += 1;
     }
+    spans.truncate(kept);
     // Last, in one go under the group part's lock: an answer to a log's offer (taken above)
     // counts before the publishes that came with it.
     let handed = !group.is_empty() && groups.is_some_and(|g| g.read(src, &chunk, &group));
-    let batch = (!kept.is_empty()).then(|| MessageBatch::with_requests(src, chunk, kept, requests));
+    let batch =
+        (!spans.is_empty()).then(|| MessageBatch::with_requests(src, chunk, spans, requests));
     (batch, handed)
 }
 
@@ -199,5 +226,20 @@ mod tests {
             batch.is_none(),
             "an empty read leaves nothing for the inbox"
         );
+    }
+
+    #[test]
+    fn a_read_of_group_messages_goes_to_the_group_part_whole() {
+        let calls = CallTable::new(Arc::new(Counters::default()), 1);
+        let interest = busway_core::group::encode_interest(true, "g");
+        let (chunk, spans) = read_of(&[
+            (FrameKind::Interest, interest.clone()),
+            (FrameKind::Interest, interest),
+        ]);
+        let groups = Groups::default();
+        let (batch, handed) = dispatch(Some(&groups), &calls, BusId(5), chunk, spans, |_| {});
+        assert!(batch.is_none() && handed);
+        let read = groups.read.lock().unwrap();
+        assert_eq!(*read, [vec![BodyKind::Interest, BodyKind::Interest]]);
     }
 }
