@@ -41,12 +41,16 @@ pub(crate) async fn run(args: CallArgs) -> Result<ExitCode, String> {
             args.timeout
         ));
     }
+    if let Some(size) = args.size {
+        args.node.check_message_size("--size", size)?;
+    }
     let node = args.node.start().await?;
     // Over shared memory a reply is read with the rest of the inbox: keep reading it (what
     // else arrives is dropped; a request among it is answered with "no handler").
     let mut inbox = node.take_inbox().expect("inbox is taken once");
     let reader = tokio::spawn(async move { while inbox.recv_batch().await.is_some() {} });
-    if let Err(why) = args.node.wait_reachable(&node, args.to).await {
+    let mut events = node.take_events().expect("events are taken once");
+    if let Err(why) = args.node.wait_reachable(&node, &mut events, args.to).await {
         node.shutdown().await;
         return Err(why);
     }

@@ -1,6 +1,7 @@
 //! Options and helpers shared by the subcommands.
 
-use busway::{Addr, BusId, Event, IoThreads, Node, NodeConfig, Secret};
+use crate::link_wait::LinkWait;
+use busway::{Addr, BusId, Event, Events, IoThreads, Node, NodeConfig, Secret};
 use clap::Args;
 use std::future::Future;
 use std::process::ExitCode;
@@ -230,27 +231,41 @@ impl NodeArgs {
     }
 
     /// Waits until `to` can be sent to from `node`: its link up, or (a node that only has an
-    /// upstream) the upstream's; the error says which did not come up in time.
-    pub(crate) async fn wait_reachable(&self, node: &Node, to: BusId) -> Result<(), String> {
+    /// upstream) the upstream's. Reads `events` meanwhile: the error names why the link did
+    /// not come up (a refused dial, a refused handshake, another id at the address) as soon
+    /// as waiting cannot help, or after `PEER_WAIT_SECS`.
+    pub(crate) async fn wait_reachable(
+        &self,
+        node: &Node,
+        events: &mut Events,
+        to: BusId,
+    ) -> Result<(), String> {
         let wait = Duration::from_secs(PEER_WAIT_SECS);
         let config = self.config()?;
         let through_upstream = config.upstream.is_some() || self.upstream_id.is_some();
-        let reachable = if through_upstream && config.connect.is_empty() {
-            // Through the upstream: its link is what must be up.
-            node.wait_for_any_link(wait).await
-        } else if config.etcd.is_some() && config.connect.is_empty() {
-            // Found through etcd: the first send dials it.
-            wait_discovered(node, to, wait).await
-        } else {
-            node.wait_for_peer(to, wait).await
+        let by_etcd = config.etcd.is_some() && config.connect.is_empty();
+        let reachable = async {
+            if through_upstream && config.connect.is_empty() {
+                // Through the upstream: its link is what must be up.
+                node.wait_for_any_link(wait).await
+            } else if by_etcd {
+                // Found through etcd: the first send dials it.
+                wait_discovered(node, to, wait).await
+            } else {
+                node.wait_for_peer(to, wait).await
+            }
         };
-        if reachable {
-            Ok(())
-        } else {
-            Err(format!(
-                "no link to bus id {to} came up within {PEER_WAIT_SECS} s"
-            ))
-        }
+        let dialed: Vec<String> = (config.connect.iter())
+            .chain(config.upstream.iter())
+            .map(|a| a.to_string())
+            .collect();
+        let link = LinkWait {
+            to,
+            dialed: &dialed,
+            through_others: through_upstream || by_etcd,
+            wait_secs: PEER_WAIT_SECS,
+        };
+        link.run(events, reachable).await
     }
 
     /// Waits (as `wait_reachable` does) until `links` links of `node` lead to members of
@@ -272,6 +287,18 @@ impl NodeArgs {
             }
             // Interest arrives as messages, not events: look again shortly.
             tokio::time::sleep(GROUP_POLL).await;
+        }
+        Ok(())
+    }
+
+    /// Checks a message size a flag asks for (`flag`: its name) against the node's frame
+    /// limit, before anything of that size is made: an error names both.
+    pub(crate) fn check_message_size(&self, flag: &str, size: usize) -> Result<(), String> {
+        let max = self.config()?.frame_body_max;
+        if size > max {
+            return Err(format!(
+                "{flag} {size} is over the {max}-byte frame limit (frame_body_max in the -c file)"
+            ));
         }
         Ok(())
     }

@@ -9,6 +9,7 @@ mod call;
 mod common;
 mod config_cmd;
 mod fd_limit;
+mod link_wait;
 mod listen;
 mod send;
 mod status;
@@ -149,10 +150,17 @@ async fn run_node(args: NodeCmd) -> Result<ExitCode, String> {
     };
     // Made once: a signal between two events is not missed.
     tokio::pin!(stop);
+    let mut refusals = Refusals::new(&args.node)?;
     loop {
         tokio::select! {
             ev = events.recv() => match ev {
-                Some(ev) => eprintln!("{}", common::describe(&ev)),
+                Some(ev) => {
+                    eprintln!("{}", common::describe(&ev));
+                    if let Some(why) = refusals.hopeless(&ev) {
+                        node.shutdown().await;
+                        return Err(why);
+                    }
+                }
                 None => break,
             },
             _ = &mut stop => break,
@@ -160,6 +168,59 @@ async fn run_node(args: NodeCmd) -> Result<ExitCode, String> {
     }
     node.shutdown().await;
     Ok(ExitCode::SUCCESS)
+}
+
+/// A peer that refuses this node (its bus id in use there, or its credentials), for longer
+/// than that peer could take to find a dead holder of the id gone (its heartbeat limit):
+/// `busway node` then exits non-zero rather than redial for ever.
+struct Refusals {
+    since: Option<std::time::Instant>,
+    /// The peer's heartbeat limit, as this node's (the same on every node of a cluster).
+    patience: std::time::Duration,
+    /// The addresses this node dials (`connect`, `upstream`), as events name them: a refused
+    /// handshake elsewhere is a stranger's, refused by this node.
+    dialed: Vec<String>,
+}
+
+impl Refusals {
+    fn new(args: &common::NodeArgs) -> Result<Self, String> {
+        let config = args.config()?;
+        let misses = busway::limits::HEARTBEAT_MISSES_MAX;
+        let beat = config.heartbeat_interval_ms;
+        let dialed = (config.connect.iter())
+            .chain(config.upstream.iter())
+            .map(|a| a.to_string())
+            .collect();
+        Ok(Self {
+            since: None,
+            patience: std::time::Duration::from_millis(beat.saturating_mul(misses)),
+            dialed,
+        })
+    }
+
+    /// Why the node should stop, if `ev` is a refusal of this node that has lasted past the
+    /// patience.
+    fn hopeless(&mut self, ev: &busway::Event) -> Option<String> {
+        let (by, why) = match ev {
+            busway::Event::PeerDown {
+                peer,
+                reason: busway::DownReason::RefusedByPeer(why),
+                ..
+            } => (format!("bus id {peer}"), why),
+            busway::Event::Rejected { addr, reason } if self.dialed.contains(addr) => {
+                (addr.clone(), reason)
+            }
+            _ => return None,
+        };
+        let since = *self.since.get_or_insert_with(std::time::Instant::now);
+        let lasted = since.elapsed();
+        (lasted >= self.patience).then(|| {
+            format!(
+                "{by} has refused this node for {} ms: {why}",
+                lasted.as_millis()
+            )
+        })
+    }
 }
 
 /// Stops a background task when dropped.

@@ -55,6 +55,9 @@ pub(crate) async fn run(args: SendArgs) -> Result<ExitCode, String> {
             "--size must be at least {SEQ_LEN} bytes (the sequence number)"
         ));
     }
+    if args.count.is_some() {
+        args.node.check_message_size("--size", args.size)?;
+    }
     let node = args.node.start().await?;
     // A sender reads nothing: what others send it is acknowledged and discarded.
     drop(node.take_inbox());
@@ -66,12 +69,12 @@ pub(crate) async fn run(args: SendArgs) -> Result<ExitCode, String> {
         (None, None) => return Err("give --to ID, --group NAME or --multicast ID,ID..".into()),
     };
     let ready = match &target {
-        Target::Node(to) => args.node.wait_reachable(&node, *to).await,
+        Target::Node(to) => args.node.wait_reachable(&node, &mut events, *to).await,
         Target::Group(g) => args.node.wait_for_group(&node, g, args.group_links).await,
         Target::Multicast(ids) => {
             let mut ready = Ok(());
             for &id in ids {
-                ready = args.node.wait_reachable(&node, id).await;
+                ready = args.node.wait_reachable(&node, &mut events, id).await;
                 if ready.is_err() {
                     break;
                 }

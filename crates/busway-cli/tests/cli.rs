@@ -2799,3 +2799,107 @@ fn environment_variables_set_settings_and_a_wrong_one_is_named() {
     assert!(ok, "{err}");
     assert!(stdout.contains("hi"), "{stdout}");
 }
+
+/// What a failed `send` said, and that it said it before its generic 10 s wait ran out: the
+/// cause was named as soon as waiting could not help (issue #28, point 1).
+fn send_fails_with(args: &[&str]) -> String {
+    let (ok, code, _, err) = finish(spawn(args), None);
+    assert!(!ok, "the send succeeded: {err}");
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        !err.contains("within 10 s"),
+        "the generic wait ran out: {err}"
+    );
+    err
+}
+
+#[test]
+fn a_refused_dial_is_named_at_once() {
+    let addr = format!("tcp://127.0.0.1:{}", free_port());
+    let err = send_fails_with(&["send", "--id", "1", "--connect", &addr, "--to", "2", "x"]);
+    assert!(err.contains("connection refused"), "{err}");
+    assert!(err.contains(&addr), "the address dialed is named: {err}");
+}
+
+#[test]
+fn a_wrong_secret_is_named_at_once() {
+    let (_l, addr, _out) = listener(&[
+        "listen",
+        "--id",
+        "2",
+        "--listen",
+        "tcp://127.0.0.1:0",
+        "--secret",
+        "the listener's own secret",
+    ]);
+    let err = send_fails_with(&[
+        "send",
+        "--id",
+        "1",
+        "--connect",
+        &addr,
+        "--to",
+        "2",
+        "--secret",
+        "another secret, not the same",
+        "x",
+    ]);
+    assert!(err.contains("authentication failed"), "{err}");
+}
+
+#[test]
+fn a_node_of_another_id_at_the_address_is_named_at_once() {
+    let (_l, addr, _out) = listener(&["listen", "--id", "3", "--listen", "tcp://127.0.0.1:0"]);
+    let err = send_fails_with(&["send", "--id", "1", "--connect", &addr, "--to", "2", "x"]);
+    assert!(err.contains("is bus id 3, not 2"), "{err}");
+}
+
+#[test]
+fn a_second_node_with_an_id_in_use_exits_naming_it() {
+    let addr = format!("tcp://127.0.0.1:{}", free_port());
+    let _relay = relay(&addr);
+    // The first holder of id 2, linked (its first event line says so).
+    let mut first = spawn(&["node", "--id", "2", "--upstream", &addr, "--no-shm"]);
+    let lines = lines_of(first.0.stderr.take().unwrap());
+    wait_lines(
+        &lines,
+        1,
+        |l| l.starts_with("peer 100 up"),
+        "the first node's link",
+    );
+    let second = spawn(&["node", "--id", "2", "--upstream", &addr, "--no-shm"]);
+    let (ok, code, _, err) = finish(second, None);
+    assert!(!ok && code == Some(1), "{err}");
+    assert!(err.contains("already connected"), "{err}");
+    assert!(err.contains("has refused this node for"), "{err}");
+    // Refused in the handshake (never up), with backoff, not in a tight loop: a handful of
+    // tries in its few seconds.
+    assert!(!err.contains("peer 100 up"), "{err}");
+    let tries = err.lines().filter(|l| l.starts_with("rejected")).count();
+    assert!((1..=10).contains(&tries), "{tries} refusals: {err}");
+    assert!(
+        first.0.try_wait().unwrap().is_none(),
+        "the first holder runs on"
+    );
+}
+
+#[test]
+fn a_message_size_over_the_frame_limit_is_refused_before_it_is_made() {
+    for size in ["99999999999999", "8000000000"] {
+        let err = send_fails_with(&[
+            "send",
+            "--id",
+            "1",
+            "--connect",
+            "tcp://127.0.0.1:1",
+            "--to",
+            "2",
+            "--count",
+            "1",
+            "--size",
+            size,
+        ]);
+        assert!(err.contains(&format!("--size {size} is over the")), "{err}");
+        assert!(err.contains("frame limit"), "{err}");
+    }
+}

@@ -308,3 +308,43 @@ async fn messages_to_oneself_are_numbered_as_messages_to_a_peer() {
     }
     node.shutdown().await;
 }
+
+/// A node whose bus id is already connected at its upstream is refused there in the
+/// handshake and told why (`Event::Rejected` once per try; never up, so no `PeerUp`); it
+/// redials with its growing backoff (its link came up and was closed at once before, which
+/// reset the backoff: ~17 tries a second for ever, issue #28), and the first holder of the id
+/// keeps its link. In virtual time: the count of tries in 3 s is the backoff's, however busy
+/// the machine.
+#[tokio::test(start_paused = true)]
+async fn a_second_node_with_an_id_in_use_is_refused_with_backoff() {
+    let relay = start(virtual_config(100).listen(listen_addr("tcp4"))).await;
+    let addr = relay.listen_addrs()[0].clone();
+    let first = start(virtual_config(2).upstream(addr.clone())).await;
+    assert!(first.wait_for_peer(BusId(100), WAIT).await);
+    let holder = first.incarnation();
+    let second = start(virtual_config(2).upstream(addr)).await;
+    let mut events = second.take_events().unwrap();
+    let window = tokio::time::Instant::now() + Duration::from_secs(3);
+    let mut refusals = 0;
+    while let Ok(Some(ev)) = tokio::time::timeout_at(window, events.recv()).await {
+        match ev {
+            Event::Rejected { reason, .. } => {
+                assert!(reason.contains("already connected"), "{reason}");
+                refusals += 1;
+            }
+            Event::PeerUp { .. } | Event::PeerDown { .. } => panic!("{ev:?}: never up"),
+            _ => {}
+        }
+    }
+    // 50 ms doubling, with up to a quarter of jitter: 5 or 6 tries in 3 s.
+    assert!((3..=8).contains(&refusals), "{refusals} refusals in 3 s");
+    let at_relay = relay.peers().into_iter().find(|p| p.id == BusId(2));
+    assert_eq!(
+        at_relay.map(|p| p.incarnation),
+        Some(holder),
+        "the first holder kept id 2"
+    );
+    for n in [second, first, relay] {
+        n.shutdown().await;
+    }
+}

@@ -248,7 +248,7 @@ pub trait Host {
     fn interest_quota(&self, from: BusId) -> usize;
     /// `from` no longer wants `group`: it stops reading this node's log of it, if it did.
     fn left_log(&mut self, from: BusId, group: &str);
-    /// Hands `from`'s publish to `group` (`None`: a multicast) at `span` (start, length) of
+    /// Hands `from`'s publish to `group` (`None`: a multicast) at `span` (a data span) of
     /// `chunk` to the application.
     fn deliver_span(&mut self, from: BusId, group: Option<&str>, chunk: &Bytes, span: Span);
     /// Hands `from`'s publishes to `group` at `spans` of `chunk`, in order, to the application.

@@ -474,7 +474,7 @@ pub(crate) fn sync_group_adverts(shared: &Shared) {
     // A link dialed on a relay's hint carries no group traffic: the two ends reach each
     // other through the tree already, and publishes by a second path would start a
     // member's stream wherever the faster path's first publish or mark falls, skipping
-    // what the tree still carries (see `sort_out_groups`).
+    // what the tree still carries (see `group::reads::read_groups`).
     let peers: Vec<(BusId, bool)> = shared
         .peers_snapshot()
         .iter()

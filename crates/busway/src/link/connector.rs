@@ -53,7 +53,10 @@ pub(crate) async fn dial_loop(shared: Arc<Shared>, addr: Addr, upstream: bool) {
         shared.config().id.0 ^ shared.incarnation(),
     );
     let mut reported = false;
+    let mut attempt: u64 = 0;
     while !shared.is_shutting_down() {
+        attempt += 1;
+        tracing::debug!(%addr, attempt, "dialing");
         let outcome = match transport::dial(&addr).await {
             Ok(stream) => {
                 reported = false;
@@ -61,23 +64,43 @@ pub(crate) async fn dial_loop(shared: Arc<Shared>, addr: Addr, upstream: bool) {
                 link::serve(shared.clone(), stream, role, addr.to_string()).await
             }
             Err(e) => {
+                let reason = dial_error_text(&e);
+                tracing::debug!(%addr, attempt, %reason, "dial failed");
+                // Once per streak of failures: a peer that stays away is not reported at
+                // every backoff step.
                 if !reported {
                     shared.emit(Event::DialFailed {
                         addr: addr.to_string(),
-                        reason: e.to_string(),
+                        reason,
                     });
                     reported = true;
                 }
                 Outcome::NeverUp
             }
         };
-        if outcome == Outcome::WasUp {
-            backoff.reset();
+        match outcome {
+            Outcome::WasUp => backoff.reset(),
+            // Once per backoff step, which grows: never a tight loop of refusals.
+            Outcome::Refused(why) => shared.emit(Event::Rejected {
+                addr: addr.to_string(),
+                reason: format!("refused by the peer: {why}"),
+            }),
+            Outcome::NeverUp => {}
         }
         tokio::select! {
             _ = tokio::time::sleep(backoff.next_delay()) => {}
             _ = stopped(&mut shutdown) => return,
         }
+    }
+}
+
+/// Why a dial failed, as a user reads it: a refused connection says so in those words.
+fn dial_error_text(e: &std::io::Error) -> String {
+    match e.kind() {
+        std::io::ErrorKind::ConnectionRefused => {
+            "connection refused (nothing listens at that address)".into()
+        }
+        _ => e.to_string(),
     }
 }
 

@@ -5,6 +5,7 @@ use crate::node::event::Event;
 use crate::node::stats::bump;
 use crate::peer::lifecycle;
 use crate::shared::Shared;
+use busway_core::control::CloseCode;
 use busway_core::handshake::{Established, HandshakeError};
 use busway_core::link::{Link, LinkError, LinkEvent, Spans};
 use bytes::{Buf, BytesMut};
@@ -76,6 +77,10 @@ where
         while let Some(event) = machine.poll_event() {
             match event {
                 LinkEvent::PeerHello(hello) => {
+                    if let Some((told, here)) = lifecycle::id_in_use(shared, &hello) {
+                        machine.reject(CloseCode::Duplicate, &told);
+                        return Err(here);
+                    }
                     let (next_send, next_expected) = lifecycle::resume_point(shared, &hello);
                     machine.send_auth(next_send, next_expected);
                     progressed = true;

@@ -1,13 +1,14 @@
 //! The one receive dispatcher: what a read delivered is sorted the same way whichever way it
 //! came (a socket, a relay, a peer's ring), by each message's kind ([`Span::kind`]), each body
 //! parsed here (or, for group messages, by the group part) once into its typed value
-//! ([`Body`]): group messages go to the group part, a peer's offers of its group logs to the
-//! reader's own rule and their answers to the group part, replies to the calls waiting for
-//! them; plain messages and requests go on to the inbox as one batch.
+//! ([`Body`]): answers to this node's log offers and then the group messages go to the group
+//! part, a peer's offers of its group logs to the reader's own rule, replies to the calls
+//! waiting for them; plain messages and requests go on to the inbox as one batch.
 
 use crate::node::message::MessageBatch;
 use crate::peer::ring_link::GroupMessages;
 use crate::rpc::call_table::CallTable;
+use crate::rpc::request::Request;
 use busway_core::body::{Body, BodyKind, Span};
 use busway_core::group::{GroupLog, LogOffer};
 use busway_core::BusId;
@@ -27,14 +28,7 @@ pub(crate) fn dispatch(
     mut spans: Vec<Span>,
     mut log_offer: impl FnMut(LogOffer<'_>),
 ) -> (Option<MessageBatch>, bool) {
-    let (mut data, mut group_n) = (0, 0);
-    for span in &spans {
-        if span.is_data() {
-            data += 1;
-        } else if span.kind().is_group() {
-            group_n += 1;
-        }
-    }
+    let (data, group_n) = count_kinds(&spans);
     // The common reads, one kind only, handed on as they came: plain messages (every read of
     // every link passes here; nothing parsed), or group messages (a stream of publishes).
     if data == spans.len() {
@@ -47,60 +41,95 @@ pub(crate) fn dispatch(
     let mut kept = 0;
     let mut requests = Vec::new();
     let mut group = Vec::with_capacity(group_n);
+    // Taken out in order, acted on below in the order of the old three passes.
+    let (mut logs, mut replies) = (Vec::new(), Vec::new());
     for i in 0..spans.len() {
         let span = spans[i];
         match span.kind() {
             BodyKind::Data => {}
-            kind if kind.is_group() => {
+            BodyKind::Call => {
+                if let Some(request) = request_of(calls, src, &chunk, span) {
+                    requests.push((kept as u32, request));
+                }
+            }
+            BodyKind::Reply => {
+                replies.push(span);
+                continue;
+            }
+            BodyKind::GroupLog => {
+                logs.push(span);
+                continue;
+            }
+            _ => {
                 group.push(span);
                 continue;
             }
-            _ => match span.parse(&chunk) {
-                Ok(Body::Call { id, .. }) => {
-                    if let Some(request) = calls.request(src, id) {
-                        requests.push((kept as u32, request));
-                    }
-                }
-                Ok(Body::Reply { id, status, .. }) => {
-                    let payload = chunk.slice(span.payload_range());
-                    calls.on_reply(src, id, status, payload);
-                    continue;
-                }
-                Ok(Body::GroupLog(GroupLog::Offer(offer))) => {
-                    log_offer(offer);
-                    continue;
-                }
-                Ok(Body::GroupLog(answer)) => {
-                    if let Some(groups) = groups {
-                        groups.log_answered(src, answer);
-                    }
-                    continue;
-                }
-                // Data and group messages were sorted above; a body that does not parse was
-                // refused by its reader (`body::message_spans`), which closed the link.
-                Ok(_) | Err(_) => {
-                    debug_assert!(false, "{span:?} from {src} reached dispatch");
-                    continue;
-                }
-            },
         }
         // A plain message or a request: kept for the inbox, in order.
         spans[kept] = span;
         kept += 1;
     }
     spans.truncate(kept);
-    // Last, in one go under the group part's lock: an answer to a log's offer (taken above)
-    // counts before the publishes that came with it.
+    // An answer to a log's offer counts before the publishes that came with it; the group
+    // messages go in one go, under the group part's lock; then the offers, then the replies
+    // end their calls (a caller woken by its reply finds what came before it handed over).
+    let mut offers = Vec::new();
+    for body in logs.iter().filter_map(|s| parsed(s.parse(&chunk), src)) {
+        match body {
+            Body::GroupLog(GroupLog::Offer(offer)) => offers.push(offer),
+            Body::GroupLog(answer) => {
+                if let Some(groups) = groups {
+                    groups.log_answered(src, answer);
+                }
+            }
+            _ => {}
+        }
+    }
     let handed = !group.is_empty() && groups.is_some_and(|g| g.read(src, &chunk, &group));
+    offers.into_iter().for_each(&mut log_offer);
+    for span in replies {
+        if let Some(Body::Reply { id, status, .. }) = parsed(span.parse(&chunk), src) {
+            calls.on_reply(src, id, status, chunk.slice(span.payload_range()));
+        }
+    }
     let batch =
         (!spans.is_empty()).then(|| MessageBatch::with_requests(src, chunk, spans, requests));
     (batch, handed)
+}
+
+/// How many of `spans` are plain messages, and how many group messages.
+fn count_kinds(spans: &[Span]) -> (usize, usize) {
+    let (mut data, mut group) = (0, 0);
+    for span in spans {
+        if span.is_data() {
+            data += 1;
+        } else if span.kind().is_group() {
+            group += 1;
+        }
+    }
+    (data, group)
+}
+
+/// The handle to answer the request at `span` of `chunk` from `src`.
+fn request_of(calls: &CallTable, src: BusId, chunk: &[u8], span: Span) -> Option<Request> {
+    match parsed(span.parse(chunk), src)? {
+        Body::Call { id, .. } => calls.request(src, id),
+        _ => None,
+    }
+}
+
+/// A body its reader checked (`body::message_spans`, which closes the link on one that does
+/// not parse): `None` only for a reader that did not.
+fn parsed(body: Result<Body<'_>, String>, src: BusId) -> Option<Body<'_>> {
+    body.inspect_err(|why| debug_assert!(false, "unchecked body from {src}: {why}"))
+        .ok()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::node::stats::Counters;
+    use crate::rpc::request::Replier;
     use busway_core::body::message_spans;
     use busway_core::frame::{FrameKind, REPLY_OK};
     use busway_core::group::{encode_log_answer, encode_log_offer};
@@ -151,6 +180,24 @@ mod tests {
         }
     }
 
+    /// A node that answers nothing (its requests' handles need one).
+    struct NoReplies;
+
+    impl Replier for NoReplies {
+        fn reply(&self, _: BusId, _: u64, _: u8, _: Bytes) -> crate::rpc::request::ReplyFuture<'_> {
+            Box::pin(async { Ok(()) })
+        }
+        fn try_reply(
+            &self,
+            _: BusId,
+            _: u64,
+            _: u8,
+            _: Bytes,
+        ) -> Result<(), crate::rpc::request::ReplyError> {
+            Ok(())
+        }
+    }
+
     /// One read of `frames`, laid end to end as a reader finds them: its buffer and spans.
     fn read_of(frames: &[(FrameKind, Vec<u8>)]) -> (Bytes, Vec<Span>) {
         let (mut buf, mut spans) = (Vec::new(), Vec::new());
@@ -165,6 +212,8 @@ mod tests {
     fn a_read_is_sorted_by_kind_and_its_plain_messages_keep_their_order() {
         let counters = Arc::new(Counters::default());
         let calls = CallTable::new(counters.clone(), 1);
+        let replier: Arc<dyn Replier> = Arc::new(NoReplies);
+        calls.set_replier(replier.clone());
         let mut call = 7u64.to_le_bytes().to_vec();
         call.extend_from_slice(b"ask");
         let mut reply = 9u64.to_le_bytes().to_vec();
@@ -198,6 +247,12 @@ mod tests {
         let batch = batch.expect("plain messages and the request are left for the inbox");
         let payloads: Vec<&[u8]> = batch.iter().collect();
         assert_eq!(payloads, [&b"one"[..], b"ask", b"two"]);
+        let requests: Vec<bool> = (0..3).map(|i| batch.request(i).is_some()).collect();
+        assert_eq!(
+            requests,
+            [false, true, false],
+            "the request keeps its place"
+        );
         assert!(handed, "the group part said publishes went to the inbox");
         assert_eq!(*groups.read.lock().unwrap(), [vec![BodyKind::Interest]]);
         assert_eq!(

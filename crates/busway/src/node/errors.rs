@@ -19,7 +19,8 @@ pub enum SendError {
     /// The peer's send queue holds its byte limit (`try_send` only).
     Full(BusId),
     /// A message to this node itself found its own inbox full: the application has not taken
-    /// what it holds (`try_send`, and a call, to the node's own id; `send` waits instead).
+    /// what it holds (`try_send`, and a call, to the node's own id; `send` waits instead). An
+    /// inbox the application dropped takes messages and discards them, as for a peer's.
     InboxFull(BusId),
     /// The payload is over the node's `frame_body_max`.
     TooLarge {

@@ -44,6 +44,24 @@ pub(crate) fn resume_point(shared: &Shared, hello: &Hello) -> (u64, u64) {
     }
 }
 
+/// Why a link from `hello` (not yet authenticated) would be refused when attached: its bus id
+/// is up here from another incarnation. Told in the handshake, before either end counts the
+/// link up, so the dialer learns it as a refused handshake (it came up, then closed, before);
+/// `attach_peer` checks again under the table's lock. Returns what the peer is told, which
+/// says no more than that to a stranger (not which process holds the id, nor from where), and
+/// what this node reports, which names both incarnations.
+pub(crate) fn id_in_use(shared: &Shared, hello: &Hello) -> Option<(String, String)> {
+    let old = shared.peer(hello.bus_id)?;
+    let (id, held, claimed) = (hello.bus_id, old.incarnation(), hello.incarnation);
+    (old.is_up() && held != claimed).then(|| {
+        let told = format!("bus id {id} is already connected from another process");
+        let here = format!(
+            "bus id {id} is already connected from another incarnation ({held:#x}; this one is {claimed:#x})"
+        );
+        (told, here)
+    })
+}
+
 /// Attaches an authenticated link to its peer, creating the peer or replacing a previous
 /// incarnation (whose unacknowledged messages are then reported undeliverable). Refuses a
 /// second link to an id that is up, naming both incarnations.

@@ -109,8 +109,10 @@ impl Node {
     }
 }
 
-/// A call to this node itself: its request goes into the inbox as a message from us.
+/// A call to this node itself: its request goes into the inbox as a message from us (checked
+/// against the frame limit as a request to a peer is).
 fn call_self(shared: &Shared, id: u64, payload: &Bytes) -> Result<(), CallError> {
+    outgoing::check_size(shared, CALL_HEADER_LEN + payload.len()).map_err(CallError::Send)?;
     let mut buf = BytesMut::with_capacity(CALL_HEADER_LEN + payload.len());
     buf.extend_from_slice(&id.to_le_bytes());
     buf.extend_from_slice(payload);
@@ -119,9 +121,13 @@ fn call_self(shared: &Shared, id: u64, payload: &Bytes) -> Result<(), CallError>
     let me = shared.config().id;
     let requests = shared.calls.request(me, id).map(|r| (0, r));
     let batch = MessageBatch::with_requests(me, buf, spans, requests.into_iter().collect());
-    if shared.app.inbox().try_deliver(batch) {
-        Ok(())
-    } else {
-        Err(CallError::Send(crate::SendError::InboxFull(me)))
+    match shared.app.inbox().deliver_now(batch) {
+        Ok(true) => Ok(()),
+        // As a peer's node answers a request its application cannot see.
+        Ok(false) => Err(CallError::NoHandler {
+            peer: me,
+            reason: "this node's application dropped its inbox".into(),
+        }),
+        Err(_) => Err(CallError::Send(crate::SendError::InboxFull(me))),
     }
 }

@@ -1,0 +1,110 @@
+//! Waiting for the link a command needs, with the cause of its failure named as soon as it is
+//! known: a dial refused (after a few backoff steps), a handshake the peer refused (a wrong
+//! secret, an id in use, TLS), or a node of another id at the address dialed, rather than a
+//! generic timeout after `PEER_WAIT_SECS`.
+
+use busway::{BusId, DownReason, Event, Events};
+use std::future::Future;
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// How long a dial that fails below the handshake (refused, unreachable) may go on failing,
+/// a few backoff steps, before a command waiting for its link gives up with the cause, in
+/// milliseconds. A peer being restarted is back within it.
+pub(crate) const DIAL_FAILING_GIVE_UP_MS: u64 = 1_000;
+
+/// What a command waits for, and on which addresses it dials.
+pub(crate) struct LinkWait<'a> {
+    /// The bus id the command sends to.
+    pub(crate) to: BusId,
+    /// The addresses this node dials (`--connect`, `--upstream`), as events name them.
+    pub(crate) dialed: &'a [String],
+    /// Whether `to` may be reached through another node (an upstream, or etcd): a link to
+    /// another id at a dialed address is then no mistake.
+    pub(crate) through_others: bool,
+    /// How long to wait in all, in seconds.
+    pub(crate) wait_secs: u64,
+}
+
+impl LinkWait<'_> {
+    /// Waits for `reachable` (true: the link is up in time) while reading `events`: an error
+    /// names the cause as soon as waiting cannot help.
+    pub(crate) async fn run(
+        &self,
+        events: &mut Events,
+        reachable: impl Future<Output = bool>,
+    ) -> Result<(), String> {
+        tokio::pin!(reachable);
+        let to = self.to;
+        let deadline = Instant::now() + Duration::from_secs(self.wait_secs);
+        let mut failing: Option<(Instant, String)> = None;
+        let mut events_open = true;
+        loop {
+            let give_up = failing
+                .as_ref()
+                .map_or(deadline, |(since, _)| *since + dial_grace());
+            tokio::select! {
+                up = &mut reachable => {
+                    if up {
+                        return Ok(());
+                    }
+                    let cause = failing.map_or(String::new(), |(_, why)| format!(": {why}"));
+                    return Err(format!(
+                        "no link to bus id {to} came up within {} s{cause}",
+                        self.wait_secs
+                    ));
+                }
+                ev = events.recv(), if events_open => match ev {
+                    Some(ev) => {
+                        if let Some(why) = self.hopeless(&ev) {
+                            return Err(format!("no link to bus id {to}: {why}"));
+                        }
+                        match ev {
+                            Event::DialFailed { addr, reason } => {
+                                let why = format!("dialing {addr}: {reason}");
+                                failing.get_or_insert((Instant::now(), why));
+                            }
+                            Event::PeerUp { .. } => failing = None,
+                            _ => {}
+                        }
+                    }
+                    None => events_open = false,
+                },
+                _ = tokio::time::sleep_until(give_up), if failing.is_some() => {
+                    let (_, why) = failing.take().expect("a failure is on record");
+                    return Err(format!(
+                        "no link to bus id {to}: {why} (still failing after {DIAL_FAILING_GIVE_UP_MS} ms)"
+                    ));
+                }
+            }
+        }
+    }
+
+    /// Why `ev` means the link cannot come up by waiting, if it does.
+    fn hopeless(&self, ev: &Event) -> Option<String> {
+        match ev {
+            Event::Rejected { addr, reason } if self.dialed.contains(addr) => {
+                Some(format!("the handshake with {addr} failed: {reason}"))
+            }
+            Event::PeerDown {
+                peer,
+                reason: DownReason::RefusedByPeer(why),
+                ..
+            } => Some(format!("bus id {peer} refused this node: {why}")),
+            // With one address dialed, and no other way to `to`, that address must be `to`'s.
+            Event::PeerUp { peer, addr, .. }
+                if *peer != self.to && !self.through_others && matches!(self.dialed, [only] if only == addr) =>
+            {
+                Some(format!(
+                    "the node at {addr} is bus id {peer}, not {}: send with --to {peer}, or give its address as --upstream to send through it",
+                    self.to
+                ))
+            }
+            _ => None,
+        }
+    }
+}
+
+fn dial_grace() -> Duration {
+    Duration::from_millis(DIAL_FAILING_GIVE_UP_MS)
+}
