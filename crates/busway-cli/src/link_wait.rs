@@ -1,9 +1,11 @@
 //! Waiting for the link a command needs, with the cause of its failure named as soon as it is
 //! known: a dial refused (after a few backoff steps), a handshake the peer refused (a wrong
 //! secret, an id in use, TLS), or a node of another id at the address dialed, rather than a
-//! generic timeout after `PEER_WAIT_SECS`.
+//! generic timeout after `PEER_WAIT_SECS`. Only for a node that dials one address: with
+//! several, a failure at one says nothing of the link that matters, which may come up at
+//! another, so the wait runs its course.
 
-use busway::{BusId, DownReason, Event, Events};
+use busway::{BusId, Event, Events};
 use std::future::Future;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -55,6 +57,7 @@ impl LinkWait<'_> {
                     ));
                 }
                 ev = events.recv(), if events_open => match ev {
+                    Some(_) if self.dialed.len() != 1 => {}
                     Some(ev) => {
                         if let Some(why) = self.hopeless(&ev) {
                             return Err(format!("no link to bus id {to}: {why}"));
@@ -83,17 +86,12 @@ impl LinkWait<'_> {
     /// Why `ev` means the link cannot come up by waiting, if it does.
     fn hopeless(&self, ev: &Event) -> Option<String> {
         match ev {
-            Event::Rejected { addr, reason } if self.dialed.contains(addr) => {
+            Event::Rejected { addr, reason } if self.dialed == [addr.as_str()] => {
                 Some(format!("the handshake with {addr} failed: {reason}"))
             }
-            Event::PeerDown {
-                peer,
-                reason: DownReason::RefusedByPeer(why),
-                ..
-            } => Some(format!("bus id {peer} refused this node: {why}")),
-            // With one address dialed, and no other way to `to`, that address must be `to`'s.
+            // With no other way to `to`, the one address dialed must be `to`'s.
             Event::PeerUp { peer, addr, .. }
-                if *peer != self.to && !self.through_others && matches!(self.dialed, [only] if only == addr) =>
+                if *peer != self.to && !self.through_others && self.dialed == [addr.as_str()] =>
             {
                 Some(format!(
                     "the node at {addr} is bus id {peer}, not {}: send with --to {peer}, or give its address as --upstream to send through it",

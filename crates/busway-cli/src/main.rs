@@ -17,6 +17,7 @@ mod verify;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
+use std::time::{Duration, Instant};
 
 #[derive(Parser)]
 #[command(
@@ -72,8 +73,11 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let filter = tracing_subscriber::EnvFilter::try_from_env("BUSWAY_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    // Colour only for a person at a terminal: a file or a collector gets plain text.
+    let colour = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let logs = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        .with_ansi(colour)
         .with_env_filter(filter);
     match cli.log_format {
         LogFormat::Text => logs.init(),
@@ -170,53 +174,72 @@ async fn run_node(args: NodeCmd) -> Result<ExitCode, String> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// A peer that refuses this node (its bus id in use there, or its credentials), for longer
-/// than that peer could take to find a dead holder of the id gone (its heartbeat limit):
-/// `busway node` then exits non-zero rather than redial for ever.
+/// A peer this node dials that refuses its bus id in the handshake (the id is up there from
+/// another process), try after try, for longer than the peer could take to find a dead holder
+/// of the id gone (twice its heartbeat limit): `busway node` then exits non-zero rather than
+/// redial for ever. Any other refusal, a link up meanwhile, or a pause between refusals longer
+/// than the dialer's longest backoff starts the count again.
 struct Refusals {
-    since: Option<std::time::Instant>,
-    /// The peer's heartbeat limit, as this node's (the same on every node of a cluster).
-    patience: std::time::Duration,
+    /// When the current run of refusals began, and when the last one came.
+    run: Option<(Instant, Instant)>,
+    /// How long a run may last: twice the heartbeat limit (this node's, the same on every
+    /// node of a cluster).
+    patience: Duration,
     /// The addresses this node dials (`connect`, `upstream`), as events name them: a refused
     /// handshake elsewhere is a stranger's, refused by this node.
     dialed: Vec<String>,
 }
 
+/// Longest pause between two refusals of one run: past the dialer's longest backoff, the
+/// refusals are not one run, in milliseconds.
+const REFUSAL_RUN_GAP_MS: u64 = 2 * busway::limits::DIAL_BACKOFF_MAX_MS;
+
+/// What a peer's CLOSE says when it refuses a bus id in use there (its code, as the
+/// handshake's error names it).
+const ID_IN_USE_CLOSE: &str = ": Duplicate: ";
+
 impl Refusals {
     fn new(args: &common::NodeArgs) -> Result<Self, String> {
         let config = args.config()?;
-        let misses = busway::limits::HEARTBEAT_MISSES_MAX;
-        let beat = config.heartbeat_interval_ms;
+        let limit = config
+            .heartbeat_interval_ms
+            .saturating_mul(busway::limits::HEARTBEAT_MISSES_MAX);
         let dialed = (config.connect.iter())
             .chain(config.upstream.iter())
             .map(|a| a.to_string())
             .collect();
         Ok(Self {
-            since: None,
-            patience: std::time::Duration::from_millis(beat.saturating_mul(misses)),
+            run: None,
+            patience: Duration::from_millis(limit.saturating_mul(2)),
             dialed,
         })
     }
 
-    /// Why the node should stop, if `ev` is a refusal of this node that has lasted past the
-    /// patience.
+    /// Why the node should stop, if `ev` ends a run of refusals of its id past the patience.
     fn hopeless(&mut self, ev: &busway::Event) -> Option<String> {
-        let (by, why) = match ev {
-            busway::Event::PeerDown {
-                peer,
-                reason: busway::DownReason::RefusedByPeer(why),
-                ..
-            } => (format!("bus id {peer}"), why),
-            busway::Event::Rejected { addr, reason } if self.dialed.contains(addr) => {
-                (addr.clone(), reason)
+        let (addr, why) = match ev {
+            busway::Event::Rejected { addr, reason }
+                if self.dialed.contains(addr) && reason.contains(ID_IN_USE_CLOSE) =>
+            {
+                (addr, reason)
+            }
+            busway::Event::PeerUp { .. } | busway::Event::Rejected { .. } => {
+                self.run = None;
+                return None;
             }
             _ => return None,
         };
-        let since = *self.since.get_or_insert_with(std::time::Instant::now);
-        let lasted = since.elapsed();
+        let now = Instant::now();
+        let gap = Duration::from_millis(REFUSAL_RUN_GAP_MS);
+        let (began, _) = match self.run {
+            Some((began, last)) if now - last <= gap => (began, last),
+            _ => (now, now),
+        };
+        self.run = Some((began, now));
+        let lasted = now - began;
         (lasted >= self.patience).then(|| {
             format!(
-                "{by} has refused this node for {} ms: {why}",
+                "{addr} has refused this node's bus id for {} ms: {why}",
                 lasted.as_millis()
             )
         })

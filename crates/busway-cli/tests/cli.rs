@@ -2871,7 +2871,7 @@ fn a_second_node_with_an_id_in_use_exits_naming_it() {
     let (ok, code, _, err) = finish(second, None);
     assert!(!ok && code == Some(1), "{err}");
     assert!(err.contains("already connected"), "{err}");
-    assert!(err.contains("has refused this node for"), "{err}");
+    assert!(err.contains("has refused this node's bus id for"), "{err}");
     // Refused in the handshake (never up), with backoff, not in a tight loop: a handful of
     // tries in its few seconds.
     assert!(!err.contains("peer 100 up"), "{err}");
@@ -2902,4 +2902,33 @@ fn a_message_size_over_the_frame_limit_is_refused_before_it_is_made() {
         assert!(err.contains(&format!("--size {size} is over the")), "{err}");
         assert!(err.contains("frame limit"), "{err}");
     }
+}
+
+#[test]
+fn text_logs_to_a_file_carry_no_colour_codes() {
+    // stderr is a pipe here, as a file or a collector is: a warning (the refused handshake of
+    // a wrong secret) is logged, in plain text (issue #28, point 7).
+    let (_l, addr, _out) = listener(&[
+        "listen",
+        "--id",
+        "2",
+        "--listen",
+        "tcp://127.0.0.1:0",
+        "--secret",
+        "the listener's own secret",
+    ]);
+    let err = send_fails_with(&[
+        "send",
+        "--id",
+        "1",
+        "--connect",
+        &addr,
+        "--to",
+        "2",
+        "--secret",
+        "another secret, not the same",
+        "x",
+    ]);
+    assert!(err.contains("WARN"), "a warning was logged: {err}");
+    assert!(!err.contains('\x1b'), "no escape codes: {err:?}");
 }

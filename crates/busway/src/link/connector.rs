@@ -78,14 +78,8 @@ pub(crate) async fn dial_loop(shared: Arc<Shared>, addr: Addr, upstream: bool) {
                 Outcome::NeverUp
             }
         };
-        match outcome {
-            Outcome::WasUp => backoff.reset(),
-            // Once per backoff step, which grows: never a tight loop of refusals.
-            Outcome::Refused(why) => shared.emit(Event::Rejected {
-                addr: addr.to_string(),
-                reason: format!("refused by the peer: {why}"),
-            }),
-            Outcome::NeverUp => {}
+        if outcome == Outcome::WasUp {
+            backoff.reset();
         }
         tokio::select! {
             _ = tokio::time::sleep(backoff.next_delay()) => {}

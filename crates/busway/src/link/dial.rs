@@ -11,9 +11,6 @@ pub(crate) enum Outcome {
     NeverUp,
     /// The link was up, then went down.
     WasUp,
-    /// The link came up and the peer refused this node at once, with this reason (its id in
-    /// use there, or its credentials): like `NeverUp` for the backoff, never a reset.
-    Refused(String),
 }
 
 /// How a connection came to be.

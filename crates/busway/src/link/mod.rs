@@ -294,12 +294,8 @@ where
         )
         .await;
         drop(end_rings);
-        let outcome = match &reason {
-            DownReason::RefusedByPeer(why) => Outcome::Refused(why.clone()),
-            _ => Outcome::WasUp,
-        };
         attachment.detach(reason);
-        outcome
+        Outcome::WasUp
     }
 }
 
@@ -466,11 +462,6 @@ where
                 let reason = match end {
                     Ok(ReadEnd::Close(c)) if c.code == CloseCode::Shutdown => {
                         DownReason::PeerShutDown
-                    }
-                    Ok(ReadEnd::Close(c))
-                        if matches!(c.code, CloseCode::Duplicate | CloseCode::AuthFailed) =>
-                    {
-                        DownReason::RefusedByPeer(c.reason)
                     }
                     Ok(ReadEnd::Close(c)) => DownReason::ClosedByPeer(c.reason),
                     Ok(ReadEnd::Eof) => DownReason::ClosedByPeer("connection closed".into()),

@@ -18,11 +18,6 @@ pub enum DownReason {
     /// to it fail, its groups' interest is forgotten) rather than hold its messages until
     /// `NodeConfig::peer_dead_after_ms`.
     PeerShutDown,
-    /// The peer refused this node just after the handshake (with the reason it gave): its
-    /// bus id is already connected there from another process, or its credentials do not
-    /// pass. Waiting does not fix it: busway redials with its backoff, never resetting it,
-    /// and reports each refusal (`Event::Rejected`).
-    RefusedByPeer(String),
     /// The peer sent bytes that are not valid protocol; the text names what and where.
     ProtocolError(String),
     /// The socket failed.
@@ -37,7 +32,6 @@ impl fmt::Display for DownReason {
             Self::Shutdown => write!(f, "this node is shutting down"),
             Self::ClosedByPeer(r) => write!(f, "closed by the peer: {r}"),
             Self::PeerShutDown => write!(f, "the peer shut down"),
-            Self::RefusedByPeer(r) => write!(f, "refused by the peer: {r}"),
             Self::ProtocolError(r) => write!(f, "protocol error: {r}"),
             Self::Io(r) => write!(f, "i/o error: {r}"),
             Self::Timeout(r) => write!(f, "timed out: {r}"),
