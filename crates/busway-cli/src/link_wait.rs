@@ -15,6 +15,15 @@ use tokio::time::Instant;
 /// milliseconds. A peer being restarted is back within it.
 pub(crate) const DIAL_FAILING_GIVE_UP_MS: u64 = 1_000;
 
+/// How long the peer may go on refusing this node's bus id as in use before a command gives
+/// up, in milliseconds: twice the default heartbeat limit, so that a holder that died (a
+/// restarted process whose old link the peer has not yet found dead) is gone by then.
+pub(crate) const ID_IN_USE_GIVE_UP_MS: u64 = 6_000;
+
+/// What a peer's refusal of a bus id in use says (its CLOSE code, as the handshake's error
+/// names it).
+const ID_IN_USE_CLOSE: &str = ": Duplicate: ";
+
 /// What a command waits for, and on which addresses it dials.
 pub(crate) struct LinkWait<'a> {
     /// The bus id the command sends to.
@@ -39,18 +48,18 @@ impl LinkWait<'_> {
         tokio::pin!(reachable);
         let to = self.to;
         let deadline = Instant::now() + Duration::from_secs(self.wait_secs);
-        let mut failing: Option<(Instant, String)> = None;
+        let mut failing: Option<(Instant, String, Duration)> = None;
         let mut events_open = true;
         loop {
             let give_up = failing
                 .as_ref()
-                .map_or(deadline, |(since, _)| *since + dial_grace());
+                .map_or(deadline, |(since, _, grace)| *since + *grace);
             tokio::select! {
                 up = &mut reachable => {
                     if up {
                         return Ok(());
                     }
-                    let cause = failing.map_or(String::new(), |(_, why)| format!(": {why}"));
+                    let cause = failing.map_or(String::new(), |(_, why, _)| format!(": {why}"));
                     return Err(format!(
                         "no link to bus id {to} came up within {} s{cause}",
                         self.wait_secs
@@ -65,7 +74,13 @@ impl LinkWait<'_> {
                         match ev {
                             Event::DialFailed { addr, reason } => {
                                 let why = format!("dialing {addr}: {reason}");
-                                failing.get_or_insert((Instant::now(), why));
+                                failing.get_or_insert((Instant::now(), why, dial_grace()));
+                            }
+                            // Perhaps a holder that died and is not yet known dead there.
+                            Event::Rejected { addr, reason } if reason.contains(ID_IN_USE_CLOSE) => {
+                                let why = format!("the handshake with {addr} failed: {reason}");
+                                let grace = Duration::from_millis(ID_IN_USE_GIVE_UP_MS);
+                                failing.get_or_insert((Instant::now(), why, grace));
                             }
                             Event::PeerUp { .. } => failing = None,
                             _ => {}
@@ -74,9 +89,10 @@ impl LinkWait<'_> {
                     None => events_open = false,
                 },
                 _ = tokio::time::sleep_until(give_up), if failing.is_some() => {
-                    let (_, why) = failing.take().expect("a failure is on record");
+                    let (_, why, grace) = failing.take().expect("a failure is on record");
                     return Err(format!(
-                        "no link to bus id {to}: {why} (still failing after {DIAL_FAILING_GIVE_UP_MS} ms)"
+                        "no link to bus id {to}: {why} (still failing after {} ms)",
+                        grace.as_millis()
                     ));
                 }
             }
@@ -86,7 +102,9 @@ impl LinkWait<'_> {
     /// Why `ev` means the link cannot come up by waiting, if it does.
     fn hopeless(&self, ev: &Event) -> Option<String> {
         match ev {
-            Event::Rejected { addr, reason } if self.dialed == [addr.as_str()] => {
+            Event::Rejected { addr, reason }
+                if self.dialed == [addr.as_str()] && !reason.contains(ID_IN_USE_CLOSE) =>
+            {
                 Some(format!("the handshake with {addr} failed: {reason}"))
             }
             // With no other way to `to`, the one address dialed must be `to`'s.
