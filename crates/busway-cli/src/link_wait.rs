@@ -22,7 +22,7 @@ pub(crate) const ID_IN_USE_GIVE_UP_MS: u64 = 6_000;
 
 /// What a peer's refusal of a bus id in use says (its CLOSE code, as the handshake's error
 /// names it).
-const ID_IN_USE_CLOSE: &str = ": Duplicate: ";
+pub(crate) const ID_IN_USE_CLOSE: &str = ": Duplicate: ";
 
 /// What a command waits for, and on which addresses it dials.
 pub(crate) struct LinkWait<'a> {

@@ -194,10 +194,6 @@ struct Refusals {
 /// refusals are not one run, in milliseconds.
 const REFUSAL_RUN_GAP_MS: u64 = 2 * busway::limits::DIAL_BACKOFF_MAX_MS;
 
-/// What a peer's CLOSE says when it refuses a bus id in use there (its code, as the
-/// handshake's error names it).
-const ID_IN_USE_CLOSE: &str = ": Duplicate: ";
-
 impl Refusals {
     fn new(args: &common::NodeArgs) -> Result<Self, String> {
         let config = args.config()?;
@@ -219,7 +215,7 @@ impl Refusals {
     fn hopeless(&mut self, ev: &busway::Event) -> Option<String> {
         let (addr, why) = match ev {
             busway::Event::Rejected { addr, reason }
-                if self.dialed.contains(addr) && reason.contains(ID_IN_USE_CLOSE) =>
+                if self.dialed.contains(addr) && reason.contains(link_wait::ID_IN_USE_CLOSE) =>
             {
                 (addr, reason)
             }
