@@ -164,13 +164,20 @@ pub(crate) async fn serve(node: Node, addr: Addr) -> Result<(), String> {
             println!("admin on tcp://{}", l.local_addr().map_err(bind_err)?);
             axum::serve(l, app).await.map_err(bind_err)
         }
+        Addr::TcpHost(hp) => {
+            let l = tokio::net::TcpListener::bind((hp.host(), hp.port()))
+                .await
+                .map_err(bind_err)?;
+            println!("admin on tcp://{}", l.local_addr().map_err(bind_err)?);
+            axum::serve(l, app).await.map_err(bind_err)
+        }
         Addr::Unix(p) => {
             let _ = std::fs::remove_file(p);
             let l = tokio::net::UnixListener::bind(p).map_err(bind_err)?;
             println!("admin on {addr}");
             axum::serve(l, app).await.map_err(bind_err)
         }
-        Addr::Shm(_) | Addr::Tls(_) => Err(crate::status::not_admin(&addr)),
+        _ => Err(crate::status::not_admin(&addr)),
     }
 }
 

@@ -351,16 +351,25 @@ impl NodeArgs {
                 "refusing to {what}: {risk}; {instead}, or pass --insecure to accept that"
             ));
         }
-        eprintln!("busway: warning: {what} (--insecure): {risk}");
+        crate::say::warn(format_args!("busway: warning: {what} (--insecure): {risk}"));
         Ok(())
     }
 }
 
 /// Whether other hosts can reach `addr` with no proof of who they are: a plain TCP address
-/// that is not loopback (an unspecified one, 0.0.0.0 or [::], included). Unix and shm://
-/// addresses are this host's only; a tls:// peer must present a certificate of the cluster.
+/// that is not loopback (an unspecified one, 0.0.0.0 or [::], included), or a host name that
+/// resolves to one. Unix and shm:// addresses are this host's only; a tls:// peer must present
+/// a certificate of the cluster. A name that does not resolve cannot be bound either: binding
+/// names that error.
 pub(crate) fn reachable_from_other_hosts(addr: &Addr) -> bool {
-    matches!(addr, Addr::Tcp(sa) if !sa.ip().is_loopback())
+    use std::net::ToSocketAddrs;
+    match addr {
+        Addr::Tcp(sa) => !sa.ip().is_loopback(),
+        Addr::TcpHost(hp) => (hp.host(), hp.port())
+            .to_socket_addrs()
+            .is_ok_and(|mut all| all.any(|sa| !sa.ip().is_loopback())),
+        _ => false,
+    }
 }
 
 /// Runs `f` on a single-threaded runtime (the node has its own I/O threads).
@@ -396,15 +405,15 @@ pub(crate) fn stop_requested() -> impl Future<Output = ()> {
             _ = int.recv() => {}
             _ = term.recv() => {}
         }
-        eprintln!(
-            "busway: stopping (flushing, then closing the links; a second signal stops at once)"
+        crate::say::info(
+            "busway: stopping (flushing, then closing the links; a second signal stops at once)",
         );
         tokio::spawn(async move {
             tokio::select! {
                 _ = int.recv() => {}
                 _ = term.recv() => {}
             }
-            eprintln!("busway: second signal: stopping at once");
+            crate::say::warn("busway: second signal: stopping at once");
             std::process::exit(1);
         });
     }

@@ -1,6 +1,7 @@
 //! `busway listen`: print or verify what arrives.
 
 use crate::common::{self, NodeArgs};
+use crate::say;
 use crate::verify::Verifier;
 use clap::Args;
 use std::process::ExitCode;
@@ -66,10 +67,10 @@ pub(crate) async fn run(args: ListenArgs) -> Result<ExitCode, String> {
     'outer: while args.count.is_none_or(|n| verifier.received() < n) {
         if let Some((_, ms)) = pause.filter(|&(after, _)| verifier.received() >= after) {
             pause = None;
-            eprintln!(
+            say::info(format_args!(
                 "busway listen: not reading for {ms} ms after {} messages (--pause-after)",
                 verifier.received()
-            );
+            ));
             tokio::select! {
                 _ = tokio::time::sleep(Duration::from_millis(ms)) => {}
                 _ = &mut stop => break,
@@ -84,7 +85,7 @@ pub(crate) async fn run(args: ListenArgs) -> Result<ExitCode, String> {
                 }
             } => b,
             Some(ev) = events.recv() => {
-                eprintln!("{}", common::describe(&ev));
+                say::info(common::describe(&ev));
                 let lost = matches!(
                     ev,
                     busway::Event::GroupGap { .. } | busway::Event::GroupCutOff { .. }
@@ -96,9 +97,11 @@ pub(crate) async fn run(args: ListenArgs) -> Result<ExitCode, String> {
                 }
                 if let busway::Event::GroupCutOff { group, .. } = &ev {
                     if let Err(e) = node.join(group) {
-                        eprintln!("busway listen: joining group {group} again failed: {e}");
+                        say::warn(format_args!(
+                            "busway listen: joining group {group} again failed: {e}"
+                        ));
                     } else {
-                        eprintln!("busway listen: joined group {group} again");
+                        say::info(format_args!("busway listen: joined group {group} again"));
                     }
                 }
                 continue;
@@ -143,13 +146,15 @@ pub(crate) async fn run(args: ListenArgs) -> Result<ExitCode, String> {
     node.shutdown().await;
     replies.summary();
     if shm > 0 {
-        eprintln!("busway listen: {shm} link(s) moved their data to shared memory");
+        say::info(format_args!(
+            "busway listen: {shm} link(s) moved their data to shared memory"
+        ));
     }
     if timed_out {
-        eprintln!(
+        say::info(format_args!(
             "busway listen: no message for {:?}; stopping",
             idle.unwrap_or_default()
-        );
+        ));
     }
     if args.verify {
         let (line, ok) = verifier.summary(args.count);
@@ -162,10 +167,10 @@ pub(crate) async fn run(args: ListenArgs) -> Result<ExitCode, String> {
         return Ok(ExitCode::from(3));
     }
     if cut_off {
-        eprintln!(
+        say::error(format_args!(
             "busway listen: publishes lost (cut off, or a gap: see above) after {} messages; stopping",
             verifier.received()
-        );
+        ));
         return Ok(ExitCode::from(4));
     }
     Ok(ExitCode::SUCCESS)
@@ -240,7 +245,10 @@ impl EchoReplies {
                 if let Err(e) = request.reply(payload).await {
                     total.fetch_add(1, Relaxed);
                     if !std::mem::replace(&mut said, true) {
-                        eprintln!("busway listen: no reply to {}: {e}", request.from());
+                        say::warn(format_args!(
+                            "busway listen: no reply to {}: {e}",
+                            request.from()
+                        ));
                     }
                 }
                 left.fetch_sub(len, Relaxed);
@@ -254,16 +262,16 @@ impl EchoReplies {
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         if self.callers.len() < UNANSWERED_LINES_MAX && !self.callers.contains(&caller) {
             self.callers.push(caller);
-            eprintln!("busway listen: no reply to {caller}: {why}");
+            say::warn(format_args!("busway listen: no reply to {caller}: {why}"));
         }
     }
 
     fn summary(&self) {
         let total = self.total.load(std::sync::atomic::Ordering::Relaxed);
         if total > 0 {
-            eprintln!(
+            say::warn(format_args!(
                 "busway listen: {total} request(s) left unanswered (the caller stopped reading, or was gone)"
-            );
+            ));
         }
     }
 }

@@ -11,6 +11,7 @@ mod config_cmd;
 mod fd_limit;
 mod link_wait;
 mod listen;
+mod say;
 mod send;
 mod status;
 mod verify;
@@ -71,8 +72,16 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let filter = tracing_subscriber::EnvFilter::try_from_env("BUSWAY_LOG")
+    let mut filter = tracing_subscriber::EnvFilter::try_from_env("BUSWAY_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    if cli.log_format == LogFormat::Json {
+        // Events, summaries and errors are log records too, whatever the level asked for.
+        let say = format!("{}=info", say::TARGET)
+            .parse()
+            .expect("a valid directive");
+        filter = filter.add_directive(say);
+        say::use_json();
+    }
     // Colour only for a person at a terminal: a file or a collector gets plain text.
     let colour = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let logs = tracing_subscriber::fmt()
@@ -97,7 +106,7 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("busway: {e}");
+            say::error(format_args!("busway: {e}"));
             ExitCode::from(1)
         }
     }
@@ -159,7 +168,7 @@ async fn run_node(args: NodeCmd) -> Result<ExitCode, String> {
         tokio::select! {
             ev = events.recv() => match ev {
                 Some(ev) => {
-                    eprintln!("{}", common::describe(&ev));
+                    say::info(common::describe(&ev));
                     if let Some(why) = refusals.hopeless(&ev) {
                         node.shutdown().await;
                         return Err(why);

@@ -126,12 +126,12 @@ pub(crate) async fn run(args: SendArgs) -> Result<ExitCode, String> {
         match &ev {
             busway::Event::Undeliverable { peer, seqs, .. } if target.counts_loss_to(*peer) => {
                 undeliverable += seqs.end - seqs.start;
-                eprintln!("{}", crate::common::describe(&ev));
+                crate::say::info(crate::common::describe(&ev));
             }
             // A relay had no way on toward a receiver: it will not get what follows either.
             busway::Event::MulticastUnreachable { .. } => {
                 unreachable += 1;
-                eprintln!("{}", crate::common::describe(&ev));
+                crate::say::info(crate::common::describe(&ev));
             }
             _ => {}
         }
@@ -153,13 +153,15 @@ pub(crate) async fn run(args: SendArgs) -> Result<ExitCode, String> {
         ));
     }
     if copies > 0 {
-        eprintln!("sent {copies} copies to members that lost publishes with a link or relay");
+        crate::say::info(format_args!(
+            "sent {copies} copies to members that lost publishes with a link or relay"
+        ));
     }
     let secs = start.elapsed().as_secs_f64();
-    eprintln!(
+    crate::say::info(format_args!(
         "sent {sent} messages ({bytes} bytes) in {secs:.3} s ({:.0} msg/s)",
         sent as f64 / secs.max(1e-9)
-    );
+    ));
     Ok(ExitCode::SUCCESS)
 }
 

@@ -151,8 +151,12 @@ async fn fetch(addr: &Addr) -> Result<Vec<u8>, String> {
     let read = async {
         match addr {
             Addr::Tcp(a) => get_status(tokio::net::TcpStream::connect(a).await?, &mut body).await,
+            Addr::TcpHost(hp) => {
+                let s = tokio::net::TcpStream::connect((hp.host(), hp.port())).await?;
+                get_status(s, &mut body).await
+            }
             Addr::Unix(p) => get_status(tokio::net::UnixStream::connect(p).await?, &mut body).await,
-            Addr::Shm(_) | Addr::Tls(_) => Err(std::io::Error::new(
+            _ => Err(std::io::Error::new(
                 std::io::ErrorKind::InvalidInput,
                 not_admin(addr),
             )),

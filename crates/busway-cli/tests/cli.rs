@@ -1510,7 +1510,7 @@ impl RelayedMillion {
 }
 
 #[test]
-fn log_format_json_writes_one_object_per_log_line() {
+fn log_format_json_writes_every_stderr_line_as_one_object() {
     let mut l = Proc(
         Command::new(BIN)
             .args(["--log-format", "json", "listen", "--id", "5"])
@@ -1529,18 +1529,29 @@ fn log_format_json_writes_one_object_per_log_line() {
         .strip_prefix("listening on ")
         .unwrap()
         .to_owned();
-    let (ok, _, _, err) = finish(
-        spawn(&["send", "--id", "6", "--connect", &addr, "--to", "5", "hi"]),
-        None,
-    );
-    assert!(ok, "{err}");
+    let json = ["--log-format", "json"];
+    let send = [&json[..], &["send", "--id", "6", "--connect", &addr]].concat();
+    let (ok, _, _, sent) = finish(spawn(&[&send[..], &["--to", "5", "hi"]].concat()), None);
+    assert!(ok, "{sent}");
     let (ok, _, _, err) = finish(l, Some(out));
     assert!(ok, "{err}");
-    let logs: Vec<serde_json::Value> = err
-        .lines()
-        .filter(|l| l.starts_with('{'))
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l}: {e}")))
-        .collect();
+    // Every line on stderr is an object: log records, and the CLI's own lines as records of
+    // its `say` target (events, summaries, errors), whatever BUSWAY_LOG asks for.
+    let objects = |text: &str| -> Vec<serde_json::Value> {
+        text.lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l}: {e}")))
+            .collect()
+    };
+    let said = |logs: &[serde_json::Value], level: &str, start: &str| {
+        logs.iter().any(|v| {
+            v["level"] == level
+                && v["target"] == "busway_cli::say"
+                && v["fields"]["message"]
+                    .as_str()
+                    .is_some_and(|m| m.starts_with(start))
+        })
+    };
+    let logs = objects(&err);
     assert!(
         logs.iter().any(|v| v["level"] == "DEBUG"
             && v["target"] == "busway::link"
@@ -1548,6 +1559,15 @@ fn log_format_json_writes_one_object_per_log_line() {
             && v["fields"]["peer"] == "6"),
         "{err}"
     );
+    assert!(said(&logs, "INFO", "peer 6 up"), "{err}");
+    assert!(said(&objects(&sent), "INFO", "sent 1 messages"), "{sent}");
+    // The error a command exits with, too.
+    let (ok, _, _, failed) = finish(
+        spawn(&[&json[..], &["send", "--id", "6", "--to", "5"]].concat()),
+        None,
+    );
+    assert!(!ok);
+    assert!(said(&objects(&failed), "ERROR", "busway: "), "{failed}");
     let (ok, _, _, err) = finish(
         spawn(&["--log-format", "xml", "status", "tcp://127.0.0.1:1"]),
         None,
@@ -1630,18 +1650,10 @@ fn a_node_runs_from_a_config_file_flags_override_it_and_a_typo_is_refused_with_i
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-#[test]
-fn status_shows_a_nodes_peers_and_counters() {
-    let admin = format!("tcp://127.0.0.1:{}", free_port());
-    let mut n = spawn(&[
-        "node",
-        "--id",
-        "1",
-        "--listen",
-        "tcp://127.0.0.1:0",
-        "--admin",
-        &admin,
-    ]);
+/// Starts `busway node --id 1` listening on `listen` with its admin endpoint on `admin`; returns
+/// it once both are up, with the address it listens on.
+fn node_with_admin(listen: &str, admin: &str) -> (Proc, String) {
+    let mut n = spawn(&["node", "--id", "1", "--listen", listen, "--admin", admin]);
     let mut out = BufReader::new(n.0.stdout.take().unwrap());
     let mut addr = String::new();
     let mut line = String::new();
@@ -1654,6 +1666,13 @@ fn status_shows_a_nodes_peers_and_counters() {
         }
         line.clear();
     }
+    (n, addr)
+}
+
+#[test]
+fn status_shows_a_nodes_peers_and_counters() {
+    let admin = format!("tcp://127.0.0.1:{}", free_port());
+    let (_n, addr) = node_with_admin("tcp://127.0.0.1:0", &admin);
     let (ok, _, _, err) = finish(
         spawn(&["send", "--id", "7", "--connect", &addr, "--to", "1", "hi"]),
         None,
@@ -1687,6 +1706,53 @@ fn status_shows_a_nodes_peers_and_counters() {
     assert!(!ok);
     assert!(
         err.contains("cannot read the status of tcp://127.0.0.1:1"),
+        "{err}"
+    );
+}
+
+/// Host names wherever an address is taken: a node listens on `tcp://localhost:0` (bound to
+/// an address the name resolves to), a sender dials `tcp://localhost:PORT` (resolved at the
+/// dial, every address tried), `--admin` and `busway status` take a name too; a text that is
+/// neither an IP nor a host name is refused naming it.
+#[test]
+fn host_names_are_taken_by_listen_connect_admin_and_status() {
+    let admin = format!("tcp://localhost:{}", free_port());
+    let (_n, addr) = node_with_admin("tcp://localhost:0", &admin);
+    let port = addr.rsplit_once(':').unwrap().1;
+    let by_name = format!("tcp://localhost:{port}");
+    let (ok, _, _, err) = finish(
+        spawn(&[
+            "send",
+            "--id",
+            "7",
+            "--connect",
+            &by_name,
+            "--to",
+            "1",
+            "hi",
+        ]),
+        None,
+    );
+    assert!(ok, "{err}");
+    let (ok, _, stdout, err) = finish(spawn(&["status", &admin]), None);
+    assert!(ok, "{err}");
+    assert!(stdout.contains("msgs_in=1"), "{stdout}");
+    let (ok, _, _, err) = finish(
+        spawn(&[
+            "send",
+            "--id",
+            "7",
+            "--connect",
+            "tcp://no_such:1",
+            "--to",
+            "1",
+            "x",
+        ]),
+        None,
+    );
+    assert!(!ok);
+    assert!(
+        err.contains("tcp://no_such:1") && err.contains("not an IP address or a host name"),
         "{err}"
     );
 }

@@ -1,7 +1,7 @@
-//! Link addresses: `tcp://HOST:PORT`, `tcp://[::1]:PORT`, `unix:///path/to.sock`, and
-//! `shm://NAME`: a link that must carry its data through shared memory, whose control socket
-//! is the abstract Unix socket `busway/NAME` (no file to leave behind; it vanishes with its
-//! process).
+//! Link addresses: `tcp://IP:PORT`, `tcp://[::1]:PORT`, `tcp://NAME:PORT` (a host name,
+//! resolved at each dial), the same with `tls://`, `unix:///path/to.sock`, and `shm://NAME`: a
+//! link that must carry its data through shared memory, whose control socket is the abstract
+//! Unix socket `busway/NAME` (no file to leave behind; it vanishes with its process).
 
 use std::fmt;
 use std::net::SocketAddr;
@@ -20,6 +20,67 @@ pub enum Addr {
     /// TCP with TLS (`tls://IP:PORT`): encrypted, and each end proves a certificate that names
     /// its bus id (see `TlsConfig`).
     Tls(SocketAddr),
+    /// TCP to a host name (`tcp://NAME:PORT`): resolved at each dial, so a host that moved is
+    /// found again, and every address it resolves to is tried in turn (`localhost` reaches a
+    /// listener on 127.0.0.1 or on ::1); a listener binds the first address that binds.
+    TcpHost(HostPort),
+    /// TCP with TLS to a host name (`tls://NAME:PORT`), resolved as `TcpHost` is.
+    TlsHost(HostPort),
+}
+
+/// A host name and a port (`NAME:PORT`); the name is checked to be a DNS name (letters,
+/// digits, '-' and '.', labels of 1 to 63 bytes), nothing is resolved until it is used.
+#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+pub struct HostPort {
+    host: String,
+    port: u16,
+}
+
+/// Longest host name, in bytes (DNS's limit for a name written as text).
+const HOST_NAME_BYTES_MAX: usize = 253;
+/// Longest label of a host name (between dots), in bytes (DNS's limit).
+const HOST_LABEL_BYTES_MAX: usize = 63;
+
+impl HostPort {
+    /// The host name.
+    pub fn host(&self) -> &str {
+        &self.host
+    }
+
+    /// The port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `NAME:PORT` with a valid DNS name, or why not.
+    fn parse(text: &str) -> Result<Self, &'static str> {
+        let (host, port) = text
+            .rsplit_once(':')
+            .ok_or("no port (NAME:PORT or IP:PORT)")?;
+        let port = port
+            .parse()
+            .map_err(|_| "the port is not a number from 0 to 65535")?;
+        let label_ok = |l: &str| {
+            (1..=HOST_LABEL_BYTES_MAX).contains(&l.len())
+                && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+                && !l.starts_with('-')
+                && !l.ends_with('-')
+        };
+        let name = host.strip_suffix('.').unwrap_or(host);
+        if host.len() > HOST_NAME_BYTES_MAX || !name.split('.').all(label_ok) {
+            return Err("not an IP address or a host name");
+        }
+        Ok(Self {
+            host: host.to_owned(),
+            port,
+        })
+    }
+}
+
+impl fmt::Display for HostPort {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.host, self.port)
+    }
 }
 
 /// Longest name in `shm://NAME`, in bytes (the abstract socket name is `busway/` + NAME, well
@@ -33,6 +94,8 @@ impl fmt::Display for Addr {
             Addr::Unix(p) => write!(f, "unix://{}", p.display()),
             Addr::Shm(name) => write!(f, "shm://{name}"),
             Addr::Tls(a) => write!(f, "tls://{a}"),
+            Addr::TcpHost(a) => write!(f, "tcp://{a}"),
+            Addr::TlsHost(a) => write!(f, "tls://{a}"),
         }
     }
 }
@@ -48,7 +111,7 @@ impl fmt::Display for ParseAddrError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "invalid address {:?}: {} (expected tcp://IP:PORT, tcp://[IPv6]:PORT, tls://IP:PORT, unix:///PATH or shm://NAME)",
+            "invalid address {:?}: {} (expected tcp://HOST:PORT, tcp://[IPv6]:PORT, tls://HOST:PORT, unix:///PATH or shm://NAME)",
             self.text, self.why
         )
     }
@@ -65,13 +128,15 @@ impl FromStr for Addr {
             why,
         };
         if let Some(rest) = s.strip_prefix("tcp://") {
-            rest.parse::<SocketAddr>()
-                .map(Addr::Tcp)
-                .map_err(|_| err("not an IP address and port"))
+            match rest.parse::<SocketAddr>() {
+                Ok(sa) => Ok(Addr::Tcp(sa)),
+                Err(_) => HostPort::parse(rest).map(Addr::TcpHost).map_err(err),
+            }
         } else if let Some(rest) = s.strip_prefix("tls://") {
-            rest.parse::<SocketAddr>()
-                .map(Addr::Tls)
-                .map_err(|_| err("not an IP address and port"))
+            match rest.parse::<SocketAddr>() {
+                Ok(sa) => Ok(Addr::Tls(sa)),
+                Err(_) => HostPort::parse(rest).map(Addr::TlsHost).map_err(err),
+            }
         } else if let Some(rest) = s.strip_prefix("unix://") {
             if rest.is_empty() {
                 return Err(err("empty socket path"));
@@ -106,6 +171,9 @@ mod tests {
             "tcp://127.0.0.1:7000",
             "tcp://[::1]:7000",
             "tls://10.0.0.1:7000",
+            "tcp://localhost:7000",
+            "tls://node-1.eu.example:7443",
+            "tcp://localhost.:0",
             "unix:///run/busway/a.sock",
             "shm://lobby-1.eu_west",
         ] {
@@ -120,7 +188,25 @@ mod tests {
             e.contains("udp://1.2.3.4:5") && e.contains("unknown scheme"),
             "{e}"
         );
-        assert!("tcp://localhost:80".parse::<Addr>().is_err());
+        assert!(matches!(
+            "tcp://localhost:80".parse::<Addr>(),
+            Ok(Addr::TcpHost(hp)) if hp.host() == "localhost" && hp.port() == 80
+        ));
+        for (bad, why) in [
+            ("tcp://localhost", "no port"),
+            ("tcp://localhost:http", "port"),
+            ("tcp://localhost:70000", "port"),
+            ("tls://under_score:1", "host name"),
+            ("tcp://-lead.example:1", "host name"),
+            ("tcp://a..b:1", "host name"),
+            ("tcp://[::1:1", "host name"),
+            ("tcp://:1", "host name"),
+        ] {
+            let e = bad.parse::<Addr>().unwrap_err().to_string();
+            assert!(e.contains(bad) && e.contains(why), "{bad}: {e}");
+        }
+        let long = format!("tcp://{}:1", "a".repeat(64));
+        assert!(long.parse::<Addr>().is_err());
         assert!("unix://".parse::<Addr>().is_err());
         for bad in [
             "shm://",

@@ -101,7 +101,7 @@ mod route;
 mod rpc;
 mod shared;
 
-pub use addr::{Addr, ParseAddrError};
+pub use addr::{Addr, HostPort, ParseAddrError};
 pub use busway_core::error_kind::ErrorKind;
 pub use busway_core::group::permissions::{
     GroupPermissions, GroupRule, GROUP_RULES_MAX, GROUP_RULE_PATTERNS_MAX,

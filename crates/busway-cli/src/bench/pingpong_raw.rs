@@ -265,7 +265,7 @@ pub(crate) fn server(
             }
             let _ = std::fs::remove_file(p);
         }
-        Addr::Shm(_) | Addr::Tls(_) => {
+        _ => {
             return Err(format!(
                 "{addr}: the raw ping-pong runs over tcp:// or unix://"
             ))
@@ -293,7 +293,7 @@ fn connect(addr: &Addr) -> std::io::Result<Conn> {
                 s.set_nonblocking(true)?;
                 Ok(Conn::Unix(UnixStream::from_std(s)))
             }),
-            Addr::Shm(_) | Addr::Tls(_) => {
+            _ => {
                 return Err(std::io::Error::new(
                     ErrorKind::InvalidInput,
                     "the raw ping-pong runs over tcp:// or unix://",

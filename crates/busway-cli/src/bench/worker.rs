@@ -686,7 +686,7 @@ impl RawStream {
                 Ok(RawStream::Tcp(s))
             }
             Addr::Unix(p) => Ok(RawStream::Unix(std::os::unix::net::UnixStream::connect(p)?)),
-            Addr::Shm(_) | Addr::Tls(_) => Err(not_a_socket(addr)),
+            _ => Err(not_a_socket(addr)),
         }
     }
 
@@ -720,7 +720,7 @@ impl RawStream {
                 let _ = std::fs::remove_file(p);
                 Ok(RawStream::Unix(s))
             }
-            Addr::Shm(_) | Addr::Tls(_) => Err(not_a_socket(addr)),
+            _ => Err(not_a_socket(addr)),
         }
     }
 

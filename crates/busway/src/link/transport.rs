@@ -79,6 +79,21 @@ pub(crate) fn bind(addr: &Addr) -> io::Result<(StdListener, Addr)> {
             let bound = Addr::Tls(l.local_addr()?);
             Ok((StdListener::Tls(l), bound))
         }
+        // A name: resolved now, the first address that binds is the one (std tries each).
+        Addr::TcpHost(hp) => {
+            let l =
+                std::net::TcpListener::bind((hp.host(), hp.port())).map_err(|e| named(addr, e))?;
+            l.set_nonblocking(true)?;
+            let bound = Addr::Tcp(l.local_addr()?);
+            Ok((StdListener::Tcp(l), bound))
+        }
+        Addr::TlsHost(hp) => {
+            let l =
+                std::net::TcpListener::bind((hp.host(), hp.port())).map_err(|e| named(addr, e))?;
+            l.set_nonblocking(true)?;
+            let bound = Addr::Tls(l.local_addr()?);
+            Ok((StdListener::Tls(l), bound))
+        }
         Addr::Unix(path) => {
             remove_stale_socket(path)?;
             let l = std::os::unix::net::UnixListener::bind(path)?;
@@ -155,6 +170,15 @@ impl Listener {
     }
 }
 
+/// `e` with the address it came from when it is the resolver's (not the system's: its text
+/// names no host), as is otherwise.
+fn named(addr: &Addr, e: io::Error) -> io::Error {
+    if e.raw_os_error().is_some() {
+        return e;
+    }
+    io::Error::new(e.kind(), format!("resolving {addr}: {e}"))
+}
+
 /// Connects to `addr` (from within the loop that will own the stream).
 pub(crate) async fn dial(addr: &Addr) -> io::Result<Stream> {
     match addr {
@@ -165,6 +189,22 @@ pub(crate) async fn dial(addr: &Addr) -> io::Result<Stream> {
         }
         Addr::Tls(sa) => {
             let s = TcpStream::connect(sa).await?;
+            s.set_nodelay(true)?;
+            Ok(Stream::TlsDialed(s))
+        }
+        // A name is resolved at each dial (a host that moved is found again) and every address
+        // it resolves to is tried in turn; the error is the last address's.
+        Addr::TcpHost(hp) => {
+            let s = TcpStream::connect((hp.host(), hp.port()))
+                .await
+                .map_err(|e| named(addr, e))?;
+            s.set_nodelay(true)?;
+            Ok(Stream::Tcp(s))
+        }
+        Addr::TlsHost(hp) => {
+            let s = TcpStream::connect((hp.host(), hp.port()))
+                .await
+                .map_err(|e| named(addr, e))?;
             s.set_nodelay(true)?;
             Ok(Stream::TlsDialed(s))
         }

@@ -281,7 +281,7 @@ impl NodeConfig {
             .iter()
             .chain(&self.connect)
             .chain(&self.upstream)
-            .find(|a| matches!(a, Addr::Tls(_)));
+            .find(|a| matches!(a, Addr::Tls(_) | Addr::TlsHost(_)));
         let Some(tls) = &self.tls else {
             return match tls_addr {
                 Some(a) => Err(format!(
