@@ -9,11 +9,15 @@ mod call;
 mod common;
 mod config_cmd;
 mod fd_limit;
+mod human;
 mod link_wait;
 mod listen;
+mod metrics_text;
+mod prom;
 mod say;
 mod send;
 mod status;
+mod status_page;
 mod verify;
 
 use clap::{Parser, Subcommand};

@@ -25,17 +25,37 @@ pub(crate) struct StatusArgs {
     json: bool,
 }
 
-/// The node's state as JSON.
+/// A 64-bit incarnation as JSON: a hex string, as events and logs write it (a JSON number
+/// above 2^53 loses digits in most readers, `jq` included).
+fn incarnation_json(inc: u64) -> Value {
+    json!(format!("{inc:#x}"))
+}
+
+/// A bus id as JSON: a decimal string (64 bits, as `incarnation_json` says why).
+fn id_json(id: busway::BusId) -> Value {
+    json!(id.0.to_string())
+}
+
+/// A bus id written by `id_json`, read back.
+pub(crate) fn id_of(v: &Value) -> Option<u64> {
+    v.as_str()?.parse().ok()
+}
+
+/// The node's state as JSON. Ids and incarnations are strings (see `incarnation_json`); peers
+/// that are up come first, then those down (kept until `forget_after_ms`), each by id.
 pub(crate) fn snapshot(node: &Node) -> Value {
     let s = node.stats();
+    let mut peers = node.peers();
+    peers.sort_by_key(|p| (!p.up, p.id));
     json!({
-        "id": node.id().0,
-        "incarnation": node.incarnation(),
+        "id": id_json(node.id()),
+        "incarnation": incarnation_json(node.incarnation()),
         "listen": node.listen_addrs().iter().map(ToString::to_string).collect::<Vec<_>>(),
-        "peers": node.peers().iter().map(|p| json!({
-            "id": p.id.0,
+        "peers": peers.iter().map(|p| json!({
+            "id": id_json(p.id),
             "up": p.up,
-            "incarnation": p.incarnation,
+            "transport": p.transport,
+            "incarnation": incarnation_json(p.incarnation),
             "addr": p.addr,
             "rtt_us": p.rtt_us,
             "unacked_msgs": p.unacked_msgs,
@@ -45,10 +65,12 @@ pub(crate) fn snapshot(node: &Node) -> Value {
             "msgs_received": p.msgs_received,
             "bytes_received": p.bytes_received,
             "reconnects": p.reconnects,
+            "msgs_relayed_from": p.relayed.msgs_from,
+            "msgs_relayed_to": p.relayed.msgs_to,
         })).collect::<Vec<_>>(),
         "relayed": node.relayed_peers().iter().map(|r| json!({
-            "id": r.id.0,
-            "incarnation": r.incarnation,
+            "id": id_json(r.id),
+            "incarnation": r.incarnation.map(incarnation_json),
             "unacked_msgs": r.unacked_msgs,
             "unacked_bytes": r.unacked_bytes,
             "msgs_sent": r.msgs_sent,
@@ -68,6 +90,7 @@ pub(crate) fn snapshot(node: &Node) -> Value {
             "msgs_out": s.msgs_out,
             "msgs_resent": s.msgs_resent,
             "relayed": s.relayed,
+            "relayed_msgs": s.relayed_msgs,
             "relay_congested": s.relay_congested,
             "events_dropped": s.events_dropped,
             "peers_up": s.peers_up,
@@ -106,8 +129,8 @@ pub(crate) fn snapshot(node: &Node) -> Value {
             "registrations": d.registrations,
             "last_error": d.last_error,
             "nodes": d.nodes.iter().map(|n| json!({
-                "id": n.id.0,
-                "incarnation": n.incarnation,
+                "id": id_json(n.id),
+                "incarnation": incarnation_json(n.incarnation),
                 "addrs": n.addrs,
             })).collect::<Vec<_>>(),
         })),
@@ -181,12 +204,17 @@ pub(crate) async fn run(args: StatusArgs) -> Result<ExitCode, String> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// The snapshot as a few readable tables.
+/// The snapshot as a few readable tables: counts with thousands separators, rates (messages
+/// per second over the endpoint's last second) as `1.41 M`.
 fn render(v: &Value) -> String {
+    use crate::human::{count, rate};
+    let text = |v: &Value| v.as_str().unwrap_or("").to_owned();
+    let n = |v: &Value| v.as_u64().map(count).unwrap_or_else(|| "-".into());
+    let r = |v: &Value| v.as_f64().map(rate).unwrap_or_else(|| "-".into());
     let mut out = format!(
-        "node {} (incarnation {:#x}), listening on {}\n",
-        v["id"],
-        v["incarnation"].as_u64().unwrap_or(0),
+        "node {} (incarnation {}), listening on {}\n",
+        text(&v["id"]),
+        text(&v["incarnation"]),
         v["listen"]
             .as_array()
             .map(|a| a
@@ -196,36 +224,59 @@ fn render(v: &Value) -> String {
                 .join(", "))
             .unwrap_or_default()
     );
-    out += &format!(
-        "{:<20} {:<5} {:>10} {:>9} {:>12} {:>12}  {}\n",
-        "peer", "state", "rtt us", "unacked", "unacked B", "sent", "address"
+    let line = |cells: [String; 11]| {
+        let [a, b, c, d, e, f, g, h, i, j, k] = cells;
+        format!("{a:<20} {b:<5} {c:<6} {d:>8} {e:>9} {f:>9} {g:>10} {h:>10} {i:>13} {j:>13} {k:>9}")
+    };
+    out += &line(
+        [
+            "peer",
+            "state",
+            "via",
+            "rtt us",
+            "in/s",
+            "out/s",
+            "relay in/s",
+            "relay out/s",
+            "received",
+            "sent",
+            "unacked",
+        ]
+        .map(String::from),
     );
+    out += "  address\n";
     for p in v["peers"].as_array().into_iter().flatten() {
-        out += &format!(
-            "{:<20} {:<5} {:>10} {:>9} {:>12} {:>12}  {}\n",
-            p["id"].to_string(),
-            if p["up"].as_bool() == Some(true) {
-                "up"
-            } else {
-                "down"
-            },
-            p["rtt_us"].to_string(),
-            p["unacked_msgs"].to_string(),
-            p["unacked_bytes"].to_string(),
-            p["msgs_sent"].to_string(),
-            p["addr"].as_str().unwrap_or("")
-        );
+        let up = p["up"].as_bool() == Some(true);
+        out += &line([
+            text(&p["id"]),
+            (if up { "up" } else { "down" }).into(),
+            text(&p["transport"]),
+            n(&p["rtt_us"]),
+            r(&p["msgs_received_per_sec"]),
+            r(&p["msgs_sent_per_sec"]),
+            r(&p["msgs_relayed_from_per_sec"]),
+            r(&p["msgs_relayed_to_per_sec"]),
+            n(&p["msgs_received"]),
+            n(&p["msgs_sent"]),
+            n(&p["unacked_msgs"]),
+        ]);
+        out += &format!("  {}\n", text(&p["addr"]));
     }
-    for r in v["relayed"].as_array().into_iter().flatten() {
-        out += &format!(
-            "{:<20} {:<5} {:>10} {:>9} {:>12} {:>12}  (through relays)\n",
-            r["id"].to_string(),
-            "-",
-            "-",
-            r["unacked_msgs"].to_string(),
-            r["unacked_bytes"].to_string(),
-            r["msgs_sent"].to_string()
-        );
+    for d in v["relayed"].as_array().into_iter().flatten() {
+        out += &line([
+            text(&d["id"]),
+            "-".into(),
+            "relays".into(),
+            "-".into(),
+            "-".into(),
+            r(&d["msgs_sent_per_sec"]),
+            "-".into(),
+            "-".into(),
+            "-".into(),
+            n(&d["msgs_sent"]),
+            n(&d["unacked_msgs"]),
+        ]);
+        out += "  (through relays)\n";
     }
     if let Some(stats) = v["stats"].as_object() {
         let line: Vec<String> = stats.iter().map(|(k, v)| format!("{k}={v}")).collect();
@@ -245,7 +296,7 @@ fn render(v: &Value) -> String {
             .as_array()
             .into_iter()
             .flatten()
-            .map(|n| n["id"].to_string())
+            .map(|n| n["id"].as_str().unwrap_or("").to_owned())
             .collect();
         out += &format!(
             "etcd: {} (registered {} times{}); nodes known: {}\n",

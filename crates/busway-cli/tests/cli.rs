@@ -2107,6 +2107,113 @@ fn metric(samples: &[(String, Option<String>, f64)], name: &str, peer: Option<&s
         .unwrap_or_else(|| panic!("no {name} {peer:?} in {samples:?}"))
 }
 
+/// A relay shows what it passes on: per peer, the messages relayed from the sender and to the
+/// listener, counted one by one (not as ROUTED frames of many), the node's `relayed_msgs`,
+/// each link's transport; `/metrics` gives every family `# HELP` and `# TYPE`, in the same
+/// order at every scrape.
+#[test]
+fn a_relay_counts_the_messages_it_passes_on_per_peer_in_status_and_metrics() {
+    let admin = format!("127.0.0.1:{}", free_port());
+    let (_relay, addr) = node_with_admin("tcp://127.0.0.1:0", &format!("tcp://{admin}"));
+    let mut listener = spawn(&[
+        "listen",
+        "--id",
+        "5",
+        "--upstream",
+        &addr,
+        "--count",
+        "100000",
+        "--verify",
+    ]);
+    let mut listener_err = BufReader::new(listener.0.stderr.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("peer 1 up") {
+        line.clear();
+        assert!(
+            listener_err.read_line(&mut line).unwrap() > 0,
+            "listen ended early"
+        );
+    }
+    let (ok, _, _, err) = finish(
+        spawn(&[
+            "send",
+            "--id",
+            "6",
+            "--upstream",
+            &addr,
+            "--to",
+            "5",
+            "--count",
+            "100000",
+            "--size",
+            "32",
+        ]),
+        None,
+    );
+    assert!(ok, "{err}");
+    let (ok, _, stdout, err) = finish_with(listener, None, Some(listener_err));
+    assert!(ok, "{stdout} {err}");
+    let (code, json) = http_get(&admin, "/status.json");
+    assert_eq!(code, 200);
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let peer = |id: &str| {
+        v["peers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["id"] == id)
+            .unwrap_or_else(|| panic!("no peer {id} in {v}"))
+            .clone()
+    };
+    let relayed = v["stats"]["relayed_msgs"].as_u64().unwrap();
+    assert!(relayed >= 100_000, "{v}");
+    assert!(
+        v["stats"]["relayed"].as_u64().unwrap() * 10 < relayed,
+        "frames carry many messages each: {v}"
+    );
+    assert!(
+        peer("6")["msgs_relayed_from"].as_u64().unwrap() >= 100_000,
+        "{v}"
+    );
+    assert!(
+        peer("5")["msgs_relayed_to"].as_u64().unwrap() >= 100_000,
+        "{v}"
+    );
+    // Both ends are on this host: their links moved their data to shared memory.
+    assert_eq!(peer("5")["transport"], "shm", "{v}");
+    let samples = scrape(&admin);
+    assert!(metric(&samples, "busway_relayed_msgs_total", None) >= 100_000.0);
+    assert!(metric(&samples, "busway_peer_relayed_to_messages_total", Some("5")) >= 100_000.0);
+    // Every family is described and typed, in one order at every scrape.
+    let families = |text: &str, prefix: &str| -> Vec<String> {
+        text.lines()
+            .filter_map(|l| l.strip_prefix(prefix))
+            .map(|l| l.split_whitespace().next().unwrap().to_owned())
+            .collect()
+    };
+    let (_, first) = http_get(&admin, "/metrics");
+    let (_, second) = http_get(&admin, "/metrics");
+    assert_eq!(families(&first, "# HELP "), families(&first, "# TYPE "));
+    assert_eq!(families(&first, "# TYPE "), families(&second, "# TYPE "));
+    let names: Vec<&str> = first
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| l.split(['{', ' ']).next().unwrap())
+        .collect();
+    let typed = families(&first, "# TYPE ");
+    assert!(
+        names.iter().all(|n| typed.iter().any(|t| t == n)),
+        "{first}"
+    );
+    // `busway status` shows the relayed rates' columns and the links' transport.
+    let (ok, _, text, err) = finish(spawn(&["status", &format!("tcp://{admin}")]), None);
+    assert!(ok, "{err}");
+    assert!(
+        text.contains("relay out/s") && text.contains(" shm "),
+        "{text}"
+    );
+}
+
 #[test]
 fn a_node_from_a_config_file_serves_its_status_page_json_and_metrics_that_move() {
     let dir = std::env::temp_dir().join(format!("busway-admin-{}", std::process::id()));
@@ -2172,18 +2279,24 @@ fn a_node_from_a_config_file_serves_its_status_page_json_and_metrics_that_move()
     let (code, json) = http_get(&admin, "/status.json");
     assert_eq!(code, 200);
     let v: serde_json::Value = serde_json::from_str(&json).unwrap();
-    assert_eq!(v["id"], 1);
+    // 64-bit ids and incarnations are strings (a JSON number above 2^53 loses digits).
+    assert_eq!(v["id"], "1");
+    assert!(v["incarnation"].as_str().unwrap().starts_with("0x"), "{v}");
     assert_eq!(v["stats"]["msgs_in"], 100_000);
     assert!(v["rates"].is_object(), "{v}");
     assert!(
-        v["peers"].as_array().unwrap().iter().any(|p| p["id"] == 7),
+        v["peers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["id"] == "7"),
         "{v}"
     );
     let (code, page) = http_get(&admin, "/");
     assert_eq!(code, 200);
     assert!(page.contains("<h1>busway node 1</h1>"), "{page}");
     assert!(page.contains("<tr><td>7</td>"), "{page}");
-    assert!(page.contains("<td>msgs_in</td><td>100000</td>"), "{page}");
+    assert!(page.contains("<td>msgs_in</td><td>100,000</td>"), "{page}");
     assert_eq!(http_get(&admin, "/nothing-here").0, 404);
     // `busway status` reads /status.json.
     let (ok, _, stdout, err) = finish(spawn(&["status", &format!("tcp://{admin}")]), None);
@@ -2341,9 +2454,10 @@ pub(crate) mod etcd {
     }
 
     fn knows(admin: &str, id: u64) -> bool {
-        etcd_status(admin)["nodes"]
-            .as_array()
-            .is_some_and(|n| n.iter().any(|n| n["id"] == id))
+        etcd_status(admin)["nodes"].as_array().is_some_and(|n| {
+            n.iter()
+                .any(|n| n["id"].as_str().and_then(|s| s.parse().ok()) == Some(id))
+        })
     }
 
     /// Waits (bounded) until `cond` holds, looking every 20 ms; panics naming `what`.

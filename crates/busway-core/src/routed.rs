@@ -151,6 +151,15 @@ impl RoutedHeader {
         ROUTED_FIXED_LEN + 8 * self.route.len()
     }
 
+    /// How many messages the ROUTED frame of this header, whose whole body is `body`, carries:
+    /// [`messages_in`] its inner frames if it is DATA, else none.
+    pub fn data_messages(&self, body: &[u8]) -> u64 {
+        match self.kind {
+            RoutedType::Data => body.get(self.len()..).map_or(0, messages_in),
+            _ => 0,
+        }
+    }
+
     /// Always false: a header always has its fixed fields (the pair of [`RoutedHeader::len`]).
     pub fn is_empty(&self) -> bool {
         false
@@ -365,6 +374,39 @@ pub fn forwarded_parts(header: &RoutedHeader, body: &Bytes) -> Vec<Bytes> {
     vec![head.freeze(), content]
 }
 
+/// How many messages the inner frames of a ROUTED DATA frame hold: a DATA, CALL or REPLY
+/// frame one, a DATA_BATCH frame one per entry. What a relay counts as it passes a frame on:
+/// it reads the inner frames' headers and a batch's entry lengths only (no check, no payload).
+/// Counting stops at the first piece that does not fit and counts what came before: judging
+/// the frame is the destination's job (it refuses the whole frame), not the relay's.
+pub fn messages_in(inner: &[u8]) -> u64 {
+    let mut n = 0u64;
+    let mut at = 0;
+    while let Some(head) = inner.get(at..at + HEADER_LEN) {
+        let word0 = u32::from_le_bytes([head[0], head[1], head[2], head[3]]);
+        let body_start = at + HEADER_LEN;
+        let Some(body) = inner.get(body_start..body_start + (word0 >> 8) as usize) else {
+            break;
+        };
+        match FrameKind::from_u8(word0 as u8) {
+            Some(FrameKind::DataBatch) => {
+                let mut entries = 0;
+                let whole = crate::entries::for_each_entry(body, "DATA_BATCH", |_, _| entries += 1);
+                n += entries;
+                if whole.is_err() {
+                    break;
+                }
+            }
+            Some(FrameKind::Data | FrameKind::Call | FrameKind::Reply | FrameKind::Repair) => {
+                n += 1
+            }
+            _ => break,
+        }
+        at = body_start + body.len();
+    }
+    n
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -380,6 +422,29 @@ mod tests {
             .expect("a whole frame");
         assert!(buf.is_empty());
         f.body
+    }
+
+    #[test]
+    fn a_relay_counts_the_messages_inside_and_stops_at_what_does_not_fit() {
+        let mut inner = BytesMut::new();
+        crate::frame::encode_frame(FrameKind::Data, b"one", &mut inner);
+        let batch: Vec<u8> = [&[2u8, 0, b'a', b'b'][..], &[1, 0, b'c'], &[0, 0]].concat();
+        crate::frame::encode_frame(FrameKind::DataBatch, &batch, &mut inner);
+        crate::frame::encode_frame(FrameKind::Call, &[0; 9], &mut inner);
+        assert_eq!(messages_in(&inner), 5);
+        // Cut anywhere inside the last frame: the first two count, the cut one does not.
+        assert_eq!(messages_in(&inner[..inner.len() - 1]), 4);
+        // A batch whose entries do not tile its body: the entries that fit count, then stop.
+        let mut bad = BytesMut::new();
+        crate::frame::encode_frame(FrameKind::DataBatch, &[1, 0, b'x', 9, 0], &mut bad);
+        crate::frame::encode_frame(FrameKind::Data, b"after", &mut bad);
+        assert_eq!(messages_in(&bad), 1);
+        // A kind that has no place inside ROUTED stops the count.
+        let mut odd = BytesMut::new();
+        crate::frame::encode_frame(FrameKind::Ping, &[], &mut odd);
+        crate::frame::encode_frame(FrameKind::Data, b"x", &mut odd);
+        assert_eq!(messages_in(&odd), 0);
+        assert_eq!(messages_in(&[]), 0);
     }
 
     proptest! {

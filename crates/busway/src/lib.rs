@@ -122,7 +122,7 @@ pub use node::event::{DownReason, Event, Path};
 pub use node::inbox::Inbox;
 pub use node::message::{Message, MessageBatch};
 pub use node::stats::Stats;
-pub use node::{Events, Node, PeerInfo, RelayedInfo, SendError, StartError};
+pub use node::{Events, Node, PeerInfo, RelayedInfo, Relaying, SendError, StartError};
 pub use rpc::call_table::{CallError, Reply};
 pub use rpc::request::{ReplyError, Request};
 pub use rpc::{CallOptions, WhenFull};

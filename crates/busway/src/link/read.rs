@@ -455,6 +455,8 @@ async fn pass_on(
     let forwards = async {
         for (h, body) in forwards {
             bump(&shared.counters.relayed);
+            let msgs = h.data_messages(&chunk[body.clone()]);
+            peer.traffic.relayed_from.fetch_add(msgs, Relaxed);
             // Shared with the read when it is a good part of it; a small body is copied, so that
             // a queue of relayed frames (bounded by their own bytes) does not hold whole reads.
             let body = if body.len() * FORWARD_SHARE_MIN_FRACTION >= chunk.len() {
@@ -462,7 +464,7 @@ async fn pass_on(
             } else {
                 bytes::Bytes::copy_from_slice(&chunk[body])
             };
-            route::forward(shared, peer.id, h, body).await;
+            route::forward(shared, peer.id, h, body, msgs).await;
         }
     };
     // Boxed: only a relay's reads have forwards, and the wait is large; an idle link's task
@@ -520,8 +522,8 @@ async fn deliver_direct(parts: &Parts<'_>, chunk: bytes::Bytes, spans: Spans) {
     let c = &shared.counters;
     c.msgs_in.fetch_add(spans.len() as u64, Relaxed);
     c.bytes_in.fetch_add(bytes, Relaxed);
-    peer.msgs_in.fetch_add(spans.len() as u64, Relaxed);
-    peer.bytes_in.fetch_add(bytes, Relaxed);
+    peer.traffic.msgs_in.fetch_add(spans.len() as u64, Relaxed);
+    peer.traffic.bytes_in.fetch_add(bytes, Relaxed);
     let n = spans.len() as u64;
     deliver(shared, machine, peer.id, chunk, spans).await;
     let next = peer.delivered(n);

@@ -38,6 +38,36 @@ pub struct PeerInfo {
     pub bytes_received: u64,
     /// Times a link to it came back after the first (same incarnation).
     pub reconnects: u64,
+    /// What this node passed on as a relay from it and to it.
+    pub relayed: Relaying,
+    /// What carries the link: `tcp`, `tcp6`, `tls`, `unix` (its socket), `shm` (moved to a
+    /// shared-memory ring: the peer is on this host) or `mem` (an in-process ring); the last
+    /// link's when it is down.
+    pub transport: &'static str,
+}
+
+/// Messages a relay passed on, per peer (not counted in `PeerInfo::msgs_received` and
+/// `msgs_sent`, which are this node's own).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Relaying {
+    /// Messages that came from the peer, passed on toward others.
+    pub msgs_from: u64,
+    /// Messages passed on to the peer.
+    pub msgs_to: u64,
+}
+
+/// What carries the link to `peer`, as `PeerInfo::transport` names it.
+fn transport(peer: &crate::peer::Peer, addr: &str) -> &'static str {
+    use crate::peer::Carrier;
+    match peer.carrier() {
+        Carrier::Shm => "shm",
+        Carrier::Mem => "mem",
+        Carrier::Socket if addr.starts_with("tcp://[") => "tcp6",
+        Carrier::Socket if addr.starts_with("tcp://") => "tcp",
+        Carrier::Socket if addr.starts_with("tls://") => "tls",
+        Carrier::Socket => "unix",
+    }
 }
 
 /// What a node knows about a destination it reaches through relays.
@@ -64,6 +94,7 @@ impl Node {
             .iter()
             .map(|p| {
                 let s = p.snapshot();
+                let transport = transport(p, &s.addr);
                 PeerInfo {
                     id: p.id,
                     incarnation: s.intro.incarnation,
@@ -75,9 +106,14 @@ impl Node {
                     msgs_sent: s.msgs_total,
                     bytes_sent: s.bytes_sent,
                     rtt_us: p.rtt_us.load(Relaxed),
-                    msgs_received: p.msgs_in.load(Relaxed),
-                    bytes_received: p.bytes_in.load(Relaxed),
+                    msgs_received: p.traffic.msgs_in.load(Relaxed),
+                    bytes_received: p.traffic.bytes_in.load(Relaxed),
                     reconnects: p.links.load(Relaxed).saturating_sub(1),
+                    relayed: Relaying {
+                        msgs_from: p.traffic.relayed_from.load(Relaxed),
+                        msgs_to: p.traffic.relayed_to.load(Relaxed),
+                    },
+                    transport,
                 }
             })
             .collect();

@@ -33,7 +33,7 @@ pub(crate) mod stats;
 pub(crate) mod timer;
 
 pub use errors::{SendError, StartError};
-pub use info::{PeerInfo, RelayedInfo};
+pub use info::{PeerInfo, RelayedInfo, Relaying};
 
 use crate::addr::Addr;
 use crate::clock::Clock;

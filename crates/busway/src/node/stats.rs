@@ -18,6 +18,7 @@ pub(crate) struct Counters {
     pub(crate) heartbeat_timeouts: AtomicU64,
     pub(crate) relay_congested: AtomicU64,
     pub(crate) relayed: AtomicU64,
+    pub(crate) relayed_msgs: AtomicU64,
     pub(crate) msgs_resent: AtomicU64,
     pub(crate) events_dropped: AtomicU64,
     pub(crate) shm_channels: AtomicU64,
@@ -80,8 +81,12 @@ pub struct Stats {
     pub bytes_in: u64,
     /// Links closed because the peer went silent.
     pub heartbeat_timeouts: u64,
-    /// ROUTED frames this node passed on as a relay.
+    /// ROUTED frames this node passed on as a relay (a frame carries many messages: see
+    /// `relayed_msgs`).
     pub relayed: u64,
+    /// Messages this node passed on as a relay (inside the ROUTED DATA frames it queued for
+    /// their next hop).
+    pub relayed_msgs: u64,
     /// ROUTED frames it refused to pass on for a full queue.
     pub relay_congested: u64,
     /// Messages queued for sending to peers.
@@ -191,6 +196,7 @@ impl Counters {
             bytes_in: self.bytes_in.load(Relaxed),
             heartbeat_timeouts: self.heartbeat_timeouts.load(Relaxed),
             relayed: self.relayed.load(Relaxed),
+            relayed_msgs: self.relayed_msgs.load(Relaxed),
             relay_congested: self.relay_congested.load(Relaxed),
             msgs_out: 0,
             msgs_resent: self.msgs_resent.load(Relaxed),

@@ -35,6 +35,7 @@ impl Peer {
         st.inbound_expected = st.inbound_expected.max(est.peer_auth.next_send_seq);
         st.intro = PeerIntro::from(&est.peer);
         st.addr = addr.to_owned();
+        self.set_carrier(super::Carrier::Socket);
         st.slot.attach(link);
         st.writer_idle = false;
         // The peer's AUTH acknowledged messages (those it got before the last link dropped,

@@ -25,6 +25,7 @@
 //! Shared by the application (any thread: `push_*`, `wait_for_room`) and the one link attached
 //! at a time (its writer: `take`; its reader: `delivered`, `ack`).
 
+mod carrier;
 pub(crate) mod deferred;
 pub(crate) mod lifecycle;
 pub(crate) mod ring_link;
@@ -41,9 +42,10 @@ use busway_core::outbox::{AckError, Outbox};
 use busway_core::relay::Neighbor;
 use busway_core::BusId;
 use bytes::Bytes;
+pub(crate) use carrier::{Carrier, Traffic};
 use slot::Slot;
 use std::ops::Range;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, AtomicU8};
 use std::sync::{Mutex, MutexGuard};
 use tokio::sync::Notify;
 
@@ -141,11 +143,13 @@ pub(crate) struct Peer {
     cut: Notify,
     /// Last measured round trip, in microseconds (0: none yet).
     pub(crate) rtt_us: AtomicU64,
-    /// Messages and payload bytes received from it directly (not relayed through it), ever.
-    pub(crate) msgs_in: AtomicU64,
-    pub(crate) bytes_in: AtomicU64,
+    /// What came from it and what this node passed on as a relay, ever.
+    pub(crate) traffic: Traffic,
     /// Links attached to it, ever (the first, then each reconnect).
     pub(crate) links: AtomicU64,
+    /// What carries the attached link's data: a `Carrier` as u8 (the link's socket until the
+    /// peer's SWITCH to a ring is read).
+    carrier: AtomicU8,
     /// Odd while the attached link writes into a ring, even otherwise; moves on at every
     /// start and end of a ring, so that a group log's reader accepted on one ring is known
     /// gone with it (see `Peer::ring_epoch`).
@@ -193,9 +197,9 @@ impl Peer {
             cut: Notify::new(),
             forward_room: Notify::new(),
             rtt_us: AtomicU64::new(0),
-            msgs_in: AtomicU64::new(0),
-            bytes_in: AtomicU64::new(0),
+            traffic: Traffic::default(),
             links: AtomicU64::new(0),
+            carrier: AtomicU8::new(Carrier::Socket as u8),
             ring_epoch: AtomicU64::new(0),
         }
     }

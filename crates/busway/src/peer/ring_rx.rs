@@ -376,8 +376,8 @@ impl RingReader {
         let bytes: u64 = spans.iter().map(|s| u64::from(s.len())).sum();
         counters.bytes_in.fetch_add(bytes, Relaxed);
         let peer = &self.link.peer;
-        peer.msgs_in.fetch_add(n, Relaxed);
-        peer.bytes_in.fetch_add(bytes, Relaxed);
+        peer.traffic.msgs_in.fetch_add(n, Relaxed);
+        peer.traffic.bytes_in.fetch_add(bytes, Relaxed);
         self.bytes_since_ack += read_len;
         let ack_now = self.bytes_since_ack >= RING_ACK_EVERY_BYTES;
         if ack_now {

@@ -11,7 +11,7 @@ use crate::limits::{RING_IDLE_WATCH_MS, RING_REPLY_WATCH_MS};
 use crate::node::stats::bump;
 use crate::peer::ring_link::RingLink;
 use crate::peer::ring_rx::{take_over_replies, RingReader};
-use crate::peer::Peer;
+use crate::peer::{Carrier, Peer};
 use crate::shared::Shared;
 use busway_shm::announce::{Announced, InProcess};
 use busway_shm::ring::{Binding, Consumer, Producer, Ring};
@@ -205,10 +205,16 @@ impl ShmLink {
             return;
         }
         let counters = &self.shared.counters;
-        bump(if self.in_process.load(Relaxed) {
+        let in_process = self.in_process.load(Relaxed);
+        bump(if in_process {
             &counters.mem_channels
         } else {
             &counters.shm_channels
+        });
+        self.ring.peer.set_carrier(if in_process {
+            Carrier::Mem
+        } else {
+            Carrier::Shm
         });
     }
 

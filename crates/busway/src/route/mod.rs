@@ -259,7 +259,13 @@ fn send_fail(shared: &Shared, to: BusId, seq: u64, reason: FailReason, about: Bu
 /// A ROUTED frame for another node, whose body is `body`, arrived from neighbor `from`:
 /// pass it on (a new route prefix, its content shared with the read it came in, neither
 /// copied nor hashed again), or report why not to its source.
-pub(crate) async fn forward(shared: &Shared, from: BusId, mut header: RoutedHeader, body: Bytes) {
+pub(crate) async fn forward(
+    shared: &Shared,
+    from: BusId,
+    mut header: RoutedHeader,
+    body: Bytes,
+    msgs: u64,
+) {
     let me = shared.config().id;
     let peers = shared.peers_snapshot();
     let neighbors: Vec<Neighbor> = peers.iter().map(|p| p.neighbor()).collect();
@@ -325,7 +331,10 @@ pub(crate) async fn forward(shared: &Shared, from: BusId, mut header: RoutedHead
         fail_data(shared, &header, FailReason::Congested, || {
             format!("relay {me}: queue toward {} is full", hop.id)
         });
+        return;
     }
+    hop.traffic.relayed_to.fetch_add(msgs, Relaxed);
+    shared.counters.relayed_msgs.fetch_add(msgs, Relaxed);
 }
 
 /// Tells the source of a relayed DATA frame that it was not passed on, and why (`text`,
