@@ -192,20 +192,20 @@ pub(crate) async fn serve(node: Node, addr: Addr) -> Result<(), String> {
         Addr::Tcp(a) => {
             let l = tokio::net::TcpListener::bind(a).await.map_err(bind_err)?;
             println!("admin on tcp://{}", l.local_addr().map_err(bind_err)?);
-            axum::serve(l, app).await.map_err(bind_err)
+            crate::admin_serve::serve(l, app).await
         }
         Addr::TcpHost(hp) => {
             let l = tokio::net::TcpListener::bind((hp.host(), hp.port()))
                 .await
                 .map_err(bind_err)?;
             println!("admin on tcp://{}", l.local_addr().map_err(bind_err)?);
-            axum::serve(l, app).await.map_err(bind_err)
+            crate::admin_serve::serve(l, app).await
         }
         Addr::Unix(p) => {
             let _ = std::fs::remove_file(p);
             let l = tokio::net::UnixListener::bind(p).map_err(bind_err)?;
             println!("admin on {addr}");
-            axum::serve(l, app).await.map_err(bind_err)
+            crate::admin_serve::serve(l, app).await
         }
         _ => Err(crate::status::not_admin(&addr)),
     }

@@ -4,6 +4,7 @@
 #![recursion_limit = "256"]
 
 mod admin;
+mod admin_serve;
 mod bench;
 mod call;
 mod common;
