@@ -106,8 +106,7 @@ async fn present(ca: &Ca, cert: &[u8], key: &[u8]) -> (String, String) {
         listener
             .accept(s)
             .await
-            .err()
-            .expect("the listener refuses it")
+            .expect_err("the listener refuses it")
     };
     let client = async {
         let s = TcpStream::connect(addr).await.unwrap();

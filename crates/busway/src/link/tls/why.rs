@@ -9,8 +9,13 @@ use rustls::{AlertDescription, CertificateError};
 use std::io;
 
 /// How to make a certificate busway accepts: the end of the errors a new certificate fixes.
-pub(crate) const MAKE_CERT: &str =
+const MAKE_CERT: &str =
     "make one with `busway cert node --id ID` (a relay: `busway cert relay --ids FIRST-LAST`)";
+
+/// The fix for a certificate signed by an authority the other end does not trust.
+const SAME_AUTHORITY: &str = "every node needs a certificate from the same authority, and that \
+     authority's certificate as its CA file (`busway cert node` signs with the ca.pem and ca.key \
+     of its directory)";
 
 /// Whose certificate an error is about.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -86,15 +91,13 @@ pub(crate) fn certificate(whose: Whose, e: &CertificateError) -> String {
             make_new(whose)
         ),
         CertificateError::UnknownIssuer => format!(
-            "{cert} is not signed by an authority this node trusts (UnknownIssuer): every node \
-             needs a certificate from the same authority, and that authority's certificate as \
-             its CA file (`busway cert node` signs with the ca.pem and ca.key of its directory)"
+            "{cert} is not signed by an authority this node trusts (UnknownIssuer): \
+             {SAME_AUTHORITY}"
         ),
         CertificateError::BadSignature => format!(
             "{cert} is not signed by the authority this node trusts under the name it gives \
              (BadSignature): another authority of the same name signed it (or it was altered); \
-             every node needs a certificate from the same authority, and that authority's \
-             certificate as its CA file"
+             {SAME_AUTHORITY}"
         ),
         CertificateError::InvalidPurpose | CertificateError::InvalidPurposeContext { .. } => {
             format!(
@@ -141,9 +144,7 @@ fn refused_by_peer(alert: AlertDescription) -> Option<String> {
     let why = match alert {
         AlertDescription::UnknownCA => format!(
             "the peer does not trust the authority that signed this node's certificate \
-             (alert UnknownCA): every node needs a certificate from the same authority, and \
-             that authority's certificate as its CA file (`busway cert node` signs with the \
-             ca.pem and ca.key of its directory)"
+             (alert UnknownCA): {SAME_AUTHORITY}"
         ),
         AlertDescription::CertificateExpired => format!(
             "the peer refused this node's certificate as expired or not valid yet (alert \
