@@ -40,8 +40,9 @@ const SECS_PER_DAY: u64 = 86_400;
 const KEY_FILE_MODE: u32 = 0o600;
 /// Mode of a certificate file: readable by all (a certificate is public).
 const CERT_FILE_MODE: u32 = 0o644;
-/// The authority's files, in the directory of `--dir`.
+/// The authority's certificate file, in the directory of `--dir`.
 const CA_CERT_FILE: &str = "ca.pem";
+/// The authority's private key file, beside it.
 const CA_KEY_FILE: &str = "ca.key";
 /// The start of an authority's name; the rest comes from its key (see `authority_params`).
 const CA_NAME_PREFIX: &str = "busway CA";
