@@ -213,6 +213,7 @@ impl NodeArgs {
             etcd.endpoints = self.etcd.clone();
             config.etcd = Some(etcd);
         }
+        needs_tls_flags(&config)?;
         config.validate()?;
         Ok(config)
     }
@@ -353,6 +354,28 @@ impl NodeArgs {
         }
         crate::say::warn(format_args!("busway: warning: {what} (--insecure): {risk}"));
         Ok(())
+    }
+}
+
+/// A `tls://` address with no certificate is named with the flags that give one and the
+/// command that makes them (the library's own check names `NodeConfig::tls`, which a user of
+/// the command never sees).
+fn needs_tls_flags(config: &NodeConfig) -> Result<(), String> {
+    if config.tls.is_some() {
+        return Ok(());
+    }
+    let tls = (config.listen.iter())
+        .chain(&config.connect)
+        .chain(&config.upstream)
+        .find(|a| matches!(a, Addr::Tls(_)));
+    match tls {
+        Some(addr) => Err(format!(
+            "{addr} needs TLS: give this node's certificate, its key and the authority that \
+             signed its peers' as --tls-cert FILE --tls-key FILE --tls-ca FILE (or a [tls] \
+             table in the -c file); `busway cert ca` then `busway cert node --id {}` make them",
+            config.id
+        )),
+        None => Ok(()),
     }
 }
 

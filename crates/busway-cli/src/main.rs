@@ -7,6 +7,7 @@ mod admin;
 mod admin_serve;
 mod bench;
 mod call;
+mod cert;
 mod common;
 mod config_cmd;
 mod fd_limit;
@@ -67,6 +68,17 @@ enum Command {
     /// Check a node configuration file, or print a commented example.
     #[command(subcommand)]
     Config(config_cmd::ConfigCmd),
+    /// Make the certificates of tls:// links: a cluster's authority, then one per node or
+    /// relay, signed by it and naming its bus ids as busway checks them.
+    #[command(
+        subcommand,
+        after_help = "Example:\n  \
+            busway cert ca                # ca.pem, ca.key (valid 10 years)\n  \
+            busway cert node --id 1       # 1.pem, 1.key (valid 1 year)\n  \
+            busway cert relay --ids 100-199\n  \
+            busway node --id 1 --listen tls://0.0.0.0:7443 --tls-cert 1.pem --tls-key 1.key --tls-ca ca.pem"
+    )]
+    Cert(cert::CertCmd),
     /// One side of one benchmark run (started by `busway bench`).
     #[command(hide = true)]
     BenchWorker(bench::worker::WorkerArgs),
@@ -105,6 +117,7 @@ fn main() -> ExitCode {
         Command::Status(args) => common::block_on(status::run(args)),
         Command::Bench(args) => bench::run(args),
         Command::Config(cmd) => config_cmd::run(cmd),
+        Command::Cert(cmd) => cert::run(cmd),
         Command::BenchWorker(args) => bench::worker::run(args),
         Command::BenchBroadcastWorker(args) => bench::broadcast_worker::run(args),
     };

@@ -2,7 +2,7 @@
 //! receiver), made once per `busway bench` run into a directory of its own, which workers read
 //! with `--tls-dir` (`ID.pem`, `ID.key`, `ca.pem`).
 
-use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
+use crate::cert::{Authority, Subject, CA_VALID_DAYS, NODE_VALID_DAYS};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
@@ -25,24 +25,19 @@ pub(super) fn certificates() -> Result<PathBuf, String> {
     .clone()
 }
 
+/// The certificates of `busway cert ca` and `busway cert node` (the keys' modes do not
+/// matter here: a run's own directory, removed at its end).
 fn make(dir: &Path) -> Result<(), String> {
     std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
-    let mut ca = CertificateParams::new(Vec::<String>::new()).map_err(|e| e.to_string())?;
-    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca_key = KeyPair::generate().map_err(|e| e.to_string())?;
-    let ca = ca.self_signed(&ca_key).map_err(|e| e.to_string())?;
-    let write = |name: &str, text: String| {
+    let (ca, _) = Authority::generate(CA_VALID_DAYS)?;
+    let write = |name: &str, text: &str| {
         std::fs::write(dir.join(name), text).map_err(|e| format!("{name}: {e}"))
     };
-    write("ca.pem", ca.pem())?;
+    write("ca.pem", ca.cert_pem())?;
     for id in BENCH_NODE_IDS {
-        let key = KeyPair::generate().map_err(|e| e.to_string())?;
-        let cert = CertificateParams::new(vec![format!("{id}.id.busway")])
-            .map_err(|e| e.to_string())?
-            .signed_by(&key, &ca, &ca_key)
-            .map_err(|e| e.to_string())?;
-        write(&format!("{id}.pem"), cert.pem())?;
-        write(&format!("{id}.key"), key.serialize_pem())?;
+        let issued = ca.issue(Subject::Node(id), NODE_VALID_DAYS)?;
+        write(&format!("{id}.pem"), &issued.cert_pem)?;
+        write(&format!("{id}.key"), &issued.key_pem)?;
     }
     Ok(())
 }

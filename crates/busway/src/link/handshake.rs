@@ -109,6 +109,9 @@ where
             }
             Ok(Ok(_)) => {}
             Ok(Err(e)) => {
+                // On TLS, the peer's alert refusing this node's certificate may come here:
+                // TLS 1.3 ends the dialer's handshake before the listener checked it.
+                let e = crate::link::tls::why::io(&e);
                 machine.fail(LinkError::Refused(format!("reading the handshake: {e}")));
             }
             Err(_) => machine.handle_timeout(shared.now()),

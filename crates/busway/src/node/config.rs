@@ -292,15 +292,19 @@ impl NodeConfig {
         };
         if !tls.names(self.id) {
             return Err(format!(
-                "this node's TLS certificate names bus ids {} but not its own id {}",
+                "this node's TLS certificate names bus ids {} but not its own id {}: every peer \
+                 would refuse it; make one for it with `busway cert node --id {}`",
                 tls.own_ids(),
+                self.id,
                 self.id
             ));
         }
         if let Some((first, last)) = self.subtree.filter(|_| self.upstream.is_some()) {
             if !tls.own_ids().covers(first, last) {
                 return Err(format!(
-                    "this node serves bus ids {first}..={last} for its upstream, but its TLS certificate names {}",
+                    "this node serves bus ids {first}..={last} for its upstream, but its TLS \
+                     certificate names {}: make one naming them with `busway cert relay --ids \
+                     {first}-{last}`",
                     tls.own_ids()
                 ));
             }
