@@ -367,7 +367,7 @@ fn needs_tls_flags(config: &NodeConfig) -> Result<(), String> {
     let tls = (config.listen.iter())
         .chain(&config.connect)
         .chain(&config.upstream)
-        .find(|a| matches!(a, Addr::Tls(_)));
+        .find(|a| matches!(a, Addr::Tls(_) | Addr::TlsHost(_)));
     match tls {
         Some(addr) => Err(format!(
             "{addr} needs TLS: give this node's certificate, its key and the authority that \
