@@ -284,7 +284,7 @@ fn three_hundred_half_sent_400_kb_heads_are_closed_and_hold_no_memory() {
     let (code, json) = get(&addr, "/status.json");
     assert_eq!(code, 200, "{json}");
     let v: serde_json::Value = serde_json::from_str(&json).unwrap();
-    assert_eq!(v["id"], 1);
+    assert_eq!(v["id"], "1");
     let (code, metrics) = get(&addr, "/metrics");
     assert_eq!(code, 200, "{metrics}");
     assert!(metrics.contains("busway_info"), "{metrics}");
