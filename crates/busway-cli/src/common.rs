@@ -93,17 +93,8 @@ pub(crate) struct NodeArgs {
     pub(crate) etcd: Vec<String>,
 }
 
-/// Without etcd support built in: `--upstream-id` cannot be resolved.
-#[cfg(not(feature = "etcd"))]
-async fn upstream_from_etcd(_: &NodeConfig, id: BusId) -> Result<Addr, String> {
-    Err(format!(
-        "--upstream-id {id}: this busway was built without discovery through etcd (cargo feature `etcd`, which needs protoc)"
-    ))
-}
-
 /// The address of the relay registered in etcd as `id` (waiting for it up to
 /// `PEER_WAIT_SECS`): its first tcp:// or tls:// address, else its first.
-#[cfg(feature = "etcd")]
 async fn upstream_from_etcd(config: &NodeConfig, id: BusId) -> Result<Addr, String> {
     let etcd = config
         .etcd

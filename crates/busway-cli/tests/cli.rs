@@ -2314,7 +2314,6 @@ fn a_node_from_a_config_file_serves_its_status_page_json_and_metrics_that_move()
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-#[cfg(feature = "etcd")]
 pub(crate) mod etcd {
     //! Discovery through a real etcd (Debian's `etcd-server`) on free loopback ports with fast
     //! settings: nodes that know only etcd's address find each other; a node killed with -9
@@ -2674,7 +2673,6 @@ pub(crate) mod etcd {
     }
 }
 
-#[cfg(feature = "etcd")]
 mod netns {
     //! Network namespaces as hosts: a bridge in this namespace, and per node a namespace with
     //! its own address on a veth pair into the bridge. Three nodes there, with shared memory

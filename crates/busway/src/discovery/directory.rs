@@ -1,9 +1,8 @@
 //! What a node knows from etcd (`discovery` fills it): the other nodes' registrations, the
 //! state of its session there, and the session's lease (revoked at shutdown).
 
+use crate::discovery::etcd_http::Etcd;
 use busway_core::BusId;
-#[cfg(feature = "etcd")]
-use etcd_client::Client;
 use std::collections::HashMap;
 use std::sync::Mutex;
 
@@ -45,8 +44,7 @@ pub(crate) struct DirectoryState {
     pub(crate) info: DiscoveryInfo,
     pub(crate) known: HashMap<BusId, DiscoveredNode>,
     /// The session's client and lease, to revoke at shutdown.
-    #[cfg(feature = "etcd")]
-    pub(crate) session: Option<(Client, i64)>,
+    pub(crate) session: Option<(Etcd, i64)>,
 }
 
 impl Directory {
@@ -55,7 +53,6 @@ impl Directory {
     }
 
     /// Where `id` listens, if etcd named it.
-    #[cfg(feature = "etcd")]
     pub(crate) fn lookup(&self, id: BusId) -> Option<DiscoveredNode> {
         self.lock().known.get(&id).cloned()
     }

@@ -8,20 +8,16 @@
 //! etcd is back. A node killed without a word disappears from the others' view when its
 //! lease expires; `Node::shutdown` revokes it at once.
 
+use crate::discovery::directory::DiscoveredNode;
+use crate::discovery::etcd_config::EtcdConfig;
+use crate::discovery::etcd_http::{Change, Etcd, ETCD_REQUEST_TIMEOUT_MS};
 use crate::link::backoff::Backoff;
 use crate::shared::Shared;
 use busway_core::BusId;
-use etcd_client::{Client, ConnectOptions, EventType, GetOptions, PutOptions, WatchOptions};
 use std::collections::HashMap;
 use std::sync::Arc;
-
-use crate::discovery::directory::DiscoveredNode;
 use std::time::Duration;
 
-use crate::discovery::etcd_config::EtcdConfig;
-
-/// Longest a connection to etcd, or one request, may take, in milliseconds.
-const ETCD_REQUEST_TIMEOUT_MS: u64 = 3_000;
 /// How long a send to an id found in etcd waits for the link it dials, in milliseconds.
 pub(crate) const DISCOVERED_DIAL_WAIT_MS: u64 = 5_000;
 /// Nodes a directory holds; registrations past it are ignored (and logged).
@@ -65,25 +61,19 @@ impl EtcdConfig {
     /// find a relay to take as upstream. The error names what failed.
     pub async fn lookup(&self, id: BusId) -> Result<Option<DiscoveredNode>, String> {
         self.validate()?;
-        let timeout = Duration::from_millis(ETCD_REQUEST_TIMEOUT_MS);
-        let options = ConnectOptions::new()
-            .with_connect_timeout(timeout)
-            .with_timeout(timeout);
-        let mut client = Client::connect(&self.endpoints, Some(options))
-            .await
-            .map_err(|e| format!("etcd connect: {e}"))?;
+        let etcd = Etcd::new(&self.endpoints)?;
         let prefix = self.nodes_prefix();
         let key = format!("{prefix}{}", id.0);
-        let got = client
-            .get(key.clone(), None)
+        let got = etcd
+            .get(&key)
             .await
             .map_err(|e| format!("etcd get {key}: {e}"))?;
-        match got.kvs().first() {
+        match got {
             None => Ok(None),
             Some(kv) => decode_registration(
-                &String::from_utf8_lossy(kv.key()),
+                &String::from_utf8_lossy(&kv.key),
                 &prefix,
-                &String::from_utf8_lossy(kv.value()),
+                &String::from_utf8_lossy(&kv.value),
             )
             .map(Some),
         }
@@ -132,92 +122,64 @@ async fn etcd_session(
     config: &EtcdConfig,
     backoff: &mut Backoff,
 ) -> Result<(), String> {
-    let timeout = Duration::from_millis(ETCD_REQUEST_TIMEOUT_MS);
-    let options = ConnectOptions::new()
-        .with_connect_timeout(timeout)
-        .with_timeout(timeout);
-    let fail = |what: &str, e: etcd_client::Error| format!("etcd {what}: {e}");
-    let mut client = Client::connect(&config.endpoints, Some(options))
+    let fail = |what: &str, e: String| format!("etcd {what}: {e}");
+    let etcd = Etcd::new(&config.endpoints)?;
+    let lease = etcd
+        .lease_grant(config.lease_ttl_secs)
         .await
-        .map_err(|e| fail("connect", e))?;
-    let ttl = config.lease_ttl_secs as i64;
-    let lease = client
-        .lease_grant(ttl, None)
-        .await
-        .map_err(|e| fail("lease grant", e))?
-        .id();
+        .map_err(|e| fail("lease grant", e))?;
     let prefix = config.nodes_prefix();
     let addrs = shared.advertised_addrs();
     let key = format!("{prefix}{}", shared.config().id.0);
-    client
-        .put(
-            key.clone(),
-            encode_registration(shared.incarnation(), &addrs),
-            Some(PutOptions::new().with_lease(lease)),
-        )
+    let value = encode_registration(shared.incarnation(), &addrs);
+    etcd.put(&key, &value, lease)
         .await
         .map_err(|e| fail("put", e))?;
-    let listing = client
-        .get(prefix.clone(), Some(GetOptions::new().with_prefix()))
+    let (revision, listing) = etcd
+        .range_prefix(&prefix)
         .await
         .map_err(|e| fail("get", e))?;
-    let revision = listing.header().map_or(0, |h| h.revision());
     let mut known = HashMap::new();
-    for kv in listing.kvs() {
-        take_registration(shared, &prefix, kv.key(), kv.value(), &mut known);
+    for kv in &listing {
+        take_registration(shared, &prefix, &kv.key, &kv.value, &mut known);
     }
-    let mut watch = client
-        .watch(
-            prefix.clone(),
-            Some(
-                WatchOptions::new()
-                    .with_prefix()
-                    .with_start_revision(revision + 1),
-            ),
-        )
+    let mut watch = etcd
+        .watch(&prefix, revision + 1)
         .await
         .map_err(|e| fail("watch", e))?;
-    let (mut keeper, mut keep_stream) = client
-        .lease_keep_alive(lease)
-        .await
-        .map_err(|e| fail("keep-alive", e))?;
     {
         let mut st = shared.directory.lock();
         st.known = known;
         st.info.connected = true;
         st.info.registrations += 1;
-        st.session = Some((client.clone(), lease));
+        st.session = Some((etcd.clone(), lease));
     }
     backoff.reset();
     tracing::info!(%key, lease, "registered in etcd");
     let mut tick = tokio::time::interval(Duration::from_millis(config.lease_ttl_secs * 1_000 / 3));
     loop {
         tokio::select! {
-            _ = tick.tick() => keep_alive(&mut keeper, &mut keep_stream).await?,
-            changes = watch.message() => {
-                let changes = changes
-                    .map_err(|e| fail("watch", e))?
-                    .ok_or("etcd watch: the stream ended")?;
-                if changes.canceled() {
-                    return Err(format!("etcd watch cancelled: {}", changes.cancel_reason()));
+            _ = tick.tick() => {
+                let left = etcd.lease_keep_alive(lease).await.map_err(|e| fail("keep-alive", e))?;
+                if left <= 0 {
+                    return Err("etcd keep-alive: the lease expired".into());
                 }
-                apply_changes(shared, &prefix, &changes);
             }
+            changes = watch.next() => apply_changes(shared, &prefix, changes?),
         }
     }
 }
 
 /// Takes what the directory's watch reports: nodes registered, and nodes gone.
-fn apply_changes(shared: &Shared, prefix: &str, changes: &etcd_client::WatchResponse) {
+fn apply_changes(shared: &Shared, prefix: &str, changes: Vec<Change>) {
     let mut st = shared.directory.lock();
-    for event in changes.events() {
-        let Some(kv) = event.kv() else { continue };
-        match event.event_type() {
-            EventType::Put => {
-                take_registration(shared, prefix, kv.key(), kv.value(), &mut st.known);
+    for change in changes {
+        match change {
+            Change::Put(kv) => {
+                take_registration(shared, prefix, &kv.key, &kv.value, &mut st.known);
             }
-            EventType::Delete => {
-                let key = String::from_utf8_lossy(kv.key());
+            Change::Delete(key) => {
+                let key = String::from_utf8_lossy(&key);
                 if let Some(id) = key.strip_prefix(prefix).and_then(|s| s.parse().ok()) {
                     if st.known.remove(&BusId(id)).is_some() {
                         tracing::info!(
@@ -261,8 +223,8 @@ fn take_registration(
 /// Takes this node's registration out of etcd (at shutdown), within the request timeout.
 pub(crate) async fn deregister(shared: &Shared) {
     let session = shared.directory.lock().session.take();
-    if let Some((mut client, lease)) = session {
-        let revoke = client.lease_revoke(lease);
+    if let Some((etcd, lease)) = session {
+        let revoke = etcd.lease_revoke(lease);
         let wait = Duration::from_millis(ETCD_REQUEST_TIMEOUT_MS);
         match tokio::time::timeout(wait, revoke).await {
             Ok(Ok(_)) => tracing::info!("deregistered from etcd"),
@@ -283,25 +245,6 @@ pub(crate) fn discover(shared: &Shared, dst: BusId) -> bool {
             true
         }
         _ => false,
-    }
-}
-
-/// Keeps the session's lease alive once: asks, and waits up to `ETCD_REQUEST_TIMEOUT_MS` for
-/// an answer that the lease still stands.
-async fn keep_alive(
-    keeper: &mut etcd_client::LeaseKeeper,
-    answers: &mut etcd_client::LeaseKeepAliveStream,
-) -> Result<(), String> {
-    let fail = |e: etcd_client::Error| format!("etcd keep-alive: {e}");
-    keeper.keep_alive().await.map_err(fail)?;
-    let timeout = Duration::from_millis(ETCD_REQUEST_TIMEOUT_MS);
-    let answer = tokio::time::timeout(timeout, answers.message())
-        .await
-        .map_err(|_| format!("etcd keep-alive: no answer within {ETCD_REQUEST_TIMEOUT_MS} ms"))?
-        .map_err(fail)?;
-    match answer {
-        Some(a) if a.ttl() > 0 => Ok(()),
-        _ => Err("etcd keep-alive: the lease expired".into()),
     }
 }
 

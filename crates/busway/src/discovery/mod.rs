@@ -12,6 +12,6 @@
 //! to an id with no route queues the addresses found here for the direct dialer).
 
 pub(crate) mod directory;
-#[cfg(feature = "etcd")]
 pub(crate) mod etcd;
 pub(crate) mod etcd_config;
+pub(crate) mod etcd_http;

@@ -55,7 +55,6 @@ impl Node {
         };
         let unrouted = unrouted_of(route::hops(shared));
         // Receivers only etcd knows are dialed first, as a send to one of them is.
-        #[cfg(feature = "etcd")]
         let unrouted = if !unrouted.is_empty()
             && crate::route::outgoing::discover_all(shared, &unrouted).await
         {

@@ -211,9 +211,6 @@ impl NodeConfig {
         }
         if let Some(etcd) = &self.etcd {
             etcd.validate()?;
-            if cfg!(not(feature = "etcd")) {
-                return Err("etcd: this busway was built without discovery through etcd (build it with the cargo feature `etcd`, which needs protoc: apt-get install protobuf-compiler)".into());
-            }
         }
         if self.frame_body_max == 0 || self.frame_body_max > BODY_LEN_CEILING {
             return Err(format!(

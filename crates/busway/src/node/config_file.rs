@@ -452,11 +452,7 @@ mod tests {
     #[test]
     fn environment_variables_override_the_file_and_name_themselves_when_wrong() {
         // A table at the end (where a key appended after it would land) when it can be read.
-        let table = if cfg!(feature = "etcd") {
-            "\n[etcd]\nendpoints = [\"http://127.0.0.1:2379\"]\n"
-        } else {
-            ""
-        };
+        let table = "\n[etcd]\nendpoints = [\"http://127.0.0.1:2379\"]\n";
         let file =
             format!("id = 1\nlinger_ms = 100\nlisten = [\n  \"tcp://127.0.0.1:1\",\n]\n{table}");
         let file = file.as_str();
@@ -538,16 +534,6 @@ mod tests {
         assert!(typo.contains("line 2"), "{typo}");
     }
 
-    #[cfg(not(feature = "etcd"))]
-    #[test]
-    fn without_the_etcd_feature_an_etcd_table_says_how_to_get_it() {
-        let e = NodeConfig::from_toml("id = 1\n[etcd]\nendpoints = [\"http://127.0.0.1:2379\"]\n")
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("cargo feature `etcd`"), "{e}");
-    }
-
-    #[cfg(feature = "etcd")]
     #[test]
     fn the_etcd_table_sets_discovery() {
         let c = NodeConfig::from_toml(

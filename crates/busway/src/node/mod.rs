@@ -406,7 +406,6 @@ impl Node {
     pub async fn shutdown(self) {
         let shared = self.owner.shared.clone();
         shared.app.shut_down();
-        #[cfg(feature = "etcd")]
         crate::discovery::etcd::deregister(&shared).await;
         let peers = shared.peers.snapshot();
         for p in &peers {
@@ -489,7 +488,6 @@ fn spawn_tasks(shared: &Arc<Shared>, listeners: Vec<transport::StdListener>, con
         }
     });
     shared.links.spawn(direct_dial_loop(shared.clone()));
-    #[cfg(feature = "etcd")]
     if let Some(etcd) = shared.config().etcd.clone() {
         shared
             .links

@@ -67,7 +67,6 @@ pub(crate) async fn route_or_discover(
     len: usize,
 ) -> Result<Route, SendError> {
     match route_for(shared, dst, len) {
-        #[cfg(feature = "etcd")]
         Err(SendError::NoRoute(_)) if crate::discovery::etcd::discover(shared, dst) => {
             let wait = Duration::from_millis(crate::discovery::etcd::DISCOVERED_DIAL_WAIT_MS);
             wait_for_peer(shared, dst, wait).await;
@@ -79,7 +78,6 @@ pub(crate) async fn route_or_discover(
 
 /// Dials those of `ids` that etcd names (as `route_or_discover` does for one) and waits
 /// for their links, at most `DISCOVERED_DIAL_WAIT_MS` in all; true if any was dialed.
-#[cfg(feature = "etcd")]
 pub(crate) async fn discover_all(shared: &Shared, ids: &[BusId]) -> bool {
     let dialed: Vec<BusId> = ids
         .iter()
