@@ -132,7 +132,8 @@ pub(crate) struct BenchArgs {
     #[arg(long)]
     no_group_logs: bool,
     /// Also write the table as an SVG chart into this directory (busway beside raw, one pair
-    /// of bars per row): throughput.svg, latency.svg, rpc.svg, pingpong.svg or broadcast.svg.
+    /// of bars per row, on a log axis when the largest value is over 100 times the smallest):
+    /// throughput.svg, latency.svg, rpc.svg, pingpong.svg or broadcast.svg.
     #[arg(long)]
     plot: Option<std::path::PathBuf>,
 }
