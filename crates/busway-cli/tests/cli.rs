@@ -604,6 +604,7 @@ fn bench_rpc_rows_give_calls_per_second_and_percentiles_beside_the_bare_round_tr
             "p99_us",
             "p999_us",
             "raw_calls_per_sec",
+            "busway_over_raw",
         ] {
             let v = row[key]
                 .as_f64()
@@ -644,7 +645,12 @@ fn bench_pingpong_rows_give_mib_per_second_beside_the_epoll_echo_per_loop_count(
     for row in &rows {
         assert_eq!(row["workload"], "pingpong");
         assert_eq!(row["size"], 4096);
-        for key in ["mib_per_sec", "raw_mib_per_sec", "ratio_to_raw"] {
+        for key in [
+            "mib_per_sec",
+            "raw_mib_per_sec",
+            "busway_over_raw",
+            "ratio_to_raw",
+        ] {
             let v = row[key]
                 .as_f64()
                 .unwrap_or_else(|| panic!("{key} missing in {row}"));
@@ -700,6 +706,7 @@ fn bench_broadcast_rows_give_deliveries_and_bytes_per_link_beside_unicast_sends(
             "unicast_deliveries_per_sec",
             "unicast_ns_per_delivery",
             "unicast_link_bytes_per_publish",
+            "publish_over_unicast",
             "ratio_to_unicast",
         ] {
             let v = row[key]
@@ -775,6 +782,8 @@ fn bench_json_rows_carry_the_documented_keys() {
             "msgs_per_sec",
             "bytes_per_sec",
             "raw_msgs_per_sec",
+            "busway_over_raw",
+            "ratio_to_raw",
         ] {
             assert!(row.get(key).is_some(), "{key} missing in {row}");
         }
@@ -1862,6 +1871,9 @@ fn bench_latency_rows_give_percentiles_for_each_shm_mode_beside_the_raw_round_tr
         }
         let ratio = r["p50_ratio_to_raw"].as_f64().unwrap();
         assert!(ratio > 0.0 && ratio.is_finite(), "{r}");
+        // The ratio that reads as the others (higher is better for busway) is its inverse.
+        let raw_over_busway = r["p50_raw_over_busway"].as_f64().unwrap();
+        assert!((raw_over_busway * ratio - 1.0).abs() < 1e-9, "{r}");
     }
 }
 

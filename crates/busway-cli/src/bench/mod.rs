@@ -14,6 +14,7 @@ mod pingpong;
 mod pingpong_bus;
 mod pingpong_raw;
 mod plot;
+mod ratio;
 mod report;
 mod round_trips;
 mod rpc;
@@ -25,6 +26,7 @@ pub(crate) mod worker;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
+use std::fmt::Write as _;
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::sync::{Arc, Mutex};
@@ -35,6 +37,7 @@ use worker::Report;
 const WORKER_GRACE_SECS: f64 = 30.0;
 
 #[derive(Args, Debug)]
+#[command(after_help = ratio::SCHEME)]
 pub(crate) struct BenchArgs {
     /// Transports to measure, comma-separated: tcp4, tcp6, unix, shm (a unix link whose data
     /// moves to shared-memory rings; raw: the bare ring between the two processes), mem (both
@@ -129,7 +132,8 @@ pub(crate) struct BenchArgs {
     #[arg(long)]
     no_group_logs: bool,
     /// Also write the table as an SVG chart into this directory (busway beside raw, one pair
-    /// of bars per row): throughput.svg, latency.svg, rpc.svg, pingpong.svg or broadcast.svg.
+    /// of bars per row, on a log axis when the largest value is over 100 times the smallest):
+    /// throughput.svg, latency.svg, rpc.svg, pingpong.svg or broadcast.svg.
     #[arg(long)]
     plot: Option<std::path::PathBuf>,
 }
@@ -169,8 +173,40 @@ struct LatencyRow {
     raw_p50_us: f64,
     raw_p99_us: f64,
     raw_p999_us: f64,
-    /// `p50_us / raw_p50_us`.
+    /// `raw_p50_us / p50_us`: above 1 when busway's round trip is the shorter (see `ratio`).
+    p50_raw_over_busway: f64,
+    /// `p50_us / raw_p50_us`, the one ratio that reads lower is better: kept as it was for
+    /// the scripts that read it; `p50_raw_over_busway` is the one that reads as the others.
     p50_ratio_to_raw: f64,
+}
+
+impl LatencyRow {
+    /// The row of `transport` in `mode`: busway's round trips beside the raw ones.
+    fn new(
+        transport: &str,
+        mode: &'static str,
+        size: usize,
+        round_trips: usize,
+        busway: &Report,
+        raw: &Report,
+    ) -> Self {
+        let ([p50, p99, p999], [raw_p50, raw_p99, raw_p999]) = (busway.rtt_us, raw.rtt_us);
+        LatencyRow {
+            workload: "latency",
+            transport: transport.to_owned(),
+            mode,
+            size,
+            round_trips,
+            p50_us: p50,
+            p99_us: p99,
+            p999_us: p999,
+            raw_p50_us: raw_p50,
+            raw_p99_us: raw_p99,
+            raw_p999_us: raw_p999,
+            p50_raw_over_busway: ratio::of_times(p50, raw_p50),
+            p50_ratio_to_raw: p50 / raw_p50,
+        }
+    }
 }
 
 /// Spins of the shm reader (the application's inbox) in the latency modes: none (it sleeps at
@@ -222,20 +258,7 @@ fn run_latency(args: &BenchArgs, specs: &[Spec]) -> Result<ExitCode, String> {
             };
             let (r, _) = measure(false)?;
             let (raw, _) = measure(true)?;
-            let row = LatencyRow {
-                workload: "latency",
-                transport: t.to_owned(),
-                mode,
-                size,
-                round_trips: args.round_trips,
-                p50_us: r.rtt_us[0],
-                p99_us: r.rtt_us[1],
-                p999_us: r.rtt_us[2],
-                raw_p50_us: raw.rtt_us[0],
-                raw_p99_us: raw.rtt_us[1],
-                raw_p999_us: raw.rtt_us[2],
-                p50_ratio_to_raw: r.rtt_us[0] / raw.rtt_us[0],
-            };
+            let row = LatencyRow::new(t, mode, size, args.round_trips, &r, &raw);
             if args.json {
                 println!("{}", serde_json::to_string(&row).unwrap_or_default());
             }
@@ -260,31 +283,41 @@ fn run_latency(args: &BenchArgs, specs: &[Spec]) -> Result<ExitCode, String> {
             .collect(),
     })?;
     if !args.json {
-        println!(
-            "busway bench --latency: round trips of one {size}-byte message and its echo, {} per row; microseconds; raw: bare rings between two threads (shm, mem: readers spinning as the bus's do), a bare blocking socket between two processes (unix, tcp)",
-            args.round_trips
-        );
-        println!("machine: {}", sysinfo::machine());
-        println!(
-            "{:<6} {:<15} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>6}",
-            "link", "mode", "p50", "p99", "p99.9", "raw p50", "raw p99", "raw p99.9", "ratio"
-        );
-        for r in &rows {
-            println!(
-                "{:<6} {:<15} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>6.2}",
-                r.transport,
-                r.mode,
-                r.p50_us,
-                r.p99_us,
-                r.p999_us,
-                r.raw_p50_us,
-                r.raw_p99_us,
-                r.raw_p999_us,
-                r.p50_ratio_to_raw
-            );
-        }
+        print!("{}", latency_table(args, size, &rows));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The `--latency` table, its header lines first.
+fn latency_table(args: &BenchArgs, size: usize, rows: &[LatencyRow]) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "busway bench --latency: round trips of one {size}-byte message and its echo, {} per row; microseconds; raw: bare rings between two threads (shm, mem: readers spinning as the bus's do), a bare blocking socket between two processes (unix, tcp); raw/busway: raw p50 over busway's, higher is better for busway",
+        args.round_trips
+    );
+    let _ = writeln!(s, "machine: {}", sysinfo::machine());
+    let _ = writeln!(
+        s,
+        "{:<6} {:<15} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>10}",
+        "link", "mode", "p50", "p99", "p99.9", "raw p50", "raw p99", "raw p99.9", "raw/busway"
+    );
+    for r in rows {
+        let _ = writeln!(
+            s,
+            "{:<6} {:<15} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>10.2}",
+            r.transport,
+            r.mode,
+            r.p50_us,
+            r.p99_us,
+            r.p999_us,
+            r.raw_p50_us,
+            r.raw_p99_us,
+            r.raw_p999_us,
+            r.p50_raw_over_busway
+        );
+    }
+    s
 }
 
 /// The sender api of a row (see `BenchArgs::api`).
@@ -315,6 +348,9 @@ struct Row {
     raw_msgs_per_sec_min: f64,
     raw_msgs_per_sec_max: f64,
     raw_bytes_per_sec: f64,
+    /// `msgs_per_sec / raw_msgs_per_sec`: above 1 when busway is the faster (see `ratio`).
+    busway_over_raw: f64,
+    /// The same figure under its first name, for the scripts that read it.
     ratio_to_raw: f64,
     sender_cpu_pct: f64,
     receiver_cpu_pct: f64,
@@ -463,7 +499,7 @@ pub(crate) fn run(args: BenchArgs) -> Result<ExitCode, String> {
             .collect(),
     })?;
     if !args.json {
-        print_table(&args, &rows);
+        print!("{}", table(&args, &rows));
     }
     for s in &skipped {
         eprintln!("busway bench: row skipped: {s}");
@@ -508,13 +544,18 @@ fn measure_row(args: &BenchArgs, spec: &Spec, bar: &ProgressBar) -> Result<Row, 
             bar.inc(1);
         }
     }
+    Ok(row_of(args, spec, &bus, &raw))
+}
+
+/// The row of `spec` from its rounds: busway's (`bus`) and the raw baseline's.
+fn row_of(args: &BenchArgs, spec: &Spec, bus: &[Pair], raw: &[Pair]) -> Row {
     let rate = |p: &Pair| p.1.msgs as f64 / p.1.secs.max(1e-9);
     let byte_rate = |p: &Pair| p.1.bytes as f64 / p.1.secs.max(1e-9);
     let (m, lo, hi) = median_min_max(bus.iter().map(rate).collect());
     let (rm, rlo, rhi) = median_min_max(raw.iter().map(rate).collect());
     let cpu = |r: &Report| 100.0 * r.cpu_secs / r.wall_secs.max(1e-9);
     let med = |v: Vec<f64>| median_min_max(v).0;
-    Ok(Row {
+    Row {
         workload: "throughput",
         transport: spec.transport.clone(),
         size_min: spec.size_min,
@@ -531,14 +572,15 @@ fn measure_row(args: &BenchArgs, spec: &Spec, bar: &ProgressBar) -> Result<Row, 
         raw_msgs_per_sec_min: rlo,
         raw_msgs_per_sec_max: rhi,
         raw_bytes_per_sec: med(raw.iter().map(byte_rate).collect()),
-        ratio_to_raw: m / rm.max(1e-9),
+        busway_over_raw: ratio::of_rates(m, rm),
+        ratio_to_raw: ratio::of_rates(m, rm),
         sender_cpu_pct: med(bus.iter().map(|p| cpu(&p.0)).collect()),
         receiver_cpu_pct: med(bus.iter().map(|p| cpu(&p.1)).collect()),
         sender_peak_rss_kib: bus.iter().map(|p| p.0.peak_rss_kib).max().unwrap_or(0),
         receiver_peak_rss_kib: bus.iter().map(|p| p.1.peak_rss_kib).max().unwrap_or(0),
         raw_sender_cpu_pct: med(raw.iter().map(|p| cpu(&p.0)).collect()),
         raw_receiver_cpu_pct: med(raw.iter().map(|p| cpu(&p.1)).collect()),
-    })
+    }
 }
 
 fn median_min_max(mut v: Vec<f64>) -> (f64, f64, f64) {
@@ -799,9 +841,12 @@ fn receiver_then_sender(
     Ok((s, r))
 }
 
-fn print_table(args: &BenchArgs, rows: &[Row]) {
-    println!(
-        "busway bench: throughput, 1 sender -> 1 receiver, 1 link; {} s x {} rounds per row, median [min-max]; sender api: {}; links on the {} thread; not pinned",
+/// The throughput table, its header lines first.
+fn table(args: &BenchArgs, rows: &[Row]) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "busway bench: throughput, 1 sender -> 1 receiver, 1 link; {} s x {} rounds per row, median [min-max]; sender api: {}; links on the {} thread; not pinned; busway/raw: busway's msg/s over raw's, higher is better for busway",
         args.duration,
         args.rounds,
         if args.api == ["auto"] {
@@ -811,24 +856,26 @@ fn print_table(args: &BenchArgs, rows: &[Row]) {
         },
         if args.io == "current" { "worker's own" } else { "a dedicated I/O" },
     );
-    println!("machine: {}", sysinfo::machine());
-    println!(
-        "{:<12} {:>9} {:>26} {:>9} {:>26} {:>9} {:>6} {:>13} {:>13} {:>15}",
+    let _ = writeln!(s, "machine: {}", sysinfo::machine());
+    let _ = writeln!(
+        s,
+        "{:<12} {:>9} {:>26} {:>9} {:>26} {:>9} {:>10} {:>13} {:>13} {:>15}",
         "link",
         "size B",
         "busway msg/s",
         "MB/s",
         "raw msg/s",
         "raw MB/s",
-        "ratio",
+        "busway/raw",
         "cpu% snd/rcv",
         "raw cpu%",
         "rss KiB snd/rcv"
     );
     let m = |x: f64| format!("{:.2}M", x / 1e6);
     for r in rows {
-        println!(
-            "{:<12} {:>9} {:>26} {:>9.0} {:>26} {:>9.0} {:>6.2} {:>13} {:>13} {:>15}",
+        let _ = writeln!(
+            s,
+            "{:<12} {:>9} {:>26} {:>9.0} {:>26} {:>9.0} {:>10.2} {:>13} {:>13} {:>15}",
             if args.api.len() > 1 {
                 format!("{} {}", r.transport, r.api)
             } else {
@@ -849,10 +896,90 @@ fn print_table(args: &BenchArgs, rows: &[Row]) {
                 m(r.raw_msgs_per_sec_max)
             ),
             r.raw_bytes_per_sec / 1e6,
-            r.ratio_to_raw,
+            r.busway_over_raw,
             format!("{:.0}/{:.0}", r.sender_cpu_pct, r.receiver_cpu_pct),
             format!("{:.0}/{:.0}", r.raw_sender_cpu_pct, r.raw_receiver_cpu_pct),
             format!("{}/{}", r.sender_peak_rss_kib, r.receiver_peak_rss_kib),
         );
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::{CommandFactory, Parser};
+
+    /// `busway bench` alone, to parse its flags.
+    #[derive(Parser)]
+    struct Bench {
+        #[command(flatten)]
+        args: BenchArgs,
+    }
+
+    /// The arguments of `busway bench FLAGS`.
+    pub(super) fn args(flags: &[&str]) -> BenchArgs {
+        Bench::parse_from(std::iter::once("bench").chain(flags.iter().copied())).args
+    }
+
+    /// A worker's report: `msgs` messages of `bytes` bytes in all, in one second, and
+    /// round trips of `rtt_us` (p50, p99, p99.9).
+    pub(super) fn report(msgs: u64, bytes: u64, rtt_us: [f64; 3]) -> Report {
+        Report {
+            msgs,
+            bytes,
+            secs: 1.0,
+            wall_secs: 1.0,
+            rtt_us,
+            ..Report::default()
+        }
+    }
+
+    /// A JSON row's figure under `key`.
+    pub(super) fn json_figure(row: &impl Serialize, key: &str) -> f64 {
+        let row = serde_json::to_value(row).unwrap();
+        row[key]
+            .as_f64()
+            .unwrap_or_else(|| panic!("no {key} in {row}"))
+    }
+
+    #[test]
+    fn the_throughput_ratio_is_above_one_when_busway_sends_more() {
+        let args = args(&["--rounds", "1"]);
+        let spec = Spec {
+            transport: "tcp4".into(),
+            size_min: 8,
+            size_max: 128,
+            api: "auto".into(),
+        };
+        let pair = |msgs| {
+            (
+                report(msgs, msgs * 64, [0.0; 3]),
+                report(msgs, msgs * 64, [0.0; 3]),
+            )
+        };
+        let row = row_of(&args, &spec, &[pair(2_000_000)], &[pair(1_000_000)]);
+        assert_eq!(json_figure(&row, "busway_over_raw"), 2.0);
+        assert_eq!(json_figure(&row, "ratio_to_raw"), 2.0);
+        assert_eq!(ratio::column(&table(&args, &[row]), "busway/raw"), [2.0]);
+    }
+
+    #[test]
+    fn the_latency_ratio_is_above_one_when_busway_takes_less_time() {
+        let args = args(&["--latency"]);
+        let busway = report(0, 0, [5.0, 9.0, 20.0]);
+        let raw = report(0, 0, [10.0, 18.0, 40.0]);
+        let row = LatencyRow::new("shm", "spinning", 64, 100, &busway, &raw);
+        assert_eq!(json_figure(&row, "p50_raw_over_busway"), 2.0);
+        // The first name keeps its first meaning, for the scripts that read it.
+        assert_eq!(json_figure(&row, "p50_ratio_to_raw"), 0.5);
+        let table = latency_table(&args, 64, &[row]);
+        assert_eq!(ratio::column(&table, "raw/busway"), [2.0], "{table}");
+    }
+
+    #[test]
+    fn the_help_says_how_ratios_read() {
+        let help = Bench::command().render_long_help().to_string();
+        assert!(help.contains(ratio::SCHEME), "{help}");
     }
 }

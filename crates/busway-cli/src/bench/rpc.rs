@@ -5,9 +5,11 @@
 //! and reading, an echoing thread).
 
 use super::calls::RPC_PAYLOAD_BYTES;
+use super::worker::Report;
 use super::{in_one_process, listen_addr, receiver_then_sender, relayed_pair};
-use super::{sysinfo, BenchArgs, Spec, WORKER_GRACE_SECS};
+use super::{ratio, sysinfo, BenchArgs, Spec, WORKER_GRACE_SECS};
 use serde::Serialize;
+use std::fmt::Write as _;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -27,6 +29,37 @@ struct RpcRow {
     /// The same round trips with no bus, as many in flight (see the module's note).
     raw_calls_per_sec: f64,
     raw_p50_us: f64,
+    /// `calls_per_sec / raw_calls_per_sec`: above 1 when busway makes the more calls (see
+    /// `ratio`).
+    busway_over_raw: f64,
+}
+
+impl RpcRow {
+    /// The row of `transport` at `concurrency` calls in flight over `io_threads` loops:
+    /// busway's calls beside the raw round trips.
+    fn new(
+        transport: &str,
+        concurrency: usize,
+        io_threads: usize,
+        busway: &Report,
+        raw: &Report,
+    ) -> Self {
+        let rate = |r: &Report| r.msgs as f64 / r.secs.max(1e-9);
+        RpcRow {
+            workload: "rpc",
+            transport: transport.to_owned(),
+            concurrency,
+            size: RPC_PAYLOAD_BYTES,
+            io_threads,
+            calls_per_sec: rate(busway),
+            p50_us: busway.rtt_us[0],
+            p99_us: busway.rtt_us[1],
+            p999_us: busway.rtt_us[2],
+            raw_calls_per_sec: rate(raw),
+            raw_p50_us: raw.rtt_us[0],
+            busway_over_raw: ratio::of_rates(rate(busway), rate(raw)),
+        }
+    }
 }
 
 /// Runs `--rpc`: one row per transport and concurrency.
@@ -69,19 +102,7 @@ pub(super) fn run(args: &BenchArgs, specs: &[Spec]) -> Result<ExitCode, String> 
             } else {
                 receiver_then_sender(args, &spec, true, &raw_addr, &extra, limit)?
             };
-            let row = RpcRow {
-                workload: "rpc",
-                transport: t.to_owned(),
-                concurrency: c,
-                size: RPC_PAYLOAD_BYTES,
-                io_threads: io,
-                calls_per_sec: bus.msgs as f64 / bus.secs.max(1e-9),
-                p50_us: bus.rtt_us[0],
-                p99_us: bus.rtt_us[1],
-                p999_us: bus.rtt_us[2],
-                raw_calls_per_sec: raw.msgs as f64 / raw.secs.max(1e-9),
-                raw_p50_us: raw.rtt_us[0],
-            };
+            let row = RpcRow::new(t, c, io, &bus, &raw);
             if args.json {
                 println!("{}", serde_json::to_string(&row).unwrap_or_default());
             } else {
@@ -111,18 +132,22 @@ pub(super) fn run(args: &BenchArgs, specs: &[Spec]) -> Result<ExitCode, String> 
             .collect(),
     })?;
     if !args.json {
-        print_table(&rows);
+        print!("{}", table(&rows));
     }
     Ok(ExitCode::SUCCESS)
 }
 
-fn print_table(rows: &[RpcRow]) {
-    println!(
-        "busway bench --rpc: {RPC_PAYLOAD_BYTES}-byte calls from concurrent async tasks, each answered with its payload; latency in microseconds; raw: the same round trips with as many in flight over a bare socket (relay4: the bare tcp4 socket between its two ends) or two bare rings (shm, mem)"
+/// The `--rpc` table, its header lines first.
+fn table(rows: &[RpcRow]) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "busway bench --rpc: {RPC_PAYLOAD_BYTES}-byte calls from concurrent async tasks, each answered with its payload; latency in microseconds; raw: the same round trips with as many in flight over a bare socket (relay4: the bare tcp4 socket between its two ends) or two bare rings (shm, mem); busway/raw: busway's calls/s over raw's, higher is better for busway"
     );
-    println!("machine: {}", sysinfo::machine());
-    println!(
-        "{:<7} {:>5} {:>7} {:>11} {:>9} {:>9} {:>9} {:>11} {:>9} {:>6}",
+    let _ = writeln!(s, "machine: {}", sysinfo::machine());
+    let _ = writeln!(
+        s,
+        "{:<7} {:>5} {:>7} {:>11} {:>9} {:>9} {:>9} {:>11} {:>9} {:>10}",
         "link",
         "loops",
         "calls",
@@ -132,11 +157,12 @@ fn print_table(rows: &[RpcRow]) {
         "p99.9",
         "raw calls/s",
         "raw p50",
-        "ratio"
+        "busway/raw"
     );
     for r in rows {
-        println!(
-            "{:<7} {:>5} {:>7} {:>11.0} {:>9.1} {:>9.1} {:>9.1} {:>11.0} {:>9.1} {:>6.2}",
+        let _ = writeln!(
+            s,
+            "{:<7} {:>5} {:>7} {:>11.0} {:>9.1} {:>9.1} {:>9.1} {:>11.0} {:>9.1} {:>10.2}",
             r.transport,
             r.io_threads,
             r.concurrency,
@@ -146,7 +172,24 @@ fn print_table(rows: &[RpcRow]) {
             r.p999_us,
             r.raw_calls_per_sec,
             r.raw_p50_us,
-            r.calls_per_sec / r.raw_calls_per_sec.max(1e-9)
+            r.busway_over_raw
         );
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::{json_figure, report};
+    use super::*;
+
+    #[test]
+    fn the_rpc_ratio_is_above_one_when_busway_makes_more_calls() {
+        let busway = report(300_000, 0, [50.0, 90.0, 120.0]);
+        let raw = report(100_000, 0, [20.0, 40.0, 60.0]);
+        let row = RpcRow::new("tcp4", 100, 1, &busway, &raw);
+        assert_eq!(json_figure(&row, "busway_over_raw"), 3.0);
+        let table = table(&[row]);
+        assert_eq!(ratio::column(&table, "busway/raw"), [3.0], "{table}");
     }
 }
