@@ -3098,3 +3098,6 @@ fn a_message_size_over_the_frame_limit_is_refused_before_it_is_made() {
         assert!(err.contains("frame limit"), "{err}");
     }
 }
+
+#[path = "cli/readme_commands.rs"]
+mod readme_commands;
