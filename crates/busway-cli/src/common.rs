@@ -460,7 +460,7 @@ pub(crate) fn describe(ev: &Event) -> String {
             path,
             incarnation,
         } => format!(
-            "{} messages to {peer} undeliverable (numbers {}..{} {path}{}): {reason}",
+            "{} messages to {peer} not confirmed, given up (numbers {}..{} {path}{}; some may have arrived): {reason}",
             seqs.end - seqs.start,
             seqs.start,
             seqs.end,

@@ -139,7 +139,7 @@ pub(crate) async fn run(args: SendArgs) -> Result<ExitCode, String> {
     result.map_err(|e| format!("after {sent} messages: {e}"))?;
     if undeliverable > 0 {
         return Err(format!(
-            "{undeliverable} of {sent} messages to {target} were not delivered"
+            "{undeliverable} of {sent} messages to {target} were not confirmed (given up: some may have arrived, see above)"
         ));
     }
     if unreachable > 0 {

@@ -1977,9 +1977,9 @@ fn send_names_what_was_undeliverable_and_fails() {
     assert!(!ok, "{err}");
     assert_eq!(code, Some(1));
     assert!(
-        err.contains("1 messages to 99 undeliverable")
+        err.contains("1 messages to 99 not confirmed, given up")
             && err.contains("no route to bus id 99 at relay 100")
-            && err.contains("1 of 1 messages to bus id 99 were not delivered"),
+            && err.contains("1 of 1 messages to bus id 99 were not confirmed"),
         "{err}"
     );
     r.0.kill().unwrap();

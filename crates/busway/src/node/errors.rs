@@ -37,7 +37,10 @@ impl fmt::Display for SendError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::NoRoute(id) => write!(f, "no route to bus id {id}: it was never connected"),
-            Self::PeerDown(id) => write!(f, "bus id {id} is down past its deadline"),
+            Self::PeerDown(id) => write!(
+                f,
+                "bus id {id} is gone (it shut down, or stayed down past its deadline)"
+            ),
             Self::Full(id) => write!(f, "the send queue to bus id {id} is full"),
             Self::InboxFull(id) => write!(
                 f,
