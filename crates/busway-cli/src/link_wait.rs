@@ -16,9 +16,12 @@ use tokio::time::Instant;
 pub(crate) const DIAL_FAILING_GIVE_UP_MS: u64 = 1_000;
 
 /// How long the peer may go on refusing this node's bus id as in use before a command gives
-/// up, in milliseconds: twice the default heartbeat limit, so that a holder that died (a
-/// restarted process whose old link the peer has not yet found dead) is gone by then.
-pub(crate) const ID_IN_USE_GIVE_UP_MS: u64 = 6_000;
+/// up, in milliseconds. A holder killed on this or another live host is found gone at once
+/// (its kernel closes its sockets; the peer reads their end), so a restarted process waits out
+/// only the moment the peer takes to read that. A holder that is alive, frozen or on a host
+/// that vanished keeps the id (up to the heartbeat limit, 3 s by default, for the last two):
+/// the command names it within 2 s, and says that a retry helps if the holder just died.
+pub(crate) const ID_IN_USE_GIVE_UP_MS: u64 = 1_500;
 
 /// What a peer's refusal of a bus id in use says (its CLOSE code, as the handshake's error
 /// names it).
@@ -78,7 +81,9 @@ impl LinkWait<'_> {
                             }
                             // Perhaps a holder that died and is not yet known dead there.
                             Event::Rejected { addr, reason } if reason.contains(ID_IN_USE_CLOSE) => {
-                                let why = format!("the handshake with {addr} failed: {reason}");
+                                let why = format!(
+                                    "the handshake with {addr} failed: {reason} (if the process that had this id just died, try again in a few seconds)"
+                                );
                                 let grace = Duration::from_millis(ID_IN_USE_GIVE_UP_MS);
                                 failing.get_or_insert((Instant::now(), why, grace));
                             }
