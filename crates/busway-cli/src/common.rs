@@ -373,15 +373,15 @@ fn needs_tls_flags(config: &NodeConfig) -> Result<(), String> {
 /// Whether other hosts can reach `addr` with no proof of who they are: a plain TCP address
 /// that is not loopback (an unspecified one, 0.0.0.0 or [::], included), or a host name that
 /// resolves to one. Unix and shm:// addresses are this host's only; a tls:// peer must present
-/// a certificate of the cluster. A name that does not resolve cannot be bound either: binding
-/// names that error.
+/// a certificate of the cluster.
 pub(crate) fn reachable_from_other_hosts(addr: &Addr) -> bool {
     use std::net::ToSocketAddrs;
     match addr {
         Addr::Tcp(sa) => !sa.ip().is_loopback(),
+        // A name that does not resolve counts as reachable: the check fails closed.
         Addr::TcpHost(hp) => (hp.host(), hp.port())
             .to_socket_addrs()
-            .is_ok_and(|mut all| all.any(|sa| !sa.ip().is_loopback())),
+            .map_or(true, |mut all| all.any(|sa| !sa.ip().is_loopback())),
         _ => false,
     }
 }

@@ -10,6 +10,7 @@ use std::str::FromStr;
 
 /// Where a node listens or dials.
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]
+#[non_exhaustive]
 pub enum Addr {
     /// A TCP address (`tcp://HOST:PORT`).
     Tcp(SocketAddr),

@@ -7,7 +7,7 @@
 //!   line after the first (the hub, which runs to the end) gets fresh ports of its own: it is
 //!   a variant of the hub's line, started, seen listening, stopped with SIGTERM (exit 0).
 //! * **Paths**: the lines run in a temporary directory; `/tmp/b.sock` and
-//!   `/etc/busway/secret` are files in it, the secret made first (32 random bytes); a file a
+//!   `/etc/busway/secret` are files in it, the secret made first (32 hex digits); a file a
 //!   line writes (`> busway.toml`) gets the hub's port replaced by a fresh one, as the line
 //!   after it would take the hub's port otherwise; `shm://lobby` gets the test's pid.
 //! * **Placeholders**: `[...]` (options shown as optional) is left out.
@@ -141,7 +141,7 @@ impl Readme {
 
     /// The words of a `busway` line made short where the README's are long (see the rules).
     fn shorten(words: &mut Vec<String>) {
-        for i in 0..words.len() {
+        for i in 0..words.len().saturating_sub(1) {
             if words[i] == "--count" && ["1000000", "100000"].contains(&words[i + 1].as_str()) {
                 words[i + 1] = "1000".into();
             }

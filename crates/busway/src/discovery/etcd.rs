@@ -88,8 +88,10 @@ pub(crate) async fn etcd_loop(shared: Arc<Shared>, config: EtcdConfig) {
         shared.config().id.0 ^ shared.incarnation(),
     );
     let mut stop = shared.app.stop_signal();
+    // The endpoint the last session used: the next starts there, then tries the others.
+    let mut member = 0;
     loop {
-        let session = etcd_session(&shared, &config, &mut backoff);
+        let session = etcd_session(&shared, &config, &mut backoff, &mut member);
         let ended = tokio::select! {
             r = session => r,
             _ = stop.wait_for(|&s| s) => return,
@@ -121,13 +123,26 @@ async fn etcd_session(
     shared: &Shared,
     config: &EtcdConfig,
     backoff: &mut Backoff,
+    member: &mut usize,
 ) -> Result<(), String> {
     let fail = |what: &str, e: String| format!("etcd {what}: {e}");
-    let etcd = Etcd::new(&config.endpoints)?;
-    let lease = etcd
-        .lease_grant(config.lease_ttl_secs)
-        .await
-        .map_err(|e| fail("lease grant", e))?;
+    let all = Etcd::new(&config.endpoints)?;
+    // One member for the whole session (see `Etcd::member`): the first that grants a lease.
+    let mut granted = Err(String::new());
+    for _ in 0..all.len() {
+        let etcd = all.member(*member);
+        match etcd.lease_grant(config.lease_ttl_secs).await {
+            Ok(lease) => {
+                granted = Ok((etcd, lease));
+                break;
+            }
+            Err(e) => {
+                granted = Err(fail("lease grant", e));
+                *member = (*member + 1) % all.len();
+            }
+        }
+    }
+    let (etcd, lease) = granted?;
     let prefix = config.nodes_prefix();
     let addrs = shared.advertised_addrs();
     let key = format!("{prefix}{}", shared.config().id.0);

@@ -1,5 +1,5 @@
 //! A small etcd v3 client over etcd's JSON gateway (`POST /v3/...` on the client URL, which
-//! every etcd since 3.3 serves): the six calls discovery makes (lease grant, keep-alive and
+//! every etcd since 3.4 serves): the six calls discovery makes (lease grant, keep-alive and
 //! revoke, put, range, watch), over hyper's HTTP/1 client. It needs nothing but Rust to
 //! build: the gRPC client it replaces generated its code with `protoc` at build time, so
 //! discovery was a build option the default binary lacked.
@@ -20,6 +20,9 @@ use std::time::Duration;
 
 /// Longest a connection to etcd, or one request, may take, in milliseconds.
 pub(crate) const ETCD_REQUEST_TIMEOUT_MS: u64 = 3_000;
+/// Longest a TCP connect to one etcd endpoint may take, in milliseconds: an endpoint whose
+/// host is gone (packets dropped) costs this, not the whole request timeout, before the next.
+const ETCD_CONNECT_TIMEOUT_MS: u64 = 1_000;
 /// Largest answer read from etcd (a range of the whole directory included), in bytes.
 const ETCD_ANSWER_BYTES_MAX: usize = 64 << 20;
 /// Largest message of a watch stream, in bytes (a batch of events).
@@ -51,6 +54,8 @@ pub(crate) struct Watch {
     body: Incoming,
     /// Bytes read and not yet a whole message.
     pending: Vec<u8>,
+    /// How far `pending` is known to hold no end of line (each byte is looked at once).
+    scanned: usize,
 }
 
 fn b64(bytes: &[u8]) -> String {
@@ -98,6 +103,20 @@ impl Etcd {
             })
             .collect::<Result<_, _>>()?;
         Ok(Self { endpoints })
+    }
+
+    /// How many endpoints it has.
+    pub(crate) fn len(&self) -> usize {
+        self.endpoints.len()
+    }
+
+    /// A client of endpoint `i` (modulo their number) alone: a session keeps every call on the
+    /// member its watch is on, so that a member cut off from the others fails its keep-alives
+    /// too, rather than watching nothing while another member renews the lease.
+    pub(crate) fn member(&self, i: usize) -> Etcd {
+        Etcd {
+            endpoints: vec![self.endpoints[i % self.endpoints.len()].clone()],
+        }
     }
 
     /// POSTs `body` to `path` at the first endpoint that answers; the answer's body.
@@ -184,6 +203,7 @@ impl Etcd {
                     return Ok(Watch {
                         body,
                         pending: Vec::new(),
+                        scanned: 0,
                     })
                 }
                 Ok(Err(e)) => last = format!("{at}: {e}"),
@@ -196,8 +216,10 @@ impl Etcd {
 
 /// One POST of JSON over a connection of its own; the answer's body if its status is 200.
 async fn post(at: &str, path: &str, body: &Value) -> Result<Incoming, String> {
-    let stream = tokio::net::TcpStream::connect(at)
+    let connect = Duration::from_millis(ETCD_CONNECT_TIMEOUT_MS);
+    let stream = tokio::time::timeout(connect, tokio::net::TcpStream::connect(at))
         .await
+        .map_err(|_| format!("connect: no answer within {ETCD_CONNECT_TIMEOUT_MS} ms"))?
         .map_err(|e| format!("connect: {e}"))?;
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
@@ -259,8 +281,11 @@ impl Watch {
     /// gives an empty batch); an error when the watch ends or is cancelled.
     pub(crate) async fn next(&mut self) -> Result<Vec<Change>, String> {
         loop {
-            if let Some(end) = self.pending.iter().position(|&b| b == b'\n') {
-                let line: Vec<u8> = self.pending.drain(..=end).collect();
+            let from = self.scanned;
+            self.scanned = self.pending.len();
+            if let Some(at) = self.pending[from..].iter().position(|&b| b == b'\n') {
+                let line: Vec<u8> = self.pending.drain(..=from + at).collect();
+                self.scanned = 0;
                 if line.iter().all(u8::is_ascii_whitespace) {
                     continue;
                 }

@@ -456,7 +456,6 @@ async fn pass_on(
         for (h, body) in forwards {
             bump(&shared.counters.relayed);
             let msgs = h.data_messages(&chunk[body.clone()]);
-            peer.traffic.relayed_from.fetch_add(msgs, Relaxed);
             // Shared with the read when it is a good part of it; a small body is copied, so that
             // a queue of relayed frames (bounded by their own bytes) does not hold whole reads.
             let body = if body.len() * FORWARD_SHARE_MIN_FRACTION >= chunk.len() {
@@ -464,7 +463,7 @@ async fn pass_on(
             } else {
                 bytes::Bytes::copy_from_slice(&chunk[body])
             };
-            route::forward(shared, peer.id, h, body, msgs).await;
+            route::forward(shared, peer, h, body, msgs).await;
         }
     };
     // Boxed: only a relay's reads have forwards, and the wait is large; an idle link's task

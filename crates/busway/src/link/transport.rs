@@ -10,6 +10,7 @@
 use crate::addr::Addr;
 use std::io;
 use std::path::Path;
+use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 
 /// A connected socket not yet registered with any event loop.
@@ -179,6 +180,39 @@ fn named(addr: &Addr, e: io::Error) -> io::Error {
     io::Error::new(e.kind(), format!("resolving {addr}: {e}"))
 }
 
+/// Longest a connect to one of the addresses a host name resolved to may take, in
+/// milliseconds: an address that drops packets (an AAAA record without an IPv6 route, a dead
+/// A record) costs this, not the kernel's SYN timeout of minutes, before the next is tried.
+const HOST_ADDRESS_CONNECT_TIMEOUT_MS: u64 = 3_000;
+
+/// Resolves `hp` now and connects to the first of its addresses that answers, trying each in
+/// turn; the error is the last address's.
+async fn connect_host(addr: &Addr, hp: &crate::addr::HostPort) -> io::Result<TcpStream> {
+    let resolved = tokio::net::lookup_host((hp.host(), hp.port()))
+        .await
+        .map_err(|e| named(addr, e))?;
+    let mut last = io::Error::new(
+        io::ErrorKind::NotFound,
+        format!("resolving {addr}: no address"),
+    );
+    let wait = Duration::from_millis(HOST_ADDRESS_CONNECT_TIMEOUT_MS);
+    for sa in resolved {
+        match tokio::time::timeout(wait, TcpStream::connect(sa)).await {
+            Ok(Ok(s)) => return Ok(s),
+            Ok(Err(e)) => last = e,
+            Err(_) => {
+                last = io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!(
+                        "{sa} (of {addr}): no answer within {HOST_ADDRESS_CONNECT_TIMEOUT_MS} ms"
+                    ),
+                );
+            }
+        }
+    }
+    Err(last)
+}
+
 /// Connects to `addr` (from within the loop that will own the stream).
 pub(crate) async fn dial(addr: &Addr) -> io::Result<Stream> {
     match addr {
@@ -195,16 +229,12 @@ pub(crate) async fn dial(addr: &Addr) -> io::Result<Stream> {
         // A name is resolved at each dial (a host that moved is found again) and every address
         // it resolves to is tried in turn; the error is the last address's.
         Addr::TcpHost(hp) => {
-            let s = TcpStream::connect((hp.host(), hp.port()))
-                .await
-                .map_err(|e| named(addr, e))?;
+            let s = connect_host(addr, hp).await?;
             s.set_nodelay(true)?;
             Ok(Stream::Tcp(s))
         }
         Addr::TlsHost(hp) => {
-            let s = TcpStream::connect((hp.host(), hp.port()))
-                .await
-                .map_err(|e| named(addr, e))?;
+            let s = connect_host(addr, hp).await?;
             s.set_nodelay(true)?;
             Ok(Stream::TlsDialed(s))
         }

@@ -40,9 +40,10 @@ pub struct PeerInfo {
     pub reconnects: u64,
     /// What this node passed on as a relay from it and to it.
     pub relayed: Relaying,
-    /// What carries the link: `tcp`, `tcp6`, `tls`, `unix` (its socket), `shm` (moved to a
-    /// shared-memory ring: the peer is on this host) or `mem` (an in-process ring); the last
-    /// link's when it is down.
+    /// What carries the messages of the two nodes themselves on the link: `tcp`, `tcp6`,
+    /// `tls`, `unix` (its socket), `shm` (moved to a shared-memory ring: the peer is on this
+    /// host) or `mem` (an in-process ring); the last link's when it is down. Relayed frames
+    /// and control frames always go over the socket.
     pub transport: &'static str,
 }
 

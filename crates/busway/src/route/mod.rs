@@ -261,11 +261,12 @@ fn send_fail(shared: &Shared, to: BusId, seq: u64, reason: FailReason, about: Bu
 /// copied nor hashed again), or report why not to its source.
 pub(crate) async fn forward(
     shared: &Shared,
-    from: BusId,
+    from_peer: &Peer,
     mut header: RoutedHeader,
     body: Bytes,
     msgs: u64,
 ) {
+    let from = from_peer.id;
     let me = shared.config().id;
     let peers = shared.peers_snapshot();
     let neighbors: Vec<Neighbor> = peers.iter().map(|p| p.neighbor()).collect();
@@ -333,6 +334,8 @@ pub(crate) async fn forward(
         });
         return;
     }
+    // Counted once passed on: a frame refused above (no route, TTL, full queue) is not.
+    from_peer.traffic.relayed_from.fetch_add(msgs, Relaxed);
     hop.traffic.relayed_to.fetch_add(msgs, Relaxed);
     shared.counters.relayed_msgs.fetch_add(msgs, Relaxed);
 }
