@@ -4,6 +4,7 @@ use crate::common::{self, NodeArgs};
 use crate::say;
 use crate::verify::Verifier;
 use clap::Args;
+use std::io::Write;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -61,6 +62,9 @@ pub(crate) async fn run(args: ListenArgs) -> Result<ExitCode, String> {
     let idle = args.idle_timeout.map(Duration::from_secs_f64);
     let mut timed_out = false;
     let mut cut_off = false;
+    // Whoever read the output went away (a closed pipe): stop as at a signal, rather than
+    // die on the next line with requests in hand.
+    let mut output_closed = false;
     let mut pause = args.pause_after.zip(args.pause_ms);
     // Made once: a signal between two reads is not missed.
     tokio::pin!(stop);
@@ -132,9 +136,14 @@ pub(crate) async fn run(args: ListenArgs) -> Result<ExitCode, String> {
                 verifier.record(payload);
             } else {
                 verifier.count_unchecked();
-                match std::str::from_utf8(payload) {
-                    Ok(text) => println!("{}{what}: {}", batch.src(), text),
-                    Err(_) => println!("{}{what}: <{} bytes>", batch.src(), payload.len()),
+                let mut out = std::io::stdout().lock();
+                let printed = match std::str::from_utf8(payload) {
+                    Ok(text) => writeln!(out, "{}{what}: {}", batch.src(), text),
+                    Err(_) => writeln!(out, "{}{what}: <{} bytes>", batch.src(), payload.len()),
+                };
+                if printed.is_err() {
+                    output_closed = true;
+                    break 'outer;
                 }
             }
             if args.count.is_some_and(|n| verifier.received() >= n) {
@@ -149,6 +158,9 @@ pub(crate) async fn run(args: ListenArgs) -> Result<ExitCode, String> {
         say::info(format_args!(
             "busway listen: {shm} link(s) moved their data to shared memory"
         ));
+    }
+    if output_closed {
+        say::warn("busway listen: its output was closed; stopped");
     }
     if timed_out {
         say::info(format_args!(

@@ -221,6 +221,32 @@ fn text_is_printed_with_its_source() {
     assert_eq!(stdout.trim(), "3: hello bus");
 }
 
+/// A `listen` whose reader went away (its stdout pipe closed) stops cleanly at the next line it
+/// cannot print, saying so, instead of dying with requests in hand.
+#[test]
+fn a_listener_whose_output_closes_stops_cleanly() {
+    let (mut l, addr, out) = listener(&["listen", "--id", "7", "--listen", "tcp://127.0.0.1:0"]);
+    let err = lines_of(l.0.stderr.take().unwrap());
+    drop(out);
+    let (ok, _, _, sent) = finish(
+        spawn(&[
+            "send",
+            "--id",
+            "3",
+            "--connect",
+            &addr,
+            "--to",
+            "7",
+            "hello",
+        ]),
+        None,
+    );
+    assert!(ok, "{sent}");
+    wait_lines(&err, 1, |e| e.contains("its output was closed"), "the stop");
+    let status = exited(&mut l, "listen");
+    assert!(status.success(), "{status:?}");
+}
+
 /// The README's line: `send --multicast 5,9 "to these two"` sends the text to both (the list
 /// took the text as a third id before, and the send failed).
 #[test]
