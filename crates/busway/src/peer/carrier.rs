@@ -5,8 +5,10 @@ use super::Peer;
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::Relaxed;
 
-/// Messages counted per peer, ever.
+/// Messages counted per peer, ever. On a cache line of its own: the link's reader bumps these
+/// at every read, and the peer's other fields are written by senders and the writer.
 #[derive(Default)]
+#[repr(align(64))]
 pub(crate) struct Traffic {
     /// Messages and payload bytes received from it for this node (not passed on).
     pub(crate) msgs_in: AtomicU64,
