@@ -193,18 +193,7 @@ fn peers(e: &mut Exposition, status: &Value) {
             "Times a link to the peer came back after the first.",
         ),
     ];
-    let list: Vec<&Value> = status["peers"].as_array().into_iter().flatten().collect();
-    for (name, kind, key, help) in FAMILIES {
-        e.family(name, kind, help);
-        for p in &list {
-            let peer = id_of(&p["id"]).unwrap_or(0).to_string();
-            let v = match &p[key] {
-                Value::Bool(b) => f64::from(u8::from(*b)),
-                v => v.as_f64().unwrap_or(0.0),
-            };
-            e.sample(name, &[("peer", &peer)], v);
-        }
-    }
+    per_entry(e, &status["peers"], "peer", &FAMILIES);
 }
 
 /// Per-destination families of what this node sends through relays, labelled `destination`.
@@ -223,16 +212,27 @@ fn relayed(e: &mut Exposition, status: &Value) {
             "Messages this node sent to the destination through relays.",
         ),
     ];
-    let list: Vec<&Value> = status["relayed"].as_array().into_iter().flatten().collect();
-    for (name, kind, key, help) in FAMILIES {
+    per_entry(e, &status["relayed"], "destination", &FAMILIES);
+}
+
+/// Each family of `families` (name, kind, key, help), with a sample per entry of the list
+/// `entries` (the entry's `key`, a true as 1), labelled `label` with the entry's bus id.
+fn per_entry(
+    e: &mut Exposition,
+    entries: &Value,
+    label: &str,
+    families: &[(&str, Kind, &str, &str)],
+) {
+    let list: Vec<&Value> = entries.as_array().into_iter().flatten().collect();
+    for &(name, kind, key, help) in families {
         e.family(name, kind, help);
-        for r in &list {
-            let dst = id_of(&r["id"]).unwrap_or(0).to_string();
-            e.sample(
-                name,
-                &[("destination", &dst)],
-                r[key].as_f64().unwrap_or(0.0),
-            );
+        for entry in &list {
+            let id = id_of(&entry["id"]).unwrap_or(0).to_string();
+            let v = match &entry[key] {
+                Value::Bool(b) => f64::from(u8::from(*b)),
+                v => v.as_f64().unwrap_or(0.0),
+            };
+            e.sample(name, &[(label, &id)], v);
         }
     }
 }
