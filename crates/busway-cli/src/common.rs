@@ -466,7 +466,7 @@ pub(crate) fn describe(ev: &Event) -> String {
             seqs.end,
             incarnation.map_or(String::new(), |i| format!(", incarnation {i:#x}"))
         ),
-        Event::Rejected { addr, reason } => format!("rejected {addr}: {reason}"),
+        Event::Rejected { addr, reason, .. } => format!("rejected {addr}: {reason}"),
         Event::DialFailed { addr, reason } => format!("dial {addr} failed: {reason} (retrying)"),
         Event::GroupGap {
             group,

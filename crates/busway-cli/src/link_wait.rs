@@ -5,7 +5,7 @@
 //! several, a failure at one says nothing of the link that matters, which may come up at
 //! another, so the wait runs its course.
 
-use busway::{BusId, Event, Events};
+use busway::{BusId, Event, Events, Rejection};
 use std::future::Future;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -22,10 +22,6 @@ pub(crate) const DIAL_FAILING_GIVE_UP_MS: u64 = 1_000;
 /// that vanished keeps the id (up to the heartbeat limit, 3 s by default, for the last two):
 /// the command names it within 2 s, and says that a retry helps if the holder just died.
 pub(crate) const ID_IN_USE_GIVE_UP_MS: u64 = 1_500;
-
-/// What a peer's refusal of a bus id in use says (its CLOSE code, as the handshake's error
-/// names it).
-pub(crate) const ID_IN_USE_CLOSE: &str = ": Duplicate: ";
 
 /// What a command waits for, and on which addresses it dials.
 pub(crate) struct LinkWait<'a> {
@@ -80,7 +76,7 @@ impl LinkWait<'_> {
                                 failing.get_or_insert((Instant::now(), why, dial_grace()));
                             }
                             // Perhaps a holder that died and is not yet known dead there.
-                            Event::Rejected { addr, reason } if reason.contains(ID_IN_USE_CLOSE) => {
+                            Event::Rejected { addr, reason, kind: Rejection::IdInUse, .. } => {
                                 let why = format!(
                                     "the handshake with {addr} failed: {reason} (if the process that had this id just died, try again in a few seconds)"
                                 );
@@ -107,8 +103,8 @@ impl LinkWait<'_> {
     /// Why `ev` means the link cannot come up by waiting, if it does.
     fn hopeless(&self, ev: &Event) -> Option<String> {
         match ev {
-            Event::Rejected { addr, reason }
-                if self.dialed == [addr.as_str()] && !reason.contains(ID_IN_USE_CLOSE) =>
+            Event::Rejected { addr, reason, kind, .. }
+                if self.dialed == [addr.as_str()] && *kind != Rejection::IdInUse =>
             {
                 Some(format!("the handshake with {addr} failed: {reason}"))
             }

@@ -241,11 +241,12 @@ impl Refusals {
     /// Why the node should stop, if `ev` ends a run of refusals of its id past the patience.
     fn hopeless(&mut self, ev: &busway::Event) -> Option<String> {
         let (addr, why) = match ev {
-            busway::Event::Rejected { addr, reason }
-                if self.dialed.contains(addr) && reason.contains(link_wait::ID_IN_USE_CLOSE) =>
-            {
-                (addr, reason)
-            }
+            busway::Event::Rejected {
+                addr,
+                reason,
+                kind: busway::Rejection::IdInUse,
+                ..
+            } if self.dialed.contains(addr) => (addr, reason),
             busway::Event::PeerUp { .. } | busway::Event::Rejected { .. } => {
                 self.run = None;
                 return None;

@@ -1,28 +1,19 @@
 //! `busway cert` end to end (issue #28, point 9): certificates it makes carry messages with the
 //! README's flags as written, and certificate mistakes are named with what to do.
 
-use std::io::{BufRead, BufReader, Read};
+use std::io::BufReader;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
 use std::time::Duration;
 
-const BIN: &str = env!("CARGO_BIN_EXE_busway");
+/// The process tests' shared helpers.
+mod procs;
+use procs::{free_port, Proc};
+
 /// Longest a whole command may run in these tests.
 const LIMIT: Duration = Duration::from_secs(60);
 /// What `busway cert` gives a key file: its owner's only.
 const KEY_MODE: u32 = 0o600;
-
-/// A child process killed when the test ends, pass or fail.
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// A directory of its own for a test, removed when the test ends.
 struct TempDir(PathBuf);
@@ -48,59 +39,18 @@ impl Drop for TempDir {
 
 /// `busway ARGS` started in `dir`.
 fn spawn_in(dir: &Path, args: &[&str]) -> Proc {
-    Proc(
-        Command::new(BIN)
-            .args(args)
-            .current_dir(dir)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("busway starts"),
-    )
+    procs::spawn_in(Some(dir), args)
 }
 
 /// Starts `busway listen ...` in `dir` and returns it with the address it printed.
 fn listener(dir: &Path, args: &[&str]) -> (Proc, String, BufReader<std::process::ChildStdout>) {
-    let mut p = spawn_in(dir, args);
-    let mut out = BufReader::new(p.0.stdout.take().unwrap());
-    let mut line = String::new();
-    out.read_line(&mut line).unwrap();
-    let addr = line
-        .trim()
-        .strip_prefix("listening on ")
-        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
-        .to_owned();
-    (p, addr, out)
+    procs::listener_in(Some(dir), args)
 }
 
 /// Waits for the process within `LIMIT`; returns (exit success, stdout, stderr).
-fn finish(
-    mut p: Proc,
-    out: Option<BufReader<std::process::ChildStdout>>,
-) -> (bool, String, String) {
-    let (tx, rx) = mpsc::channel();
-    let mut stdout = out
-        .map(|o| Box::new(o) as Box<dyn Read + Send>)
-        .unwrap_or_else(|| Box::new(p.0.stdout.take().unwrap()));
-    let mut stderr = p.0.stderr.take().unwrap();
-    std::thread::spawn(move || {
-        let mut o = String::new();
-        let mut e = String::new();
-        let _ = stdout.read_to_string(&mut o);
-        let _ = stderr.read_to_string(&mut e);
-        let _ = tx.send((o, e));
-    });
-    let (o, e) = match rx.recv_timeout(LIMIT) {
-        Ok(out) => out,
-        Err(_) => {
-            // Stopped, so that what it said shows why it did not finish.
-            let _ = p.0.kill();
-            let (o, e) = rx.recv_timeout(Duration::from_secs(10)).unwrap_or_default();
-            panic!("command did not finish within {LIMIT:?}; stdout: {o}\nstderr: {e}");
-        }
-    };
-    let status = p.0.wait().unwrap();
-    (status.success(), o, e)
+fn finish(p: Proc, out: Option<BufReader<std::process::ChildStdout>>) -> (bool, String, String) {
+    let (ok, _, o, e) = procs::finish_within(p, out, None, LIMIT);
+    (ok, o, e)
 }
 
 /// `busway ARGS` run in `dir` to its end: (success, stdout, stderr).
@@ -120,15 +70,6 @@ fn fails_in(dir: &Path, args: &[&str]) -> String {
     let (ok, out, err) = run_in(dir, args);
     assert!(!ok, "busway {args:?} succeeded: {out}{err}");
     err
-}
-
-/// A port free right now on 127.0.0.1.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 fn mode(path: &Path) -> u32 {

@@ -1,11 +1,13 @@
 //! The `busway` binary end to end: real processes on loopback.
 
 use std::io::{BufRead, BufReader, Read};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-const BIN: &str = env!("CARGO_BIN_EXE_busway");
+/// The process tests' shared helpers.
+mod procs;
+use procs::{free_port, Proc, BIN};
 
 /// The runtime crate's test helpers: a real handshake by hand, for a peer that lies.
 #[path = "../../busway/tests/common.rs"]
@@ -13,39 +15,13 @@ mod node_helpers;
 /// Longest a whole command may run in these tests.
 const LIMIT: Duration = Duration::from_secs(120);
 
-/// A child process killed when the test ends, pass or fail.
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 fn spawn(args: &[&str]) -> Proc {
-    Proc(
-        Command::new(BIN)
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("busway starts"),
-    )
+    procs::spawn_in(None, args)
 }
 
 /// Starts `busway listen ...` and returns it with the address it printed.
 fn listener(args: &[&str]) -> (Proc, String, BufReader<std::process::ChildStdout>) {
-    let mut p = spawn(args);
-    let mut out = BufReader::new(p.0.stdout.take().unwrap());
-    let mut line = String::new();
-    out.read_line(&mut line).unwrap();
-    let addr = line
-        .trim()
-        .strip_prefix("listening on ")
-        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
-        .to_owned();
-    (p, addr, out)
+    procs::listener_in(None, args)
 }
 
 /// Waits for the process within `LIMIT`; returns (exit success, exit code, stdout rest, stderr).
@@ -58,35 +34,11 @@ fn finish(
 
 /// Like `finish`, with the rest of a stderr the test already read from.
 fn finish_with(
-    mut p: Proc,
+    p: Proc,
     out: Option<BufReader<std::process::ChildStdout>>,
     err: Option<BufReader<std::process::ChildStderr>>,
 ) -> (bool, Option<i32>, String, String) {
-    let (tx, rx) = mpsc::channel();
-    let mut stdout = out
-        .map(|o| Box::new(o) as Box<dyn Read + Send>)
-        .unwrap_or_else(|| Box::new(p.0.stdout.take().unwrap()));
-    let mut stderr = err
-        .map(|e| Box::new(e) as Box<dyn Read + Send>)
-        .unwrap_or_else(|| Box::new(p.0.stderr.take().unwrap()));
-    std::thread::spawn(move || {
-        let mut o = String::new();
-        let mut e = String::new();
-        let _ = stdout.read_to_string(&mut o);
-        let _ = stderr.read_to_string(&mut e);
-        let _ = tx.send((o, e));
-    });
-    let (o, e) = match rx.recv_timeout(LIMIT) {
-        Ok(out) => out,
-        Err(_) => {
-            // Stopped, so that what it said shows why it did not finish.
-            let _ = p.0.kill();
-            let (o, e) = rx.recv_timeout(Duration::from_secs(10)).unwrap_or_default();
-            panic!("command did not finish within {LIMIT:?}; stdout: {o}\nstderr: {e}");
-        }
-    };
-    let status = p.0.wait().unwrap();
-    (status.success(), status.code(), o, e)
+    procs::finish_within(p, out, err, LIMIT)
 }
 
 /// Waits for `p` to exit, within `LIMIT`: a process that ignores its stop signal fails the test
@@ -816,15 +768,6 @@ fn bench_json_rows_carry_the_documented_keys() {
         assert!(row["msgs_per_sec"].as_f64().unwrap() > 0.0);
         assert!(row["raw_msgs_per_sec"].as_f64().unwrap() > 0.0);
     }
-}
-
-/// A port free right now on 127.0.0.1.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// A relay node at `addr`, once it listens.

@@ -125,8 +125,9 @@ pub enum HandshakeError {
     ReplayCacheFull,
     /// The peer's AUTH proof is missing or does not match the shared secret.
     BadProof,
-    /// The peer sent CLOSE during the handshake; the text is its code and reason.
-    ClosedByPeer(String),
+    /// The peer sent CLOSE during the handshake: its code (what a program can act on) and
+    /// reason.
+    ClosedByPeer(crate::control::Close),
 }
 
 impl fmt::Display for HandshakeError {
@@ -655,7 +656,7 @@ impl Handshake {
     ) -> Result<Step, HandshakeError> {
         match (&self.state, frame.kind) {
             (_, FrameKind::Close) => Err(HandshakeError::ClosedByPeer(
-                crate::control::Close::decode(&frame.body).to_string(),
+                crate::control::Close::decode(&frame.body),
             )),
             (State::AwaitHello, FrameKind::Hello) => {
                 let peer = Hello::decode(&frame.body)?;
@@ -814,7 +815,10 @@ mod tests {
             (ra, rb) => {
                 let err = |r: Result<Step, HandshakeError>| match r {
                     Err(e) => e,
-                    Ok(_) => HandshakeError::ClosedByPeer("the other side failed".into()),
+                    Ok(_) => HandshakeError::ClosedByPeer(crate::control::Close {
+                        code: crate::control::CloseCode::Other,
+                        reason: "the other side failed".into(),
+                    }),
                 };
                 return (Err(err(ra)), Err(err(rb)));
             }

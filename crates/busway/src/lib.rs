@@ -118,7 +118,7 @@ pub use group::multicast::MulticastError;
 pub use link::tls::TlsConfig;
 pub use node::config::{IoThreads, NodeConfig};
 pub use node::config_error::ConfigError;
-pub use node::event::{DownReason, Event, Path};
+pub use node::event::{DownReason, Event, Path, Rejection};
 pub use node::inbox::Inbox;
 pub use node::message::{Message, MessageBatch};
 pub use node::stats::Stats;

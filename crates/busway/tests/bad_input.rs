@@ -3,7 +3,7 @@
 
 mod common;
 
-use busway::{BusId, DownReason, Event, Node, Stats};
+use busway::{BusId, DownReason, Event, Node, Rejection, Stats};
 use busway_core::control::CloseCode;
 use busway_core::frame::{
     encode_header, frame_bytes, FrameKind, HANDSHAKE_BODY_LEN_MAX, HEADER_LEN,
@@ -68,8 +68,13 @@ impl Fixture {
     }
 
     async fn rejected(&mut self) -> String {
+        self.rejected_as().await.1
+    }
+
+    /// The next refusal: its kind and text.
+    async fn rejected_as(&mut self) -> (Rejection, String) {
         wait_event(&mut self.events, |e| match e {
-            Event::Rejected { reason, .. } => Some(reason.clone()),
+            Event::Rejected { reason, kind, .. } => Some((*kind, reason.clone())),
             _ => None,
         })
         .await
@@ -128,8 +133,9 @@ async fn garbage_instead_of_a_handshake() {
         .await
         .unwrap();
     assert_eq!(closed_by_node(&mut s).await, Some(CloseCode::ProtocolError));
-    let reason = fx.rejected().await;
+    let (kind, reason) = fx.rejected_as().await;
     assert!(reason.contains("unknown frame kind"), "{reason}");
+    assert_eq!(kind, Rejection::Other);
     assert!(fx.stats().handshake_failures >= 1);
     fx.still_works().await;
 }
@@ -145,8 +151,9 @@ async fn a_hello_without_the_secret() {
     );
     s.write_all(&hs.hello_frame()).await.unwrap();
     closed_by_node(&mut s).await;
-    let reason = fx.rejected().await;
+    let (kind, reason) = fx.rejected_as().await;
     assert!(reason.contains("requires a shared secret"), "{reason}");
+    assert_eq!(kind, Rejection::Authentication);
     fx.still_works().await;
 }
 
@@ -177,8 +184,9 @@ async fn a_forged_proof() {
     };
     s.write_all(&auth).await.unwrap();
     closed_by_node(&mut s).await;
-    let reason = fx.rejected().await;
+    let (kind, reason) = fx.rejected_as().await;
     assert!(reason.contains("authentication failed"), "{reason}");
+    assert_eq!(kind, Rejection::Authentication);
     assert!(fx.stats().auth_failures >= 1);
     fx.still_works().await;
 }

@@ -6,7 +6,7 @@ mod common;
 use busway::limits::{
     DEFAULT_HEARTBEAT_INTERVAL_MS, DEFAULT_PEER_DEAD_AFTER_MS, HEARTBEAT_MISSES_MAX,
 };
-use busway::{BusId, Event, IoThreads};
+use busway::{BusId, Event, IoThreads, Rejection};
 use bytes::Bytes;
 use common::*;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
@@ -328,8 +328,9 @@ async fn a_second_node_with_an_id_in_use_is_refused_with_backoff() {
     let mut refusals = 0;
     while let Ok(Some(ev)) = tokio::time::timeout_at(window, events.recv()).await {
         match ev {
-            Event::Rejected { reason, .. } => {
+            Event::Rejected { reason, kind, .. } => {
                 assert!(reason.contains("already connected"), "{reason}");
+                assert_eq!(kind, Rejection::IdInUse, "{reason}");
                 refusals += 1;
             }
             Event::PeerUp { .. } | Event::PeerDown { .. } => panic!("{ev:?}: never up"),

@@ -3,7 +3,7 @@
 
 mod common;
 
-use busway::{BusId, Event, Node, TlsConfig};
+use busway::{BusId, Event, Node, Rejection, TlsConfig};
 use busway_core::handshake::{local_hello, Handshake, Hello, NonceCache, Role, Step};
 use bytes::BytesMut;
 use common::*;
@@ -150,8 +150,15 @@ fn tls_addr(node: &Node) -> std::net::SocketAddr {
 }
 
 async fn rejected(events: &mut busway::Events, needle: &str) -> String {
+    rejected_as(events, needle).await.1
+}
+
+/// The next refusal whose text holds `needle`: its kind and text.
+async fn rejected_as(events: &mut busway::Events, needle: &str) -> (Rejection, String) {
     wait_event(events, |e| match e {
-        Event::Rejected { reason, .. } if reason.contains(needle) => Some(reason.clone()),
+        Event::Rejected { reason, kind, .. } if reason.contains(needle) => {
+            Some((*kind, reason.clone()))
+        }
         _ => None,
     })
     .await
@@ -197,13 +204,14 @@ async fn strangers_and_plain_tcp_are_refused_and_the_node_keeps_serving() {
     let stranger =
         TlsConfig::from_pem(cert.as_bytes(), key.as_bytes(), other.cert.pem().as_bytes()).unwrap();
     let s = start(tls_node(2, stranger).connect(addr.clone())).await;
-    let why = rejected(&mut events, "TLS handshake failed").await;
-    assert!(!why.is_empty());
+    let (kind, why) = rejected_as(&mut events, "TLS handshake failed").await;
+    assert_eq!(kind, Rejection::Tls, "{why}");
     s.shutdown().await;
     // A busway peer that speaks no TLS.
     let mut plain = tokio::net::TcpStream::connect(tls_addr(&a)).await.unwrap();
     let _ = plain.write_all(b"not a TLS client hello").await;
-    rejected(&mut events, "TLS handshake failed").await;
+    let (kind, why) = rejected_as(&mut events, "TLS handshake failed").await;
+    assert_eq!(kind, Rejection::Tls, "{why}");
     // A connection that says nothing is let go at the handshake's deadline.
     let _silent = tokio::net::TcpStream::connect(tls_addr(&a)).await.unwrap();
     rejected(&mut events, "TLS handshake took more than 300 ms").await;

@@ -1,7 +1,7 @@
 //! A link's handshake, before it is up: the machine's frames written straight to the socket,
 //! the peer's read until it is authenticated or refused, and a refused connection told why.
 
-use crate::node::event::Event;
+use crate::node::event::{Event, Rejection};
 use crate::node::stats::bump;
 use crate::peer::lifecycle;
 use crate::shared::Shared;
@@ -23,7 +23,7 @@ pub(super) async fn reject<W: AsyncWrite + Unpin>(
     w: &mut W,
     machine: &mut Link,
     remote: &str,
-    reason: &str,
+    (kind, reason): (Rejection, &str),
 ) {
     bump(&shared.counters.handshake_failures);
     shared.warn_repeated("handshake failed", remote, reason);
@@ -35,7 +35,25 @@ pub(super) async fn reject<W: AsyncWrite + Unpin>(
     shared.emit(Event::Rejected {
         addr: remote.to_owned(),
         reason: reason.to_owned(),
+        kind,
     });
+}
+
+/// The kind of a handshake that failed, read from the error (and the peer's CLOSE code).
+fn rejection(e: &LinkError) -> Rejection {
+    match e {
+        LinkError::Handshake(
+            HandshakeError::BadProof
+            | HandshakeError::PeerRequiresSecret
+            | HandshakeError::PeerHasNoSecret,
+        ) => Rejection::Authentication,
+        LinkError::Handshake(HandshakeError::ClosedByPeer(close)) => match close.code {
+            CloseCode::Duplicate => Rejection::IdInUse,
+            CloseCode::AuthFailed => Rejection::Authentication,
+            _ => Rejection::Other,
+        },
+        _ => Rejection::Other,
+    }
 }
 
 /// Writes what the machine has to send, straight to the socket (before the link is up).
@@ -57,12 +75,15 @@ pub(super) async fn handshake<R, W>(
     w: &mut W,
     machine: &mut Link,
     buf: &mut BytesMut,
-) -> Result<Established, String>
+) -> Result<Established, (Rejection, String)>
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
     let mut spans = Spans::new();
+    // A TLS alert read during the busway handshake (TLS 1.3 ends the dialer's handshake before
+    // the listener checked its certificate) makes the refusal TLS's.
+    let mut tls_failed = false;
     loop {
         // Bounded by the handshake's deadline too: a peer that reads nothing cannot hold it.
         let deadline = shared.instant_at(machine.poll_timeout().unwrap_or_default());
@@ -79,7 +100,7 @@ where
                 LinkEvent::PeerHello(hello) => {
                     if let Some((told, here)) = lifecycle::id_in_use(shared, &hello) {
                         machine.reject(CloseCode::Duplicate, &told);
-                        return Err(here);
+                        return Err((Rejection::IdInUse, here));
                     }
                     let (next_send, next_expected) = lifecycle::resume_point(shared, &hello);
                     machine.send_auth(next_send, next_expected);
@@ -90,7 +111,12 @@ where
                     if matches!(e, LinkError::Handshake(HandshakeError::BadProof)) {
                         bump(&shared.counters.auth_failures);
                     }
-                    return Err(e.to_string());
+                    let kind = if tls_failed {
+                        Rejection::Tls
+                    } else {
+                        rejection(&e)
+                    };
+                    return Err((kind, e.to_string()));
                 }
                 // Nothing else comes before the peer is authenticated.
                 _ => {}
@@ -111,6 +137,7 @@ where
             Ok(Err(e)) => {
                 // On TLS, the peer's alert refusing this node's certificate may come here:
                 // TLS 1.3 ends the dialer's handshake before the listener checked it.
+                tls_failed |= crate::link::tls::why::is_tls(&e);
                 let e = crate::link::tls::why::io(&e);
                 machine.fail(LinkError::Refused(format!("reading the handshake: {e}")));
             }

@@ -50,7 +50,7 @@ use crate::limits::{HEARTBEAT_MISSES_MAX, READ_CHUNK_FIRST_BYTES};
 use crate::link::admission::Handshaking;
 use crate::link::dial::{Dial, Outcome};
 use crate::link::transport::{StdStream, Stream};
-use crate::node::event::{DownReason, Event};
+use crate::node::event::{DownReason, Event, Rejection};
 use crate::node::stats::bump;
 use crate::peer::lifecycle;
 use crate::peer::shm_link::ShmLink;
@@ -170,6 +170,7 @@ fn tls_failed(shared: &Shared, remote: &str, why: &str) -> Outcome {
     shared.emit(Event::Rejected {
         addr: remote.to_owned(),
         reason: why.to_owned(),
+        kind: Rejection::Tls,
     });
     Outcome::NeverUp
 }
@@ -192,6 +193,7 @@ async fn refuse(shared: &Shared, stream: Stream, remote: &str, why: &str) {
     shared.emit(Event::Rejected {
         addr: remote.to_owned(),
         reason: why.to_owned(),
+        kind: Rejection::Other,
     });
 }
 
@@ -375,8 +377,8 @@ where
 {
     let established = match handshake::handshake(shared, r, w, m, buf).await {
         Ok(e) => e,
-        Err(reason) => {
-            reject(shared, w, m, &remote, &reason).await;
+        Err((kind, reason)) => {
+            reject(shared, w, m, &remote, (kind, &reason)).await;
             return None;
         }
     };
@@ -388,7 +390,7 @@ where
         Ok(p) => p,
         Err(reason) => {
             m.reject(CloseCode::Duplicate, &reason);
-            reject(shared, w, m, &remote, &reason).await;
+            reject(shared, w, m, &remote, (Rejection::IdInUse, &reason)).await;
             return None;
         }
     };

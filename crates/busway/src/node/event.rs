@@ -26,6 +26,22 @@ pub enum DownReason {
     Timeout(String),
 }
 
+/// What kind of refusal an [`Event::Rejected`] reports: what a program can act on without
+/// reading the text (the text says more).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Rejection {
+    /// The bus id is connected already from another process: refused here, or the peer
+    /// refused this node's id. Waiting helps only if the other process is going away.
+    IdInUse,
+    /// Authentication failed: a wrong or missing shared secret, on either side.
+    Authentication,
+    /// The TLS handshake failed: a certificate refused, an unknown CA, or TLS on one side only.
+    Tls,
+    /// Anything else: a malformed or refused handshake, one that timed out, too many at once.
+    Other,
+}
+
 impl fmt::Display for DownReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -111,6 +127,8 @@ pub enum Event {
         addr: String,
         /// Why the connection was refused.
         reason: String,
+        /// The kind of refusal, for a program to act on.
+        kind: Rejection,
     },
     /// A dial attempt failed; busway keeps retrying with backoff.
     DialFailed {

@@ -180,7 +180,7 @@ impl MessageBatch {
     }
 
     /// Bytes of buffer the batch holds (what it counts against the inbox limit).
-    pub(crate) fn footprint(&self) -> usize {
+    pub fn footprint(&self) -> usize {
         self.buf.len()
     }
 }

@@ -163,6 +163,11 @@ fn refused_by_peer(alert: AlertDescription) -> Option<String> {
     Some(why)
 }
 
+/// Whether a socket error is TLS's own (a certificate refused, an alert), not the socket's.
+pub(crate) fn is_tls(e: &io::Error) -> bool {
+    e.get_ref().is_some_and(|e| e.is::<rustls::Error>())
+}
+
 /// An I/O error of a TLS stream, a TLS error in it said as [`tls`] says it.
 pub(crate) fn io(e: &io::Error) -> String {
     match e.get_ref().and_then(|e| e.downcast_ref::<rustls::Error>()) {
