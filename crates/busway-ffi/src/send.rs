@@ -56,16 +56,18 @@ pub unsafe extern "C" fn busway_send(
     seq: *mut u64,
 ) -> busway_status {
     // SAFETY: forwarded from the caller's guarantees.
-    let (n, payload) = match unsafe { (node_ref(node), bytes_at(data, len)) } {
-        (Ok(n), Ok(p)) => (n, Bytes::copy_from_slice(p)),
+    let (n, bytes) = match unsafe { (node_ref(node), bytes_at(data, len)) } {
+        (Ok(n), Ok(p)) => (n, p),
         (Err(s), _) | (_, Err(s)) => return s,
     };
     let _in_runtime = n.runtime.enter();
-    // Without waiting first: a queue with room (the usual case) costs no hand-off.
-    let result = match n.node.try_send(BusId(dst), payload.clone()) {
-        Err(e) if e.kind() == ErrorKind::Full => {
-            n.runtime.block_on(n.node.send(BusId(dst), payload))
-        }
+    // Without waiting first: a queue with room (the usual case) costs no hand-off. A full one
+    // takes a second copy of the caller's bytes (still theirs until we return) rather than a
+    // shared handle on every send.
+    let result = match n.node.try_send(BusId(dst), Bytes::copy_from_slice(bytes)) {
+        Err(e) if e.kind() == ErrorKind::Full => n
+            .runtime
+            .block_on(n.node.send(BusId(dst), Bytes::copy_from_slice(bytes))),
         other => other,
     };
     // SAFETY: forwarded from the caller's guarantee.
