@@ -1,6 +1,7 @@
 //! Events for C: what the node tells (links up and down, messages given up, groups cut off,
 //! refusals) and the results of calls started with `busway_call_start`, in one flat struct.
 
+use crate::ready::ReadyEvent;
 use crate::status::busway_status;
 use busway::{CallError, Event, Reply};
 use bytes::Bytes;
@@ -89,10 +90,6 @@ struct Storage {
     reply: Option<Bytes>,
 }
 
-// SAFETY: the raw pointers in `event` point only into `storage`, which the event owns and
-// which is not shared; moving the whole to another thread moves both.
-unsafe impl Send for OwnedEvent {}
-
 fn c_text(s: &str) -> CString {
     CString::new(s.replace('\0', " ")).unwrap_or_default()
 }
@@ -130,8 +127,16 @@ impl OwnedEvent {
         Self { event, storage }
     }
 
+    /// What waited for the caller, in C's terms.
+    pub(crate) fn of_ready(ev: ReadyEvent) -> Self {
+        match ev {
+            ReadyEvent::Node(ev) => Self::of(ev),
+            ReadyEvent::CallDone { token, result } => Self::call_done(token, result),
+        }
+    }
+
     /// A node's event in C's terms.
-    pub(crate) fn of(ev: Event) -> Self {
+    fn of(ev: Event) -> Self {
         use busway_event_kind as K;
         match ev {
             Event::PeerUp {
@@ -225,7 +230,7 @@ impl OwnedEvent {
     }
 
     /// The end of a call started with `busway_call_start`.
-    pub(crate) fn call_done(token: u64, result: Result<Reply, CallError>) -> Self {
+    fn call_done(token: u64, result: Result<Reply, CallError>) -> Self {
         Self::build(busway_event_kind::CallDone, |e, s| {
             e.token = token;
             match result {

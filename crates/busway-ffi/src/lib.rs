@@ -1,4 +1,5 @@
-//! busway from C and C++: a C ABI over the `busway` runtime. The header is
+//! busway from C and C++: a C ABI over the `busway` runtime, and [`bus::Bus`], the safe Rust
+//! type under it (also under the Python package). The header is
 //! `include/busway.h` (made by cbindgen from this crate); `include/busway.hpp` wraps it for C++.
 //!
 //! # How it fits a program's own event loop
@@ -23,6 +24,7 @@
 // C's names for C's types: `busway_node`, `busway_status`, as the header spells them.
 #![allow(non_camel_case_types)]
 
+pub mod bus;
 mod event;
 mod node;
 mod ready;
@@ -37,7 +39,7 @@ pub use node::{
     busway_free, busway_get_stats, busway_id, busway_listen_addr, busway_node, busway_start,
     busway_start_file, busway_start_toml, busway_stats, busway_stop, busway_wait_peer,
 };
-pub use ready::{BUSWAY_READY_BATCH_BYTES_MAX, BUSWAY_READY_EVENTS_MAX};
+pub use ready::{ReadyEvent, BUSWAY_READY_BATCH_BYTES_MAX, BUSWAY_READY_EVENTS_MAX};
 pub use recv::{
     busway_batch, busway_batch_group, busway_batch_is_request, busway_batch_len,
     busway_batch_payload, busway_batch_release, busway_batch_src, busway_next_event, busway_recv,

@@ -2,13 +2,11 @@
 //! thread, besides the node's I/O threads) reads its inbox and events for the caller; stopped
 //! gracefully or at once.
 
-use crate::ready::Ready;
+use crate::bus::Bus;
 use crate::status::{busway_status, fail, fail_with};
-use busway::{Addr, BusId, ErrorKind, Node, NodeConfig, Secret};
+use busway::{Addr, BusId, ErrorKind, NodeConfig, Secret};
 use std::ffi::{c_char, CStr};
-use std::sync::Arc;
 use std::time::Duration;
-use tokio::runtime::Runtime;
 
 /// A running node. Made by `busway_start`, `busway_start_toml` or `busway_start_file`; ended by
 /// `busway_stop` or `busway_free`, which release it.
@@ -17,18 +15,13 @@ use tokio::runtime::Runtime;
 /// time as others, except `busway_stop` and `busway_free`, which must be the last call on it
 /// (no other call in flight, none after).
 pub struct busway_node {
-    pub(crate) node: Node,
-    pub(crate) runtime: Runtime,
-    pub(crate) ready: Arc<Ready>,
+    pub(crate) bus: Bus,
 }
 
 /// A configuration being built with setters; `busway_start` takes it.
 pub struct busway_config {
     config: NodeConfig,
 }
-
-/// How long `busway_free` lets the node's runtime finish its tasks, in milliseconds.
-const RUNTIME_STOP_WAIT_MS: u64 = 1_000;
 
 /// `s` as UTF-8, or the failure to return.
 ///
@@ -59,47 +52,12 @@ pub(crate) unsafe fn node_ref<'a>(
     unsafe { node.as_ref() }.ok_or_else(|| fail(busway_status::BadArgument, "the node is null"))
 }
 
-/// Starts a node from a configuration: its runtime first, then the node on it, then the tasks
-/// that move its inbox and events to the caller's queues.
+/// Starts a bus, its failure recorded as this thread's last error.
 fn start(config: NodeConfig) -> Result<Box<busway_node>, busway_status> {
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .thread_name("busway-ffi")
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            return Err(fail(
-                busway_status::Io,
-                format!("cannot start the node's runtime: {e}"),
-            ))
-        }
-    };
-    let ready = match Ready::new() {
-        Ok(r) => r,
-        Err(e) => {
-            return Err(fail(
-                busway_status::Io,
-                format!("cannot make the node's eventfd: {e}"),
-            ))
-        }
-    };
-    let node = match runtime.block_on(Node::start(config)) {
-        Ok(n) => n,
-        Err(e) => return Err(fail_with(e.kind(), format!("the node did not start: {e}"))),
-    };
-    if let Some(inbox) = node.take_inbox() {
-        runtime.spawn(ready.clone().pump_inbox(inbox));
+    match Bus::start(config) {
+        Ok(bus) => Ok(Box::new(busway_node { bus })),
+        Err(e) => Err(fail_with(e.kind, e.message)),
     }
-    if let Some(events) = node.take_events() {
-        runtime.spawn(ready.clone().pump_events(events));
-    }
-    Ok(Box::new(busway_node {
-        node,
-        runtime,
-        ready,
-    }))
 }
 
 /// Hands a started node to C through `out`, or says why not (`*out` null then).
@@ -327,19 +285,7 @@ pub unsafe extern "C" fn busway_stop(node: *mut busway_node, drain_ms: u32) {
     }
     // SAFETY: a live node, taken once per the caller.
     let n = unsafe { Box::from_raw(node) };
-    let busway_node {
-        node,
-        runtime,
-        ready,
-    } = *n;
-    runtime.block_on(async {
-        if drain_ms > 0 {
-            node.drain(Duration::from_millis(u64::from(drain_ms))).await;
-        }
-        node.shutdown().await;
-    });
-    runtime.shutdown_timeout(Duration::from_millis(RUNTIME_STOP_WAIT_MS));
-    drop(ready);
+    n.bus.stop(Duration::from_millis(u64::from(drain_ms)));
 }
 
 /// Stops the node at once and releases it: no wait for acknowledgements (its peers keep what
@@ -354,9 +300,7 @@ pub unsafe extern "C" fn busway_free(node: *mut busway_node) {
     }
     // SAFETY: a live node, taken once per the caller.
     let n = unsafe { Box::from_raw(node) };
-    let busway_node { node, runtime, .. } = *n;
-    drop(node);
-    runtime.shutdown_timeout(Duration::from_millis(RUNTIME_STOP_WAIT_MS));
+    n.bus.stop_now();
 }
 
 /// The descriptor (an eventfd) that is readable while received batches or events wait: add it
@@ -369,7 +313,7 @@ pub unsafe extern "C" fn busway_free(node: *mut busway_node) {
 #[no_mangle]
 pub unsafe extern "C" fn busway_fd(node: *const busway_node) -> i32 {
     // SAFETY: forwarded from the caller's guarantee.
-    unsafe { node_ref(node) }.map_or(-1, |n| n.ready.raw_fd())
+    unsafe { node_ref(node) }.map_or(-1, |n| n.bus.fd())
 }
 
 /// This node's bus id (0 if `node` is null).
@@ -379,7 +323,7 @@ pub unsafe extern "C" fn busway_fd(node: *const busway_node) -> i32 {
 #[no_mangle]
 pub unsafe extern "C" fn busway_id(node: *const busway_node) -> u64 {
     // SAFETY: forwarded from the caller's guarantee.
-    unsafe { node_ref(node) }.map_or(0, |n| n.node.id().0)
+    unsafe { node_ref(node) }.map_or(0, |n| n.bus.node().id().0)
 }
 
 /// Writes the `index`-th address this node listens on (with the port it got, for port 0) into
@@ -401,7 +345,13 @@ pub unsafe extern "C" fn busway_listen_addr(
     let Ok(n) = (unsafe { node_ref(node) }) else {
         return 0;
     };
-    let Some(addr) = n.node.listen_addrs().get(index).map(|a| a.to_string()) else {
+    let Some(addr) = n
+        .bus
+        .node()
+        .listen_addrs()
+        .get(index)
+        .map(|a| a.to_string())
+    else {
         return 0;
     };
     if !buf.is_null() && cap > 0 {
@@ -430,7 +380,7 @@ pub unsafe extern "C" fn busway_wait_peer(
         return false;
     };
     let wait = Duration::from_millis(u64::from(timeout_ms));
-    n.runtime.block_on(n.node.wait_for_peer(BusId(id), wait))
+    n.bus.block_on(n.bus.node().wait_for_peer(BusId(id), wait))
 }
 
 /// Waits up to `timeout_ms` milliseconds until every message sent so far is acknowledged by its
@@ -445,7 +395,7 @@ pub unsafe extern "C" fn busway_flush(node: *const busway_node, timeout_ms: u32)
         return false;
     };
     let wait = Duration::from_millis(u64::from(timeout_ms));
-    n.runtime.block_on(n.node.flush(wait))
+    n.bus.block_on(n.bus.node().flush(wait))
 }
 
 /// A snapshot of a node's main counters.
@@ -495,7 +445,7 @@ pub unsafe extern "C" fn busway_get_stats(
     let Some(out) = (unsafe { out.as_mut() }) else {
         return fail(busway_status::BadArgument, "the stats pointer is null");
     };
-    let s = n.node.stats();
+    let s = n.bus.node().stats();
     *out = busway_stats {
         msgs_in: s.msgs_in,
         bytes_in: s.bytes_in,

@@ -8,8 +8,7 @@
 //! Finished calls are put here by the task that made the call; there are at most as many as
 //! the calls the caller started (the node bounds those, `CALLS_PENDING_MAX`).
 
-use crate::event::OwnedEvent;
-use busway::{Events, Inbox, MessageBatch};
+use busway::{CallError, Event, Events, Inbox, MessageBatch, Reply};
 use rustix::event::{eventfd, EventfdFlags};
 use std::collections::VecDeque;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
@@ -24,12 +23,27 @@ pub const BUSWAY_READY_BATCH_BYTES_MAX: usize = 8 << 20;
 /// keeps).
 pub const BUSWAY_READY_EVENTS_MAX: usize = 4096;
 
+/// Something for the caller besides messages: a node's event, or the end of a call it started.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum ReadyEvent {
+    /// What the node tells (links, messages given up, groups, refusals).
+    Node(Event),
+    /// A call started with `Bus::call_start` ended.
+    CallDone {
+        /// The caller's number for the call.
+        token: u64,
+        /// The reply, or why the call failed.
+        result: Result<Reply, CallError>,
+    },
+}
+
 /// The queues and whether the descriptor is readable now.
 #[derive(Default)]
 struct Queues {
     batches: VecDeque<MessageBatch>,
     batch_bytes: usize,
-    events: VecDeque<OwnedEvent>,
+    events: VecDeque<ReadyEvent>,
     /// Whether the eventfd's counter is non-zero (so a push need not write it again).
     signalled: bool,
 }
@@ -97,7 +111,7 @@ impl Ready {
     }
 
     /// The next event, if one waits.
-    pub(crate) fn pop_event(&self) -> Option<OwnedEvent> {
+    pub(crate) fn pop_event(&self) -> Option<ReadyEvent> {
         let mut q = self.lock();
         let ev = q.events.pop_front();
         if ev.is_some() && q.events.len() + 1 == BUSWAY_READY_EVENTS_MAX {
@@ -108,7 +122,7 @@ impl Ready {
     }
 
     /// Adds a finished call's result (never waits: the caller started it).
-    pub(crate) fn push_event(&self, ev: OwnedEvent) {
+    pub(crate) fn push_event(&self, ev: ReadyEvent) {
         let mut q = self.lock();
         q.events.push_back(ev);
         self.signal(&mut q);
@@ -137,7 +151,7 @@ impl Ready {
             let Some(ev) = events.recv().await else {
                 return;
             };
-            self.push_event(OwnedEvent::of(ev));
+            self.push_event(ReadyEvent::Node(ev));
         }
     }
 
@@ -152,5 +166,49 @@ impl Ready {
             }
             notified.await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use busway::BusId;
+
+    /// Whether the eventfd is readable now (a poll that does not wait).
+    fn readable(r: &Ready) -> bool {
+        let mut fds = [rustix::event::PollFd::new(
+            &r.fd,
+            rustix::event::PollFlags::IN,
+        )];
+        let zero = rustix::event::Timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        rustix::event::poll(&mut fds, Some(&zero)).unwrap_or(0) > 0
+    }
+
+    fn gap(n: u64) -> ReadyEvent {
+        ReadyEvent::Node(busway::Event::MulticastGap {
+            source: BusId(n),
+            missed: n,
+            reason: String::new(),
+        })
+    }
+
+    #[test]
+    fn the_descriptor_is_readable_exactly_while_something_waits() {
+        let r = Ready::new().unwrap();
+        assert!(!readable(&r));
+        r.push_event(gap(1));
+        r.push_event(gap(2));
+        assert!(readable(&r));
+        assert!(r.pop_event().is_some());
+        assert!(readable(&r), "one still waits");
+        assert!(r.pop_event().is_some());
+        assert!(!readable(&r), "nothing waits");
+        assert!(r.pop_event().is_none() && r.pop_batch().is_none());
+        assert!(!readable(&r));
+        r.push_event(gap(3));
+        assert!(readable(&r), "readable again after it was cleared");
     }
 }

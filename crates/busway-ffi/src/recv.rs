@@ -1,7 +1,7 @@
 //! Receiving in C: batches of messages read in place (no copy) until released, and replies to
 //! the requests among them.
 
-use crate::event::busway_event;
+use crate::event::{busway_event, OwnedEvent};
 use crate::node::{busway_node, node_ref};
 use crate::send::bytes_at;
 use crate::status::{busway_status, fail, fail_with};
@@ -37,7 +37,7 @@ pub unsafe extern "C" fn busway_recv(
     let Some(out) = (unsafe { batch.as_mut() }) else {
         return fail(busway_status::BadArgument, "the batch pointer is null");
     };
-    match n.ready.pop_batch() {
+    match n.bus.take_batch() {
         Some(b) => {
             *out = Box::into_raw(Box::new(busway_batch { batch: b }));
             busway_status::Ok
@@ -69,11 +69,11 @@ pub unsafe extern "C" fn busway_next_event(
     if event.is_null() {
         return fail(busway_status::BadArgument, "the event pointer is null");
     }
-    match n.ready.pop_event() {
+    match n.bus.take_event() {
         Some(ev) => {
             // SAFETY: non-null and writable, by the caller's guarantee; written whole, so
             // nothing of what it held is read or dropped.
-            unsafe { event.write(ev.into_c()) };
+            unsafe { event.write(OwnedEvent::of_ready(ev).into_c()) };
             busway_status::Ok
         }
         None => busway_status::Empty,
@@ -200,9 +200,9 @@ pub unsafe extern "C" fn busway_reply_to(
         let e = ReplyError::NotARequest;
         return fail_with(e.kind(), format!("message {index} of the batch: {e}"));
     };
-    let _in_runtime = n.runtime.enter();
+    let _in_runtime = n.bus.enter();
     let result = if wait {
-        n.runtime.block_on(request.reply(payload))
+        n.bus.block_on(request.reply(payload))
     } else {
         request.try_reply(payload)
     };

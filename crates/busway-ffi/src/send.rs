@@ -4,7 +4,6 @@
 //! the call returns). The waiting forms wait only while a queue is full; `busway_try_send`
 //! never waits.
 
-use crate::event::OwnedEvent;
 use crate::node::{busway_node, node_ref, text};
 use crate::status::{busway_status, fail, fail_with};
 use busway::{BusId, ErrorKind, Reply};
@@ -60,14 +59,18 @@ pub unsafe extern "C" fn busway_send(
         (Ok(n), Ok(p)) => (n, p),
         (Err(s), _) | (_, Err(s)) => return s,
     };
-    let _in_runtime = n.runtime.enter();
+    let _in_runtime = n.bus.enter();
     // Without waiting first: a queue with room (the usual case) costs no hand-off. A full one
     // takes a second copy of the caller's bytes (still theirs until we return) rather than a
     // shared handle on every send.
-    let result = match n.node.try_send(BusId(dst), Bytes::copy_from_slice(bytes)) {
+    let result = match n
+        .bus
+        .node()
+        .try_send(BusId(dst), Bytes::copy_from_slice(bytes))
+    {
         Err(e) if e.kind() == ErrorKind::Full => n
-            .runtime
-            .block_on(n.node.send(BusId(dst), Bytes::copy_from_slice(bytes))),
+            .bus
+            .block_on(n.bus.node().send(BusId(dst), Bytes::copy_from_slice(bytes))),
         other => other,
     };
     // SAFETY: forwarded from the caller's guarantee.
@@ -92,8 +95,8 @@ pub unsafe extern "C" fn busway_try_send(
         (Ok(n), Ok(p)) => (n, Bytes::copy_from_slice(p)),
         (Err(s), _) | (_, Err(s)) => return s,
     };
-    let _in_runtime = n.runtime.enter();
-    let result = n.node.try_send(BusId(dst), payload);
+    let _in_runtime = n.bus.enter();
+    let result = n.bus.node().try_send(BusId(dst), payload);
     // SAFETY: forwarded from the caller's guarantee.
     unsafe { numbered(result, seq) }
 }
@@ -161,7 +164,10 @@ pub unsafe extern "C" fn busway_send_batch(
             }
         }
     }
-    match n.runtime.block_on(n.node.send_batch(BusId(dst), &payloads)) {
+    match n
+        .bus
+        .block_on(n.bus.node().send_batch(BusId(dst), &payloads))
+    {
         Ok(seqs) => {
             // SAFETY: the caller guarantees `first_seq` is null or writable.
             if let Some(out) = unsafe { first_seq.as_mut() } {
@@ -188,8 +194,8 @@ pub unsafe extern "C" fn busway_join(
         (Ok(n), Ok(g)) => (n, g),
         (Err(s), _) | (_, Err(s)) => return s,
     };
-    let _in_runtime = n.runtime.enter();
-    match n.node.join(g) {
+    let _in_runtime = n.bus.enter();
+    match n.bus.node().join(g) {
         Ok(()) => busway_status::Ok,
         Err(e) => fail_with(e.kind(), e),
     }
@@ -209,8 +215,8 @@ pub unsafe extern "C" fn busway_leave(
         (Ok(n), Ok(g)) => (n, g),
         (Err(s), _) | (_, Err(s)) => return s,
     };
-    let _in_runtime = n.runtime.enter();
-    n.node.leave(g);
+    let _in_runtime = n.bus.enter();
+    n.bus.node().leave(g);
     busway_status::Ok
 }
 
@@ -239,7 +245,7 @@ pub unsafe extern "C" fn busway_publish(
         (Ok(n), Ok(g), Ok(p)) => (n, g, Bytes::copy_from_slice(p)),
         (Err(s), _, _) | (_, Err(s), _) | (_, _, Err(s)) => return s,
     };
-    match n.runtime.block_on(n.node.publish(g, payload)) {
+    match n.bus.block_on(n.bus.node().publish(g, payload)) {
         Ok(count) => {
             // SAFETY: the caller guarantees `places` is null or writable.
             if let Some(out) = unsafe { places.as_mut() } {
@@ -282,7 +288,7 @@ pub unsafe extern "C" fn busway_multicast(
             .map(|&i| BusId(i))
             .collect()
     };
-    match n.runtime.block_on(n.node.multicast(&to, payload)) {
+    match n.bus.block_on(n.bus.node().multicast(&to, payload)) {
         Ok(reached) => {
             // SAFETY: the caller guarantees `receivers` is null or writable.
             if let Some(out) = unsafe { receivers.as_mut() } {
@@ -335,8 +341,8 @@ pub unsafe extern "C" fn busway_call(
     };
     let timeout = Duration::from_millis(u64::from(timeout_ms));
     match n
-        .runtime
-        .block_on(n.node.call(BusId(dst), payload, timeout))
+        .bus
+        .block_on(n.bus.node().call(BusId(dst), payload, timeout))
     {
         Ok(Reply { src, payload, .. }) => {
             let held = Box::new(payload);
@@ -395,10 +401,6 @@ pub unsafe extern "C" fn busway_call_start(
         (Err(s), _) | (_, Err(s)) => return s,
     };
     let timeout = Duration::from_millis(u64::from(timeout_ms));
-    let (node, ready) = (n.node.clone(), n.ready.clone());
-    n.runtime.spawn(async move {
-        let result = node.call(BusId(dst), payload, timeout).await;
-        ready.push_event(OwnedEvent::call_done(token, result));
-    });
+    n.bus.call_start(BusId(dst), payload, timeout, token);
     busway_status::Ok
 }
