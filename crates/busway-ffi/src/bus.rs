@@ -108,17 +108,23 @@ impl Bus {
         });
     }
 
-    /// Stops gracefully: waits up to `drain` for what was sent to be acknowledged (none if
-    /// zero), closes the links telling peers it shut down, stops the threads.
-    pub fn stop(self, drain: Duration) {
-        let Bus { node, runtime, .. } = self;
-        runtime.block_on(async {
+    /// Closes the node gracefully, leaving its threads to `stop` or the drop: waits up to
+    /// `drain` for what was sent to be acknowledged (none if zero), then closes the links
+    /// telling peers it shut down. Calls made after it fail with `Closed`.
+    pub fn close(&self, drain: Duration) {
+        self.runtime.block_on(async {
             if !drain.is_zero() {
-                node.drain(drain).await;
+                self.node.drain(drain).await;
             }
-            node.shutdown().await;
+            self.node.clone().shutdown().await;
         });
-        runtime.shutdown_timeout(Duration::from_millis(RUNTIME_STOP_WAIT_MS));
+    }
+
+    /// Stops gracefully: `close`, then stops the threads.
+    pub fn stop(self, drain: Duration) {
+        self.close(drain);
+        self.runtime
+            .shutdown_timeout(Duration::from_millis(RUNTIME_STOP_WAIT_MS));
     }
 
     /// Stops at once: no wait, no CLOSE (peers keep what this node had not acknowledged for its
