@@ -3,7 +3,9 @@
 // each arrival to the room's group "room-ROOM", and says when a peer goes down. SIGINT or
 // SIGTERM stops it cleanly (exit 0).
 //
-//   lobby ID LISTEN_ADDR [CONNECT_ADDR...]
+//   lobby ID LISTEN_ADDR [UPSTREAM_ADDR]
+//
+// Behind an upstream (a `busway node` hub), every node that reaches the hub reaches the lobby.
 #include "busway.hpp"
 
 #include <csignal>
@@ -63,7 +65,7 @@ void drain(const busway::node &bus) {
 
 int main(int argc, char **argv) {
     if (argc < 3) {
-        std::fprintf(stderr, "usage: lobby ID LISTEN_ADDR [CONNECT_ADDR...]\n");
+        std::fprintf(stderr, "usage: lobby ID LISTEN_ADDR [UPSTREAM_ADDR]\n");
         return 2;
     }
     std::setvbuf(stdout, nullptr, _IOLBF, 0);
@@ -74,8 +76,8 @@ int main(int argc, char **argv) {
     sigaddset(&stop, SIGINT);
     sigaddset(&stop, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &stop, nullptr);
-    std::vector<std::string> connect(argv + 3, argv + argc);
-    auto started = busway::node::start(std::strtoull(argv[1], nullptr, 10), {argv[2]}, connect);
+    std::string upstream = argc > 3 ? argv[3] : "";
+    auto started = busway::node::start(std::strtoull(argv[1], nullptr, 10), {argv[2]}, {}, upstream);
     if (!started) {
         std::fprintf(stderr, "lobby: %s\n", started.error().message().c_str());
         return 1;

@@ -176,10 +176,16 @@ class node {
         if (!s) return s;
         return node(n);
     }
-    /// Starts node `id` listening on, and dialing, the addresses given.
+    /// Starts node `id` listening on, and dialing, the addresses given; `upstream` (if not
+    /// empty) is the relay that bus ids it knows no way to are sent through, and that may send
+    /// it others' messages.
     static result<node> start(std::uint64_t id, const std::vector<std::string> &listen,
-                              const std::vector<std::string> &connect) {
+                              const std::vector<std::string> &connect, const std::string &upstream = "") {
         busway_config *c = busway_config_new(id);
+        if (!upstream.empty()) {
+            status s(busway_config_upstream(c, upstream.c_str()));
+            if (!s) return busway_config_free(c), s;
+        }
         for (const auto &a : listen) {
             status s(busway_config_listen(c, a.c_str()));
             if (!s) return busway_config_free(c), s;
