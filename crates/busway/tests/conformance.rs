@@ -233,6 +233,73 @@ async fn try_send_reports_full_and_send_waits_for_room() {
     .await;
 }
 
+/// `try_send_batch` (what the C ABI and Python send with: the caller's bytes copied straight into
+/// the link's buffer) queues copies in order and numbers them as sends do, queues as many as fit
+/// when the queue fills, says `Full` when none fit, and delivers to the node itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn try_send_batch_queues_copies_in_order_then_says_full() {
+    for_each_transport(|t| async move {
+        let mut cb = config(2);
+        cb.frame_body_max = busway::limits::FRAME_BODY_MIN_BYTES;
+        cb.send_queue_bytes_max = 2 * cb.frame_body_max;
+        let mut ca = config(1);
+        ca.frame_body_max = busway::limits::FRAME_BODY_MIN_BYTES;
+        ca.inbox_bytes_max = ca.frame_body_max;
+        let (a, b) = pair(t, ca, cb).await;
+        let mut ia = a.take_inbox().unwrap();
+        let first = b.try_send_batch(BusId(1), &[&b"one"[..], b"two"]).unwrap();
+        assert_eq!(first, 0..2, "{t}");
+        assert_eq!(
+            b.try_send(BusId(1), Bytes::from_static(b"three")).unwrap(),
+            2
+        );
+        for want in [&b"one"[..], b"two", b"three"] {
+            assert_eq!(&next_message(&mut ia).await.payload[..], want, "{t}");
+        }
+        // Nobody reads now: a batch larger than the room is cut where the queue fills.
+        let big = vec![7u8; 16 << 10];
+        let mut queued = 3u64;
+        loop {
+            match b.try_send_batch(BusId(1), &[&big[..]; 8]) {
+                Ok(seqs) => {
+                    assert_eq!(seqs.start, queued, "{t}: numbers follow on");
+                    assert!(
+                        !seqs.is_empty() && seqs.end - seqs.start <= 8,
+                        "{t}: {seqs:?}"
+                    );
+                    queued = seqs.end;
+                }
+                Err(SendError::Full(id)) => {
+                    assert_eq!(id, BusId(1), "{t}");
+                    break;
+                }
+                Err(e) => panic!("{t}: {e}"),
+            }
+            tokio::task::yield_now().await;
+            assert!(queued < 1_000_000, "{t}: the queue never filled");
+        }
+        for i in 3..queued {
+            assert_eq!(
+                next_message(&mut ia).await.payload.len(),
+                big.len(),
+                "{t}: message {i}"
+            );
+        }
+        // Too large is refused before anything is queued; to itself it goes to the inbox.
+        let huge = vec![0u8; busway::limits::FRAME_BODY_MIN_BYTES + 1];
+        assert!(matches!(
+            b.try_send_batch(BusId(1), &[&b"x"[..], &huge[..]]),
+            Err(SendError::TooLarge { .. })
+        ));
+        let to_self = a.try_send_batch(BusId(1), &[&b"me"[..]]).unwrap();
+        assert_eq!(to_self.end - to_self.start, 1, "{t}");
+        assert_eq!(&next_message(&mut ia).await.payload[..], b"me", "{t}");
+        a.shutdown().await;
+        b.shutdown().await;
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_incarnation_of_a_connected_id_is_reported_not_swapped_in() {
     for_each_transport(|t| async move {

@@ -299,6 +299,37 @@ impl Node {
         Ok(queued.seqs)
     }
 
+    /// Queues a copy of each of `payloads` for `dst`, in order, without waiting: as many as fit
+    /// now, copied into the link's write buffer under one lock with no allocation per message
+    /// (the cheapest way to hand over bytes that are not already `Bytes`, e.g. a C caller's).
+    /// Returns the numbers given: fewer than `payloads.len()` when the queue filled on the way;
+    /// `Full` when not even the first fit.
+    pub fn try_send_batch<P: AsRef<[u8]>>(
+        &self,
+        dst: BusId,
+        payloads: &[P],
+    ) -> Result<Range<u64>, SendError> {
+        let shared = self.shared();
+        for p in payloads {
+            outgoing::check_size(shared, p.as_ref().len())?;
+        }
+        if dst == self.id() {
+            let mut queued: Option<Range<u64>> = None;
+            for p in payloads {
+                match self.deliver_local(Bytes::copy_from_slice(p.as_ref())) {
+                    Ok(seq) => queued = Some(queued.map_or(seq, |q| q.start)..seq + 1),
+                    Err(e) => return queued.ok_or(e),
+                }
+            }
+            return Ok(queued.unwrap_or(0..0));
+        }
+        match outgoing::try_enqueue(shared, dst, None, &Outgoing::Copies(payloads)) {
+            Ok(q) => Ok(q.seqs),
+            Err(Blocked::Full(_)) => Err(SendError::Full(dst)),
+            Err(Blocked::Failed(e)) => Err(e),
+        }
+    }
+
     /// The sequence numbers of `n` messages this node just delivered to itself.
     fn seqs_to_self(&self, n: u64) -> Range<u64> {
         // Relaxed: a counter of its own; the messages' order is the inbox's.
