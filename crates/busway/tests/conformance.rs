@@ -187,17 +187,22 @@ async fn a_wrong_secret_is_refused_and_the_right_one_admitted() {
     .await;
 }
 
+/// Node 1 listening and node 2 dialing it over `t`, with the smallest queues that hold one
+/// largest frame (2's send queue, 1's inbox): they fill after a few messages.
+async fn small_queues(t: &'static str) -> (Node, Node) {
+    let mut cb = config(2);
+    cb.frame_body_max = busway::limits::FRAME_BODY_MIN_BYTES;
+    cb.send_queue_bytes_max = 2 * cb.frame_body_max;
+    let mut ca = config(1);
+    ca.frame_body_max = busway::limits::FRAME_BODY_MIN_BYTES;
+    ca.inbox_bytes_max = ca.frame_body_max;
+    pair(t, ca, cb).await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn try_send_reports_full_and_send_waits_for_room() {
     for_each_transport(|t| async move {
-        // The smallest queues that hold one largest frame.
-        let mut cb = config(2);
-        cb.frame_body_max = busway::limits::FRAME_BODY_MIN_BYTES;
-        cb.send_queue_bytes_max = 2 * cb.frame_body_max;
-        let mut ca = config(1);
-        ca.frame_body_max = busway::limits::FRAME_BODY_MIN_BYTES;
-        ca.inbox_bytes_max = ca.frame_body_max;
-        let (a, b) = pair(t, ca, cb).await;
+        let (a, b) = small_queues(t).await;
         let mut ia = a.take_inbox().unwrap();
         // Nobody reads: the inbox, the sockets and then the queue fill up.
         let payload = Bytes::from(vec![1u8; 16 << 10]);
@@ -239,13 +244,7 @@ async fn try_send_reports_full_and_send_waits_for_room() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn try_send_batch_queues_copies_in_order_then_says_full() {
     for_each_transport(|t| async move {
-        let mut cb = config(2);
-        cb.frame_body_max = busway::limits::FRAME_BODY_MIN_BYTES;
-        cb.send_queue_bytes_max = 2 * cb.frame_body_max;
-        let mut ca = config(1);
-        ca.frame_body_max = busway::limits::FRAME_BODY_MIN_BYTES;
-        ca.inbox_bytes_max = ca.frame_body_max;
-        let (a, b) = pair(t, ca, cb).await;
+        let (a, b) = small_queues(t).await;
         let mut ia = a.take_inbox().unwrap();
         let first = b.try_send_batch(BusId(1), &[&b"one"[..], b"two"]).unwrap();
         assert_eq!(first, 0..2, "{t}");
