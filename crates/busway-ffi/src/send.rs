@@ -6,7 +6,7 @@
 
 use crate::node::{busway_node, node_ref, text};
 use crate::status::{busway_status, fail, fail_with};
-use busway::{BusId, ErrorKind, Reply};
+use busway::{BusId, ErrorKind, GroupError, MulticastError, Reply, SendError};
 use bytes::Bytes;
 use std::ffi::c_char;
 use std::time::Duration;
@@ -70,7 +70,7 @@ pub unsafe extern "C" fn busway_send(
         other => other,
     };
     // SAFETY: forwarded from the caller's guarantee.
-    unsafe { numbered(result.map(|seqs| seqs.start), seq) }
+    unsafe { give(result.map(|seqs| seqs.start), SendError::kind, seq) }
 }
 
 /// Queues one message for bus id `dst` without waiting: `BUSWAY_STATUS_FULL` if its queue has
@@ -93,23 +93,28 @@ pub unsafe extern "C" fn busway_try_send(
     };
     let result = n.bus.node().try_send_batch(BusId(dst), &[bytes]);
     // SAFETY: forwarded from the caller's guarantee.
-    unsafe { numbered(result.map(|seqs| seqs.start), seq) }
+    unsafe { give(result.map(|seqs| seqs.start), SendError::kind, seq) }
 }
 
-/// Writes a send's number to `seq` and turns its result into a status.
+/// Writes a call's value to `out` (if not null) and says OK, or records its failure: the one
+/// way every call here hands a number back.
 ///
 /// # Safety
-/// `seq` is null or writable.
-unsafe fn numbered(result: Result<u64, busway::SendError>, seq: *mut u64) -> busway_status {
+/// `out` is null or writable.
+unsafe fn give<T, E: std::fmt::Display>(
+    result: Result<T, E>,
+    kind: impl FnOnce(&E) -> ErrorKind,
+    out: *mut T,
+) -> busway_status {
     match result {
-        Ok(number) => {
-            // SAFETY: the caller guarantees `seq` is null or writable.
-            if let Some(out) = unsafe { seq.as_mut() } {
-                *out = number;
+        Ok(value) => {
+            // SAFETY: the caller guarantees `out` is null or writable.
+            if let Some(out) = unsafe { out.as_mut() } {
+                *out = value;
             }
             busway_status::Ok
         }
-        Err(e) => fail_with(e.kind(), e),
+        Err(e) => fail_with(kind(&e), e),
     }
 }
 
@@ -159,19 +164,12 @@ pub unsafe extern "C" fn busway_send_batch(
             }
         }
     }
-    match n
+    let result = n
         .bus
         .block_on(n.bus.node().send_batch(BusId(dst), &payloads))
-    {
-        Ok(seqs) => {
-            // SAFETY: the caller guarantees `first_seq` is null or writable.
-            if let Some(out) = unsafe { first_seq.as_mut() } {
-                *out = seqs.start;
-            }
-            busway_status::Ok
-        }
-        Err(e) => fail_with(e.kind(), e),
-    }
+        .map(|seqs| seqs.start);
+    // SAFETY: forwarded from the caller's guarantee.
+    unsafe { give(result, SendError::kind, first_seq) }
 }
 
 /// Joins `group`: publishes to it reach this node from now on (in each publisher's order).
@@ -240,16 +238,9 @@ pub unsafe extern "C" fn busway_publish(
         (Ok(n), Ok(g), Ok(p)) => (n, g, Bytes::copy_from_slice(p)),
         (Err(s), _, _) | (_, Err(s), _) | (_, _, Err(s)) => return s,
     };
-    match n.bus.block_on(n.bus.node().publish(g, payload)) {
-        Ok(count) => {
-            // SAFETY: the caller guarantees `places` is null or writable.
-            if let Some(out) = unsafe { places.as_mut() } {
-                *out = count;
-            }
-            busway_status::Ok
-        }
-        Err(e) => fail_with(e.kind(), e),
-    }
+    let result = n.bus.block_on(n.bus.node().publish(g, payload));
+    // SAFETY: forwarded from the caller's guarantee.
+    unsafe { give(result, GroupError::kind, places) }
 }
 
 /// Sends one message to each of the `count` bus ids at `ids`, one frame per link on the way.
@@ -283,16 +274,9 @@ pub unsafe extern "C" fn busway_multicast(
             .map(|&i| BusId(i))
             .collect()
     };
-    match n.bus.block_on(n.bus.node().multicast(&to, payload)) {
-        Ok(reached) => {
-            // SAFETY: the caller guarantees `receivers` is null or writable.
-            if let Some(out) = unsafe { receivers.as_mut() } {
-                *out = reached;
-            }
-            busway_status::Ok
-        }
-        Err(e) => fail_with(e.kind(), e),
-    }
+    let result = n.bus.block_on(n.bus.node().multicast(&to, payload));
+    // SAFETY: forwarded from the caller's guarantee.
+    unsafe { give(result, MulticastError::kind, receivers) }
 }
 
 /// A reply handed to C without a copy: `len` bytes at `data` from bus id `src`, valid until
