@@ -302,6 +302,11 @@ pub(crate) mod fake {
         pub full: Vec<BusId>,
         /// The peers read gap marks (`caps::GAP_MARKS`).
         pub gap_marks: bool,
+        /// A publisher on another thread: before each look at the group state this node
+        /// numbers a publish to this group, as a thread may between two holds of its lock.
+        pub interleave: Option<String>,
+        /// The publishes `interleave` numbered: (number, the peers it goes to).
+        pub interleaved: Vec<(u64, Vec<BusId>)>,
     }
 
     impl FakeHost {
@@ -323,6 +328,8 @@ pub(crate) mod fake {
                 relays: Vec::new(),
                 full: Vec::new(),
                 gap_marks: true,
+                interleave: None,
+                interleaved: Vec::new(),
             }
         }
     }
@@ -337,6 +344,12 @@ pub(crate) mod fake {
             (self.me, 1)
         }
         fn groups<R>(&mut self, _: fn(&R) -> bool, f: impl FnOnce(&mut GroupState) -> R) -> R {
+            if let Some(group) = &self.interleave {
+                let p = self
+                    .groups
+                    .publish(group, &Bytes::from_static(b"beside"), 0);
+                self.interleaved.push((p.number, p.to));
+            }
             f(&mut self.groups)
         }
         fn multicasts<R>(

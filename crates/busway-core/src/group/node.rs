@@ -9,7 +9,7 @@
 use super::forwards::Push;
 use super::host::{Host, Report, Unsent};
 use super::repairs::{AskRefused, RepairJob};
-use super::state::RepairPlan;
+use super::state::{Mark, RepairPlan};
 use super::stream::{cuts_off, Offer, Skipped};
 use super::MULTICAST_STREAM;
 use super::{encode_gap_mark, encode_mark, encode_repair_ask, Repair};
@@ -199,10 +199,9 @@ pub fn skipped<H: Host>(
 
 /// Sends `peer`, which newly asked for `group`, a mark per publisher this node knows: a
 /// member behind it that lost the end of a stream (its relay died) sees the gap. A mark that
-/// does not fit is owed, and sent on a later tick.
-pub fn send_marks<H: Host>(host: &mut H, peer: BusId, group: &str) {
-    let (me, incarnation) = host.me();
-    let marks = host.groups(|_| false, |s| s.marks_for(group, me, incarnation));
+/// does not fit is owed, and sent on a later tick. `marks` are
+/// `GroupState::marks_for`'s, read when the peer's interest was taken.
+pub fn send_marks<H: Host>(host: &mut H, peer: BusId, group: &str, marks: Vec<Mark>) {
     for (publisher, incarnation, number) in marks {
         // Never a mark up in a name the upstream does not hold for us (a publisher above
         // is the upstream's own business), nor to the publisher itself (one that joins its
@@ -378,14 +377,15 @@ mod tests {
         let head = decode_publish(&body).unwrap();
         host.groups
             .take_publish(BusId(1), BusId(7), &body, &head, 0);
-        send_marks(&mut host, BusId(7), "g");
+        let marks = host.groups.marks_for("g", BusId(1), 1);
+        send_marks(&mut host, BusId(7), "g", marks.clone());
         let marked: Vec<BusId> = host
             .pushed
             .iter()
             .map(|(_, _, b)| decode_publish(b).unwrap().publisher)
             .collect();
         assert_eq!(marked, [BusId(1)], "never 7 in its own name");
-        send_marks(&mut host, BusId(3), "g");
+        send_marks(&mut host, BusId(3), "g", marks);
         assert_eq!(host.pushed.len(), 3, "3 is marked both streams");
     }
 }

@@ -9,6 +9,7 @@ use super::forwards::Push;
 use super::host::{Host, Report};
 use super::node::{ask_repairs, pump_repairs, repair_received, send_marks};
 use super::publishes::publish_received;
+use super::state::Mark;
 use super::{encode_interest, Interest};
 use crate::body::{Body, BodyKind, Span};
 use crate::frame::FrameKind;
@@ -31,7 +32,7 @@ pub fn read<H: Host>(
     now_ms: u64,
 ) -> bool {
     let mut interest_changed = false;
-    let mut newly_asked: Vec<String> = Vec::new();
+    let mut newly_asked: Vec<(String, Vec<Mark>)> = Vec::new();
     let mut gaps = false;
     for &span in spans {
         let body = chunk.slice(span.range());
@@ -40,9 +41,9 @@ pub fn read<H: Host>(
             Ok(Body::Interest(i)) => match interest(host, from, i) {
                 None => {}
                 Some(None) => interest_changed = true,
-                Some(Some(name)) => {
+                Some(Some(asked)) => {
                     interest_changed = true;
-                    newly_asked.push(name);
+                    newly_asked.push(asked);
                 }
             },
             Ok(Body::Publish(head)) => {
@@ -58,8 +59,8 @@ pub fn read<H: Host>(
             Err(why) => refuse(host, from, span.kind(), why),
         }
     }
-    for name in newly_asked {
-        send_marks(host, from, &name);
+    for (name, marks) in newly_asked {
+        send_marks(host, from, &name, marks);
     }
     if gaps {
         ask_repairs(host, now_ms);
@@ -81,8 +82,12 @@ fn refuse<H: Host>(host: &mut H, from: BusId, kind: BodyKind, why: String) {
 
 /// An INTEREST from `from`: `None` if it changed nothing (not taken on a link this node
 /// dialed on a hint, not permitted, refused past the quota, or not well formed), else
-/// `Some` of the group's name if `from` newly asks for it.
-fn interest<H: Host>(host: &mut H, from: BusId, i: Interest<'_>) -> Option<Option<String>> {
+/// `Some` of the group's name and the marks to send `from` if it newly asks for it.
+fn interest<H: Host>(
+    host: &mut H,
+    from: BusId,
+    i: Interest<'_>,
+) -> Option<Option<(String, Vec<Mark>)>> {
     // A link dialed on a hint carries no group traffic: the peer hears publishes by the tree
     // (see `sync_adverts`).
     if host.hinted(from) {
@@ -95,12 +100,24 @@ fn interest<H: Host>(host: &mut H, from: BusId, i: Interest<'_>) -> Option<Optio
         host.left_log(from, i.name);
     }
     let quota = host.interest_quota(from);
-    match host.groups(|_| false, |s| s.interest(from, i.join, i.name, quota)) {
+    let (me, incarnation) = host.me();
+    // The marks are read in the same hold of the group state as the interest is taken: a
+    // publish numbered after it goes to `from` and has a higher number than its mark; one
+    // numbered between the two (another thread's) would be marked as before `from`'s
+    // stream and yet sent to it, and `from` would drop it as older than its start.
+    let taken = host.groups(
+        |_| false,
+        |s| {
+            let new = s.interest(from, i.join, i.name, quota)?;
+            Some(new.then(|| s.marks_for(i.name, me, incarnation)))
+        },
+    );
+    match taken {
         None => {
             host.report(Report::InterestRefused);
             None
         }
-        Some(new) => Some(new.then(|| i.name.to_owned())),
+        Some(marks) => Some(marks.map(|m| (i.name.to_owned(), m))),
     }
 }
 
@@ -115,5 +132,47 @@ pub fn sync_adverts<H: Host>(host: &mut H, peers: &[(BusId, bool)]) {
             // Gone: what it wanted is forgotten with it.
             Push::Gone => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::body::BodyKind;
+    use crate::group::decode_publish;
+    use crate::group::host::fake::FakeHost;
+
+    /// The lost first publish of `ffi_test self`: a publisher numbered a publish between
+    /// the look that took a peer's interest and the look that read its marks, so the peer's
+    /// mark named that publish and the peer dropped it as older than its stream's start.
+    #[test]
+    fn a_publish_numbered_beside_a_new_interest_is_newer_than_the_mark_the_peer_gets() {
+        let mut host = FakeHost::new(1, &[7]);
+        host.groups.publish("g", &Bytes::from_static(b"before"), 0);
+        host.interleave = Some("g".into());
+        let chunk = Bytes::from(encode_interest(true, "g"));
+        let span = Span::new(0, chunk.len() as u32, BodyKind::Interest);
+        assert!(read(&mut host, BusId(7), &chunk, &[span], 0));
+        let marks: Vec<u64> = host
+            .pushed
+            .iter()
+            .filter(|(to, kind, _)| *to == BusId(7) && *kind == FrameKind::Publish)
+            .map(|(_, _, body)| decode_publish(body).unwrap())
+            .filter(|h| h.mark && h.publisher == BusId(1))
+            .map(|h| h.number)
+            .collect();
+        assert_eq!(marks.len(), 1, "one mark of 1's stream");
+        let to_7: Vec<u64> = host
+            .interleaved
+            .iter()
+            .filter(|(_, to)| to.contains(&BusId(7)))
+            .map(|&(n, _)| n)
+            .collect();
+        assert!(!to_7.is_empty(), "the test interleaves after the interest");
+        assert!(
+            to_7.iter().all(|&n| n > marks[0]),
+            "publishes {to_7:?} go to 7, which was marked up to {}",
+            marks[0]
+        );
     }
 }

@@ -243,6 +243,10 @@ pub struct Advert {
     pub name: GroupName,
 }
 
+/// A mark a peer that newly asked for a group is sent: (publisher, its incarnation, its last
+/// number).
+pub type Mark = (BusId, u64, u64);
+
 /// A node's group state: what it joined, who asked it for what, its own publishes and what
 /// it keeps of them, and the streams it sees (see the module's documentation). Sans-IO: the
 /// caller passes the time in and sends what it is told to.
@@ -423,9 +427,9 @@ impl GroupState {
     /// The marks a peer that newly asked for `name` is sent: per publisher this node knows
     /// (itself, `me` of `incarnation`, included), its incarnation and last number. The peer
     /// passes them on, so a member behind it that lost publishes (a relay died) sees its gap.
-    pub fn marks_for(&self, name: &str, me: BusId, incarnation: u64) -> Vec<(BusId, u64, u64)> {
+    pub fn marks_for(&self, name: &str, me: BusId, incarnation: u64) -> Vec<Mark> {
         let st = &self.st;
-        let mut out: Vec<(BusId, u64, u64)> = st
+        let mut out: Vec<Mark> = st
             .seen
             .iter()
             .filter(|((_, g), s)| &**g == name && s.highest.max(s.marked) > 0)
