@@ -3098,3 +3098,71 @@ fn a_message_size_over_the_frame_limit_is_refused_before_it_is_made() {
 
 #[path = "cli/readme_commands.rs"]
 mod readme_commands;
+
+/// `busway bench --save-baseline` then `--baseline`: a row far below its baseline fails the
+/// run and is named; one far above passes and says so; a baseline of another machine is not
+/// judged; a file that is no baseline is a clear error.
+#[test]
+fn bench_baseline_names_a_regressed_row_and_fails_and_passes_otherwise() {
+    let dir = std::env::temp_dir().join(format!("busway-baseline-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("baseline.json");
+    let file_arg = file.to_string_lossy().into_owned();
+    let bench = |flag: &str| {
+        let args = [
+            "bench",
+            "--transports",
+            "mem",
+            "--sizes",
+            "8-128",
+            "--api",
+            "batch",
+            "--rounds",
+            "1",
+            "--duration",
+            "0.1",
+            flag,
+            &file_arg,
+        ];
+        finish(spawn(&args), None)
+    };
+    let (ok, _, _, err) = bench("--save-baseline");
+    assert!(ok, "{err}");
+    let saved: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    let row = &saved["machines"][0]["rows"][0];
+    assert_eq!(row["transport"], "mem", "{saved}");
+    let ratio = row["ratio"].as_f64().unwrap();
+    assert!(ratio > 0.0, "{saved}");
+    let with_ratio = |r: f64, machine: Option<&str>| {
+        let mut v = saved.clone();
+        v["machines"][0]["rows"][0]["ratio"] = r.into();
+        if let Some(m) = machine {
+            v["machines"][0]["machine"] = m.into();
+        }
+        std::fs::write(&file, v.to_string()).unwrap();
+    };
+    with_ratio(ratio * 10.0, None);
+    let (ok, code, _, err) = bench("--baseline");
+    assert!(!ok && code == Some(1), "{err}");
+    assert!(
+        err.contains("mem 8-128 batch io current") && err.contains("REGRESSED"),
+        "{err}"
+    );
+    with_ratio(ratio / 10.0, None);
+    let (ok, _, _, err) = bench("--baseline");
+    assert!(ok, "{err}");
+    assert!(err.contains("better"), "{err}");
+    with_ratio(ratio * 10.0, Some("another CPU, 64 cores"));
+    let (ok, _, _, err) = bench("--baseline");
+    assert!(ok, "{err}");
+    assert!(err.contains("holds no baseline for this machine"), "{err}");
+    std::fs::write(&file, "not json").unwrap();
+    let (ok, _, _, err) = bench("--baseline");
+    assert!(!ok);
+    assert!(
+        err.contains(&file_arg) && err.contains("not a baseline file"),
+        "{err}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -6,6 +6,7 @@
 //! Rounds alternate busway and raw, so both see the same noise; the table reports the median
 //! with min-max.
 
+mod baseline;
 mod broadcast;
 pub(crate) mod broadcast_worker;
 mod calls;
@@ -136,6 +137,22 @@ pub(crate) struct BenchArgs {
     /// throughput.svg, latency.svg, rpc.svg, pingpong.svg or broadcast.svg.
     #[arg(long)]
     plot: Option<std::path::PathBuf>,
+    /// Throughput rows only: compare each row's ratio to raw (the median of its rounds') with
+    /// this machine's baseline in FILE (as `--save-baseline` writes it), print the comparison,
+    /// and exit with status 1 if the rows together (their geometric mean) fell more than
+    /// `--tolerance` below it, or one row alone more than three times that. Rows whose rounds
+    /// spread over 50 % (interquartile range over median) are not judged; nor is a run on a
+    /// machine (CPU model, cores) the file has no baseline for.
+    #[arg(long, value_name = "FILE")]
+    baseline: Option<std::path::PathBuf>,
+    /// How far below the baseline the judged rows together may fall, as a fraction (0.10:
+    /// 10 %); one row alone, three times that.
+    #[arg(long, default_value_t = baseline::TOLERANCE_DEFAULT)]
+    tolerance: f64,
+    /// Throughput rows only: write this run's rows into FILE as this machine's baseline
+    /// (other machines' baselines in it are kept).
+    #[arg(long, value_name = "FILE")]
+    save_baseline: Option<std::path::PathBuf>,
 }
 
 impl BenchArgs {
@@ -358,6 +375,9 @@ struct Row {
     receiver_peak_rss_kib: u64,
     raw_sender_cpu_pct: f64,
     raw_receiver_cpu_pct: f64,
+    /// Each round's busway rate over the raw rate of the round run beside it (what
+    /// `--baseline` compares: neighbouring rounds share the machine's noise).
+    round_ratios: Vec<f64>,
 }
 
 struct Spec {
@@ -442,6 +462,16 @@ pub(crate) fn run(args: BenchArgs) -> Result<ExitCode, String> {
             busway_core::frame::DEFAULT_BODY_LEN_MAX
         ));
     }
+    let judged = args.baseline.is_some() || args.save_baseline.is_some();
+    if judged && (args.broadcast || args.pingpong || args.rpc || args.latency) {
+        return Err("--baseline and --save-baseline judge throughput rows: drop --broadcast, --pingpong, --rpc and --latency".into());
+    }
+    if !(0.0..1.0).contains(&args.tolerance) {
+        return Err(format!(
+            "--tolerance {}: expected a fraction in 0..1 (0.12: 12 %)",
+            args.tolerance
+        ));
+    }
     let specs = parse_specs(&args)?;
     if args.broadcast {
         return broadcast::run(&args);
@@ -506,6 +536,15 @@ pub(crate) fn run(args: BenchArgs) -> Result<ExitCode, String> {
     }
     if rows.is_empty() {
         return Err("no row could be measured".into());
+    }
+    if let Some(path) = &args.save_baseline {
+        let command: Vec<String> = std::env::args().skip(1).collect();
+        baseline::save(path, &rows, format!("busway {}", command.join(" ")))?;
+    }
+    if let Some(path) = &args.baseline {
+        if !baseline::check(path, &rows, args.tolerance)? {
+            return Ok(ExitCode::FAILURE);
+        }
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -580,6 +619,11 @@ fn row_of(args: &BenchArgs, spec: &Spec, bus: &[Pair], raw: &[Pair]) -> Row {
         receiver_peak_rss_kib: bus.iter().map(|p| p.1.peak_rss_kib).max().unwrap_or(0),
         raw_sender_cpu_pct: med(raw.iter().map(|p| cpu(&p.0)).collect()),
         raw_receiver_cpu_pct: med(raw.iter().map(|p| cpu(&p.1)).collect()),
+        round_ratios: bus
+            .iter()
+            .zip(raw)
+            .map(|(b, r)| ratio::of_rates(rate(b), rate(r)))
+            .collect(),
     }
 }
 

@@ -33,16 +33,44 @@ pub(crate) fn peak_rss_kib() -> u64 {
         .unwrap_or(0)
 }
 
-/// One line describing the machine, for the report.
-pub(crate) fn machine() -> String {
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+fn cpu_model() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
         .ok()
         .and_then(|s| {
             s.lines()
                 .find_map(|l| l.strip_prefix("model name"))
                 .map(|v| v.trim_start_matches([' ', '\t', ':']).to_owned())
         })
-        .unwrap_or_else(|| "unknown CPU".into());
+        .unwrap_or_else(|| "unknown CPU".into())
+}
+
+/// What a benchmark baseline is kept per: the CPU model and the core count (ratios to raw
+/// move with both; the kernel's version does not name a different machine). A hypervisor may
+/// show one model name for several generations ("AMD EPYC"): family, model and stepping
+/// tell them apart.
+pub(crate) fn machine_key() -> String {
+    let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let field = |name: &str| {
+        info.lines()
+            .find_map(|l| {
+                let (k, v) = l.split_once(':')?;
+                (k.trim() == name).then(|| v.trim().to_owned())
+            })
+            .unwrap_or_else(|| "?".into())
+    };
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    format!(
+        "{} (family {}, model {}, stepping {}), {cores} cores",
+        cpu_model(),
+        field("cpu family"),
+        field("model"),
+        field("stepping")
+    )
+}
+
+/// One line describing the machine, for the report.
+pub(crate) fn machine() -> String {
+    let cpu = cpu_model();
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
         .map(|s| s.trim().to_owned())
         .unwrap_or_default();
