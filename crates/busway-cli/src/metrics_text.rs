@@ -52,6 +52,7 @@ const STATS_HELP: &[(&str, &str)] = &[
     ("publishes_refused", "PUBLISH messages (marks included) refused: their publisher may not come over the link they came on (a peer speaking for another node), or it is this node itself, ever. Each closed the link it came on."),
     ("group_log_reads", "Publishes this node read from its peers' group logs (one copy for every member on a host; see NodeConfig::group_logs), ever."),
     ("group_logs_accepted", "Offers of this node's group logs that peers accepted (each then reads the group's publishes from the log instead of its link, until its ring ends), ever."),
+    ("group_logs_declined", "Answers of peers that declined an offer of this node's group logs, or gave up one they read (group logs off there, the group not wanted, or the peer passes the group on: those take its publishes by their link), ever."),
     ("group_log_bytes", "Bytes this node wrote into its group logs (each publish once, for all the readers on its host; record headers included), ever."),
     ("group_log_overruns", "Times this node fell more than a log's size behind a peer's group log and skipped to its oldest record (what it missed is asked for as a repair), ever."),
     ("registrations_refused", "REGISTER ops this node refused (a range that holds this node, overlaps another downstream's, passes the downstream's quota, or comes from a peer that is no downstream); each was answered with the reason, and no link closed, ever."),

@@ -116,6 +116,7 @@ pub(crate) fn snapshot(node: &Node) -> Value {
             "publishes_refused": s.publishes_refused,
             "group_log_reads": s.group_log_reads,
             "group_logs_accepted": s.group_logs_accepted,
+            "group_logs_declined": s.group_logs_declined,
             "group_log_bytes": s.group_log_bytes,
             "group_log_overruns": s.group_log_overruns,
             "registrations_refused": s.registrations_refused,

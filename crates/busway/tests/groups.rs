@@ -208,20 +208,57 @@ async fn a_publisher_that_joins_its_own_group_through_a_relay_keeps_its_link() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_publisher_linked_by_connect_reaches_the_members_below_a_relay() {
+/// A relay (100) with a member (2) below it, and a publisher (1) linked to the relay by
+/// `connect` (not `upstream`), which sends the group to the relay.
+async fn hub_member_and_connected_publisher() -> (Node, Node, Inbox, Node) {
     let hub = start(config(100).listen(listen_addr("tcp4"))).await;
     let addr = hub.listen_addrs()[0].clone();
     let member = below(2, &addr).await;
     member.join(GROUP).unwrap();
-    let mut inbox = member.take_inbox().unwrap();
+    let inbox = member.take_inbox().unwrap();
     let publisher = start(config(1).connect(addr)).await;
     assert!(publisher.wait_for_peer(BusId(100), WAIT).await);
     until_linked(&publisher, &[100]).await;
+    (hub, member, inbox, publisher)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_publisher_linked_by_connect_reaches_the_members_below_a_relay() {
+    let (hub, member, mut inbox, publisher) = hub_member_and_connected_publisher().await;
     for i in 0..500 {
         publisher.publish(GROUP, numbered(i)).await.unwrap();
     }
     expect_publishes(&mut inbox, BusId(1), 500, "member below the hub").await;
+    for n in [publisher, member, hub] {
+        n.shutdown().await;
+    }
+}
+
+/// A relay reached by `connect` (so its publisher does not know that it relays the group)
+/// declines the publisher's group log: the log's records would overtake the publishes still
+/// on the link and be passed on in the order they came, those the link brought later never
+/// (the member below once got 0..109, then 162). Everything comes by the link, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_reached_by_connect_declines_the_publishers_group_log() {
+    let (hub, member, mut inbox, publisher) = hub_member_and_connected_publisher().await;
+    // The log is offered once the publisher's link to the hub writes into a ring; publish
+    // until the hub's answer came back.
+    let mut sent = 0;
+    let answered = tokio::time::timeout(WAIT, async {
+        while publisher.stats().group_logs_declined == 0 {
+            publisher.publish(GROUP, numbered(sent)).await.unwrap();
+            sent += 1;
+            tokio::time::sleep(std::time::Duration::from_millis(POLL_MS)).await;
+        }
+    })
+    .await;
+    assert!(answered.is_ok(), "the hub never answered the log's offer");
+    for i in sent..sent + 2_000 {
+        publisher.publish(GROUP, numbered(i)).await.unwrap();
+    }
+    expect_publishes(&mut inbox, BusId(1), sent + 2_000, "member below the hub").await;
+    let s = publisher.stats();
+    assert_eq!((s.group_logs_accepted, s.group_log_bytes), (0, 0), "{s:?}");
     for n in [publisher, member, hub] {
         n.shutdown().await;
     }

@@ -41,6 +41,12 @@ pub const PUBLISHERS_SEEN_MAX: usize = 65_536;
 /// How long a group stays without a publish before its publisher sends a mark (its last
 /// number) along the tree, in milliseconds: a member that lost the end of the stream sees it.
 pub const GROUP_TAIL_MARK_MS: u64 = 100;
+/// How far behind a publish's time may be, in milliseconds: the runtime stamps publishes with
+/// its coarse clock, which moves once per timer tick (100 ms). A tail mark waits this much
+/// longer: otherwise a publisher publishing without a pause looked quiet at every tick, and
+/// a mark could name a publish numbered but not yet on its links, which a member whose stream
+/// it began would then drop as older than its start.
+pub const PUBLISH_TIME_SLACK_MS: u64 = 100;
 
 /// What a publisher does when a link toward members of a group stays full (set with
 /// `Node::set_group_policy`; see `docs/SEMANTICS.md`, "Groups").
@@ -441,13 +447,15 @@ impl GroupState {
         out
     }
 
-    /// Groups whose last publish is `GROUP_TAIL_MARK_MS` old and not marked yet: the tail
-    /// mark to send (group, number) and the peers to send it to.
+    /// Groups whose last publish is `GROUP_TAIL_MARK_MS` old (`PUBLISH_TIME_SLACK_MS` more:
+    /// its time may be that stale) and not marked yet: the tail mark to send (group, number)
+    /// and the peers to send it to.
     pub fn tail_marks(&mut self, now_ms: u64) -> Vec<(GroupName, u64, Vec<BusId>)> {
         let st = &mut self.st;
         let mut out = Vec::new();
+        let quiet_ms = GROUP_TAIL_MARK_MS + PUBLISH_TIME_SLACK_MS;
         for (g, p) in st.published.iter_mut() {
-            if p.number > p.marked && now_ms.saturating_sub(p.at_ms) >= GROUP_TAIL_MARK_MS {
+            if p.number > p.marked && now_ms.saturating_sub(p.at_ms) >= quiet_ms {
                 p.marked = p.number;
                 if let Some(to) = st.wanted_by.get(g) {
                     out.push((g.clone(), p.number, to.clone()));
@@ -913,6 +921,12 @@ impl GroupState {
     pub fn wants(&self, name: &str) -> bool {
         let st = &self.st;
         st.joined.contains(name) || st.wanted_by.contains_key(name)
+    }
+
+    /// Whether a peer other than `from` asked for `name`'s publishes: this node passes what
+    /// `from` sends of the group on.
+    pub fn passes_on_from(&self, name: &str, from: BusId) -> bool {
+        (self.st.wanted_by.get(name)).is_some_and(|v| v.iter().any(|&p| p != from))
     }
 
     /// What this node must tell each of `peers` (id, and whether its link is a tree link) so
@@ -1413,13 +1427,38 @@ mod tests {
             "an earlier life"
         );
         assert_eq!(t.repair("other", 1, 1, (2, 3)).lost, Some((2, u64::MAX)));
-        assert_eq!(t.tail_marks(5 + GROUP_TAIL_MARK_MS - 1), vec![]);
+        let quiet = GROUP_TAIL_MARK_MS + PUBLISH_TIME_SLACK_MS;
+        assert_eq!(t.tail_marks(5 + quiet - 1), vec![]);
         t.interest(BusId(4), true, "g", GROUPS_PER_PEER_MAX);
         assert_eq!(
-            t.tail_marks(5 + GROUP_TAIL_MARK_MS),
+            t.tail_marks(5 + quiet),
             vec![("g".into(), 5, vec![BusId(4)])]
         );
         assert_eq!(t.tail_marks(u64::MAX), vec![], "marked once");
+    }
+
+    /// The runtime stamps publishes with a clock that moves once per tick (100 ms): a stream
+    /// published without a pause carries the last tick's time. No tail mark while it goes
+    /// on (one could name a publish numbered but not yet on its links); one once a whole
+    /// tick passed with none.
+    #[test]
+    fn a_stream_without_a_pause_is_not_tail_marked_at_every_tick() {
+        let mut t = table();
+        t.interest(BusId(4), true, "g", GROUPS_PER_PEER_MAX);
+        let tick = PUBLISH_TIME_SLACK_MS;
+        let payload = Bytes::from_static(b"p");
+        for at in [0, tick, 2 * tick, 3 * tick] {
+            t.publish("g", &payload, at);
+            assert_eq!(t.tail_marks(at + tick), vec![], "published at {at}");
+        }
+        assert_eq!(
+            t.tail_marks(3 * tick + GROUP_TAIL_MARK_MS + tick - 1),
+            vec![]
+        );
+        assert_eq!(
+            t.tail_marks(3 * tick + GROUP_TAIL_MARK_MS + tick),
+            vec![("g".into(), 4, vec![BusId(4)])]
+        );
     }
 
     #[test]

@@ -83,6 +83,12 @@ fn open_log(shared: &Shared, from: BusId, offer: &LogOffer<'_>) -> Result<Attach
         if !groups.wants(offer.name) {
             return Err("this node does not want the group".into());
         }
+        // A publisher reached by `connect` does not know that this node relays the group.
+        // The log's records would overtake the publishes still on the link, and they would
+        // be passed on in the order they came (those the link brings later, never).
+        if groups.passes_on_from(offer.name, from) {
+            return Err("this node passes the group on: it takes the publisher's stream by the link, in order".into());
+        }
         groups.name_of(offer.name)
     };
     log_in::open(from, offer, group, shared.config().shm_ring_bytes)
@@ -148,6 +154,9 @@ fn log_answered(shared: &Shared, from: BusId, answer: GroupLog<'_>) {
     let Some(peer) = shared.peer(from) else {
         return;
     };
+    if !accept {
+        bump(&shared.counters.group_logs_declined);
+    }
     // The log's own account of its readers decides what goes by link (see `publish`).
     if shared
         .group

@@ -42,6 +42,7 @@ pub(crate) struct Counters {
     pub(crate) publishes_refused: AtomicU64,
     pub(crate) group_log_reads: AtomicU64,
     pub(crate) group_logs_accepted: AtomicU64,
+    pub(crate) group_logs_declined: AtomicU64,
     pub(crate) group_log_bytes: AtomicU64,
     pub(crate) group_log_overruns: AtomicU64,
     pub(crate) registrations_refused: AtomicU64,
@@ -158,6 +159,10 @@ pub struct Stats {
     /// Offers of this node's group logs that peers accepted (each then reads the group's
     /// publishes from the log instead of its link, until its ring ends), ever.
     pub group_logs_accepted: u64,
+    /// Answers of peers that declined an offer of this node's group logs, or gave up one they
+    /// read (group logs off there, the group not wanted, or the peer passes the group on:
+    /// those take its publishes by their link), ever.
+    pub group_logs_declined: u64,
     /// Bytes this node wrote into its group logs (each publish once, for all the readers on
     /// its host; record headers included), ever.
     pub group_log_bytes: u64,
@@ -224,6 +229,7 @@ impl Counters {
             publishes_refused: self.publishes_refused.load(Relaxed),
             group_log_reads: self.group_log_reads.load(Relaxed),
             group_logs_accepted: self.group_logs_accepted.load(Relaxed),
+            group_logs_declined: self.group_logs_declined.load(Relaxed),
             group_log_bytes: self.group_log_bytes.load(Relaxed),
             group_log_overruns: self.group_log_overruns.load(Relaxed),
             registrations_refused: self.registrations_refused.load(Relaxed),
