@@ -2,9 +2,11 @@
 //! AddressSanitizer (its leak check on) and run, alone and against the `busway` command. A
 //! leak, a double release or a use of a released payload fails the run as a failed check does.
 
+mod common;
+use common::{have, profile_dir, Proc};
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
@@ -12,16 +14,6 @@ use std::time::{Duration, Instant};
 const RUN_LIMIT: Duration = Duration::from_secs(300);
 /// Sequenced messages each way between C and the command.
 const COUNT: &str = "1000000";
-
-/// The target folder's profile directory (where cargo put libbusway_ffi.so and `busway`).
-fn profile_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("the test knows its path");
-    // target/<profile>/deps/c_programs-HASH
-    exe.parent()
-        .and_then(Path::parent)
-        .expect("under target/<profile>/deps")
-        .to_owned()
-}
 
 /// Where cargo put libbusway_ffi.so: the profile folder after `cargo build`, its deps folder
 /// after `cargo test` (which does not copy it up).
@@ -83,16 +75,6 @@ fn sanitized(cmd: &mut Command) -> &mut Command {
     .env("UBSAN_OPTIONS", "halt_on_error=1:print_stacktrace=1")
 }
 
-/// A child killed when the test ends, pass or fail.
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// Waits for `p` within `RUN_LIMIT`: its output, or a failure naming what it said.
 fn finish(mut p: Proc, what: &str) -> Output {
     let start = Instant::now();
@@ -149,24 +131,6 @@ fn listening(mut cmd: Command) -> (Proc, String, BufReader<std::process::ChildSt
         .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
         .to_owned();
     (p, addr, out)
-}
-
-/// Whether every one of `tools` is on the PATH. Without them the test says how to install them
-/// and passes, except under CI (`CI` set), where it fails: `.ci/run` installs them.
-fn have(tools: &[&str]) -> bool {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    let missing: Vec<&str> = tools
-        .iter()
-        .copied()
-        .filter(|t| !std::env::split_paths(&path).any(|d| d.join(t).is_file()))
-        .collect();
-    if missing.is_empty() {
-        return true;
-    }
-    let why = format!("{missing:?} missing: apt-get install gcc g++ cmake to run this test");
-    assert!(std::env::var_os("CI").is_none(), "{why}");
-    eprintln!("skipped: {why}");
-    false
 }
 
 #[test]

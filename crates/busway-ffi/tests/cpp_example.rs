@@ -2,33 +2,16 @@
 //! cargo's target folder, run against the `busway` command: a request answered, an arrival
 //! published to a room's group, a peer's end seen, a clean stop on SIGTERM.
 
+mod common;
+use common::{have, profile_dir, Proc};
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdout, Command, Stdio};
+use std::path::Path;
+use std::process::{ChildStdout, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
 /// Longest a line of the lobby may take to come.
 const LINE_WAIT: Duration = Duration::from_secs(60);
-
-/// A child killed when the test ends, pass or fail.
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// target/<profile> (this test binary is in its deps folder).
-fn profile_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("the test knows its path");
-    exe.parent()
-        .and_then(Path::parent)
-        .expect("under target/<profile>/deps")
-        .to_owned()
-}
 
 fn run(cmd: &mut Command, what: &str) -> String {
     let out = cmd
@@ -70,24 +53,6 @@ impl Lines {
             }
         }
     }
-}
-
-/// Whether every one of `tools` is on the PATH. Without them the test says how to install them
-/// and passes, except under CI (`CI` set), where it fails: `.ci/run` installs them.
-fn have(tools: &[&str]) -> bool {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    let missing: Vec<&str> = tools
-        .iter()
-        .copied()
-        .filter(|t| !std::env::split_paths(&path).any(|d| d.join(t).is_file()))
-        .collect();
-    if missing.is_empty() {
-        return true;
-    }
-    let why = format!("{missing:?} missing: apt-get install gcc g++ cmake to run this test");
-    assert!(std::env::var_os("CI").is_none(), "{why}");
-    eprintln!("skipped: {why}");
-    false
 }
 
 #[test]
