@@ -542,6 +542,19 @@ fn bad_arguments_get_clear_errors() {
     let (ok, _, _, err) = finish(spawn(&["bench", "--latency", "--round-trips", "0"]), None);
     assert!(!ok);
     assert!(err.contains("--round-trips must be at least 1"), "{err}");
+    // A baseline judges throughput rows, within a tolerance that is a fraction.
+    let (ok, _, _, err) = finish(spawn(&["bench", "--rpc", "--baseline", "b.json"]), None);
+    assert!(!ok);
+    assert!(
+        err.contains("--baseline and --save-baseline judge throughput rows"),
+        "{err}"
+    );
+    let (ok, _, _, err) = finish(spawn(&["bench", "--tolerance", "1.5"]), None);
+    assert!(!ok);
+    assert!(
+        err.contains("--tolerance 1.5: expected a fraction"),
+        "{err}"
+    );
     // A pause needs its length, named.
     let (ok, _, _, err) = finish(spawn(&["listen", "--id", "1", "--pause-after", "10"]), None);
     assert!(!ok);
