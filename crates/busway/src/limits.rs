@@ -155,6 +155,14 @@ pub(crate) const RING_IDLE_WATCH_MS: u64 = 100;
 /// a ring the application does not read; past it, it stops (the peer's writer then waits,
 /// and calls wait for the application or their timeout).
 pub(crate) const RING_STASH_BYTES_MAX: usize = 4 << 20;
+/// Milliseconds a link's writer holding only an acknowledgement (no message of its own) waits,
+/// at most, for the application's next look at its inbox, so that the application's answer
+/// goes in the same write (see `link::write`). An application that looks at its inbox in the
+/// meantime, as one waiting for messages does, ends the wait at once.
+pub(crate) const ACK_WAIT_MS_MAX: u64 = 1;
+/// Turns of the runtime (`yield_now`, a few microseconds each) that wait comes in first, with
+/// no timer armed: an application on the link's own thread looks in one.
+pub(crate) const ACK_WAIT_TURNS: usize = 2;
 /// Bytes of single sends (`Node::send`, `try_send`) to a peer reached through a ring that may
 /// wait unpublished for the sender's next look at its inbox, a flush, or the link's writer;
 /// the send that reaches it publishes them all at once.

@@ -433,7 +433,8 @@ where
     async move {
         let linger = Duration::from_millis(shared.config().linger_ms);
         let reader = read_loop(shared, peer, r, buf, machine, shm, link_id);
-        let writer = write_loop(w, peer, machine, shm.map(|s| &**s));
+        let looks = shared.peers.deferred();
+        let writer = write_loop(w, peer, machine, shm.map(|s| &**s), looks);
         let timers = timers(shared, peer, machine);
         // The application reads the peer's ring (see `ring_rx`); the link task sends its
         // acknowledgements and ends the link if the ring turns out bad.

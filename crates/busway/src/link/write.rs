@@ -2,7 +2,8 @@
 //! link's shared-memory ring once it switched.
 
 use super::machine::lock;
-use crate::limits::{WRITEV_SEGMENTS_MAX, WRITE_BATCH_IDLE_PARTS};
+use crate::limits::{ACK_WAIT_MS_MAX, ACK_WAIT_TURNS, WRITEV_SEGMENTS_MAX, WRITE_BATCH_IDLE_PARTS};
+use crate::peer::deferred::Deferred;
 use crate::peer::ring_tx::{wait_for_room, Flush, RingWriter};
 use crate::peer::shm_link::ShmLink;
 use crate::peer::{Peer, Take};
@@ -12,6 +13,7 @@ use busway_core::link::Link;
 use bytes::{Buf, Bytes};
 use std::io::{self, IoSlice};
 use std::sync::Mutex;
+use std::time::Duration;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 
 /// An `async move` block rather than an `async fn`, which would keep every argument twice.
@@ -21,6 +23,7 @@ pub(super) fn write_loop<'a, W: AsyncWrite + Unpin>(
     peer: &'a Peer,
     machine: &'a Mutex<Link>,
     shm: Option<&'a ShmLink>,
+    looks: &'a Deferred,
 ) -> impl std::future::Future<Output = io::Result<()>> + 'a {
     async move {
         // Grows with the first writes (an idle link holds no large list).
@@ -47,7 +50,7 @@ pub(super) fn write_loop<'a, W: AsyncWrite + Unpin>(
                         }
                         return write_close(w, peer).await;
                     }
-                    Take::Data => write_batch(w, &mut batch).await?,
+                    Take::Data | Take::Control => write_batch(w, &mut batch).await?,
                 }
                 continue;
             }
@@ -62,9 +65,31 @@ pub(super) fn write_loop<'a, W: AsyncWrite + Unpin>(
                 }
                 Take::Drained => return write_close(w, peer).await,
                 Take::Data => write_batch(w, &mut batch).await?,
+                Take::Control => {
+                    wait_for_an_answer(looks).await;
+                    let after = peer.take(&mut batch);
+                    write_batch(w, &mut batch).await?;
+                    if matches!(after, Take::Drained) {
+                        return write_close(w, peer).await;
+                    }
+                }
             }
         }
     }
+}
+
+/// Only control frames are taken: mostly the acknowledgement of a read, taken in the same
+/// turn as the read (the link's task reads too). Waits for the application's next look at its
+/// inbox first (`ACK_WAIT_TURNS` turns of the runtime, then at most `ACK_WAIT_MS_MAX`): it
+/// looks again once it handled what it got, so an
+/// answer to that goes in the same write as the ACK, and an exchange costs each side one write
+/// and the peer one wake-up, not two of each. An application that does not look soon only
+/// gets its acknowledgement that much later (its peer's `flush`; the send window is far
+/// larger than what a millisecond of reads adds to it).
+async fn wait_for_an_answer(looks: &Deferred) {
+    looks
+        .next_look(ACK_WAIT_TURNS, Duration::from_millis(ACK_WAIT_MS_MAX))
+        .await;
 }
 
 /// Ends the link cleanly: the last acknowledgement first (messages read from the peer's ring

@@ -246,8 +246,8 @@ impl Node {
         if dst == self.id() {
             return self.deliver_local(payload);
         }
-        match outgoing::try_enqueue(shared, dst, None, &Outgoing::single(&payload)) {
-            Ok(q) => Ok(q.seqs.start),
+        match outgoing::try_enqueue_single(shared, dst, &payload) {
+            Ok(seq) => Ok(seq),
             Err(Blocked::Full(_)) => Err(SendError::Full(dst)),
             Err(Blocked::Failed(e)) => Err(e),
         }
@@ -263,8 +263,16 @@ impl Node {
             self.shared().app.inbox().deliver(batch).await;
             return Ok(self.seqs_to_self(1).start);
         }
-        let queued = outgoing::enqueue(self.shared(), dst, Outgoing::single(&payload)).await?;
-        Ok(queued.seqs.start)
+        // The common case (a route, and room) in a plain call: nothing of it is kept in this
+        // future's state, which a send in a loop would write and read back per message.
+        match outgoing::try_enqueue_single(self.shared(), dst, &payload) {
+            Ok(seq) => return Ok(seq),
+            Err(Blocked::Failed(e)) if !matches!(e, SendError::NoRoute(_)) => return Err(e),
+            // Full, or perhaps etcd knows it: on the way that waits.
+            Err(_) => {}
+        }
+        let waiting = outgoing::enqueue(self.shared(), dst, Outgoing::single(&payload));
+        Ok(Box::pin(waiting).await?.seqs.start)
     }
 
     /// Queues one message per payload for `dst`, in order, copying each into the link's write

@@ -1,11 +1,15 @@
-//! Single sends into a shared-memory ring wait, unpublished, for the sender's next look at its
-//! inbox, a flush, or the link's writer: one ring publication per burst instead of one per
-//! message (see `Peer::push_single`). This is the list of peers holding such messages, which
-//! the inbox publishes before it looks for its own messages or waits.
+//! The application's looks at its inbox, and what waits for them. Single sends into a
+//! shared-memory ring wait, unpublished, for the sender's next look at its inbox, a flush, or
+//! the link's writer: one ring publication per burst instead of one per message (see
+//! `Peer::push_single`). This is the list of peers holding such messages, which the inbox
+//! publishes before it looks for its own messages or waits; and the wake-up of link writers
+//! that hold an acknowledgement for the application's answer (see `next_look`).
 
 use crate::peer::Peer;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::Notify;
 
 /// Peers whose rings have single sends waiting to be published.
 #[derive(Default)]
@@ -16,6 +20,10 @@ pub(crate) struct Deferred {
     /// Looks of the inbox, counted: a single send that is the first since the last look is
     /// published at once (a lone message, e.g. a request or an answer, never waits).
     looks: AtomicU64,
+    /// Link writers waiting in `next_look`: a look wakes them only if there are any.
+    looking_out: AtomicUsize,
+    /// Wakes the writers waiting in `next_look`.
+    looked: Notify,
 }
 
 impl Deferred {
@@ -33,11 +41,42 @@ impl Deferred {
         self.looks.load(Ordering::Relaxed)
     }
 
+    /// Waits for the application's next look at its inbox, at most `max` (rounded up to the
+    /// runtime timer's millisecond). A look comes after the application handled what it
+    /// took before, so a link writer holding the acknowledgement of a read sends the
+    /// application's answer with it. The first `turns` turns of the runtime are only
+    /// yielded (an application on this thread looks in one, and no timer is armed); then
+    /// the wait sleeps until the look wakes it, or `max`.
+    pub(crate) async fn next_look(&self, turns: usize, max: Duration) {
+        let before = self.looks();
+        for _ in 0..turns {
+            tokio::task::yield_now().await;
+            if self.looks() != before {
+                return;
+            }
+        }
+        let looked = self.looked.notified();
+        tokio::pin!(looked);
+        // SeqCst, with the increment of `looks` and the load of `looking_out` in
+        // `publish_all`: either this side sees the look in the second load of `looks`, or
+        // that side sees this waiter (registered by `enable` before) and wakes it.
+        self.looking_out.fetch_add(1, Ordering::SeqCst);
+        looked.as_mut().enable();
+        if self.looks.load(Ordering::SeqCst) == before {
+            let _ = tokio::time::timeout(max, looked).await;
+        }
+        self.looking_out.fetch_sub(1, Ordering::SeqCst);
+    }
+
     /// The inbox looks for messages: publishes what every listed peer holds (a peer whose
-    /// writer is at its ring already publishes it itself).
+    /// writer is at its ring already publishes it itself), and wakes the writers that wait
+    /// for this look (`next_look`).
     pub(crate) fn publish_all(&self) {
-        // Relaxed: see `looks`.
-        self.looks.fetch_add(1, Ordering::Relaxed);
+        // SeqCst: see `next_look` (a count compared for equality otherwise).
+        self.looks.fetch_add(1, Ordering::SeqCst);
+        if self.looking_out.load(Ordering::SeqCst) > 0 {
+            self.looked.notify_waiters();
+        }
         // Relaxed: see `note`; a note racing this look is published by the writer it woke.
         if !self.any.load(Ordering::Relaxed) {
             return;

@@ -65,6 +65,9 @@ pub(crate) enum PushError {
 pub(crate) enum Take {
     /// Frames were moved into the caller's batch.
     Data,
+    /// Only control frames were moved into the caller's batch (on a link without a ring: an
+    /// acknowledgement of a read, mostly); no message waits.
+    Control,
     /// Nothing to write; wait on [`Peer::writer_wake`].
     Idle,
     /// The node is shutting down and everything was written: send CLOSE and finish.
@@ -457,12 +460,17 @@ impl Peer {
             return Take::Idle;
         }
         let had_control = st.outbox.control_bytes() > 0;
+        let messages = st.outbox.has_unwritten_messages();
         st.outbox.take_unwritten(batch);
         drop(st);
         if had_control {
             self.forward_room.notify_waiters();
         }
-        Take::Data
+        if messages {
+            Take::Data
+        } else {
+            Take::Control
+        }
     }
 
     /// The peer acknowledged every message below `next_expected`.

@@ -8,7 +8,9 @@ use crate::id_hash::IdHashState;
 use crate::peer::Peer;
 use busway_core::relay::Neighbor;
 use busway_core::BusId;
+use std::cell::RefCell;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use tokio::sync::futures::Notified;
 use tokio::sync::Notify;
@@ -24,6 +26,30 @@ pub(crate) struct PeerTable {
     deferred: Arc<crate::peer::deferred::Deferred>,
     /// The number of the node's next link (its connections and rings).
     next_link_id: std::sync::atomic::AtomicU64,
+    /// This table among all of the process's (`TABLES`): what a thread's `LAST_LOOKUP`
+    /// names, so that a table made where a dropped one was is never mistaken for it.
+    table_id: u64,
+    /// Moves on at every change of `peers`, under its write lock: a thread's `LAST_LOOKUP`
+    /// of this table is the table's answer while it has not moved.
+    generation: AtomicU64,
+}
+
+/// Tables made in this process, counted (`PeerTable::table_id`).
+static TABLES: AtomicU64 = AtomicU64::new(0);
+
+/// A thread's last look at a peer table: a thread that sends to one id in a loop looks the
+/// table up once, not once per message (no lock, no hashing, no reference counted). It
+/// holds the peer while the thread looks up nothing else: at most one peer per thread,
+/// released at the thread's next look at any table, or its end.
+struct LastLookup {
+    table_id: u64,
+    generation: u64,
+    id: BusId,
+    peer: Arc<Peer>,
+}
+
+thread_local! {
+    static LAST_LOOKUP: RefCell<Option<LastLookup>> = const { RefCell::new(None) };
 }
 
 /// What [`PeerTable::attach`] found for an authenticated link.
@@ -42,6 +68,9 @@ impl PeerTable {
             changed: Default::default(),
             deferred,
             next_link_id: std::sync::atomic::AtomicU64::new(1),
+            // Relaxed: a unique number, publishing nothing.
+            table_id: TABLES.fetch_add(1, Ordering::Relaxed),
+            generation: AtomicU64::new(0),
         }
     }
 
@@ -57,12 +86,60 @@ impl PeerTable {
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     }
 
+    /// The peer of bus id `id`: the calling thread's last answer for it if the table has not
+    /// changed since (see `LAST_LOOKUP`), else looked up (and kept as that answer).
     pub(crate) fn get(&self, id: BusId) -> Option<Arc<Peer>> {
-        self.peers
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&id)
-            .cloned()
+        if let Some(peer) = self.with_last_looked_up(id, Arc::clone) {
+            return Some(peer);
+        }
+        let peers = self.peers.read().unwrap_or_else(|p| p.into_inner());
+        let peer = peers.get(&id).cloned();
+        if let Some(p) = &peer {
+            // Read under the read lock: no change has moved it since `peers` was read.
+            // Relaxed: the lock orders it.
+            let generation = self.generation.load(Ordering::Relaxed);
+            LAST_LOOKUP.set(Some(LastLookup {
+                table_id: self.table_id,
+                generation,
+                id,
+                peer: p.clone(),
+            }));
+        }
+        peer
+    }
+
+    /// Runs `f` on the peer of `id` if the calling thread's last look (`get`) found it and
+    /// the table has not changed since: the table's answer, used in place. `None`, and `f`
+    /// not run, otherwise.
+    #[inline]
+    pub(crate) fn with_last_looked_up<R>(
+        &self,
+        id: BusId,
+        f: impl FnOnce(&Arc<Peer>) -> R,
+    ) -> Option<R> {
+        // Acquire: pairs with the Release in `changed_under_lock`; a generation seen
+        // unchanged means no insert or removal since the look.
+        let generation = self.generation.load(Ordering::Acquire);
+        // Taken out while `f` runs, and put back after unless `f` looked something up
+        // itself: `f` may come back here.
+        let last = LAST_LOOKUP.take()?;
+        if last.table_id != self.table_id || last.generation != generation || last.id != id {
+            LAST_LOOKUP.set(Some(last));
+            return None;
+        }
+        let r = f(&last.peer);
+        LAST_LOOKUP.with_borrow_mut(|slot| {
+            if slot.is_none() {
+                *slot = Some(last);
+            }
+        });
+        Some(r)
+    }
+
+    /// `peers` changed (called under its write lock): every thread's cached look is stale.
+    fn changed_under_lock(&self) {
+        // Release: pairs with the Acquire loads in `get`.
+        self.generation.fetch_add(1, Ordering::Release);
     }
 
     pub(crate) fn snapshot(&self) -> Vec<Arc<Peer>> {
@@ -119,12 +196,16 @@ impl PeerTable {
             return 0;
         }
         let mut peers = self.peers.write().unwrap_or_else(|p| p.into_inner());
-        dead.into_iter()
+        let removed = dead
+            .into_iter()
             .filter(|id| {
                 let still = peers.get(id).is_some_and(|p| p.dead_for(now_ms, idle_ms));
                 still && peers.remove(id).is_some()
             })
-            .count()
+            .count();
+        self.changed_under_lock();
+        drop(peers);
+        removed
     }
 
     /// The peer an authenticated link of incarnation `incarnation` belongs to: the one of that
@@ -163,6 +244,7 @@ impl PeerTable {
             _ => {
                 let fresh = Arc::new(make());
                 let replaced = peers.insert(id, fresh.clone());
+                self.changed_under_lock();
                 Ok(Attached {
                     peer: fresh,
                     replaced,

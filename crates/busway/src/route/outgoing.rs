@@ -8,7 +8,7 @@
 use crate::limits::{REROUTES_MAX, ROUTED_OVERHEAD_BYTES_MAX};
 use crate::node::errors::SendError;
 use crate::node::event::Path;
-use crate::peer::PushError;
+use crate::peer::{Peer, PushError};
 use crate::route;
 use crate::route::tasks;
 use crate::route::Route;
@@ -17,6 +17,7 @@ use busway_core::frame::FrameKind;
 use busway_core::BusId;
 use bytes::Bytes;
 use std::ops::Range;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// A payload over the node's frame limit is refused before it is routed.
@@ -282,6 +283,50 @@ pub(crate) fn try_enqueue<P: AsRef<[u8]>>(
     }
     // The route kept changing under it: as a full queue, for a caller that does not wait.
     Err(Blocked::Full(route))
+}
+
+/// [`try_enqueue`] of one plain message (`try_send`, and `send` before it waits), its size
+/// checked first: the number it was given.
+#[inline]
+pub(crate) fn try_enqueue_single(
+    shared: &Shared,
+    dst: BusId,
+    payload: &Bytes,
+) -> Result<u64, Blocked> {
+    check_size(shared, payload.len()).map_err(Blocked::Failed)?;
+    // A thread that sends to one peer in a loop: its last look at the peer table holds
+    // while the table has not changed, and the peer is pushed to in place.
+    let pushed = shared
+        .peers
+        .with_last_looked_up(dst, |p| push_direct_single(shared, p, payload));
+    if let Some(Some(done)) = pushed {
+        return done;
+    }
+    try_enqueue(shared, dst, None, &Outgoing::single(payload)).map(|q| q.seqs.start)
+}
+
+/// [`Route::push`] of one plain message to the direct peer `p` that [`route`] would give:
+/// `None` if the peer is one `route` looks at further (a peer dialed on a hint, which its
+/// deadline takes out of use), or the push failed (routed again and reported by the caller).
+#[inline]
+fn push_direct_single(
+    shared: &Shared,
+    p: &Arc<Peer>,
+    payload: &Bytes,
+) -> Option<Result<u64, Blocked>> {
+    if p.discovered {
+        return None;
+    }
+    if let Some(max) = p.frame_body_max().filter(|&max| payload.len() > max) {
+        let len = payload.len();
+        return Some(Err(Blocked::Failed(SendError::TooLarge { len, max })));
+    }
+    let deferred = shared.peers.deferred();
+    let (seq, note) = p.push_single(payload, deferred.looks()).ok()?;
+    if note {
+        deferred.note(p);
+    }
+    Some(Ok(seq))
 }
 
 /// Routes `msg` to `dst` (not this node) and queues all of it, waiting for room while the
