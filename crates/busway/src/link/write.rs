@@ -66,7 +66,7 @@ pub(super) fn write_loop<'a, W: AsyncWrite + Unpin>(
                 Take::Drained => return write_close(w, peer).await,
                 Take::Data => write_batch(w, &mut batch).await?,
                 Take::Control => {
-                    wait_for_an_answer(looks).await;
+                    wait_for_an_answer(peer, looks).await;
                     let after = peer.take(&mut batch);
                     write_batch(w, &mut batch).await?;
                     if matches!(after, Take::Drained) {
@@ -79,17 +79,22 @@ pub(super) fn write_loop<'a, W: AsyncWrite + Unpin>(
 }
 
 /// Only control frames are taken: mostly the acknowledgement of a read, taken in the same
-/// turn as the read (the link's task reads too). Waits for the application's next look at its
-/// inbox first (`ACK_WAIT_TURNS` turns of the runtime, then at most `ACK_WAIT_MS_MAX`): it
-/// looks again once it handled what it got, so an
-/// answer to that goes in the same write as the ACK, and an exchange costs each side one write
-/// and the peer one wake-up, not two of each. An application that does not look soon only
-/// gets its acknowledgement that much later (its peer's `flush`; the send window is far
-/// larger than what a millisecond of reads adds to it).
-async fn wait_for_an_answer(looks: &Deferred) {
-    looks
-        .next_look(ACK_WAIT_TURNS, Duration::from_millis(ACK_WAIT_MS_MAX))
-        .await;
+/// turn as the read (the link's task reads too). If the application was waiting in its inbox
+/// (so it handles what the read delivered at once), waits for its next look there first
+/// (`ACK_WAIT_TURNS` turns of the runtime, then at most `ACK_WAIT_MS_MAX`), or the next push to
+/// this peer: the application looks again once it handled what it got, so an answer to that
+/// goes in the same write as the ACK, and an exchange costs each side one write and the peer
+/// one wake-up, not two of each. A push ends the wait at once (a caller whose reply came and
+/// who calls again has its next call carry the ACK). A busy application (a stream's reader)
+/// and a node that reads no inbox (a relay) get their acknowledgements written at once.
+async fn wait_for_an_answer(peer: &Peer, looks: &Deferred) {
+    if !looks.app_waits() {
+        return;
+    }
+    tokio::select! {
+        () = looks.next_look(ACK_WAIT_TURNS, Duration::from_millis(ACK_WAIT_MS_MAX)) => {}
+        () = peer.writer_wake.notified() => {}
+    }
 }
 
 /// Ends the link cleanly: the last acknowledgement first (messages read from the peer's ring

@@ -411,7 +411,10 @@ impl Inbox {
                 r.arm(&self.waker);
             }
             // A record published after the last look makes the armed waiter fire at once.
-            match self.sources.rx.recv().await {
+            let waiting = self.deferred.app_waiting();
+            let delivery = self.sources.rx.recv().await;
+            drop(waiting);
+            match delivery {
                 Some(d) => {
                     if let Some(b) = self.sources.accept(d) {
                         return Some(b);

@@ -24,6 +24,20 @@ pub(crate) struct Deferred {
     looking_out: AtomicUsize,
     /// Wakes the writers waiting in `next_look`.
     looked: Notify,
+    /// Whether the application waits in its inbox for messages (`app_waiting`): what is
+    /// delivered now, it handles at once.
+    app_waits: AtomicBool,
+}
+
+/// The application waits in its inbox while this lives (see `Deferred::app_waiting`); dropped
+/// when the wait ends, or its future is dropped.
+pub(crate) struct AppWaiting<'a>(&'a Deferred);
+
+impl Drop for AppWaiting<'_> {
+    fn drop(&mut self) {
+        // Relaxed: a hint (see `app_waits`).
+        self.0.app_waits.store(false, Ordering::Relaxed);
+    }
 }
 
 impl Deferred {
@@ -39,6 +53,21 @@ impl Deferred {
     pub(crate) fn looks(&self) -> u64 {
         // Relaxed: a count compared for equality; nothing is published through it.
         self.looks.load(Ordering::Relaxed)
+    }
+
+    /// The application waits in its inbox for messages until the result is dropped.
+    pub(crate) fn app_waiting(&self) -> AppWaiting<'_> {
+        // Relaxed: a hint; a writer that reads it stale writes its ACK at once, or waits the
+        // bounded time of `next_look`.
+        self.app_waits.store(true, Ordering::Relaxed);
+        AppWaiting(self)
+    }
+
+    /// Whether the application waits in its inbox for messages (and so handles what a link
+    /// delivers now at once, and looks again after).
+    pub(crate) fn app_waits(&self) -> bool {
+        // Relaxed: see `app_waiting`.
+        self.app_waits.load(Ordering::Relaxed)
     }
 
     /// Waits for the application's next look at its inbox, at most `max` (rounded up to the

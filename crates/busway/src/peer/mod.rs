@@ -66,7 +66,8 @@ pub(crate) enum Take {
     /// Frames were moved into the caller's batch.
     Data,
     /// Only control frames were moved into the caller's batch (on a link without a ring: an
-    /// acknowledgement of a read, mostly); no message waits.
+    /// acknowledgement of a read, mostly); no message waits. The writer counts as idle again:
+    /// the next push wakes it (`writer_wake`).
     Control,
     /// Nothing to write; wait on [`Peer::writer_wake`].
     Idle,
@@ -469,6 +470,9 @@ impl Peer {
         if messages {
             Take::Data
         } else {
+            // The writer may wait before writing these (see `Take::Control`): the next push
+            // wakes it.
+            self.lock().writer_idle = true;
             Take::Control
         }
     }

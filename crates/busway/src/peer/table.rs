@@ -253,3 +253,65 @@ impl PeerTable {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use busway_core::handshake::local_hello;
+
+    /// A peer of bus id 2 and `incarnation`, with no link (down: a new incarnation may take
+    /// its place).
+    fn peer(incarnation: u64) -> Peer {
+        let hello = local_hello(BusId(2), incarnation, 0, [0; 16], vec![]);
+        Peer::new(hello, "tcp://127.0.0.1:1".into(), 1 << 20, false)
+    }
+
+    fn attach(table: &PeerTable, incarnation: u64) -> Arc<Peer> {
+        let no_registry = || unreachable!("no registration asked");
+        table
+            .attach(BusId(1), BusId(2), incarnation, None, no_registry, || {
+                peer(incarnation)
+            })
+            .unwrap()
+            .peer
+    }
+
+    #[test]
+    fn a_threads_last_look_is_the_tables_answer_until_the_table_changes() {
+        let table = PeerTable::new(Default::default());
+        let first = attach(&table, 7);
+        assert!(Arc::ptr_eq(&table.get(BusId(2)).unwrap(), &first));
+        let kept = table.with_last_looked_up(BusId(2), |p| Arc::ptr_eq(p, &first));
+        assert_eq!(kept, Some(true), "the look is kept");
+        assert!(
+            table.with_last_looked_up(BusId(3), |_| ()).is_none(),
+            "another id"
+        );
+        // A new incarnation takes the old one's place: the kept look is stale.
+        let second = attach(&table, 8);
+        assert!(table.with_last_looked_up(BusId(2), |_| ()).is_none());
+        assert!(Arc::ptr_eq(&table.get(BusId(2)).unwrap(), &second));
+        // Another table never answers with this one's look, even for the same id.
+        let other = PeerTable::new(Default::default());
+        assert!(other.with_last_looked_up(BusId(2), |_| ()).is_none());
+        assert!(other.get(BusId(2)).is_none());
+        // A look that comes back to the table inside `f` replaces nothing it should not.
+        let nested = table.with_last_looked_up(BusId(2), |_| table.get(BusId(2)).is_some());
+        assert_eq!(nested, Some(true));
+        assert!(table
+            .with_last_looked_up(BusId(2), |p| Arc::ptr_eq(p, &second))
+            .unwrap());
+    }
+
+    #[test]
+    fn a_forgotten_peer_is_not_found_through_a_kept_look() {
+        let table = PeerTable::new(Default::default());
+        let p = attach(&table, 7);
+        assert!(table.get(BusId(2)).is_some());
+        // Dead since 0 and idle for 1 ms: forgotten.
+        p.lock().slot = crate::peer::slot::Slot::Dead { since_ms: 0 };
+        assert_eq!(table.forget_dead(1, 1), 1);
+        assert!(table.with_last_looked_up(BusId(2), |_| ()).is_none());
+        assert!(table.get(BusId(2)).is_none());
+    }
+}
