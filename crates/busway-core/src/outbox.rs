@@ -468,6 +468,13 @@ impl Outbox {
         self.push_control(frame);
     }
 
+    /// Whether the control queue holds one ACK and nothing else (no message waits either,
+    /// or not: see `has_unwritten_messages`): what a link's writer may hold back a moment for
+    /// the answer that would go with it.
+    pub fn only_an_ack_waits(&self) -> bool {
+        self.control.len() == 1 && self.newest[2] == Some(0)
+    }
+
     /// Empties the control queue.
     fn clear_control(&mut self) {
         self.control.clear();

@@ -524,9 +524,11 @@ async fn deliver_direct(parts: &Parts<'_>, chunk: bytes::Bytes, spans: Spans) {
     peer.traffic.msgs_in.fetch_add(spans.len() as u64, Relaxed);
     peer.traffic.bytes_in.fetch_add(bytes, Relaxed);
     let n = spans.len() as u64;
+    // Looked at before the delivery wakes it.
+    let answerable = shared.peers.deferred().app_waits();
     deliver(shared, machine, peer.id, chunk, spans).await;
     let next = peer.delivered(n);
-    peer.push_control(ack_frame(next));
+    peer.push_ack(ack_frame(next), answerable);
 }
 
 /// Everything the peer wrote on the socket before its SWITCH is delivered: its ring may be

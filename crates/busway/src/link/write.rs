@@ -50,6 +50,7 @@ pub(super) fn write_loop<'a, W: AsyncWrite + Unpin>(
                         }
                         return write_close(w, peer).await;
                     }
+                    // (`take_control` never answers `Control`.)
                     Take::Data | Take::Control => write_batch(w, &mut batch).await?,
                 }
                 continue;
@@ -78,19 +79,16 @@ pub(super) fn write_loop<'a, W: AsyncWrite + Unpin>(
     }
 }
 
-/// Only control frames are taken: mostly the acknowledgement of a read, taken in the same
-/// turn as the read (the link's task reads too). If the application was waiting in its inbox
-/// (so it handles what the read delivered at once), waits for its next look there first
-/// (`ACK_WAIT_TURNS` turns of the runtime, then at most `ACK_WAIT_MS_MAX`), or the next push to
-/// this peer: the application looks again once it handled what it got, so an answer to that
-/// goes in the same write as the ACK, and an exchange costs each side one write and the peer
-/// one wake-up, not two of each. A push ends the wait at once (a caller whose reply came and
-/// who calls again has its next call carry the ACK). A busy application (a stream's reader)
-/// and a node that reads no inbox (a relay) get their acknowledgements written at once.
+/// Only the ACK of a read is taken (`Take::Control`), in the same turn as the read (the link's
+/// task reads too), of messages the application was waiting for in its inbox (so it handles
+/// them at once). Waits for its next look there first (`ACK_WAIT_TURNS` turns of the runtime,
+/// then at most `ACK_WAIT_MS_MAX`, rounded up to the timer's next millisecond), or the next
+/// push to this peer: the application looks again once it handled what it got, so an answer
+/// to that goes in the same write as the ACK, and an exchange costs each side one write and
+/// the peer one wake-up, not two of each. A push ends the wait at once (a caller whose reply
+/// came and who calls again has its next call carry the ACK). A busy application (a stream's
+/// reader) and a node that reads no inbox (a relay) get their ACKs written at once.
 async fn wait_for_an_answer(peer: &Peer, looks: &Deferred) {
-    if !looks.app_waits() {
-        return;
-    }
     tokio::select! {
         () = looks.next_look(ACK_WAIT_TURNS, Duration::from_millis(ACK_WAIT_MS_MAX)) => {}
         () = peer.writer_wake.notified() => {}

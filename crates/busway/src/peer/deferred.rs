@@ -40,6 +40,25 @@ impl Drop for AppWaiting<'_> {
     }
 }
 
+/// A writer counted in `Deferred::looking_out` while this lives: the count goes down however
+/// the wait ends, also when its future is dropped (a push ended the wait first).
+struct LookingOut<'a>(&'a AtomicUsize);
+
+impl<'a> LookingOut<'a> {
+    fn count(waiting: &'a AtomicUsize) -> Self {
+        // SeqCst: see `Deferred::next_look`.
+        waiting.fetch_add(1, Ordering::SeqCst);
+        LookingOut(waiting)
+    }
+}
+
+impl Drop for LookingOut<'_> {
+    fn drop(&mut self) {
+        // SeqCst: see `Deferred::next_look`.
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 impl Deferred {
     /// `peer` holds single sends its ring has not published (told once per burst).
     pub(crate) fn note(&self, peer: &Arc<Peer>) {
@@ -70,8 +89,8 @@ impl Deferred {
         self.app_waits.load(Ordering::Relaxed)
     }
 
-    /// Waits for the application's next look at its inbox, at most `max` (rounded up to the
-    /// runtime timer's millisecond). A look comes after the application handled what it
+    /// Waits for the application's next look at its inbox, at most `turns` yields and then
+    /// `max` (rounded up to the runtime timer's next millisecond: up to about twice `max`). A look comes after the application handled what it
     /// took before, so a link writer holding the acknowledgement of a read sends the
     /// application's answer with it. The first `turns` turns of the runtime are only
     /// yielded (an application on this thread looks in one, and no timer is armed); then
@@ -84,17 +103,16 @@ impl Deferred {
                 return;
             }
         }
+        // Made before the count goes up: a `notify_waiters` after this point wakes it, even
+        // one that comes before it is polled.
         let looked = self.looked.notified();
-        tokio::pin!(looked);
         // SeqCst, with the increment of `looks` and the load of `looking_out` in
         // `publish_all`: either this side sees the look in the second load of `looks`, or
-        // that side sees this waiter (registered by `enable` before) and wakes it.
-        self.looking_out.fetch_add(1, Ordering::SeqCst);
-        looked.as_mut().enable();
+        // that side sees this waiter counted and wakes `looked`.
+        let _counted = LookingOut::count(&self.looking_out);
         if self.looks.load(Ordering::SeqCst) == before {
             let _ = tokio::time::timeout(max, looked).await;
         }
-        self.looking_out.fetch_sub(1, Ordering::SeqCst);
     }
 
     /// The inbox looks for messages: publishes what every listed peer holds (a peer whose

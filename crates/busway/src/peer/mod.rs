@@ -65,9 +65,10 @@ pub(crate) enum PushError {
 pub(crate) enum Take {
     /// Frames were moved into the caller's batch.
     Data,
-    /// Only control frames were moved into the caller's batch (on a link without a ring: an
-    /// acknowledgement of a read, mostly); no message waits. The writer counts as idle again:
-    /// the next push wakes it (`writer_wake`).
+    /// Only an ACK was moved into the caller's batch (on a link without a ring), of messages
+    /// the application was waiting for (`Peer::push_ack`): no message, no other control frame
+    /// (relayed frames, PINGs and PONGs go at once), no close. The writer counts as idle
+    /// again: the next push wakes it (`writer_wake`).
     Control,
     /// Nothing to write; wait on [`Peer::writer_wake`].
     Idle,
@@ -112,6 +113,9 @@ pub(crate) struct PeerState {
     /// lock for the checks that take it.
     closing: bool,
     writer_idle: bool,
+    /// The ACK queued last is of messages the application was waiting for in its inbox
+    /// (`push_ack`): it may answer at once, so the writer may hold the ACK for the answer.
+    ack_answerable: bool,
     senders_waiting: bool,
     /// Messages wait (control frames still flow) until what was sent to this peer through
     /// relays before its link came up is acknowledged: order holds across the switch.
@@ -189,6 +193,7 @@ impl Peer {
                 detaches: 0,
                 closing: false,
                 writer_idle: false,
+                ack_answerable: false,
                 senders_waiting: false,
                 held: false,
                 deferred: false,
@@ -437,46 +442,6 @@ impl Peer {
         }
     }
 
-    /// Moves everything unwritten into `batch` (for the writer of link `link`).
-    pub(crate) fn take(&self, batch: &mut Vec<Bytes>) -> Take {
-        let mut st = self.lock();
-        if st.held {
-            if !st.outbox.has_control() {
-                if st.closing || st.slot.closed_by_peer() {
-                    return Take::Drained;
-                }
-                st.writer_idle = true;
-                return Take::Idle;
-            }
-            st.outbox.take_control(batch);
-            drop(st);
-            self.forward_room.notify_waiters();
-            return Take::Data;
-        }
-        if !st.outbox.has_unwritten() {
-            if st.closing || st.slot.closed_by_peer() {
-                return Take::Drained;
-            }
-            st.writer_idle = true;
-            return Take::Idle;
-        }
-        let had_control = st.outbox.control_bytes() > 0;
-        let messages = st.outbox.has_unwritten_messages();
-        st.outbox.take_unwritten(batch);
-        drop(st);
-        if had_control {
-            self.forward_room.notify_waiters();
-        }
-        if messages {
-            Take::Data
-        } else {
-            // The writer may wait before writing these (see `Take::Control`): the next push
-            // wakes it.
-            self.lock().writer_idle = true;
-            Take::Control
-        }
-    }
-
     /// The peer acknowledged every message below `next_expected`.
     pub(crate) fn ack(&self, next_expected: u64) -> Result<(), AckError> {
         let mut st = self.lock();
@@ -585,5 +550,6 @@ impl Peer {
 mod attached;
 mod ring;
 pub(crate) mod slot;
+mod take;
 #[cfg(test)]
 mod tests;

@@ -39,8 +39,8 @@ static TABLES: AtomicU64 = AtomicU64::new(0);
 
 /// A thread's last look at a peer table: a thread that sends to one id in a loop looks the
 /// table up once, not once per message (no lock, no hashing, no reference counted). It
-/// holds the peer while the thread looks up nothing else: at most one peer per thread,
-/// released at the thread's next look at any table, or its end.
+/// holds the peer until the thread's next look that finds a peer (in any table), or its end:
+/// at most one peer per thread.
 struct LastLookup {
     table_id: u64,
     generation: u64,
@@ -92,18 +92,26 @@ impl PeerTable {
         if let Some(peer) = self.with_last_looked_up(id, Arc::clone) {
             return Some(peer);
         }
-        let peers = self.peers.read().unwrap_or_else(|p| p.into_inner());
-        let peer = peers.get(&id).cloned();
-        if let Some(p) = &peer {
+        let (peer, generation) = {
+            let peers = self.peers.read().unwrap_or_else(|p| p.into_inner());
             // Read under the read lock: no change has moved it since `peers` was read.
             // Relaxed: the lock orders it.
-            let generation = self.generation.load(Ordering::Relaxed);
-            LAST_LOOKUP.set(Some(LastLookup {
+            (
+                peers.get(&id).cloned(),
+                self.generation.load(Ordering::Relaxed),
+            )
+        };
+        if let Some(p) = &peer {
+            // Set with the lock released: the look it replaces may hold the last reference to
+            // a peer, dropped here.
+            let look = LastLookup {
                 table_id: self.table_id,
                 generation,
                 id,
                 peer: p.clone(),
-            }));
+            };
+            // Not kept on a thread whose locals are being torn down (a look from a drop).
+            let _ = LAST_LOOKUP.try_with(|last| last.replace(Some(look)));
         }
         peer
     }
@@ -122,23 +130,24 @@ impl PeerTable {
         let generation = self.generation.load(Ordering::Acquire);
         // Taken out while `f` runs, and put back after unless `f` looked something up
         // itself: `f` may come back here.
-        let last = LAST_LOOKUP.take()?;
-        if last.table_id != self.table_id || last.generation != generation || last.id != id {
-            LAST_LOOKUP.set(Some(last));
-            return None;
-        }
-        let r = f(&last.peer);
-        LAST_LOOKUP.with_borrow_mut(|slot| {
-            if slot.is_none() {
-                *slot = Some(last);
+        let last = LAST_LOOKUP.try_with(RefCell::take).ok()??;
+        let fits = last.table_id == self.table_id && last.generation == generation && last.id == id;
+        let r = fits.then(|| f(&last.peer));
+        // Back in its place, unless `f` put another there; a look left over is dropped after
+        // the borrow ends (dropping a peer must not find the slot borrowed).
+        let _left_over = LAST_LOOKUP.try_with(|slot| {
+            let mut slot = slot.borrow_mut();
+            match *slot {
+                None => slot.replace(last),
+                Some(_) => Some(last),
             }
         });
-        Some(r)
+        r
     }
 
     /// `peers` changed (called under its write lock): every thread's cached look is stale.
     fn changed_under_lock(&self) {
-        // Release: pairs with the Acquire loads in `get`.
+        // Release: pairs with the Acquire load in `with_last_looked_up`.
         self.generation.fetch_add(1, Ordering::Release);
     }
 

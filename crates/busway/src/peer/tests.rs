@@ -102,3 +102,37 @@ async fn a_flush_waiting_on_a_peer_wakes_at_its_last_acknowledgement_not_before(
         .expect("the last acknowledgement wakes it")
         .unwrap();
 }
+
+#[test]
+fn only_a_lone_ack_may_wait_for_the_answer_that_would_go_with_it() {
+    use busway_core::control::ack_frame;
+    use busway_core::frame::{frame_bytes, FrameKind};
+    let p = peer();
+    let mut batch = Vec::new();
+    p.push_ack(ack_frame(1), true);
+    assert!(matches!(p.take(&mut batch), Take::Control), "a lone ACK");
+    // One of what the application was not waiting for (it is busy, or reads no inbox).
+    p.push_ack(ack_frame(1), false);
+    assert!(matches!(p.take(&mut batch), Take::Data), "not answerable");
+    // Anything else beside it goes at once: a PONG (a round trip measured), a relayed frame,
+    // a message.
+    p.push_ack(ack_frame(2), true);
+    p.push_control(frame_bytes(FrameKind::Pong, &7u64.to_le_bytes()));
+    assert!(matches!(p.take(&mut batch), Take::Data), "ACK and PONG");
+    p.push_ack(ack_frame(3), true);
+    assert!(p.push_forward(vec![Bytes::from_static(b"routed")], None));
+    assert!(
+        matches!(p.take(&mut batch), Take::Data),
+        "ACK and a relayed frame"
+    );
+    p.push_ack(ack_frame(4), true);
+    p.push_copies(&[b"answer"]).unwrap();
+    assert!(
+        matches!(p.take(&mut batch), Take::Data),
+        "ACK and a message"
+    );
+    // Nor does an ACK wait when the link is closing: its CLOSE comes next.
+    p.push_ack(ack_frame(5), true);
+    p.close();
+    assert!(!matches!(p.take(&mut batch), Take::Control), "closing");
+}
