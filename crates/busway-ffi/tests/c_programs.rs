@@ -16,12 +16,19 @@ const RUN_LIMIT: Duration = Duration::from_secs(300);
 const COUNT: &str = "1000000";
 
 /// Where cargo put libbusway_ffi.so: the profile folder after `cargo build`, its deps folder
-/// after `cargo test` (which does not copy it up).
+/// after `cargo test` (which does not copy it up). The newer of the two: a copy left in the
+/// profile folder by an earlier `cargo build` would otherwise test old code.
 fn lib_dir() -> PathBuf {
     let profile = profile_dir();
+    let built_at = |d: &PathBuf| {
+        let lib = std::fs::metadata(d.join("libbusway_ffi.so")).ok()?;
+        lib.modified().ok()
+    };
     [profile.clone(), profile.join("deps")]
         .into_iter()
-        .find(|d| d.join("libbusway_ffi.so").exists())
+        .filter_map(|d| Some((built_at(&d)?, d)))
+        .max_by_key(|(at, _)| *at)
+        .map(|(_, d)| d)
         .unwrap_or_else(|| panic!("no libbusway_ffi.so in {} or its deps", profile.display()))
 }
 
