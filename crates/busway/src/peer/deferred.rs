@@ -76,8 +76,8 @@ impl Deferred {
 
     /// The application waits in its inbox for messages until the result is dropped.
     pub(crate) fn app_waiting(&self) -> AppWaiting<'_> {
-        // Relaxed: a hint; a writer that reads it stale writes its ACK at once, or waits the
-        // bounded time of `next_look`.
+        // Relaxed: a hint; a link reader that reads it stale has its ACK written at once, or
+        // held for the bounded time of `next_look`.
         self.app_waits.store(true, Ordering::Relaxed);
         AppWaiting(self)
     }
