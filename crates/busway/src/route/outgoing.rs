@@ -40,14 +40,29 @@ pub(crate) fn route_for(shared: &Shared, dst: BusId, len: usize) -> Result<Route
                 return Err(SendError::TooLarge { len, max });
             }
         }
-        Route::Direct(p) => {
-            // Both ends use the smaller limit: the peer closes a link over a larger frame.
-            if let Some(max) = p.frame_body_max().filter(|&max| len > max) {
-                return Err(SendError::TooLarge { len, max });
-            }
-        }
+        Route::Direct(p) => fits_direct(p, len)?,
     }
     Ok(route)
+}
+
+/// A message of `len` bytes to the direct peer `p`: both ends use the smaller frame limit
+/// (the peer closes a link over a larger frame).
+fn fits_direct(p: &Peer, len: usize) -> Result<(), SendError> {
+    match p.frame_body_max().filter(|&max| len > max) {
+        Some(max) => Err(SendError::TooLarge { len, max }),
+        None => Ok(()),
+    }
+}
+
+/// Queues one plain message for the direct peer `p`: its number. Over a ring it may wait
+/// unpublished on the node's `Deferred` list (see `Peer::push_single`).
+fn push_single_direct(shared: &Shared, p: &Arc<Peer>, payload: &Bytes) -> Result<u64, PushError> {
+    let deferred = shared.peers.deferred();
+    let (seq, note) = p.push_single(payload, deferred.looks())?;
+    if note {
+        deferred.note(p);
+    }
+    Ok(seq)
 }
 
 pub(crate) fn push_error(dst: BusId, e: PushError) -> SendError {
@@ -212,10 +227,7 @@ impl Route {
     ) -> Result<Queued, PushError> {
         let (path, seqs) = match (self, msg) {
             (Route::Direct(p), Outgoing::Single(payload)) => {
-                let (seq, note) = p.push_single(payload, shared.peers.deferred().looks())?;
-                if note {
-                    shared.peers.deferred().note(p);
-                }
+                let seq = push_single_direct(shared, p, payload)?;
                 (Path::Direct, seq..seq + 1)
             }
             (Route::Direct(p), Outgoing::Copies(ps)) => (Path::Direct, p.push_copies(ps)?),
@@ -298,7 +310,7 @@ pub(crate) fn try_enqueue_single(
     // while the table has not changed, and the peer is pushed to in place.
     let pushed = shared
         .peers
-        .with_last_looked_up(dst, |p| push_direct_single(shared, p, payload));
+        .with_last_looked_up(dst, |p| push_single_to_looked_up(shared, p, payload));
     if let Some(Some(done)) = pushed {
         return done;
     }
@@ -309,7 +321,7 @@ pub(crate) fn try_enqueue_single(
 /// `None` if the peer is one `route` looks at further (a peer dialed on a hint, which its
 /// deadline takes out of use), or the push failed (routed again and reported by the caller).
 #[inline]
-fn push_direct_single(
+fn push_single_to_looked_up(
     shared: &Shared,
     p: &Arc<Peer>,
     payload: &Bytes,
@@ -317,16 +329,10 @@ fn push_direct_single(
     if p.discovered {
         return None;
     }
-    if let Some(max) = p.frame_body_max().filter(|&max| payload.len() > max) {
-        let len = payload.len();
-        return Some(Err(Blocked::Failed(SendError::TooLarge { len, max })));
+    if let Err(e) = fits_direct(p, payload.len()) {
+        return Some(Err(Blocked::Failed(e)));
     }
-    let deferred = shared.peers.deferred();
-    let (seq, note) = p.push_single(payload, deferred.looks()).ok()?;
-    if note {
-        deferred.note(p);
-    }
-    Some(Ok(seq))
+    push_single_direct(shared, p, payload).ok().map(Ok)
 }
 
 /// Routes `msg` to `dst` (not this node) and queues all of it, waiting for room while the
